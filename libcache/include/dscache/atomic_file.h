@@ -1,0 +1,44 @@
+// A file written under a temporary name and renamed into place only when complete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dscache/manifest.h"
+
+namespace dscache {
+
+// Owns `<path>.tmp-<pid>` until commit() renames it to `path`; the destructor removes an
+// uncommitted temp file, so a failed write leaves nothing behind. Not thread-safe.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // creates/truncates the temp file; throws IOError
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t size);          // appends; updates size and checksum
+  void pwrite(const void* data, size_t size, uint64_t offset);  // overwrite; invalidates checksum
+  uint64_t size() const { return size_; }
+  // fsync, rename into place, fsync the directory. Returns name (basename), size, XXH64 of the
+  // file's final bytes (re-read if pwrite() was used).
+  FileEntry commit();
+  const std::string& temp_path() const { return temp_; }
+
+ private:
+  std::string path_;
+  std::string temp_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  bool hash_valid_ = true;
+  struct HashState;
+  HashState* hash_;  // owned; opaque so the header stays small
+};
+
+// Writes a whole file atomically.
+FileEntry write_file_atomic(const std::string& path, const void* data, size_t size);
+
+// XXH64 and size of a file on disk, read sequentially. Throws NotFound/IOError.
+FileEntry hash_file(const std::string& path);
+
+}  // namespace dscache

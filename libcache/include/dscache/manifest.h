@@ -1,0 +1,102 @@
+// manifest.json: the description of a cache directory, and the only file read to serve it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dscache {
+
+// Stored in the manifest as the strings in the comments; never renamed.
+enum class Storage { kNpy, kHdf5 };            // "npy", "hdf5"
+enum class Layout { kFixed, kRagged };         // "fixed", "ragged"
+enum class ResizePolicy { kStretch, kCrop, kPad };  // "stretch", "crop", "pad"
+
+const char* to_string(Storage s);
+const char* to_string(Layout l);
+const char* to_string(ResizePolicy r);
+// Parse the strings above; throw Error(kInvalidArgument, "", "unknown storage 'x'") otherwise.
+Storage parse_storage(const std::string& s);
+Layout parse_layout(const std::string& s);
+ResizePolicy parse_resize_policy(const std::string& s);
+
+// The manifest format version this library writes; it reads versions <= this.
+constexpr int kFormatVersion = 1;
+
+// A file of the cache other than a shard.
+struct FileEntry {
+  std::string file;    // name inside the cache directory (no '/')
+  uint64_t bytes = 0;  // exact file size
+  uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
+};
+
+// One images shard: samples [first, first + count) of the cache.
+struct ShardEntry {
+  std::string file;    // e.g. "images-00000.npy" or "images-00000.h5"
+  uint64_t first = 0;  // index of its first sample in the cache
+  uint64_t count = 0;  // samples it holds
+  uint64_t bytes = 0;  // exact file size
+  uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
+};
+
+// Where the samples came from, so a cache can be traced back and re-checked.
+struct SourceRecord {
+  std::string kind;     // "folder", "list" or "idx"
+  std::string root;     // absolute path of the folder, list file or idx images file
+  std::string labels;   // idx only: absolute path of the idx labels file; empty otherwise
+  uint64_t entries = 0; // entries the source listed (built + skipped)
+  uint64_t digest = 0;  // XXH64 over every entry's relative path, size and mtime (ns)
+};
+
+// The options that determine the bytes of every sample; a resumed build must match them.
+struct BuildRecipe {
+  uint32_t height = 0;                         // output rows
+  uint32_t width = 0;                          // output columns
+  uint32_t channels = 3;                       // 3 (RGB) or 1 (grey)
+  ResizePolicy resize = ResizePolicy::kCrop;   // how the aspect ratio is reconciled
+  bool reduced_decode = true;                  // JPEG DCT-domain downscale when >= 2x target
+  uint64_t max_pixels = 0;                     // larger images (per header) are skipped
+  uint64_t shard_bytes = 0;                    // cap on image bytes per shard
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;  // see kFormatVersion
+  Layout layout = Layout::kFixed;       // sample layout
+  Storage storage = Storage::kNpy;      // shard file format
+  std::string dtype = "uint8";          // sample element type; only uint8 today
+  uint32_t height = 0;                  // sample rows
+  uint32_t width = 0;                   // sample columns
+  uint32_t channels = 0;                // 3 or 1
+  std::string channel_order = "RGB";    // "RGB" for 3 channels, "L" for 1
+  uint64_t count = 0;                   // samples in the cache
+  std::vector<std::string> classes;     // class names; label i names classes[i]
+  std::vector<uint64_t> class_counts;   // samples per class, same order as classes
+  std::vector<ShardEntry> shards;       // contiguous, in sample order, covering [0, count)
+  FileEntry labels;                     // labels.npy: (count,) int64
+  FileEntry checksums;                  // checksums.npy: (count,) uint64 XXH64 of each sample
+  FileEntry sources;                    // sources.jsonl: one JSON string per sample (its origin)
+  FileEntry skips;                      // skipped.jsonl: one JSON object per skipped entry
+  uint64_t skipped = 0;                 // number of source entries skipped
+  SourceRecord source;                  // where the samples came from
+  BuildRecipe recipe;                   // how they were made
+  std::string tool_version;             // dscache version that wrote the cache
+  std::string created_utc;              // ISO 8601 time the build finished
+
+  uint64_t sample_bytes() const { return uint64_t{height} * width * channels; }
+};
+
+// Serializes to pretty-printed JSON (checksums as 16-digit hex strings).
+std::string to_json(const Manifest& m);
+
+// Parses and validates: version supported, names plain (no '/', no ".."), shards contiguous and
+// covering [0, count), class counts summing to count, shape positive. Throws
+// Error(kCorruption, path, reason) naming the offending field.
+Manifest manifest_from_json(const std::string& text, const std::string& path);
+
+// Reads DIR/manifest.json. Throws NotFound if DIR or the manifest is missing.
+Manifest read_manifest(const std::string& dir);
+
+// Writes DIR/manifest.json atomically (temp + fsync + rename).
+void write_manifest(const std::string& dir, const Manifest& m);
+
+}  // namespace dscache
