@@ -1,1 +1,146 @@
-// placeholder
+// `dscache build SOURCE OUTPUT [options]`
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "build_pipeline.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "dscache/shard.h"
+
+namespace dscache {
+namespace po = boost::program_options;
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int cmd_build(int argc, char** argv) {
+  po::options_description desc(
+      "Usage: dscache build SOURCE OUTPUT [options]\n\n"
+      "Decode an image dataset once into pre-decoded shards.\n"
+      "SOURCE: a folder with one sub-folder per class, a .csv/.tsv list (path,label),\n"
+      "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
+      "Options");
+  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes;
+  BuildOptions opt;
+  uint32_t channels = 3;
+  desc.add_options()
+      ("help,h", "show this help")
+      ("size", po::value(&size), "output size: N (square) or HxW; required unless idx")
+      ("resize", po::value(&resize)->default_value("crop"),
+       "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")
+      ("channels", po::value(&channels), "3 (RGB, default) or 1 (grey; default for idx)")
+      ("storage", po::value(&storage)->default_value("npy"), "shard format: npy or hdf5")
+      ("shard-size", po::value(&shard_size)->default_value("1G"),
+       "cap on image bytes per shard (K, M, G suffixes)")
+      ("threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")
+      ("max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
+       "skip images whose header claims more pixels")
+      ("no-reduced-decode", "always decode JPEGs at full size before resizing")
+      ("labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")
+      ("classes", po::value(&classes), "comma-separated class names for integer labels")
+      ("strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")
+      ("force", "replace an existing cache at OUTPUT / discard an interrupted build")
+      ("resume", "continue an interrupted build of OUTPUT from its finished shards")
+      ("quiet,q", "no progress output");
+  po::options_description hidden;
+  hidden.add_options()("source", po::value(&opt.source))("output", po::value(&opt.output));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("source", 1).add("output", 1);
+
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return kExitOk;
+    }
+    if (opt.source.empty() || opt.output.empty()) {
+      throw UsageError("expected SOURCE and OUTPUT (see dscache build --help)");
+    }
+    if (vm.count("size")) {
+      parse_size(size, "--size", &opt.recipe.height, &opt.recipe.width);
+      opt.size_given = true;
+    }
+    if (vm.count("channels")) {
+      if (channels != 1 && channels != 3) {
+        throw UsageError("--channels " + std::to_string(channels) + ": expected 1 or 3");
+      }
+      opt.channels_given = true;
+    }
+    opt.recipe.channels = channels;
+    try {
+      opt.recipe.resize = parse_resize_policy(resize);
+    } catch (const Error&) {
+      throw UsageError("--resize '" + resize + "': expected crop, pad or stretch");
+    }
+    try {
+      opt.storage = parse_storage(storage);
+    } catch (const Error&) {
+      throw UsageError("--storage '" + storage + "': expected npy or hdf5");
+    }
+    if (opt.storage == Storage::kHdf5 && !hdf5_supported()) {
+      throw UsageError("--storage hdf5: this dscache was built without HDF5 support");
+    }
+    opt.recipe.shard_bytes = parse_bytes(shard_size, "--shard-size");
+    if (opt.threads < 0 || opt.threads > 1024) {
+      throw UsageError("--threads " + std::to_string(opt.threads) + ": expected 0..1024");
+    }
+    if (opt.recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
+    opt.recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
+    if (!classes.empty()) opt.class_names = split_commas(classes);
+    opt.strict = vm.count("strict") > 0;
+    opt.force = vm.count("force") > 0;
+    opt.resume = vm.count("resume") > 0;
+    opt.quiet = vm.count("quiet") > 0;
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    BuildSummary s = run_build(opt);
+    std::printf("built %llu samples (%llu skipped%s) in %.1f s, %.0f images/s -> %s\n",
+                static_cast<unsigned long long>(s.count),
+                static_cast<unsigned long long>(s.skipped),
+                s.skipped ? ", see skipped.jsonl" : "", s.seconds,
+                s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
+                s.output.c_str());
+    return kExitOk;
+  } catch (const BadSourceError& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitBadSource;
+  } catch (const OutputExistsError& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitOutputExists;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    if (e.kind() == ErrorKind::kInvalidArgument && !e.path().empty() && e.path()[0] == '-') {
+      return kExitUsage;  // an option that only the source kind could check (e.g. --size)
+    }
+    return kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace dscache

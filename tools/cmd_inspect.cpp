@@ -1,1 +1,247 @@
-// placeholder
+// `dscache inspect CACHE [--json] [--sample I] [--grid N] [--out FILE.png]`
+#include <boost/program_options.hpp>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cache_view.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "dscache/error.h"
+
+namespace dscache {
+namespace po = boost::program_options;
+using json = nlohmann::json;
+
+namespace {
+
+uint64_t total_bytes(const Manifest& m) {
+  uint64_t b = m.labels.bytes + m.checksums.bytes + m.sources.bytes + m.skips.bytes;
+  for (const auto& s : m.shards) b += s.bytes;
+  return b;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+json summary_json(CacheView& c) {
+  const Manifest& m = c.manifest();
+  json skips = json::array();
+  for (const auto& s : c.skips()) skips.push_back({{"source", s.source}, {"reason", s.reason}});
+  return json{
+      {"path", c.dir()},
+      {"format_version", m.format_version},
+      {"count", m.count},
+      {"shape", {m.height, m.width, m.channels}},
+      {"dtype", m.dtype},
+      {"channel_order", m.channel_order},
+      {"layout", to_string(m.layout)},
+      {"storage", to_string(m.storage)},
+      {"shards", m.shards.size()},
+      {"bytes", total_bytes(m)},
+      {"classes", m.classes},
+      {"class_counts", m.class_counts},
+      {"skipped", m.skipped},
+      {"skips", skips},
+      {"source",
+       {{"kind", m.source.kind}, {"root", m.source.root}, {"labels", m.source.labels},
+        {"entries", m.source.entries}, {"digest", hex64(m.source.digest)}}},
+      {"recipe",
+       {{"height", m.recipe.height}, {"width", m.recipe.width}, {"channels", m.recipe.channels},
+        {"resize", to_string(m.recipe.resize)}, {"reduced_decode", m.recipe.reduced_decode},
+        {"max_pixels", m.recipe.max_pixels}, {"shard_bytes", m.recipe.shard_bytes}}},
+      {"tool_version", m.tool_version},
+      {"created_utc", m.created_utc},
+  };
+}
+
+void print_summary(CacheView& c) {
+  const Manifest& m = c.manifest();
+  auto skips = c.skips();
+  std::printf("cache      %s\n", c.dir().c_str());
+  std::printf("samples    %llu (%llu source entries skipped)\n",
+              static_cast<unsigned long long>(m.count), static_cast<unsigned long long>(m.skipped));
+  std::printf("shape      %ux%ux%u (H x W x C), %s, %s, layout %s\n", m.height, m.width,
+              m.channels, m.dtype.c_str(), m.channel_order.c_str(), to_string(m.layout));
+  std::printf("storage    %s, %zu shard%s, %s in all\n", to_string(m.storage), m.shards.size(),
+              m.shards.size() == 1 ? "" : "s", format_bytes(total_bytes(m)).c_str());
+  std::printf("source     %s %s (%llu entries)\n", m.source.kind.c_str(), m.source.root.c_str(),
+              static_cast<unsigned long long>(m.source.entries));
+  if (!m.source.labels.empty()) std::printf("labels     %s\n", m.source.labels.c_str());
+  std::printf("recipe     resize %s, reduced JPEG decode %s, max %llu pixels, shard cap %s\n",
+              to_string(m.recipe.resize), m.recipe.reduced_decode ? "on" : "off",
+              static_cast<unsigned long long>(m.recipe.max_pixels),
+              format_bytes(m.recipe.shard_bytes).c_str());
+  std::printf("built      %s by dscache %s (format %d)\n", m.created_utc.c_str(),
+              m.tool_version.c_str(), m.format_version);
+  std::printf("classes    %zu\n", m.classes.size());
+  size_t width = 5;
+  for (const auto& n : m.classes) width = std::max(width, n.size());
+  for (size_t i = 0; i < m.classes.size(); ++i) {
+    std::printf("  %3zu  %-*s %8llu\n", i, static_cast<int>(width), m.classes[i].c_str(),
+                static_cast<unsigned long long>(m.class_counts[i]));
+  }
+  if (!skips.empty()) {
+    std::printf("skipped    %zu\n", skips.size());
+    size_t shown = std::min<size_t>(skips.size(), 20);
+    for (size_t i = 0; i < shown; ++i) {
+      std::printf("  %s: %s\n", skips[i].source.c_str(), skips[i].reason.c_str());
+    }
+    if (shown < skips.size()) {
+      std::printf("  ... %zu more in %s\n", skips.size() - shown, c.path(m.skips.file).c_str());
+    }
+  }
+}
+
+// Sample i as an OpenCV BGR (or grey) image ready for imwrite.
+cv::Mat sample_image(CacheView& c, uint64_t i) {
+  const Manifest& m = c.manifest();
+  cv::Mat img(static_cast<int>(m.height), static_cast<int>(m.width),
+              m.channels == 3 ? CV_8UC3 : CV_8UC1);
+  c.read_sample(i, img.data);
+  if (m.channels == 3) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
+  return img;
+}
+
+void write_png(const std::string& path, const cv::Mat& img) {
+  bool ok = false;
+  try {
+    ok = cv::imwrite(path, img);
+  } catch (const cv::Exception& e) {
+    throw Error(ErrorKind::kIOError, path, e.what());
+  }
+  if (!ok) throw Error(ErrorKind::kIOError, path, "cannot write the image (is it a .png path?)");
+}
+
+// A contact sheet: n samples spread evenly over the cache, each with its class name below.
+cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labels) {
+  const Manifest& m = c.manifest();
+  n = std::min<uint64_t>(n, m.count);
+  int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
+  int rows = static_cast<int>((n + cols - 1) / cols);
+  int scale = std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
+  int cw = static_cast<int>(m.width) * scale, ch = static_cast<int>(m.height) * scale;
+  int strip = 16, pad = 4;
+  cv::Mat sheet(rows * (ch + strip + pad) + pad, cols * (cw + pad) + pad, CV_8UC3,
+                cv::Scalar(40, 40, 40));
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t i = k * m.count / n;
+    cv::Mat img = sample_image(c, i);
+    if (img.channels() == 1) cv::cvtColor(img, img, cv::COLOR_GRAY2BGR);
+    cv::Mat big;
+    cv::resize(img, big, cv::Size(cw, ch), 0, 0, cv::INTER_NEAREST);
+    int x = pad + static_cast<int>(k % cols) * (cw + pad);
+    int y = pad + static_cast<int>(k / cols) * (ch + strip + pad);
+    big.copyTo(sheet(cv::Rect(x, y, cw, ch)));
+    std::string text = m.classes.at(static_cast<size_t>(labels[i]));
+    double fs = 0.4;
+    int base = 0;
+    while (text.size() > 1 && cv::getTextSize(text, cv::FONT_HERSHEY_SIMPLEX, fs, 1, &base).width > cw) {
+      text.pop_back();
+    }
+    cv::putText(sheet, text, cv::Point(x + 1, y + ch + 12), cv::FONT_HERSHEY_SIMPLEX, fs,
+                cv::Scalar(235, 235, 235), 1, cv::LINE_AA);
+  }
+  return sheet;
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  po::options_description desc(
+      "Usage: dscache inspect CACHE [options]\n\nSummarize a cache, or show its samples.\n\nOptions");
+  std::string dir, out;
+  int64_t sample = -1, grid = 0;
+  desc.add_options()
+      ("help,h", "show this help")
+      ("json", "machine-readable output")
+      ("sample", po::value(&sample), "print sample I's label and source (with --out: write it)")
+      ("grid", po::value(&grid), "with --out: write a contact sheet of N samples")
+      ("out", po::value(&out), "PNG file for --sample or --grid");
+  po::options_description hidden;
+  hidden.add_options()("cache", po::value(&dir));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("cache", 1);
+  bool as_json = false;
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return kExitOk;
+    }
+    as_json = vm.count("json") > 0;
+    if (dir.empty()) throw UsageError("expected CACHE (see dscache inspect --help)");
+    if (vm.count("sample") && sample < 0) throw UsageError("--sample must be >= 0");
+    if (vm.count("grid") && (grid <= 0 || grid > 10000)) throw UsageError("--grid must be 1..10000");
+    if (vm.count("grid") && out.empty()) throw UsageError("--grid needs --out FILE.png");
+    if (vm.count("grid") && vm.count("sample")) throw UsageError("use --sample or --grid, not both");
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    CacheView c(dir);
+    const Manifest& m = c.manifest();
+    if (sample >= 0) {
+      if (static_cast<uint64_t>(sample) >= m.count) {
+        std::fprintf(stderr, "dscache inspect: --sample %lld out of range: the cache holds %llu\n",
+                     static_cast<long long>(sample), static_cast<unsigned long long>(m.count));
+        return kExitUsage;
+      }
+      auto labels = c.labels();
+      auto sources = c.sources();
+      auto i = static_cast<uint64_t>(sample);
+      const std::string& cls = m.classes.at(static_cast<size_t>(labels[i]));
+      if (!out.empty()) write_png(out, sample_image(c, i));
+      if (as_json) {
+        json j{{"index", i}, {"label", labels[i]}, {"class", cls}, {"source", sources[i]},
+               {"shard", c.shard_of(i).file}};
+        if (!out.empty()) j["out"] = out;
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        std::printf("sample %llu: label %lld (%s), source %s, shard %s\n",
+                    static_cast<unsigned long long>(i), static_cast<long long>(labels[i]),
+                    cls.c_str(), sources[i].c_str(), c.shard_of(i).file.c_str());
+        if (!out.empty()) std::printf("wrote %s\n", out.c_str());
+      }
+      return kExitOk;
+    }
+    if (grid > 0) {
+      write_png(out, contact_sheet(c, static_cast<uint64_t>(grid), c.labels()));
+      std::printf("wrote %s (%lld samples)\n", out.c_str(),
+                  static_cast<long long>(std::min<uint64_t>(grid, m.count)));
+      return kExitOk;
+    }
+    if (as_json) {
+      std::printf("%s\n", summary_json(c).dump(2).c_str());
+    } else {
+      print_summary(c);
+    }
+    return kExitOk;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
+    return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace dscache

@@ -1,1 +1,298 @@
-// placeholder
+// `dscache verify CACHE [--source] [--json] [--threads N]`
+#include <boost/program_options.hpp>
+
+#include <opencv2/core.hpp>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "cache_view.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "dscache/atomic_file.h"
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+#include "idx.h"
+#include "image_decode.h"
+#include "source_list.h"
+
+namespace dscache {
+namespace po = boost::program_options;
+using json = nlohmann::json;
+
+namespace {
+
+struct Problem {
+  std::string file;      // cache file (or source path) concerned
+  int64_t sample = -1;   // sample index, or -1 for a whole file
+  std::string reason;
+};
+
+class Checker {
+ public:
+  explicit Checker(CacheView& c) : c_(c), m_(c.manifest()) {}
+
+  std::vector<Problem> problems;
+  uint64_t samples_checked = 0;
+
+  void add(std::string file, int64_t sample, std::string reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problems.push_back({std::move(file), sample, std::move(reason)});
+  }
+
+  // Size and whole-file XXH64 against the manifest. Returns false when the file is unusable.
+  bool check_file(const std::string& name, uint64_t bytes, uint64_t hash) {
+    FileEntry actual;
+    try {
+      actual = hash_file(c_.path(name));
+    } catch (const Error& e) {
+      add(name, -1, e.reason());
+      return false;
+    }
+    if (actual.bytes != bytes) {
+      add(name, -1, "size is " + std::to_string(actual.bytes) + " bytes, manifest says " +
+                        std::to_string(bytes));
+      return false;
+    }
+    if (actual.xxh64 != hash) add(name, -1, "file checksum differs from the manifest");
+    return true;
+  }
+
+  void run(bool with_source, int threads) {
+    bool side_ok = true;
+    for (const FileEntry* f : {&m_.labels, &m_.checksums, &m_.sources, &m_.skips}) {
+      side_ok = check_file(f->file, f->bytes, f->xxh64) && side_ok;
+    }
+    std::vector<uint64_t> sums;
+    std::vector<int64_t> labels;
+    try {
+      sums = c_.checksums();
+    } catch (const Error& e) {
+      add(m_.checksums.file, -1, e.reason());
+    }
+    try {
+      labels = c_.labels();
+      for (uint64_t i = 0; i < labels.size(); ++i) {
+        if (labels[i] < 0 || static_cast<uint64_t>(labels[i]) >= m_.classes.size()) {
+          add(m_.labels.file, static_cast<int64_t>(i),
+              "label " + std::to_string(labels[i]) + " is not a class index");
+        }
+      }
+    } catch (const Error& e) {
+      add(m_.labels.file, -1, e.reason());
+    }
+    SampleShape shape{m_.height, m_.width, m_.channels};
+    std::vector<uint8_t> buf;
+    for (const auto& s : m_.shards) {
+      if (!check_file(s.file, s.bytes, s.xxh64)) continue;
+      ShardLocation loc;
+      try {
+        loc = locate_shard(m_.storage, c_.path(s.file), shape);
+      } catch (const Error& e) {
+        add(s.file, -1, e.reason());
+        continue;
+      }
+      if (loc.count != s.count) {
+        add(s.file, -1, "holds " + std::to_string(loc.count) + " samples, manifest says " +
+                            std::to_string(s.count));
+        continue;
+      }
+      if (sums.empty() && m_.count > 0) continue;  // nothing to compare samples against
+      constexpr uint64_t kChunk = 256;
+      buf.resize(kChunk * shape.bytes());
+      for (uint64_t j = 0; j < s.count; j += kChunk) {
+        uint64_t n = std::min(kChunk, s.count - j);
+        read_shard_samples(m_.storage, c_.path(s.file), loc, shape, j, n, buf.data());
+        for (uint64_t k = 0; k < n; ++k) {
+          uint64_t i = s.first + j + k;
+          if (xxh64(buf.data() + k * shape.bytes(), shape.bytes()) != sums[i]) {
+            add(s.file, static_cast<int64_t>(i), "sample checksum mismatch");
+          }
+          ++samples_checked;
+        }
+      }
+    }
+    if (with_source) check_sources(sums, threads);
+  }
+
+  // Re-decodes every source with the recorded recipe and compares with the stored checksum.
+  void check_sources(const std::vector<uint64_t>& sums, int threads) {
+    std::vector<std::string> sources;
+    try {
+      sources = c_.sources();
+    } catch (const Error& e) {
+      add(m_.sources.file, -1, e.reason());
+      return;
+    }
+    if (sums.size() != m_.count) return;
+    DecodeOptions opt;
+    opt.height = m_.recipe.height;
+    opt.width = m_.recipe.width;
+    opt.channels = m_.recipe.channels;
+    opt.resize = m_.recipe.resize;
+    opt.reduced_decode = m_.recipe.reduced_decode;
+    opt.max_pixels = m_.recipe.max_pixels;
+    std::shared_ptr<IdxImages> idx;
+    if (m_.source.kind == "idx") {
+      try {
+        idx = std::make_shared<IdxImages>(read_idx_images(m_.source.root));
+      } catch (const Error& e) {
+        add(m_.source.root, -1, e.reason());
+        return;
+      }
+    }
+    cv::setNumThreads(0);
+    tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
+    arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
+                        [&](const tbb::blocked_range<uint64_t>& r) {
+        std::vector<uint8_t> file, pixels(m_.sample_bytes());
+        for (uint64_t i = r.begin(); i != r.end(); ++i) {
+          std::string path = source_entry_path(m_.source.kind, m_.source.root, sources[i]);
+          if (idx) {
+            auto hash = sources[i].rfind('#');
+            uint64_t k = hash == std::string::npos ? UINT64_MAX
+                                                   : std::strtoull(sources[i].c_str() + hash + 1,
+                                                                   nullptr, 10);
+            if (k >= idx->count) {
+              add(sources[i], static_cast<int64_t>(i), "no such image in " + m_.source.root);
+              continue;
+            }
+            resize_pixels(idx->image(k), idx->rows, idx->cols, 1, opt, pixels.data());
+          } else {
+            std::string reason;
+            if (!read_file(path, file, reason)) {
+              add(path, static_cast<int64_t>(i), "source " + reason);
+              continue;
+            }
+            DecodeResult d = decode_image(file.data(), file.size(), opt, pixels.data());
+            if (!d.ok) {
+              add(path, static_cast<int64_t>(i), "source no longer decodes: " + d.reason);
+              continue;
+            }
+          }
+          if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
+            add(path, static_cast<int64_t>(i), "source decodes to different pixels than stored");
+          }
+        }
+      });
+    });
+  }
+
+  static bool read_file(const std::string& path, std::vector<uint8_t>& out, std::string& reason) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      reason = std::string("cannot be opened: ") + std::strerror(errno);
+      return false;
+    }
+    out.clear();
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
+    bool err = std::ferror(f);
+    std::fclose(f);
+    if (err) reason = "read error";
+    return !err;
+  }
+
+ private:
+  CacheView& c_;
+  const Manifest& m_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+int cmd_verify(int argc, char** argv) {
+  po::options_description desc(
+      "Usage: dscache verify CACHE [options]\n\n"
+      "Check every file and every sample checksum against the manifest.\n\nOptions");
+  std::string dir;
+  int threads = 0;
+  desc.add_options()
+      ("help,h", "show this help")
+      ("source", "also re-decode the source files and compare with the stored samples")
+      ("threads", po::value(&threads)->default_value(0), "decode threads for --source (0 = all)")
+      ("json", "machine-readable output");
+  po::options_description hidden;
+  hidden.add_options()("cache", po::value(&dir));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("cache", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return kExitOk;
+    }
+    if (dir.empty()) throw UsageError("expected CACHE (see dscache verify --help)");
+    if (threads < 0) throw UsageError("--threads must be >= 0");
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "dscache verify: %s\n", e.what());
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "dscache verify: %s\n", e.what());
+    return kExitUsage;
+  }
+  bool as_json = vm.count("json") > 0;
+  try {
+    CacheView c(dir);
+    Checker check(c);
+    check.run(vm.count("source") > 0, threads);
+    auto& p = check.problems;
+    std::sort(p.begin(), p.end(), [](const Problem& a, const Problem& b) {
+      return a.sample != b.sample ? a.sample < b.sample : a.file < b.file;
+    });
+    if (as_json) {
+      json probs = json::array();
+      for (const auto& x : p) {
+        json j{{"file", x.file}, {"reason", x.reason}};
+        if (x.sample >= 0) j["sample"] = x.sample;
+        probs.push_back(j);
+      }
+      std::printf("%s\n", json{{"ok", p.empty()},
+                               {"samples", c.manifest().count},
+                               {"samples_checked", check.samples_checked},
+                               {"shards", c.manifest().shards.size()},
+                               {"problems", probs}}
+                              .dump(2)
+                              .c_str());
+    } else {
+      constexpr size_t kShown = 100;
+      for (size_t i = 0; i < p.size() && i < kShown; ++i) {
+        if (p[i].sample >= 0) {
+          std::printf("%s: sample %lld: %s\n", p[i].file.c_str(),
+                      static_cast<long long>(p[i].sample), p[i].reason.c_str());
+        } else {
+          std::printf("%s: %s\n", p[i].file.c_str(), p[i].reason.c_str());
+        }
+      }
+      if (p.size() > kShown) std::printf("... and %zu more problems\n", p.size() - kShown);
+      if (p.empty()) {
+        std::printf("OK: %llu samples in %zu shards, every file and sample checksum matches%s\n",
+                    static_cast<unsigned long long>(c.manifest().count), c.manifest().shards.size(),
+                    vm.count("source") ? ", and every source decodes to the stored pixels" : "");
+      } else {
+        std::printf("CORRUPT: %zu problem%s found in %s\n", p.size(), p.size() == 1 ? "" : "s",
+                    dir.c_str());
+      }
+    }
+    return p.empty() ? kExitOk : kExitCorrupt;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dscache verify: %s\n", e.what());
+    return e.kind() == ErrorKind::kNotFound && e.path() == dir ? kExitError : kExitCorrupt;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dscache verify: %s\n", e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace dscache

@@ -1,1 +1,262 @@
-// placeholder
+// Decoding (OpenCV imdecode on in-memory bytes), JPEG reduced-scale decoding and the three
+// resize policies. No global state is read or written here besides what OpenCV itself keeps.
+#include "image_decode.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <new>
+#include <string>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "dscache/error.h"
+
+namespace dscache {
+namespace {
+
+void validate(const DecodeOptions& opt, const void* out) {
+  auto bad = [](const std::string& why) { throw Error(ErrorKind::kInvalidArgument, "", why); };
+  if (opt.height == 0 || opt.height > INT_MAX) {
+    bad("DecodeOptions.height must be in [1, " + std::to_string(INT_MAX) + "], got " +
+        std::to_string(opt.height));
+  }
+  if (opt.width == 0 || opt.width > INT_MAX) {
+    bad("DecodeOptions.width must be in [1, " + std::to_string(INT_MAX) + "], got " +
+        std::to_string(opt.width));
+  }
+  if (opt.channels != 1 && opt.channels != 3) {
+    bad("DecodeOptions.channels must be 1 or 3, got " + std::to_string(opt.channels));
+  }
+  if (opt.resize != ResizePolicy::kStretch && opt.resize != ResizePolicy::kCrop &&
+      opt.resize != ResizePolicy::kPad) {
+    bad("DecodeOptions.resize is not a known policy");
+  }
+  if (out == nullptr) bad("output buffer is null");
+}
+
+// How an image of w x h becomes the target: resize to new_w x new_h, then copy src_roi of the
+// resized image to dst_roi of the output (which is zero elsewhere for pad).
+struct Plan {
+  int new_w = 0;
+  int new_h = 0;
+  cv::Rect src_roi;
+  cv::Rect dst_roi;
+};
+
+Plan plan_resize(uint64_t w, uint64_t h, const DecodeOptions& opt) {
+  const int tw = static_cast<int>(opt.width);
+  const int th = static_cast<int>(opt.height);
+  Plan p;
+  switch (opt.resize) {
+    case ResizePolicy::kStretch:
+      p.new_w = tw;
+      p.new_h = th;
+      p.src_roi = p.dst_roi = cv::Rect(0, 0, tw, th);
+      break;
+    case ResizePolicy::kCrop: {  // cover the target, then cut the middle out
+      double s = std::max(double(th) / double(h), double(tw) / double(w));
+      p.new_w = static_cast<int>(std::max<double>(tw, std::min<double>(INT_MAX, std::round(w * s))));
+      p.new_h = static_cast<int>(std::max<double>(th, std::min<double>(INT_MAX, std::round(h * s))));
+      p.src_roi = cv::Rect((p.new_w - tw) / 2, (p.new_h - th) / 2, tw, th);
+      p.dst_roi = cv::Rect(0, 0, tw, th);
+      break;
+    }
+    case ResizePolicy::kPad: {  // fit inside the target, then center on black
+      double s = std::min(double(th) / double(h), double(tw) / double(w));
+      p.new_w = static_cast<int>(std::clamp<double>(std::round(w * s), 1, tw));
+      p.new_h = static_cast<int>(std::clamp<double>(std::round(h * s), 1, th));
+      p.src_roi = cv::Rect(0, 0, p.new_w, p.new_h);
+      p.dst_roi = cv::Rect((tw - p.new_w) / 2, (th - p.new_h) / 2, p.new_w, p.new_h);
+      break;
+    }
+  }
+  return p;
+}
+
+// True when a w x h source (upright) decoded at 1/f scale (libjpeg rounds up) is still at least
+// the pre-crop/pre-pad size the policy resizes to, in both axes: the final resize only shrinks.
+bool reduction_fits(uint64_t w, uint64_t h, int f, const DecodeOptions& opt) {
+  uint64_t rw = (w + f - 1) / f;
+  uint64_t rh = (h + f - 1) / f;
+  Plan p = plan_resize(w, h, opt);
+  return rw >= uint64_t(p.new_w) && rh >= uint64_t(p.new_h);
+}
+
+// The largest DCT scaling factor that keeps enough pixels whichever way EXIF orientation turns
+// the image (the header gives stored dimensions; orientation may swap them).
+int choose_reduction(uint32_t w, uint32_t h, const DecodeOptions& opt) {
+  for (int f : {8, 4, 2}) {
+    if (reduction_fits(w, h, f, opt) && reduction_fits(h, w, f, opt)) return f;
+  }
+  return 1;
+}
+
+int imread_flags(uint32_t channels, int reduction) {
+  const bool color = channels == 3;
+  switch (reduction) {
+    case 2: return color ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_REDUCED_GRAYSCALE_2;
+    case 4: return color ? cv::IMREAD_REDUCED_COLOR_4 : cv::IMREAD_REDUCED_GRAYSCALE_4;
+    case 8: return color ? cv::IMREAD_REDUCED_COLOR_8 : cv::IMREAD_REDUCED_GRAYSCALE_8;
+    default: return color ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE;
+  }
+}
+
+// Resizes `img` per opt and writes it to `out`, converting with `cvt_code` (a cv::COLOR_* code)
+// on the way, or copying when it is negative. `img` has the output's channel count unless the
+// conversion changes it.
+void fit_into(const cv::Mat& img, const DecodeOptions& opt, int cvt_code, uint8_t* out) {
+  const Plan p = plan_resize(uint64_t(img.cols), uint64_t(img.rows), opt);
+  cv::Mat dst(static_cast<int>(opt.height), static_cast<int>(opt.width),
+              CV_8UC(static_cast<int>(opt.channels)), out);
+  const bool whole = p.src_roi == cv::Rect(0, 0, p.new_w, p.new_h) &&
+                     p.dst_roi == cv::Rect(0, 0, dst.cols, dst.rows);
+  const bool same_size = img.cols == p.new_w && img.rows == p.new_h;
+  // INTER_AREA averages every source pixel when shrinking; it is not meant for enlarging.
+  const int interp =
+      (p.new_w <= img.cols && p.new_h <= img.rows) ? cv::INTER_AREA : cv::INTER_LINEAR;
+
+  if (whole && cvt_code < 0) {  // straight into the caller's buffer
+    if (same_size) {
+      img.copyTo(dst);
+    } else {
+      cv::resize(img, dst, dst.size(), 0, 0, interp);
+    }
+    CV_Assert(dst.data == out);
+    return;
+  }
+  cv::Mat resized = img;
+  if (!same_size) cv::resize(img, resized, cv::Size(p.new_w, p.new_h), 0, 0, interp);
+  if (opt.resize == ResizePolicy::kPad && !(p.dst_roi == cv::Rect(0, 0, dst.cols, dst.rows))) {
+    dst.setTo(cv::Scalar::all(0));
+  }
+  cv::Mat from = resized(p.src_roi);
+  cv::Mat to = dst(p.dst_roi);
+  const uint8_t* to_data = to.data;
+  if (cvt_code >= 0) {
+    cv::cvtColor(from, to, cvt_code);
+  } else {
+    from.copyTo(to);
+  }
+  CV_Assert(to.data == to_data);  // written in place, not into a new allocation
+}
+
+std::string first_bytes(const uint8_t* data, size_t size) {
+  std::string s;
+  char hex[4];
+  for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) {
+    std::snprintf(hex, sizeof hex, i ? " %02x" : "%02x", data[i]);
+    s += hex;
+  }
+  return s;
+}
+
+// Empty when within the limit; otherwise the skip reason.
+std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  const uint64_t pixels = w * h;  // both < 2^32: no overflow
+  if (max_pixels == 0 || pixels <= max_pixels) return {};
+  return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " +
+         std::to_string(pixels) + " pixels, over --max-pixels " + std::to_string(max_pixels);
+}
+
+}  // namespace
+
+DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                          uint8_t* out) {
+  validate(opt, out);
+  DecodeResult r;
+  if (data == nullptr || size == 0) {
+    r.reason = "zero-byte file";
+    return r;
+  }
+  const ImageHeaderInfo hdr = read_image_header(data, size);
+  r.format = hdr.format;
+  const std::string fmt = to_string(hdr.format);
+  if (hdr.format == ImageFormat::kUnknown) {
+    r.reason = "unrecognized image format (first bytes " + first_bytes(data, size) + ")";
+    return r;
+  }
+  if (hdr.dims_known) {
+    r.source_width = hdr.width;
+    r.source_height = hdr.height;
+    r.reason = pixel_limit_reason(hdr.width, hdr.height, opt.max_pixels);
+    if (!r.reason.empty()) return r;
+  }
+#if CV_VERSION_MAJOR < 4 || (CV_VERSION_MAJOR == 4 && CV_VERSION_MINOR < 11)
+  if (hdr.format == ImageFormat::kGif) {  // OpenCV gained a GIF decoder in 4.11
+    r.reason = "gif is not supported by OpenCV " CV_VERSION " (convert it to png)";
+    return r;
+  }
+#endif
+  if (size > size_t{INT_MAX}) {
+    r.reason = "file is " + std::to_string(size) + " bytes, over the " +
+               std::to_string(INT_MAX) + " OpenCV can decode from memory";
+    return r;
+  }
+  if (hdr.format == ImageFormat::kJpeg && opt.reduced_decode && hdr.dims_known) {
+    r.reduction = choose_reduction(hdr.width, hdr.height, opt);
+  }
+  try {
+    // A header over the caller's bytes: imdecode only reads them.
+    const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
+    const cv::Mat img = cv::imdecode(buf, imread_flags(opt.channels, r.reduction));
+    if (img.empty()) {
+      r.reason = "corrupt or truncated " + fmt + ": OpenCV could not decode it";
+      return r;
+    }
+    if (!hdr.dims_known) {
+      r.source_width = static_cast<uint32_t>(img.cols);
+      r.source_height = static_cast<uint32_t>(img.rows);
+      r.reason = pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
+      if (!r.reason.empty()) return r;
+    }
+    if (img.type() != CV_8UC(static_cast<int>(opt.channels))) {
+      r.reason = "OpenCV decoded " + fmt + " to an unexpected pixel type " +
+                 cv::typeToString(img.type());
+      return r;
+    }
+    fit_into(img, opt, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out);
+  } catch (const cv::Exception& e) {
+    r.reason = "corrupt or unsupported " + fmt + ": OpenCV error: " + e.err;
+    return r;
+  } catch (const std::bad_alloc&) {
+    r.reason = "out of memory decoding " + fmt + " of " + std::to_string(r.source_width) + "x" +
+               std::to_string(r.source_height) + " pixels";
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
+                   const DecodeOptions& opt, uint8_t* out) {
+  validate(opt, out);
+  auto bad = [](const std::string& why) { throw Error(ErrorKind::kInvalidArgument, "", why); };
+  if (channels != 1 && channels != 3) {
+    bad("source channels must be 1 or 3, got " + std::to_string(channels));
+  }
+  if (src_h == 0 || src_w == 0 || src_h > INT_MAX || src_w > INT_MAX) {
+    bad("source shape " + std::to_string(src_h) + "x" + std::to_string(src_w) + " is invalid");
+  }
+  if (src == nullptr) bad("source buffer is null");
+  try {
+    const cv::Mat img(static_cast<int>(src_h), static_cast<int>(src_w),
+                      CV_8UC(static_cast<int>(channels)), const_cast<uint8_t*>(src));
+    if (channels == 3 && opt.channels == 1) {
+      cv::Mat grey;
+      cv::cvtColor(img, grey, cv::COLOR_RGB2GRAY);
+      fit_into(grey, opt, -1, out);
+    } else if (channels == 1 && opt.channels == 3) {
+      fit_into(img, opt, cv::COLOR_GRAY2RGB, out);  // resize one plane, then replicate
+    } else {
+      fit_into(img, opt, -1, out);
+    }
+  } catch (const cv::Exception& e) {
+    throw Error(ErrorKind::kInvalidArgument, "", "resize failed: OpenCV error: " + e.err);
+  }
+}
+
+}  // namespace dscache

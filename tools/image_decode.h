@@ -1,0 +1,94 @@
+// Image decoding for `dscache build`, `verify --source` and the lazy cache: bytes in, HWC uint8 out.
+//
+// Everything works on bytes already in memory (never on paths) and depends only on its
+// arguments: the same bytes and options give the same output bytes on every call, from any
+// thread. All functions are thread-safe and change no global state (OpenCV's own thread count
+// is the caller's business). No OpenCV types appear here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "dscache/manifest.h"
+
+namespace dscache {
+
+// Container formats recognized from their magic bytes (never from the file name).
+enum class ImageFormat {
+  kUnknown,
+  kJpeg,
+  kPng,
+  kGif,
+  kBmp,
+  kTiff,
+  kWebp,
+  kPnm,  // PBM/PGM/PPM (P1-P6) and PAM (P7)
+  kJpeg2000,
+  kHdr,  // Radiance RGBE
+  kSunRaster,
+  kOpenExr,
+};
+
+// "unknown", "jpeg", "png", "gif", "bmp", "tiff", "webp", "pnm", "jpeg2000", "hdr",
+// "sunraster", "openexr".
+const char* to_string(ImageFormat f);
+
+// The format announced by the first bytes of `data`; kUnknown when none matches. Reads at most
+// `size` bytes; `data` may be null when `size` is 0.
+ImageFormat sniff_format(const uint8_t* data, size_t size);
+
+// What a file's header says, read without decoding any pixels.
+struct ImageHeaderInfo {
+  ImageFormat format = ImageFormat::kUnknown;  // from sniff_format
+  uint32_t width = 0;                          // columns as stored (before EXIF orientation)
+  uint32_t height = 0;                         // rows as stored (before EXIF orientation)
+  bool dims_known = false;  // width/height were parsed (jpeg, png, gif, bmp, webp, pnm, tiff,
+                            // jpeg2000, sunraster); false for other formats or a short header
+};
+
+// Parses the header's dimensions. Never throws and never reads past `size`; a truncated or
+// malformed header yields dims_known = false (the format may still be known).
+ImageHeaderInfo read_image_header(const uint8_t* data, size_t size);
+
+// What decode_image and resize_pixels produce. Validated on every call.
+struct DecodeOptions {
+  uint32_t height = 0;    // output rows; required, > 0
+  uint32_t width = 0;     // output columns; required, > 0
+  uint32_t channels = 3;  // 3 = RGB, 1 = grey; default 3
+  ResizePolicy resize = ResizePolicy::kCrop;  // stretch, center-crop (default) or pad (black)
+  bool reduced_decode = true;  // JPEG only: decode at 1/2, 1/4 or 1/8 scale (libjpeg DCT
+                               // scaling) when that still leaves at least the pixels the resize
+                               // needs; default true
+  uint64_t max_pixels = 100'000'000;  // skip images whose width*height exceeds this, checked on
+                                      // the header before decoding; 0 = no limit; default 1e8
+};
+
+// The outcome of decoding one image. A bad image is ok = false with a reason, never a throw.
+struct DecodeResult {
+  bool ok = false;     // true when `out` holds the image
+  std::string reason;  // why not, for the skip report: "zero-byte file", "corrupt or truncated
+                       // jpeg: OpenCV could not decode it", ...; empty when ok
+  ImageFormat format = ImageFormat::kUnknown;  // sniffed from the bytes
+  uint32_t source_width = 0;   // source columns as stored (header, else decoded); 0 if unknown
+  uint32_t source_height = 0;  // source rows as stored (header, else decoded); 0 if unknown
+  int reduction = 1;  // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
+};
+
+// Decodes `size` bytes of an image file and writes opt.height * opt.width * opt.channels bytes,
+// HWC, RGB or grey, to `out` (caller-owned; untouched unless ok, except that it may be partly
+// written when ok is false). Orientation, palettes, grey, alpha (dropped), 16-bit (reduced to
+// 8-bit) and CMYK are handled as OpenCV's imdecode does. Never throws for bad image data;
+// throws Error(kInvalidArgument) for invalid options.
+DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                          uint8_t* out);
+
+// Applies opt's resize policy and channel count to pixels already decoded (e.g. MNIST idx):
+// `src` is src_h * src_w * channels bytes, HWC, RGB or grey (channels 3 or 1). Grey is
+// replicated to RGB when opt.channels is 3; RGB becomes grey (OpenCV COLOR_RGB2GRAY) before
+// resizing when opt.channels is 1. Writes opt.height * opt.width * opt.channels bytes to `out`.
+// Throws Error(kInvalidArgument) for invalid options or source shape.
+void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
+                   const DecodeOptions& opt, uint8_t* out);
+
+}  // namespace dscache

@@ -1,1 +1,42 @@
-int main(){return 0;}
+// dscache: build, inspect and verify pre-decoded image dataset caches. main() only dispatches.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: dscache <command> [options]\n\n"
+               "commands:\n"
+               "  build SOURCE OUTPUT   decode a dataset once into npy/HDF5 shards\n"
+               "  inspect CACHE         summarize a cache; show or export samples\n"
+               "  verify CACHE          check every file and sample checksum\n\n"
+               "'dscache <command> --help' shows a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return dscache::kExitUsage;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "build") return dscache::cmd_build(argc - 1, argv + 1);
+  if (cmd == "inspect") return dscache::cmd_inspect(argc - 1, argv + 1);
+  if (cmd == "verify") return dscache::cmd_verify(argc - 1, argv + 1);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("dscache %s\n", DSCACHE_VERSION);
+    return dscache::kExitOk;
+  }
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return dscache::kExitOk;
+  }
+  std::fprintf(stderr, "dscache: unknown command '%s'\n\n", cmd.c_str());
+  usage(stderr);
+  return dscache::kExitUsage;
+}

@@ -1,1 +1,336 @@
-// placeholder
+#include "source_list.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+
+namespace dscache {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FileStat {
+  bool exists = false;
+  bool is_dir = false;
+  bool is_file = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+FileStat stat_follow(const std::string& path) {
+  FileStat s;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return s;
+  s.exists = true;
+  s.is_dir = S_ISDIR(st.st_mode);
+  s.is_file = S_ISREG(st.st_mode);
+  s.size = static_cast<uint64_t>(st.st_size);
+  s.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  s.dev = st.st_dev;
+  s.ino = st.st_ino;
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> sorted_children(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) throw_errno(dir, "cannot list directory");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;  // hidden files, ".", ".."
+    names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());  // char_traits<char> compares as unsigned bytes
+  return names;
+}
+
+// Walks `dir` recursively, following symlinks; every real directory is walked once, so a
+// symlink loop (or two links to one folder) cannot list a file twice.
+void walk(const std::string& dir, const std::string& rel, std::set<std::pair<dev_t, ino_t>>& seen,
+          std::vector<std::pair<std::string, FileStat>>& out) {
+  for (const auto& name : sorted_children(dir)) {
+    std::string path = dir + "/" + name;
+    std::string r = rel.empty() ? name : rel + "/" + name;
+    FileStat st = stat_follow(path);
+    if (!st.exists) continue;  // dangling symlink
+    if (st.is_dir) {
+      if (!seen.insert({st.dev, st.ino}).second) continue;
+      walk(path, r, seen, out);
+    } else if (st.is_file) {
+      out.emplace_back(r, st);
+    }
+  }
+}
+
+void hash_entry(Xxh64& h, const SourceEntry& e) {
+  h.update(e.name.data(), e.name.size());
+  h.update("\0", 1);
+  h.update(&e.size, sizeof e.size);
+  h.update(&e.mtime_ns, sizeof e.mtime_ns);
+}
+
+std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
+                                          const std::string& path) {
+  if (!opt.class_names.empty()) {
+    if (max_label >= static_cast<int64_t>(opt.class_names.size())) {
+      throw Error(ErrorKind::kInvalidArgument, path,
+                  "label " + std::to_string(max_label) + " but --classes names only " +
+                      std::to_string(opt.class_names.size()) + " classes");
+    }
+    return opt.class_names;
+  }
+  std::vector<std::string> classes;
+  for (int64_t i = 0; i <= max_label; ++i) classes.push_back(std::to_string(i));
+  return classes;
+}
+
+SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
+  SourceListing out;
+  out.kind = "folder";
+  out.root = root;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  FileStat rs = stat_follow(root);
+  seen.insert({rs.dev, rs.ino});
+  for (const auto& cls : sorted_children(root)) {
+    std::string cdir = root + "/" + cls;
+    FileStat cs = stat_follow(cdir);
+    if (!cs.is_dir) continue;  // files directly in SOURCE belong to no class
+    if (!seen.insert({cs.dev, cs.ino}).second) continue;
+    int64_t label = static_cast<int64_t>(out.classes.size());
+    out.classes.push_back(cls);
+    std::vector<std::pair<std::string, FileStat>> files;
+    walk(cdir, cls, seen, files);
+    for (auto& [rel, st] : files) {
+      SourceEntry e;
+      e.path = root + "/" + rel;
+      e.name = rel;
+      e.label = label;
+      e.size = st.size;
+      e.mtime_ns = st.mtime_ns;
+      out.entries.push_back(std::move(e));
+    }
+  }
+  if (out.classes.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, root,
+                "no class folders: expected one sub-folder per class");
+  }
+  if (!opt.class_names.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, root,
+                "--classes applies to list and idx sources; a folder's classes are its sub-folders");
+  }
+  return out;
+}
+
+// Splits one CSV/TSV line into fields; supports "double quoted" fields with "" escapes.
+std::vector<std::string> split_line(const std::string& line, char sep) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"' && fields.back().empty()) {
+      quoted = true;
+    } else if (c == sep) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+bool parse_index(const std::string& s, int64_t* out) {
+  if (s.empty() || s.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+SourceListing list_file(const std::string& list_path, const SourceOptions& opt) {
+  SourceListing out;
+  out.kind = "list";
+  out.root = list_path;
+  char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
+  std::ifstream in(list_path, std::ios::binary);
+  if (!in) throw_errno(list_path, "cannot open list");
+  std::string base = list_path.substr(0, list_path.find_last_of('/'));
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (trim(line).empty()) continue;
+    auto f = split_line(line, sep);
+    if (f.size() != 2) {
+      throw Error(ErrorKind::kInvalidArgument, list_path,
+                  "line " + std::to_string(lineno) + ": expected 2 fields (path" +
+                      (sep == ',' ? std::string(",") : std::string("<TAB>")) + "label), found " +
+                      std::to_string(f.size()));
+    }
+    std::string p = trim(f[0]), l = trim(f[1]);
+    if (rows.empty() && lineno == 1 && p == "path" && l == "label") continue;  // header
+    if (p.empty() || l.empty()) {
+      throw Error(ErrorKind::kInvalidArgument, list_path,
+                  "line " + std::to_string(lineno) + ": empty path or label");
+    }
+    rows.emplace_back(p, l);
+  }
+  if (in.bad()) throw_errno(list_path, "read");
+  bool numeric = true;
+  int64_t max_label = -1;
+  for (auto& [p, l] : rows) {
+    int64_t v;
+    if (!parse_index(l, &v)) {
+      numeric = false;
+      break;
+    }
+    max_label = std::max(max_label, v);
+  }
+  std::map<std::string, int64_t> by_name;
+  if (numeric) {
+    out.classes = numbered_classes(max_label, opt, list_path);
+  } else {
+    if (!opt.class_names.empty()) {
+      // Names given: they fix the order; every label must be one of them.
+      out.classes = opt.class_names;
+    } else {
+      std::set<std::string> names;
+      for (auto& r : rows) names.insert(r.second);
+      out.classes.assign(names.begin(), names.end());
+    }
+    for (size_t i = 0; i < out.classes.size(); ++i) by_name[out.classes[i]] = static_cast<int64_t>(i);
+  }
+  for (auto& [p, l] : rows) {
+    SourceEntry e;
+    e.name = p;
+    e.path = (!p.empty() && p[0] == '/') ? p : base + "/" + p;
+    if (numeric) {
+      parse_index(l, &e.label);
+    } else {
+      auto it = by_name.find(l);
+      if (it == by_name.end()) {
+        throw Error(ErrorKind::kInvalidArgument, list_path, "label '" + l + "' is not in --classes");
+      }
+      e.label = it->second;
+    }
+    FileStat st = stat_follow(e.path);
+    e.size = st.size;
+    e.mtime_ns = st.mtime_ns;
+    out.entries.push_back(std::move(e));
+  }
+  return out;
+}
+
+SourceListing list_idx(const std::string& images_path, const SourceOptions& opt) {
+  SourceListing out;
+  out.kind = "idx";
+  out.root = images_path;
+  out.labels_path = opt.labels_file.empty() ? idx_labels_sibling(images_path)
+                                            : absolute_path(opt.labels_file);
+  if (out.labels_path.empty()) {
+    throw Error(ErrorKind::kNotFound, images_path,
+                "no labels file beside it (expected ...-labels-idx1-ubyte[.gz]); pass --labels FILE");
+  }
+  auto images = std::make_shared<IdxImages>(read_idx_images(images_path));
+  auto labels = read_idx_labels(out.labels_path);
+  if (labels.size() != images->count) {
+    throw Error(ErrorKind::kCorruption, out.labels_path,
+                "holds " + std::to_string(labels.size()) + " labels for " +
+                    std::to_string(images->count) + " images in " + images_path);
+  }
+  int64_t max_label = -1;
+  for (uint8_t l : labels) max_label = std::max<int64_t>(max_label, l);
+  out.classes = numbered_classes(max_label, opt, out.labels_path);
+  std::string base = images_path.substr(images_path.find_last_of('/') + 1);
+  FileStat is = stat_follow(images_path), ls = stat_follow(out.labels_path);
+  out.entries.reserve(images->count);
+  for (uint32_t i = 0; i < images->count; ++i) {
+    SourceEntry e;
+    e.name = base + "#" + std::to_string(i);
+    e.label = labels[i];
+    out.entries.push_back(std::move(e));
+  }
+  // The digest covers both files once rather than every entry's (identical) stat.
+  SourceEntry whole{images_path, base, 0, is.size, is.mtime_ns};
+  SourceEntry lab{out.labels_path, out.labels_path, 0, ls.size, ls.mtime_ns};
+  Xxh64 h;
+  hash_entry(h, whole);
+  hash_entry(h, lab);
+  out.digest = h.digest();
+  out.idx = std::move(images);
+  return out;
+}
+
+}  // namespace
+
+std::string absolute_path(const std::string& path) {
+  return fs::absolute(fs::path(path)).lexically_normal().string();
+}
+
+SourceListing list_source(const std::string& source, const SourceOptions& options) {
+  std::string root = absolute_path(source);
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  FileStat st = stat_follow(root);
+  if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
+  SourceListing out;
+  if (st.is_dir) {
+    out = list_folder(root, options);
+  } else if (ends_with(root, ".csv") || ends_with(root, ".tsv")) {
+    out = list_file(root, options);
+  } else if (is_idx_images_file(root)) {
+    return list_idx(root, options);
+  } else {
+    throw Error(ErrorKind::kInvalidArgument, source,
+                "not a folder of class folders, a .csv/.tsv list or an idx3 images file");
+  }
+  Xxh64 h;
+  for (const auto& e : out.entries) hash_entry(h, e);
+  out.digest = h.digest();
+  return out;
+}
+
+std::string source_entry_path(const std::string& kind, const std::string& root,
+                              const std::string& name) {
+  if (kind == "folder") return root + "/" + name;
+  if (kind == "list") {
+    if (!name.empty() && name[0] == '/') return name;
+    return root.substr(0, root.find_last_of('/')) + "/" + name;
+  }
+  return root;  // idx: the images file itself
+}
+
+}  // namespace dscache

@@ -1,0 +1,56 @@
+// `dscache build` as a library call: list the source, decode in parallel, write shards in order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+#include "dscache/manifest.h"
+
+namespace dscache {
+
+struct BuildOptions {
+  std::string source;                    // folder, .csv/.tsv list or idx3 images file
+  std::string output;                    // cache directory to create
+  BuildRecipe recipe;                    // size, channels, resize policy, limits, shard size
+  bool size_given = false;               // false: idx sources use their native size
+  bool channels_given = false;           // false: 3, or 1 for idx sources
+  Storage storage = Storage::kNpy;       // shard format
+  int threads = 0;                       // decode threads; 0 = all cores
+  bool strict = false;                   // first bad file aborts the build, nothing is kept
+  bool force = false;                    // replace an existing cache at `output`
+  bool resume = false;                   // continue an interrupted build of `output`
+  bool quiet = false;                    // no progress lines
+  std::string labels_file;               // idx: labels file ("" = conventional sibling)
+  std::vector<std::string> class_names;  // names for integer labels
+};
+
+struct BuildSummary {
+  uint64_t count = 0;     // samples in the cache
+  uint64_t skipped = 0;   // source entries skipped
+  uint64_t resumed = 0;   // samples taken over from an interrupted build
+  double seconds = 0;     // wall time of this run
+  std::string output;     // absolute path of the cache
+};
+
+// --strict met a file it cannot decode. Nothing was kept.
+class BadSourceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// OUTPUT exists (without --force) or an interrupted build exists (without --resume/--force).
+class OutputExistsError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Runs the whole build. Throws the errors above, or Error for anything else (in which case an
+// interrupted build is left in `.<name>.partial` for --resume).
+BuildSummary run_build(const BuildOptions& options);
+
+// The sibling directory a build of `output` works in.
+std::string partial_dir_for(const std::string& output);
+
+}  // namespace dscache

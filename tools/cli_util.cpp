@@ -1,0 +1,70 @@
+#include "cli_util.h"
+
+#include <cctype>
+#include <cstdio>
+
+namespace dscache {
+namespace {
+
+bool parse_u64(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+void parse_size(const std::string& text, const std::string& option, uint32_t* height,
+                uint32_t* width) {
+  auto x = text.find_first_of("xX");
+  uint64_t h = 0, w = 0;
+  bool ok = x == std::string::npos ? parse_u64(text, &h) && (w = h, true)
+                                   : parse_u64(text.substr(0, x), &h) &&
+                                         parse_u64(text.substr(x + 1), &w);
+  if (!ok || h == 0 || w == 0 || h > 65535 || w > 65535) {
+    throw UsageError(option + " '" + text + "': expected N or HxW with 1 <= N <= 65535");
+  }
+  *height = static_cast<uint32_t>(h);
+  *width = static_cast<uint32_t>(w);
+}
+
+uint64_t parse_bytes(const std::string& text, const std::string& option) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  uint64_t v = 0;
+  std::string unit = text.substr(i);
+  uint64_t mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
+  else if (unit == "T" || unit == "TiB") mult = 1ull << 40;
+  if (mult == 0 || !parse_u64(text.substr(0, i), &v) || v == 0 || v > (UINT64_MAX / mult)) {
+    throw UsageError(option + " '" + text + "': expected a positive byte count such as 1G, 512M, 65536");
+  }
+  return v * mult;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  }
+  return buf;
+}
+
+}  // namespace dscache
