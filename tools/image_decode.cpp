@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <new>
@@ -162,6 +163,41 @@ std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels) {
          std::to_string(pixels) + " pixels, over --max-pixels " + std::to_string(max_pixels);
 }
 
+// True when a JPEG's main image has an end-of-image marker after its first scan. OpenCV decodes a
+// file cut mid-scan "successfully", filling the rest with grey; we would rather skip it. Entropy
+// coded data cannot contain FF D9 (0xFF is stuffed as FF 00), so its presence means the scan
+// ends. Segments before the scan (an EXIF thumbnail holds its own complete JPEG) are skipped by
+// their lengths.
+bool jpeg_has_eoi(const uint8_t* d, size_t n) {
+  size_t p = 2;  // after SOI
+  while (p + 4 <= n) {
+    if (d[p] != 0xFF) return false;
+    uint8_t m = d[p + 1];
+    if (m == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    if (m == 0xD9) return true;                      // EOI before any scan
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {     // markers without a length
+      p += 2;
+      continue;
+    }
+    size_t len = (size_t{d[p + 2]} << 8) | d[p + 3];
+    if (m == 0xDA) {
+      const uint8_t* q = d + p + 2 + len;
+      while (q + 1 < d + n) {
+        q = static_cast<const uint8_t*>(std::memchr(q, 0xFF, static_cast<size_t>(d + n - q - 1)));
+        if (q == nullptr) return false;
+        if (q[1] == 0xD9) return true;
+        ++q;
+      }
+      return false;
+    }
+    p += 2 + len;
+  }
+  return false;
+}
+
 }  // namespace
 
 DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
@@ -184,6 +220,10 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
     r.source_height = hdr.height;
     r.reason = pixel_limit_reason(hdr.width, hdr.height, opt.max_pixels);
     if (!r.reason.empty()) return r;
+  }
+  if (hdr.format == ImageFormat::kJpeg && !jpeg_has_eoi(data, size)) {
+    r.reason = "truncated jpeg: no end-of-image marker after the scan data";
+    return r;
   }
 #if CV_VERSION_MAJOR < 4 || (CV_VERSION_MAJOR == 4 && CV_VERSION_MINOR < 11)
   if (hdr.format == ImageFormat::kGif) {  // OpenCV gained a GIF decoder in 4.11

@@ -160,7 +160,12 @@ bool pnm_dims(const Bytes& b, ImageHeaderInfo* info) {
       ++pos;
       ++digits;
     }
-    if (digits == 0) return false;
+    // A number must be terminated: "P6 640 4" cut short may be "P6 640 480".
+    if (digits == 0 || !b.has(pos, 1)) return false;
+    uint8_t t = b.u8(pos);
+    if (t != '#' && t != ' ' && t != '\t' && t != '\n' && t != '\r' && t != '\v' && t != '\f') {
+      return false;
+    }
   }
   return set_dims(info, static_cast<uint32_t>(values[0]), static_cast<uint32_t>(values[1]));
 }
