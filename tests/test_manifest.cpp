@@ -1,1 +1,376 @@
-// placeholder
+// manifest.json: round trip, field-naming validation, atomic writes.
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+#include "dscache/manifest.h"
+
+namespace {
+
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::Manifest;
+using Json = nlohmann::json;
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-manifest-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    REQUIRE(::mkdtemp(buf.data()) != nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  REQUIRE(d != nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+// Every field set to a value different from its default.
+Manifest full_manifest() {
+  Manifest m;
+  m.format_version = 1;
+  m.layout = dscache::Layout::kFixed;
+  m.storage = dscache::Storage::kHdf5;
+  m.dtype = "uint8";
+  m.height = 32;
+  m.width = 48;
+  m.channels = 3;
+  m.channel_order = "RGB";
+  m.count = 2500;
+  m.classes = {"cat", "dog", "émeu"};
+  m.class_counts = {1000, 1000, 500};
+  m.shards = {
+      {"images-00000.h5", 0, 1000, 4608123, 0xFFFFFFFFFFFFFFFFULL},
+      {"images-00001.h5", 1000, 1000, 4608123, 0x0000000000000001ULL},
+      {"images-00002.h5", 2000, 500, 2304999, 0x0123456789ABCDEFULL},
+  };
+  m.labels = {"labels.npy", 20128, 0xDEADBEEFCAFEF00DULL};
+  m.checksums = {"checksums.npy", 20128, 0x1111111111111111ULL};
+  m.sources = {"sources.jsonl", 77777, 0x2222222222222222ULL};
+  m.skips = {"skipped.jsonl", 42, 0x3333333333333333ULL};
+  m.skipped = 3;
+  m.source = {"folder", "/data/pets", "", 2503, 0xFEDCBA9876543210ULL};
+  m.recipe.height = 32;
+  m.recipe.width = 48;
+  m.recipe.channels = 3;
+  m.recipe.resize = dscache::ResizePolicy::kPad;
+  m.recipe.reduced_decode = false;
+  m.recipe.max_pixels = 100000000;
+  m.recipe.shard_bytes = 4608000;
+  m.tool_version = "0.1.0";
+  m.created_utc = "2024-06-01T12:34:56Z";
+  return m;
+}
+
+void check_equal(const Manifest& a, const Manifest& b) {
+  CHECK(a.format_version == b.format_version);
+  CHECK(a.layout == b.layout);
+  CHECK(a.storage == b.storage);
+  CHECK(a.dtype == b.dtype);
+  CHECK(a.height == b.height);
+  CHECK(a.width == b.width);
+  CHECK(a.channels == b.channels);
+  CHECK(a.channel_order == b.channel_order);
+  CHECK(a.count == b.count);
+  CHECK(a.classes == b.classes);
+  CHECK(a.class_counts == b.class_counts);
+  REQUIRE(a.shards.size() == b.shards.size());
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a.shards[i].file == b.shards[i].file);
+    CHECK(a.shards[i].first == b.shards[i].first);
+    CHECK(a.shards[i].count == b.shards[i].count);
+    CHECK(a.shards[i].bytes == b.shards[i].bytes);
+    CHECK(a.shards[i].xxh64 == b.shards[i].xxh64);
+  }
+  const std::pair<const dscache::FileEntry*, const dscache::FileEntry*> files[] = {
+      {&a.labels, &b.labels},
+      {&a.checksums, &b.checksums},
+      {&a.sources, &b.sources},
+      {&a.skips, &b.skips}};
+  for (const auto& f : files) {
+    CHECK(f.first->file == f.second->file);
+    CHECK(f.first->bytes == f.second->bytes);
+    CHECK(f.first->xxh64 == f.second->xxh64);
+  }
+  CHECK(a.skipped == b.skipped);
+  CHECK(a.source.kind == b.source.kind);
+  CHECK(a.source.root == b.source.root);
+  CHECK(a.source.labels == b.source.labels);
+  CHECK(a.source.entries == b.source.entries);
+  CHECK(a.source.digest == b.source.digest);
+  CHECK(a.recipe.height == b.recipe.height);
+  CHECK(a.recipe.width == b.recipe.width);
+  CHECK(a.recipe.channels == b.recipe.channels);
+  CHECK(a.recipe.resize == b.recipe.resize);
+  CHECK(a.recipe.reduced_decode == b.recipe.reduced_decode);
+  CHECK(a.recipe.max_pixels == b.recipe.max_pixels);
+  CHECK(a.recipe.shard_bytes == b.recipe.shard_bytes);
+  CHECK(a.tool_version == b.tool_version);
+  CHECK(a.created_utc == b.created_utc);
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("enum strings round-trip and unknown strings are rejected") {
+    for (auto s : {dscache::Storage::kNpy, dscache::Storage::kHdf5}) {
+      CHECK(dscache::parse_storage(dscache::to_string(s)) == s);
+    }
+    for (auto l : {dscache::Layout::kFixed, dscache::Layout::kRagged}) {
+      CHECK(dscache::parse_layout(dscache::to_string(l)) == l);
+    }
+    for (auto r : {dscache::ResizePolicy::kStretch, dscache::ResizePolicy::kCrop,
+                   dscache::ResizePolicy::kPad}) {
+      CHECK(dscache::parse_resize_policy(dscache::to_string(r)) == r);
+    }
+    // Stored strings: never renamed.
+    CHECK(std::string(dscache::to_string(dscache::Storage::kHdf5)) == "hdf5");
+    CHECK(std::string(dscache::to_string(dscache::Layout::kRagged)) == "ragged");
+    CHECK(std::string(dscache::to_string(dscache::ResizePolicy::kStretch)) == "stretch");
+    CHECK_THROWS_WITH_AS(dscache::parse_storage("zarr"), "InvalidArgument: unknown storage 'zarr'",
+                         Error);
+    CHECK_THROWS_AS(dscache::parse_layout("Fixed"), Error);
+    CHECK_THROWS_AS(dscache::parse_resize_policy(""), Error);
+  }
+
+  TEST_CASE("a fully populated manifest round-trips through JSON") {
+    const Manifest m = full_manifest();
+    const std::string text = dscache::to_json(m);
+    check_equal(dscache::manifest_from_json(text, "m.json"), m);
+    // The documented shapes of the stored values.
+    const Json j = Json::parse(text);
+    CHECK(j["shape"] == Json::array({32, 48, 3}));
+    CHECK(j["shards"][2]["xxh64"] == "0123456789abcdef");
+    CHECK(j["shards"][0]["xxh64"] == "ffffffffffffffff");
+    CHECK(j["files"]["labels"]["xxh64"] == "deadbeefcafef00d");
+    CHECK(j["source"]["digest"] == "fedcba9876543210");
+    CHECK(j["storage"] == "hdf5");
+    CHECK(j["recipe"]["resize"] == "pad");
+    CHECK(j["format_version"] == 1);
+    CHECK(text.back() == '\n');
+    // A grey, npy, ragged variant too.
+    Manifest g = m;
+    g.storage = dscache::Storage::kNpy;
+    g.layout = dscache::Layout::kRagged;
+    g.channels = 1;
+    g.channel_order = "L";
+    g.recipe.resize = dscache::ResizePolicy::kStretch;
+    g.recipe.reduced_decode = true;
+    g.source = {"idx", "/usr/share/x/train-images-idx3-ubyte.gz",
+                "/usr/share/x/train-labels-idx1-ubyte.gz", 2500, 0};
+    check_equal(dscache::manifest_from_json(dscache::to_json(g), "g.json"), g);
+    // An empty cache is a valid cache.
+    Manifest e = full_manifest();
+    e.count = 0;
+    e.shards.clear();
+    e.class_counts = {0, 0, 0};
+    check_equal(dscache::manifest_from_json(dscache::to_json(e), "e.json"), e);
+  }
+
+  TEST_CASE("unknown extra keys are ignored; uppercase hex is read") {
+    Json j = Json::parse(dscache::to_json(full_manifest()));
+    j["future_field"] = {{"x", 1}};
+    j["shards"][0]["future"] = "y";
+    j["recipe"]["new_knob"] = true;
+    j["shards"][2]["xxh64"] = "0123456789ABCDEF";
+    const Manifest m = dscache::manifest_from_json(j.dump(), "m.json");
+    check_equal(m, full_manifest());
+  }
+
+  TEST_CASE("each single-field corruption is rejected, naming the field") {
+    struct Case {
+      const char* name;
+      std::function<void(Json&)> mutate;
+      ErrorKind kind;
+      const char* message;  // must appear in what()
+    };
+    const Case cases[] = {
+        {"non-contiguous shards", [](Json& j) { j["shards"][1]["first"] = 900; },
+         ErrorKind::kCorruption, "shards[1].first is 900, expected 1000"},
+        {"gap before last shard", [](Json& j) { j["shards"][2]["first"] = 2001; },
+         ErrorKind::kCorruption, "shards[2].first is 2001, expected 2000"},
+        {"count mismatch", [](Json& j) { j["count"] = 2600; }, ErrorKind::kCorruption,
+         "count is 2600"},
+        {"shard count mismatch", [](Json& j) { j["shards"][2]["count"] = 499; },
+         ErrorKind::kCorruption, "shards cover 2499 samples, count is 2500"},
+        {"class_counts sum", [](Json& j) { j["class_counts"][1] = 999; }, ErrorKind::kCorruption,
+         "class_counts sum to 2499"},
+        {"class_counts length", [](Json& j) { j["class_counts"].erase(2); }, ErrorKind::kCorruption,
+         "class_counts has 2 entries"},
+        {"slash in shard name", [](Json& j) { j["shards"][0]["file"] = "../images-00000.h5"; },
+         ErrorKind::kCorruption, "shards[0].file"},
+        {"dot-dot file name", [](Json& j) { j["files"]["labels"]["file"] = ".."; },
+         ErrorKind::kCorruption, "files.labels.file is '..'"},
+        {"dot file name", [](Json& j) { j["files"]["skips"]["file"] = "."; },
+         ErrorKind::kCorruption, "files.skips.file"},
+        {"absolute file name", [](Json& j) { j["files"]["sources"]["file"] = "/etc/passwd"; },
+         ErrorKind::kCorruption, "files.sources.file"},
+        {"empty file name", [](Json& j) { j["files"]["checksums"]["file"] = ""; },
+         ErrorKind::kCorruption, "files.checksums.file is empty"},
+        {"NUL in file name", [](Json& j) { j["shards"][1]["file"] = std::string("a\0b", 3); },
+         ErrorKind::kCorruption, "shards[1].file contains a NUL"},
+        {"unknown storage", [](Json& j) { j["storage"] = "zarr"; }, ErrorKind::kCorruption,
+         "storage is 'zarr'"},
+        {"unknown layout", [](Json& j) { j["layout"] = "jagged"; }, ErrorKind::kCorruption,
+         "layout is 'jagged'"},
+        {"unknown resize", [](Json& j) { j["recipe"]["resize"] = "squash"; },
+         ErrorKind::kCorruption, "recipe.resize is 'squash'"},
+        {"negative shape", [](Json& j) { j["shape"][0] = -32; }, ErrorKind::kCorruption,
+         "shape[0] is -32"},
+        {"zero shape", [](Json& j) { j["shape"][1] = 0; }, ErrorKind::kCorruption, "shape[1] is 0"},
+        {"float shape", [](Json& j) { j["shape"][1] = 4.5; }, ErrorKind::kCorruption,
+         "shape[1] is a float"},
+        {"two-element shape", [](Json& j) { j["shape"].erase(2); }, ErrorKind::kCorruption,
+         "shape has 2 elements"},
+        {"four channels", [](Json& j) { j["shape"][2] = 4; }, ErrorKind::kCorruption,
+         "shape[2] is 4"},
+        {"channel order", [](Json& j) { j["channel_order"] = "BGR"; }, ErrorKind::kCorruption,
+         "channel_order is 'BGR'"},
+        {"dtype", [](Json& j) { j["dtype"] = "float32"; }, ErrorKind::kCorruption,
+         "dtype is 'float32'"},
+        {"format_version 99", [](Json& j) { j["format_version"] = 99; }, ErrorKind::kUnsupported,
+         "format_version is 99"},
+        {"format_version 0", [](Json& j) { j["format_version"] = 0; }, ErrorKind::kCorruption,
+         "format_version is 0"},
+        {"format_version string", [](Json& j) { j["format_version"] = "1"; },
+         ErrorKind::kCorruption, "format_version"},
+        {"missing count", [](Json& j) { j.erase("count"); }, ErrorKind::kCorruption,
+         "count is missing"},
+        {"missing shards", [](Json& j) { j.erase("shards"); }, ErrorKind::kCorruption,
+         "shards is missing"},
+        {"missing files.labels", [](Json& j) { j["files"].erase("labels"); },
+         ErrorKind::kCorruption, "files.labels is missing"},
+        {"missing shard xxh64", [](Json& j) { j["shards"][2].erase("xxh64"); },
+         ErrorKind::kCorruption, "shards[2].xxh64 is missing"},
+        {"missing recipe field", [](Json& j) { j["recipe"].erase("shard_bytes"); },
+         ErrorKind::kCorruption, "recipe.shard_bytes is missing"},
+        {"missing source digest", [](Json& j) { j["source"].erase("digest"); },
+         ErrorKind::kCorruption, "source.digest is missing"},
+        {"short checksum", [](Json& j) { j["shards"][0]["xxh64"] = "abc"; }, ErrorKind::kCorruption,
+         "shards[0].xxh64 is 'abc', expected 16 hex digits"},
+        {"non-hex checksum", [](Json& j) { j["files"]["labels"]["xxh64"] = "zzzzzzzzzzzzzzzz"; },
+         ErrorKind::kCorruption, "files.labels.xxh64"},
+        {"checksum as number", [](Json& j) { j["shards"][0]["xxh64"] = 12; },
+         ErrorKind::kCorruption, "shards[0].xxh64 is a number"},
+        {"negative bytes", [](Json& j) { j["shards"][1]["bytes"] = -1; }, ErrorKind::kCorruption,
+         "shards[1].bytes is -1"},
+        {"count as string", [](Json& j) { j["count"] = "2500"; }, ErrorKind::kCorruption,
+         "count is a string"},
+        {"class name not a string", [](Json& j) { j["classes"][1] = 7; }, ErrorKind::kCorruption,
+         "classes[1] is a number"},
+        {"shards not an array", [](Json& j) { j["shards"] = Json::object(); },
+         ErrorKind::kCorruption, "shards is an object"},
+        {"shard not an object", [](Json& j) { j["shards"][1] = 5; }, ErrorKind::kCorruption,
+         "shards[1] is not an object"},
+        {"reduced_decode not bool", [](Json& j) { j["recipe"]["reduced_decode"] = 1; },
+         ErrorKind::kCorruption, "recipe.reduced_decode"},
+        {"recipe height too big", [](Json& j) { j["recipe"]["height"] = 1ULL << 33; },
+         ErrorKind::kCorruption, "recipe.height"},
+        {"top level is an array",
+         [](Json& j) {
+           j = Json::array({1, 2});
+         },
+         ErrorKind::kCorruption, "not a JSON object"},
+    };
+    const std::string good = dscache::to_json(full_manifest());
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      Json j = Json::parse(good);
+      c.mutate(j);
+      try {
+        dscache::manifest_from_json(j.dump(), "/x/manifest.json");
+        FAIL("accepted");
+      } catch (const Error& e) {
+        CAPTURE(e.what());
+        CHECK(e.kind() == c.kind);
+        CHECK(e.path() == "/x/manifest.json");
+        const std::string prefix = std::string(dscache::to_string(c.kind)) + ": /x/manifest.json: ";
+        CHECK(std::string(e.what()).rfind(prefix, 0) == 0);
+        CHECK(std::string(e.what()).find(c.message) != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE("text that is not JSON is Corruption") {
+    for (const char* text : {"", "not json at all", "{\"count\": ", "{'single': 1}", "\x89PNG"}) {
+      CAPTURE(text);
+      CHECK_THROWS_WITH_AS(dscache::manifest_from_json(text, "/x/manifest.json"),
+                           doctest::Contains("Corruption: /x/manifest.json: not valid JSON"),
+                           Error);
+    }
+  }
+
+  TEST_CASE("read_manifest: NotFound for a missing dir or missing manifest, naming the path") {
+    TempDir dir;
+    const std::string missing = dir.path() + "/no-such-cache";
+    try {
+      dscache::read_manifest(missing);
+      FAIL("accepted a missing directory");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kNotFound);
+      CHECK(std::string(e.what()).find(missing) != std::string::npos);
+    }
+    try {
+      dscache::read_manifest(dir.path());  // exists, but holds no manifest.json
+      FAIL("accepted a directory without manifest.json");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kNotFound);
+      CHECK(e.path() == dir.path() + "/manifest.json");
+    }
+    {
+      std::ofstream out(dir.path() + "/manifest.json");
+      out << "{ broken";
+    }
+    const std::string want = "Corruption: " + dir.path() + "/manifest.json";
+    CHECK_THROWS_WITH_AS(dscache::read_manifest(dir.path()), doctest::Contains(want.c_str()),
+                         Error);
+  }
+
+  TEST_CASE("write_manifest then read_manifest; no temp files left; invalid refused") {
+    TempDir dir;
+    const Manifest m = full_manifest();
+    dscache::write_manifest(dir.path(), m);
+    check_equal(dscache::read_manifest(dir.path()), m);
+    // Overwrite in place (a second write replaces the first atomically).
+    Manifest m2 = m;
+    m2.tool_version = "0.2.0";
+    dscache::write_manifest(dir.path(), m2);
+    CHECK(dscache::read_manifest(dir.path()).tool_version == "0.2.0");
+    CHECK(list_dir(dir.path()) == std::vector<std::string>{"manifest.json"});
+
+    Manifest bad = m;
+    bad.shards[1].first = 5;
+    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad),
+                         doctest::Contains("shards[1].first is 5"), Error);
+    CHECK(dscache::read_manifest(dir.path()).tool_version == "0.2.0");
+    CHECK(list_dir(dir.path()) == std::vector<std::string>{"manifest.json"});
+    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path() + "/missing", m),
+                         doctest::Contains("IOError"), Error);
+  }
+}

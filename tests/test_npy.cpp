@@ -1,1 +1,624 @@
-// placeholder
+// .npy headers: format/parse round trips, hostile headers, a fuzz loop, and NumPy interop.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+#include "dscache/npy.h"
+
+namespace {
+
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::NpyHeader;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-npy-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    REQUIRE(::mkdtemp(buf.data()) != nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+// Runs a Python snippet with /usr/bin/python3; returns its exit status (0 = the asserts held).
+int run_python(const TempDir& dir, const std::string& code, const std::string& args = "") {
+  const std::string script = dir.file("check.py");
+  write_all(script, code);
+  return std::system(("/usr/bin/python3 '" + script + "' " + args).c_str());
+}
+
+// Builds magic + version + little-endian length + `dict` (+ '\n' padding when asked).
+std::string make_header(int major, const std::string& dict, bool pad = true) {
+  std::string text = dict;
+  const size_t prefix = major == 1 ? 10 : 12;
+  if (pad) {
+    text += ' ';
+    while ((prefix + text.size() + 1) % 64 != 0) text += ' ';
+    text += '\n';
+  }
+  std::string h("\x93NUMPY", 6);
+  h += static_cast<char>(major);
+  h += '\0';
+  for (size_t i = 0; i < prefix - 8; ++i) h += static_cast<char>((text.size() >> (8 * i)) & 0xFF);
+  return h + text;
+}
+
+NpyHeader parse(const std::string& bytes) {
+  return dscache::parse_npy_header(bytes.data(), bytes.size(), "x.npy");
+}
+
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string out;
+  for (uint64_t d : s) out += std::to_string(d) + "x";
+  return out;
+}
+
+const char* const kDescrs[] = {"|u1", "<u1", "|i1", "<i1", "|b1", "<u2", "<i2",
+                               "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8"};
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("format then parse round-trips every descr and many shapes") {
+    const std::vector<std::vector<uint64_t>> shapes = {
+        {},
+        {0},
+        {5},
+        {1, 2, 3},
+        {2, 3, 4, 5},
+        {0, 224, 224, 3},
+        {4294967296ULL, 3},
+        std::vector<uint64_t>(32, 1),
+        {60000, 28, 28, 1},
+    };
+    for (const char* descr : kDescrs) {
+      for (const auto& shape : shapes) {
+        CAPTURE(descr);
+        CAPTURE(shape_str(shape));
+        const std::string h = dscache::format_npy_header(descr, shape);
+        CHECK(h.size() % 64 == 0);
+        CHECK(h.back() == '\n');
+        CHECK(h[6] == 1);  // v1.0: these dicts are tiny
+        const NpyHeader p = parse(h);
+        CHECK(p.major == 1);
+        CHECK(p.minor == 0);
+        CHECK(p.descr == descr);
+        CHECK_FALSE(p.fortran_order);
+        CHECK(p.shape == shape);
+        CHECK(p.data_offset == h.size());
+      }
+    }
+  }
+
+  TEST_CASE("format writes NumPy's dict text; a one-element shape is (5,)") {
+    struct Case {
+      std::vector<uint64_t> shape;
+      const char* text;
+    };
+    const Case cases[] = {
+        {{5}, "'shape': (5,)"},
+        {{}, "'shape': ()"},
+        {{2, 3}, "'shape': (2, 3)"},
+        {{7, 32, 32, 3}, "'shape': (7, 32, 32, 3)"},
+    };
+    for (const Case& c : cases) {
+      const std::string h = dscache::format_npy_header("|u1", c.shape);
+      CAPTURE(h);
+      CHECK(h.find(c.text) != std::string::npos);
+      CHECK(h.find("{'descr': '|u1', 'fortran_order': False, ") == 10);
+      // Padding is spaces only, then one newline.
+      const size_t close = h.find('}');
+      REQUIRE(close != std::string::npos);
+      CHECK(h.find_first_not_of(' ', close + 1) == h.size() - 1);
+    }
+  }
+
+  TEST_CASE("min_total pads to a fixed size; v2 only when the header needs it") {
+    struct Case {
+      size_t min_total;
+      size_t expected_size;
+      int major;
+    };
+    const Case cases[] = {
+        {0, 128, 1},       {1, 128, 1},       {128, 128, 1},     {129, 192, 1},
+        {1000, 1024, 1},   {65536, 65536, 1},  // the largest v1 header: length field 65526
+        {65537, 65600, 2}, {65600, 65600, 2}, {65601, 65664, 2}, {200000, 200000, 2},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.min_total);
+      const std::string h = dscache::format_npy_header("|u1", {1000, 224, 224, 3}, c.min_total);
+      CHECK(h.size() == c.expected_size);
+      CHECK(h[6] == c.major);
+      const NpyHeader p = parse(h);
+      CHECK(p.major == c.major);
+      CHECK(p.data_offset == h.size());
+      CHECK(p.shape == std::vector<uint64_t>{1000, 224, 224, 3});
+    }
+    // A header sized for a capacity can be rewritten with any smaller count at the same length.
+    const std::string big = dscache::format_npy_header("|u1", {99999999999ULL, 64, 64, 3});
+    for (uint64_t n : {0ULL, 1ULL, 12345ULL, 99999999999ULL}) {
+      CHECK(dscache::format_npy_header("|u1", {n, 64, 64, 3}, big.size()).size() == big.size());
+    }
+  }
+
+  TEST_CASE("format rejects descrs the parser would refuse") {
+    for (const char* descr : {">u4", "|O", "<U10", "", "u1", "<c8"}) {
+      CAPTURE(descr);
+      CHECK_THROWS_AS(dscache::format_npy_header(descr, {1}), Error);
+    }
+  }
+
+  TEST_CASE("hand-built headers that are valid: v1/v2/v3, any key order, spacing, quotes") {
+    struct Case {
+      int major;
+      const char* dict;
+      const char* descr;
+      bool fortran;
+      std::vector<uint64_t> shape;
+    };
+    const Case cases[] = {
+        {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", "|u1", false, {2, 3}},
+        {2, "{'descr': '<i8', 'fortran_order': False, 'shape': (7,), }", "<i8", false, {7}},
+        {3, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "<f4", false, {}},
+        {1, "{'shape': (4, 5), 'descr': '<u8', 'fortran_order': True}", "<u8", true, {4, 5}},
+        {1,
+         "{\"fortran_order\": False, \"shape\": (1,2,3,), \"descr\": \"|b1\"}",
+         "|b1",
+         false,
+         {1, 2, 3}},
+        {1,
+         "  {  'descr' :'<u2' ,\n 'fortran_order':False,'shape':( 9 , ) , }  ",
+         "<u2",
+         false,
+         {9}},
+        {1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3L, 4L), }", "<i4", false, {3, 4}},
+        {2,
+         "{'descr': '|i1', 'fortran_order': False, 'shape': (18446744073709551615,), }",
+         "|i1",
+         false,
+         {18446744073709551615ULL}},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.dict);
+      const std::string h = make_header(c.major, c.dict);
+      const NpyHeader p = parse(h);
+      CHECK(p.major == c.major);
+      CHECK(p.descr == c.descr);
+      CHECK(p.fortran_order == c.fortran);
+      CHECK(p.shape == c.shape);
+      CHECK(p.data_offset == h.size());
+      // The bytes after the header are not part of it.
+      CHECK(parse(h + std::string(100, '\xff')).data_offset == h.size());
+    }
+  }
+
+  TEST_CASE("malformed and hostile headers are rejected as Corruption") {
+    const std::string good = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }";
+    const std::string valid = make_header(1, good);
+    std::string long_len = valid;
+    long_len[8] = static_cast<char>(0xFF);
+    long_len[9] = static_cast<char>(0xFF);
+    std::string v2_long = make_header(2, good);
+    v2_long[11] = static_cast<char>(0x7F);
+    std::string bad_version = valid;
+    bad_version[6] = 4;
+    std::string bad_minor = valid;
+    bad_minor[7] = 1;
+    std::string nul_inside = make_header(1, good);
+    nul_inside[20] = '\0';
+
+    struct Case {
+      const char* name;
+      std::string bytes;
+      const char* reason_part;
+    };
+    const Case cases[] = {
+        {"empty", "", "empty"},
+        {"bad magic", "\x93NUMPX" + valid.substr(6), "magic"},
+        {"not npy at all", "hello world, this is text", "magic"},
+        {"truncated magic", valid.substr(0, 4), ""},
+        {"truncated before length", valid.substr(0, 9), "truncated"},
+        {"v2 truncated length", make_header(2, good).substr(0, 11), "truncated"},
+        {"header_len past buffer", long_len, "runs past"},
+        {"v2 header_len past buffer", v2_long, "runs past"},
+        {"truncated dict", valid.substr(0, 40), "runs past"},
+        {"version 4.0", bad_version, "version"},
+        {"version 1.1", bad_minor, "version"},
+        {"no braces", make_header(1, "'descr': '|u1', 'fortran_order': False, 'shape': (2,)"), ""},
+        {"unclosed dict", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,)"),
+         ""},
+        {"missing colon", make_header(1, "{'descr' '|u1', 'fortran_order': False, 'shape': (2,)}"),
+         "':'"},
+        {"double comma", make_header(1, "{'descr': '|u1',, 'fortran_order': False, 'shape': (2,)}"),
+         ""},
+        {"unquoted key", make_header(1, "{descr: '|u1', 'fortran_order': False, 'shape': (2,)}"),
+         ""},
+        {"empty dict", make_header(1, "{}"), "missing key"},
+        {"missing shape", make_header(1, "{'descr': '|u1', 'fortran_order': False}"),
+         "missing key 'shape'"},
+        {"missing descr", make_header(1, "{'fortran_order': False, 'shape': (2,)}"),
+         "missing key 'descr'"},
+        {"missing fortran_order", make_header(1, "{'descr': '|u1', 'shape': (2,)}"),
+         "missing key 'fortran_order'"},
+        {"duplicate key",
+         make_header(1, "{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (2,)}"),
+         "duplicate key 'descr'"},
+        {"duplicate shape",
+         make_header(1, "{'descr': '|u1', 'shape': (1,), 'fortran_order': False, 'shape': (2,)}"),
+         "duplicate key 'shape'"},
+        {"unknown key",
+         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), 'extra': 1}"),
+         "unknown key 'extra'"},
+        {"big-endian descr",
+         make_header(1, "{'descr': '>u4', 'fortran_order': False, 'shape': (2,)}"), "big-endian"},
+        {"object descr", make_header(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,)}"),
+         "object"},
+        {"unicode descr",
+         make_header(1, "{'descr': '<U10', 'fortran_order': False, 'shape': (2,)}"),
+         "unsupported descr"},
+        {"complex descr", make_header(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,)}"),
+         "unsupported descr"},
+        {"structured descr",
+         make_header(1, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,)}"),
+         "structured"},
+        {"negative dim",
+         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (-1, 3)}"), "negative"},
+        {"dim 2^64",
+         make_header(1,
+                     "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551616,)}"),
+         "64 bits"},
+        {"product overflows",
+         make_header(1,
+                     "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296)}"),
+         "overflows"},
+        {"bytes overflow",
+         make_header(1,
+                     "{'descr': '<u8', 'fortran_order': False, 'shape': (2305843009213693952,)}"),
+         "overflows"},
+        {"float dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2.5,)}"),
+         ""},
+        {"hex dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (0x10,)}"),
+         ""},
+        {"shape not a tuple",
+         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5)}"), "tuple"},
+        {"shape is a list",
+         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': [5]}"), "tuple"},
+        {"shape is an int", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': 5}"),
+         "tuple"},
+        {"unclosed shape", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5,"),
+         ""},
+        {"unterminated string", make_header(1, "{'descr': '|u1", false), "unterminated"},
+        {"unterminated key", make_header(1, "{'descr", false), "unterminated"},
+        {"newline in string",
+         make_header(1, "{'des\ncr': '|u1', 'fortran_order': False, 'shape': (2,)}"),
+         "unterminated"},
+        {"escape in string",
+         make_header(1, "{'descr': '|u\\1', 'fortran_order': False, 'shape': (2,)}"), "escape"},
+        {"mismatched quotes",
+         make_header(1, "{'descr\": '|u1', 'fortran_order': False, 'shape': (2,)}"), ""},
+        {"fortran_order 0", make_header(1, "{'descr': '|u1', 'fortran_order': 0, 'shape': (2,)}"),
+         "fortran_order"},
+        {"fortran_order lowercase",
+         make_header(1, "{'descr': '|u1', 'fortran_order': false, 'shape': (2,)}"),
+         "fortran_order"},
+        {"fortran_order string",
+         make_header(1, "{'descr': '|u1', 'fortran_order': 'False', 'shape': (2,)}"),
+         "fortran_order"},
+        {"fortran_order Truex",
+         make_header(1, "{'descr': '|u1', 'fortran_order': Truex, 'shape': (2,)}"),
+         "fortran_order"},
+        {"text after dict", make_header(1, good + " junk"), "after"},
+        {"NUL inside dict", nul_inside, ""},
+        {"descr not a string",
+         make_header(1, "{'descr': 1, 'fortran_order': False, 'shape': (2,)}"), "descr"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      try {
+        parse(c.bytes);
+        FAIL("accepted: " << c.name);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::kCorruption);
+        CHECK(e.path() == "x.npy");
+        CHECK(std::string(e.what()).find("Corruption: x.npy: ") == 0);
+        CAPTURE(e.what());
+        CHECK(std::string(e.reason()).find(c.reason_part) != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE("dimension count: 32 is accepted, 33 is rejected") {
+    for (size_t ndim : {31, 32, 33, 1000}) {
+      std::string shape = "(";
+      for (size_t i = 0; i < ndim; ++i) shape += "1, ";
+      const std::string h =
+          make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': " + shape + ")}");
+      CAPTURE(ndim);
+      if (ndim <= 32) {
+        CHECK(parse(h).shape.size() == ndim);
+      } else {
+        CHECK_THROWS_WITH_AS(parse(h), doctest::Contains("more than 32 dimensions"), Error);
+      }
+    }
+  }
+
+  TEST_CASE("item_size, element_count and data_bytes") {
+    struct Case {
+      const char* descr;
+      std::vector<uint64_t> shape;
+      uint64_t item, count, bytes;
+    };
+    const Case cases[] = {
+        {"|u1", {2, 3, 4}, 1, 24, 24}, {"<i8", {5}, 8, 5, 40},   {"<f2", {3, 3}, 2, 9, 18},
+        {"<u4", {}, 4, 1, 4},          {"<f8", {0, 7}, 8, 0, 0}, {"|b1", {10}, 1, 10, 10},
+    };
+    for (const Case& c : cases) {
+      NpyHeader h;
+      h.descr = c.descr;
+      h.shape = c.shape;
+      CAPTURE(c.descr);
+      CHECK(h.item_size() == c.item);
+      CHECK(h.element_count() == c.count);
+      CHECK(h.data_bytes() == c.bytes);
+    }
+    NpyHeader big;
+    big.descr = "<u8";
+    big.shape = {1ULL << 62};
+    CHECK(big.element_count() == (1ULL << 62));
+    CHECK_THROWS_AS(big.data_bytes(), Error);
+  }
+
+  TEST_CASE("fuzz: 20000 mutations of a valid header parse or throw dscache::Error") {
+    std::mt19937_64 rng(0x5EED);
+    const std::string base_v1 = dscache::format_npy_header("|u1", {12, 32, 32, 3});
+    const std::string base_v2 =
+        make_header(2, "{'shape': (3L, 4), \"descr\": '<f8', 'fortran_order': True}");
+    const std::string alphabet =
+        "{}()[]',:\" -0123456789TrueFalsedescrshapefortran_order<>|uifbLO\n\x93\xff";
+    size_t parsed = 0, rejected = 0;
+    for (int iter = 0; iter < 20000; ++iter) {
+      std::string h = (iter % 4 == 0) ? base_v2 : base_v1;
+      const int mutations = 1 + static_cast<int>(rng() % 4);
+      for (int m = 0; m < mutations; ++m) {
+        const size_t pos = h.empty() ? 0 : rng() % h.size();
+        switch (rng() % 6) {
+          case 0:  // flip a byte
+            if (!h.empty()) h[pos] = static_cast<char>(rng());
+            break;
+          case 1:  // replace with a syntax-relevant character
+            if (!h.empty()) h[pos] = alphabet[rng() % alphabet.size()];
+            break;
+          case 2:  // truncate
+            h.resize(pos);
+            break;
+          case 3:  // insert
+            h.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+            break;
+          case 4:  // delete a byte
+            if (!h.empty()) h.erase(pos, 1);
+            break;
+          case 5:  // corrupt the length field
+            if (h.size() > 9) h[8 + rng() % 2] = static_cast<char>(rng());
+            break;
+        }
+      }
+      try {
+        const NpyHeader p = dscache::parse_npy_header(h.data(), h.size(), "fuzz.npy");
+        ++parsed;
+        CHECK(p.data_offset <= h.size());
+        CHECK(p.shape.size() <= 32);
+        CHECK_NOTHROW(p.data_bytes());  // accepted headers never overflow
+      } catch (const Error& e) {
+        ++rejected;
+        if (e.kind() != ErrorKind::kCorruption) FAIL("unexpected kind: " << e.what());
+      } catch (const std::exception& e) {
+        FAIL("non-dscache exception: " << e.what());
+      }
+    }
+    CHECK(parsed + rejected == 20000);
+    CHECK(parsed > 100);     // the mutations must not all break the header...
+    CHECK(rejected > 1000);  // ...nor all miss it
+  }
+
+  TEST_CASE("read_npy_header: missing file, truncated file, hostile length") {
+    TempDir dir;
+    CHECK_THROWS_WITH_AS(dscache::read_npy_header(dir.file("nope.npy")),
+                         doctest::Contains("NotFound"), Error);
+    const std::string h = dscache::format_npy_header("<i8", {4});
+    struct Case {
+      const char* name;
+      std::string bytes;
+      ErrorKind kind;
+    };
+    std::string huge_len = dscache::format_npy_header("<i8", {4});
+    huge_len[6] = 2;  // claims v2: the length now reads as 4 bytes, past the file
+    const Case cases[] = {
+        {"zero.npy", "", ErrorKind::kCorruption},
+        {"short.npy", h.substr(0, 30), ErrorKind::kCorruption},
+        {"magic_only.npy", h.substr(0, 8), ErrorKind::kCorruption},
+        {"huge.npy", huge_len, ErrorKind::kCorruption},
+        {"text.npy", "just some text\n", ErrorKind::kCorruption},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      write_all(dir.file(c.name), c.bytes);
+      try {
+        dscache::read_npy_header(dir.file(c.name));
+        FAIL("accepted");
+      } catch (const Error& e) {
+        CHECK(e.kind() == c.kind);
+        CHECK(e.path() == dir.file(c.name));
+      }
+    }
+    // The header alone is enough: read_npy_header does not check the data size.
+    write_all(dir.file("header_only.npy"), h);
+    const NpyHeader p = dscache::read_npy_header(dir.file("header_only.npy"));
+    CHECK(p.shape == std::vector<uint64_t>{4});
+    CHECK(p.data_offset == h.size());
+  }
+
+  TEST_CASE("write_npy_file writes header + data atomically and checks the size") {
+    TempDir dir;
+    const std::vector<int64_t> values = {-2, -1, 0, 1, 2, 1LL << 40};
+    const std::string path = dir.file("labels.npy");
+    dscache::write_npy_file(path, "<i8", {values.size()}, values.data(), values.size() * 8);
+    const std::string bytes = read_all(path);
+    const NpyHeader h = dscache::read_npy_header(path);
+    CHECK(h.descr == "<i8");
+    CHECK(h.data_offset + h.data_bytes() == bytes.size());
+    CHECK(std::memcmp(bytes.data() + h.data_offset, values.data(), values.size() * 8) == 0);
+    CHECK_THROWS_WITH_AS(
+        dscache::write_npy_file(dir.file("bad.npy"), "<i8", {7}, values.data(), 48),
+        doctest::Contains("InvalidArgument"), Error);
+    CHECK(::access(dir.file("bad.npy").c_str(), F_OK) != 0);
+    // No temp files are left behind.
+    CHECK(std::system(
+              ("test -z \"$(ls -A '" + dir.path() + "' | grep -v '^labels.npy$')\"").c_str()) == 0);
+  }
+
+  TEST_CASE("numpy loads what write_npy_file wrote (mmap_mode='r')") {
+    TempDir dir;
+    // Element i holds i % 7 (i % 2 for bool), so the expected sum is easy to state.
+    const uint16_t kHalf[7] = {0x0000, 0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
+    struct Case {
+      const char* descr;
+      std::vector<uint64_t> shape;
+    };
+    const Case cases[] = {
+        {"|u1", {3, 4, 5, 3}}, {"<u1", {7}},    {"|i1", {2, 9}},     {"|b1", {5, 5}},
+        {"<u2", {11}},         {"<i2", {3, 3}}, {"<u4", {1, 1, 13}}, {"<i4", {6}},
+        {"<u8", {2, 2, 2}},    {"<i8", {17}},   {"<f2", {8}},        {"<f4", {4, 4}},
+        {"<f8", {3}},          {"<f8", {}},
+    };
+    std::string args;
+    int i = 0;
+    for (const Case& c : cases) {
+      NpyHeader h;
+      h.descr = c.descr;
+      h.shape = c.shape;
+      const uint64_t n = h.element_count();
+      const size_t item = h.item_size();
+      std::vector<unsigned char> data(n * item);
+      uint64_t sum = 0;
+      for (uint64_t e = 0; e < n; ++e) {
+        const uint64_t v = h.descr == "|b1" ? e % 2 : e % 7;
+        sum += v;
+        unsigned char* p = data.data() + e * item;
+        if (h.descr == "<f2") {
+          std::memcpy(p, &kHalf[v], 2);
+        } else if (h.descr == "<f4") {
+          const float f = static_cast<float>(v);
+          std::memcpy(p, &f, 4);
+        } else if (h.descr == "<f8") {
+          const double d = static_cast<double>(v);
+          std::memcpy(p, &d, 8);
+        } else {
+          std::memcpy(p, &v, item);  // little-endian host
+        }
+      }
+      const std::string name = "a" + std::to_string(i++) + ".npy";
+      dscache::write_npy_file(dir.file(name), c.descr, c.shape, data.data(), data.size());
+      std::string shape = "x";
+      for (uint64_t d : c.shape) shape += std::to_string(d) + "x";
+      args += " '" + dir.file(name) + "' '" + c.descr + "' " + shape + " " + std::to_string(sum);
+    }
+    const char* code = R"PY(
+import sys
+import numpy as np
+a = sys.argv[1:]
+for k in range(0, len(a), 4):
+    path, descr, shape, total = a[k], a[k + 1], a[k + 2], int(a[k + 3])
+    shape = tuple(int(x) for x in shape.split('x') if x)
+    arr = np.load(path, mmap_mode='r')
+    assert arr.dtype == np.dtype(descr), (path, arr.dtype, descr)
+    assert arr.shape == shape, (path, arr.shape, shape)
+    assert arr.flags.c_contiguous
+    got = int(np.asarray(arr).astype(np.float64).sum())
+    assert got == total, (path, got, total)
+print("numpy read", len(a) // 4, "files")
+)PY";
+    CHECK(run_python(dir, code, args) == 0);
+  }
+
+  TEST_CASE("headers numpy itself wrote (np.save, format 1.0/2.0/3.0) parse correctly") {
+    TempDir dir;
+    struct Case {
+      const char* dtype;  // numpy dtype text
+      const char* descr;  // what the header must say
+      std::vector<uint64_t> shape;
+      const char* version;  // None lets numpy choose
+    };
+    const Case cases[] = {
+        {"u1", "|u1", {2, 3, 4, 3}, "None"},
+        {"<i8", "<i8", {7}, "None"},
+        {"<u8", "<u8", {}, "None"},
+        {"<f4", "<f4", {3, 0, 2}, "None"},
+        {"<f2", "<f2", {1, 1, 1, 1, 1}, "None"},
+        {"?", "|b1", {4, 4}, "None"},
+        {"<i2", "<i2", {1000}, "None"},
+        {"u1", "|u1", {0, 28, 28, 1}, "None"},
+        {"<u4", "<u4", {5, 6}, "(2, 0)"},
+        {"<f8", "<f8", {9}, "(3, 0)"},
+        {"u1", "|u1", {3, 2, 2, 3}, "(1, 0)"},
+    };
+    std::string code = "import numpy as np\nfrom numpy.lib import format as F\n";
+    int i = 0;
+    for (const Case& c : cases) {
+      std::string shape = "(";
+      for (uint64_t d : c.shape) shape += std::to_string(d) + ",";
+      shape += ")";
+      code += "a = np.arange(int(np.prod(" + shape + "))).astype('" + c.dtype + "').reshape(" +
+              shape + ")\n";
+      code += "with open('" + dir.file("np" + std::to_string(i++) + ".npy") +
+              "', 'wb') as f: F.write_array(f, a, version=" + c.version + ")\n";
+    }
+    REQUIRE(run_python(dir, code) == 0);
+    i = 0;
+    for (const Case& c : cases) {
+      const std::string path = dir.file("np" + std::to_string(i++) + ".npy");
+      CAPTURE(path);
+      const NpyHeader h = dscache::read_npy_header(path);
+      CHECK(h.descr == c.descr);
+      CHECK(h.shape == c.shape);
+      CHECK_FALSE(h.fortran_order);
+      CHECK(h.data_offset % 16 == 0);
+      CHECK(h.data_offset + h.data_bytes() == read_all(path).size());
+      if (std::string(c.version) == "(2, 0)") CHECK(h.major == 2);
+      if (std::string(c.version) == "(3, 0)") CHECK(h.major == 3);
+      if (std::string(c.version) != "None") continue;
+      CHECK(h.major == 1);
+    }
+  }
+}

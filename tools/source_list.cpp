@@ -115,6 +115,9 @@ SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
     out.classes.push_back(cls);
     std::vector<std::pair<std::string, FileStat>> files;
     walk(cdir, cls, seen, files);
+    // Walking visits "sub/" before "sub-a.jpg"; the promised order is relative path bytes.
+    std::sort(files.begin(), files.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [rel, st] : files) {
       SourceEntry e;
       e.path = root + "/" + rel;

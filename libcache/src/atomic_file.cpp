@@ -1,1 +1,178 @@
-// placeholder
+// AtomicFile: temp file + fsync + rename, with the checksum computed while writing.
+#include "dscache/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <vector>
+
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+
+namespace dscache {
+namespace {
+
+constexpr size_t kHashBlock = size_t{4} << 20;  // 4 MiB reads when hashing a file
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string dir_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Makes the rename durable. Some filesystems refuse fsync on a directory (EINVAL); the data
+// itself is already synced, so that is not worth failing the write for.
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno(dir, "open directory");
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    throw_errno(dir, "fsync directory");
+  }
+  ::close(fd);
+}
+
+// Reads `size` bytes at `offset`, retrying short reads and EINTR; a premature EOF is an error.
+void pread_all(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<unsigned char*>(out);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(path, "read");
+    }
+    if (n == 0) throw Error(ErrorKind::kIOError, path, "unexpected end of file while reading");
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+}  // namespace
+
+struct AtomicFile::HashState {
+  Xxh64 hash;
+};
+
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), temp_(path_ + ".tmp-" + std::to_string(::getpid())) {
+  auto hash = std::make_unique<HashState>();
+  fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_errno(temp_, "create");
+  hash_ = hash.release();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+  delete hash_;
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, path_, "write after commit");
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (hash_valid_) hash_->hash.update(p, size);
+  size_t left = size;
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(temp_, "write");
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  size_ += size;
+}
+
+void AtomicFile::pwrite(const void* data, size_t size, uint64_t offset) {
+  if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, path_, "write after commit");
+  hash_valid_ = false;
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t left = size;
+  uint64_t at = offset;
+  while (left > 0) {
+    const ssize_t n = ::pwrite(fd_, p, left, static_cast<off_t>(at));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(temp_, "write");
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+    at += static_cast<uint64_t>(n);
+  }
+  if (offset + size > size_) size_ = offset + size;
+}
+
+FileEntry AtomicFile::commit() {
+  if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, path_, "commit called twice");
+  uint64_t digest;
+  if (hash_valid_) {
+    digest = hash_->hash.digest();
+  } else {
+    // pwrite() changed bytes already hashed: hash the file as it now is.
+    Xxh64 h;
+    std::vector<unsigned char> buf(static_cast<size_t>(std::min<uint64_t>(size_, kHashBlock)));
+    for (uint64_t at = 0; at < size_;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(size_ - at, kHashBlock));
+      pread_all(fd_, buf.data(), n, at, temp_);
+      h.update(buf.data(), n);
+      at += n;
+    }
+    digest = h.digest();
+  }
+  if (::fsync(fd_) != 0) throw_errno(temp_, "fsync");
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw_errno(temp_, "close");
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) throw_errno(path_, "rename " + temp_ + " to");
+  temp_.clear();  // nothing left for the destructor to remove
+  fsync_dir(dir_name(path_));
+  return FileEntry{base_name(path_), size_, digest};
+}
+
+FileEntry write_file_atomic(const std::string& path, const void* data, size_t size) {
+  AtomicFile f(path);
+  f.write(data, size);
+  return f.commit();
+}
+
+FileEntry hash_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
+    throw_errno(path, "open");
+  }
+  std::vector<unsigned char> buf(kHashBlock);
+  Xxh64 h;
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      throw_errno(path, "read");
+    }
+    if (n == 0) break;
+    h.update(buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return FileEntry{base_name(path), total, h.digest()};
+}
+
+}  // namespace dscache

@@ -1,1 +1,456 @@
-// placeholder
+// manifest.json: serialization and validation (nlohmann/json stays inside this file).
+#include "dscache/manifest.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dscache/atomic_file.h"
+#include "dscache/error.h"
+
+namespace dscache {
+
+const char* to_string(Storage s) {
+  switch (s) {
+    case Storage::kNpy:
+      return "npy";
+    case Storage::kHdf5:
+      return "hdf5";
+  }
+  return "?";
+}
+
+const char* to_string(Layout l) {
+  switch (l) {
+    case Layout::kFixed:
+      return "fixed";
+    case Layout::kRagged:
+      return "ragged";
+  }
+  return "?";
+}
+
+const char* to_string(ResizePolicy r) {
+  switch (r) {
+    case ResizePolicy::kStretch:
+      return "stretch";
+    case ResizePolicy::kCrop:
+      return "crop";
+    case ResizePolicy::kPad:
+      return "pad";
+  }
+  return "?";
+}
+
+Storage parse_storage(const std::string& s) {
+  if (s == "npy") return Storage::kNpy;
+  if (s == "hdf5") return Storage::kHdf5;
+  throw Error(ErrorKind::kInvalidArgument, "", "unknown storage '" + s + "'");
+}
+
+Layout parse_layout(const std::string& s) {
+  if (s == "fixed") return Layout::kFixed;
+  if (s == "ragged") return Layout::kRagged;
+  throw Error(ErrorKind::kInvalidArgument, "", "unknown layout '" + s + "'");
+}
+
+ResizePolicy parse_resize_policy(const std::string& s) {
+  if (s == "stretch") return ResizePolicy::kStretch;
+  if (s == "crop") return ResizePolicy::kCrop;
+  if (s == "pad") return ResizePolicy::kPad;
+  throw Error(ErrorKind::kInvalidArgument, "", "unknown resize policy '" + s + "'");
+}
+
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;  // keeps the documented key order on output
+
+std::string hex64(uint64_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    s[static_cast<size_t>(i)] = kDigits[v & 0xF];
+    v >>= 4;
+  }
+  return s;
+}
+
+OrderedJson file_json(const FileEntry& f) {
+  OrderedJson j;
+  j["file"] = f.file;
+  j["bytes"] = f.bytes;
+  j["xxh64"] = hex64(f.xxh64);
+  return j;
+}
+
+// Reads fields out of the parsed document; every failure names the field's full path, e.g.
+// "shards[3].first". Not thread-safe (holds the manifest path by reference).
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& reason) const {
+    throw Error(ErrorKind::kCorruption, path_, reason);
+  }
+
+  const Json& member(const Json& obj, const std::string& where, const char* key) const {
+    const std::string field = join(where, key);
+    if (!obj.is_object()) fail(where + " is not an object");
+    auto it = obj.find(key);
+    if (it == obj.end()) fail(field + " is missing");
+    return *it;
+  }
+
+  uint64_t u64(const Json& v, const std::string& field) const {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) {
+      fail(field + " is " + std::to_string(v.get<int64_t>()) + ", expected a non-negative integer");
+    }
+    fail(field + " is " + type_of(v) + ", expected a non-negative integer");
+  }
+
+  uint64_t u64(const Json& obj, const std::string& where, const char* key) const {
+    return u64(member(obj, where, key), join(where, key));
+  }
+
+  uint32_t u32(const Json& obj, const std::string& where, const char* key) const {
+    const uint64_t v = u64(obj, where, key);
+    if (v > std::numeric_limits<uint32_t>::max()) {
+      fail(join(where, key) + " is " + std::to_string(v) + ", larger than 4294967295");
+    }
+    return static_cast<uint32_t>(v);
+  }
+
+  std::string str(const Json& v, const std::string& field) const {
+    if (!v.is_string()) fail(field + " is " + type_of(v) + ", expected a string");
+    return v.get<std::string>();
+  }
+
+  std::string str(const Json& obj, const std::string& where, const char* key) const {
+    return str(member(obj, where, key), join(where, key));
+  }
+
+  bool boolean(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = member(obj, where, key);
+    if (!v.is_boolean()) fail(join(where, key) + " is " + type_of(v) + ", expected true or false");
+    return v.get<bool>();
+  }
+
+  uint64_t hex(const Json& obj, const std::string& where, const char* key) const {
+    const std::string field = join(where, key);
+    const std::string s = str(obj, where, key);
+    uint64_t v = 0;
+    bool ok = s.size() == 16;
+    for (char c : s) {
+      if (!ok) break;
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= static_cast<uint64_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        v |= static_cast<uint64_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        v |= static_cast<uint64_t>(c - 'A' + 10);
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) fail(field + " is '" + s + "', expected 16 hex digits");
+    return v;
+  }
+
+  const Json& array(const Json& obj, const std::string& where, const char* key) const {
+    const Json& v = member(obj, where, key);
+    if (!v.is_array()) fail(join(where, key) + " is " + type_of(v) + ", expected an array");
+    return v;
+  }
+
+  // A name inside the cache directory: never a path that could escape it.
+  std::string file_name(const Json& obj, const std::string& where, const char* key) const {
+    const std::string field = join(where, key);
+    const std::string s = str(obj, where, key);
+    if (s.empty()) fail(field + " is empty");
+    if (s == "." || s == "..") fail(field + " is '" + s + "', not a file name");
+    if (s.find('/') != std::string::npos) fail(field + " is '" + s + "', must not contain '/'");
+    if (s.find('\0') != std::string::npos) fail(field + " contains a NUL character");
+    return s;
+  }
+
+  FileEntry file_entry(const Json& obj, const std::string& where, const char* key) const {
+    const std::string field = join(where, key);
+    const Json& v = member(obj, where, key);
+    if (!v.is_object()) fail(field + " is " + type_of(v) + ", expected an object");
+    FileEntry f;
+    f.file = file_name(v, field, "file");
+    f.bytes = u64(v, field, "bytes");
+    f.xxh64 = hex(v, field, "xxh64");
+    return f;
+  }
+
+  static std::string join(const std::string& where, const char* key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+  }
+
+  static std::string index(const std::string& field, size_t i) {
+    return field + "[" + std::to_string(i) + "]";
+  }
+
+ private:
+  static std::string type_of(const Json& v) {
+    if (v.is_number_float()) return "a float";
+    if (v.is_number()) return "a number";
+    if (v.is_string()) return "a string";
+    if (v.is_boolean()) return "a boolean";
+    if (v.is_null()) return "null";
+    if (v.is_array()) return "an array";
+    return "an object";
+  }
+
+  const std::string& path_;
+};
+
+bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  if (b > std::numeric_limits<uint64_t>::max() - a) return true;
+  *out = a + b;
+  return false;
+}
+
+}  // namespace
+
+std::string to_json(const Manifest& m) {
+  OrderedJson j;
+  j["format_version"] = m.format_version;
+  j["layout"] = to_string(m.layout);
+  j["storage"] = to_string(m.storage);
+  j["dtype"] = m.dtype;
+  j["shape"] = OrderedJson::array({m.height, m.width, m.channels});
+  j["channel_order"] = m.channel_order;
+  j["count"] = m.count;
+  j["classes"] = m.classes;
+  j["class_counts"] = m.class_counts;
+  OrderedJson shards = OrderedJson::array();
+  for (const ShardEntry& s : m.shards) {
+    OrderedJson e;
+    e["file"] = s.file;
+    e["first"] = s.first;
+    e["count"] = s.count;
+    e["bytes"] = s.bytes;
+    e["xxh64"] = hex64(s.xxh64);
+    shards.push_back(std::move(e));
+  }
+  j["shards"] = std::move(shards);
+  OrderedJson files;
+  files["labels"] = file_json(m.labels);
+  files["checksums"] = file_json(m.checksums);
+  files["sources"] = file_json(m.sources);
+  files["skips"] = file_json(m.skips);
+  j["files"] = std::move(files);
+  j["skipped"] = m.skipped;
+  OrderedJson source;
+  source["kind"] = m.source.kind;
+  source["root"] = m.source.root;
+  source["labels"] = m.source.labels;
+  source["entries"] = m.source.entries;
+  source["digest"] = hex64(m.source.digest);
+  j["source"] = std::move(source);
+  OrderedJson recipe;
+  recipe["height"] = m.recipe.height;
+  recipe["width"] = m.recipe.width;
+  recipe["channels"] = m.recipe.channels;
+  recipe["resize"] = to_string(m.recipe.resize);
+  recipe["reduced_decode"] = m.recipe.reduced_decode;
+  recipe["max_pixels"] = m.recipe.max_pixels;
+  recipe["shard_bytes"] = m.recipe.shard_bytes;
+  j["recipe"] = std::move(recipe);
+  j["tool_version"] = m.tool_version;
+  j["created_utc"] = m.created_utc;
+  // Names come from file systems and may be any bytes: replace invalid UTF-8 rather than throw.
+  return j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
+}
+
+Manifest manifest_from_json(const std::string& text, const std::string& path) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw Error(ErrorKind::kCorruption, path, std::string("not valid JSON: ") + e.what());
+  }
+  Reader r(path);
+  if (!j.is_object()) r.fail("manifest is not a JSON object");
+  Manifest m;
+
+  // The version first: a newer format may change anything else.
+  const Json& version = r.member(j, "", "format_version");
+  if (!version.is_number_integer()) r.fail("format_version is not an integer");
+  const int64_t v = version.get<int64_t>();
+  if (v > kFormatVersion) {
+    throw Error(ErrorKind::kUnsupported, path,
+                "format_version is " + std::to_string(v) + ", this library reads up to " +
+                    std::to_string(kFormatVersion));
+  }
+  if (v < 1) r.fail("format_version is " + std::to_string(v) + ", expected >= 1");
+  m.format_version = static_cast<int>(v);
+
+  const std::string layout = r.str(j, "", "layout");
+  try {
+    m.layout = parse_layout(layout);
+  } catch (const Error&) {
+    r.fail("layout is '" + layout + "', expected 'fixed' or 'ragged'");
+  }
+  const std::string storage = r.str(j, "", "storage");
+  try {
+    m.storage = parse_storage(storage);
+  } catch (const Error&) {
+    r.fail("storage is '" + storage + "', expected 'npy' or 'hdf5'");
+  }
+  m.dtype = r.str(j, "", "dtype");
+  if (m.dtype != "uint8") r.fail("dtype is '" + m.dtype + "', expected 'uint8'");
+
+  const Json& shape = r.array(j, "", "shape");
+  if (shape.size() != 3) {
+    r.fail("shape has " + std::to_string(shape.size()) + " elements, expected [H, W, C]");
+  }
+  uint32_t dims[3];
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string field = Reader::index("shape", i);
+    const uint64_t d = r.u64(shape[i], field);
+    if (d == 0 || d > std::numeric_limits<uint32_t>::max()) {
+      r.fail(field + " is " + std::to_string(d) + ", expected a positive 32-bit integer");
+    }
+    dims[i] = static_cast<uint32_t>(d);
+  }
+  m.height = dims[0];
+  m.width = dims[1];
+  m.channels = dims[2];
+  if (m.channels != 1 && m.channels != 3) {
+    r.fail("shape[2] is " + std::to_string(m.channels) + ", expected 1 or 3 channels");
+  }
+  m.channel_order = r.str(j, "", "channel_order");
+  const char* want_order = m.channels == 3 ? "RGB" : "L";
+  if (m.channel_order != want_order) {
+    r.fail("channel_order is '" + m.channel_order + "', expected '" + want_order + "' for " +
+           std::to_string(m.channels) + " channels");
+  }
+  m.count = r.u64(j, "", "count");
+
+  const Json& classes = r.array(j, "", "classes");
+  for (size_t i = 0; i < classes.size(); ++i) {
+    m.classes.push_back(r.str(classes[i], Reader::index("classes", i)));
+  }
+  const Json& class_counts = r.array(j, "", "class_counts");
+  uint64_t sum = 0;
+  for (size_t i = 0; i < class_counts.size(); ++i) {
+    const std::string field = Reader::index("class_counts", i);
+    const uint64_t c = r.u64(class_counts[i], field);
+    if (add_overflows(sum, c, &sum)) r.fail(field + " makes the class counts overflow");
+    m.class_counts.push_back(c);
+  }
+  if (m.class_counts.size() != m.classes.size()) {
+    r.fail("class_counts has " + std::to_string(m.class_counts.size()) + " entries, classes has " +
+           std::to_string(m.classes.size()));
+  }
+  // An unlabeled cache has neither; otherwise every sample belongs to exactly one class.
+  if (!m.classes.empty() && sum != m.count) {
+    r.fail("class_counts sum to " + std::to_string(sum) + ", count is " + std::to_string(m.count));
+  }
+
+  const Json& shards = r.array(j, "", "shards");
+  uint64_t next = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string where = Reader::index("shards", i);
+    const Json& s = shards[i];
+    if (!s.is_object()) r.fail(where + " is not an object");
+    ShardEntry e;
+    e.file = r.file_name(s, where, "file");
+    e.first = r.u64(s, where, "first");
+    e.count = r.u64(s, where, "count");
+    e.bytes = r.u64(s, where, "bytes");
+    e.xxh64 = r.hex(s, where, "xxh64");
+    if (e.first != next) {
+      r.fail(where + ".first is " + std::to_string(e.first) + ", expected " + std::to_string(next));
+    }
+    if (add_overflows(next, e.count, &next)) r.fail(where + ".count overflows the sample index");
+    m.shards.push_back(std::move(e));
+  }
+  if (next != m.count) {
+    r.fail("shards cover " + std::to_string(next) + " samples, count is " +
+           std::to_string(m.count));
+  }
+
+  const Json& files = r.member(j, "", "files");
+  if (!files.is_object()) r.fail("files is not an object");
+  m.labels = r.file_entry(files, "files", "labels");
+  m.checksums = r.file_entry(files, "files", "checksums");
+  m.sources = r.file_entry(files, "files", "sources");
+  m.skips = r.file_entry(files, "files", "skips");
+  m.skipped = r.u64(j, "", "skipped");
+
+  const Json& source = r.member(j, "", "source");
+  if (!source.is_object()) r.fail("source is not an object");
+  m.source.kind = r.str(source, "source", "kind");
+  m.source.root = r.str(source, "source", "root");
+  m.source.labels = r.str(source, "source", "labels");
+  m.source.entries = r.u64(source, "source", "entries");
+  m.source.digest = r.hex(source, "source", "digest");
+
+  const Json& recipe = r.member(j, "", "recipe");
+  if (!recipe.is_object()) r.fail("recipe is not an object");
+  m.recipe.height = r.u32(recipe, "recipe", "height");
+  m.recipe.width = r.u32(recipe, "recipe", "width");
+  m.recipe.channels = r.u32(recipe, "recipe", "channels");
+  const std::string resize = r.str(recipe, "recipe", "resize");
+  try {
+    m.recipe.resize = parse_resize_policy(resize);
+  } catch (const Error&) {
+    r.fail("recipe.resize is '" + resize + "', expected 'stretch', 'crop' or 'pad'");
+  }
+  m.recipe.reduced_decode = r.boolean(recipe, "recipe", "reduced_decode");
+  m.recipe.max_pixels = r.u64(recipe, "recipe", "max_pixels");
+  m.recipe.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
+
+  m.tool_version = r.str(j, "", "tool_version");
+  m.created_utc = r.str(j, "", "created_utc");
+  return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      throw Error(ErrorKind::kNotFound, dir, "no such cache directory");
+    }
+    throw_errno(dir, "stat");
+  }
+  if (!S_ISDIR(st.st_mode)) throw Error(ErrorKind::kNotFound, dir, "not a directory");
+  const std::string path = dir + "/manifest.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      throw Error(ErrorKind::kNotFound, path, "no manifest.json: not a cache directory");
+    }
+    throw_errno(path, "open");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(ErrorKind::kIOError, path, "read failed");
+  return manifest_from_json(text.str(), path);
+}
+
+void write_manifest(const std::string& dir, const Manifest& m) {
+  const std::string path = dir + "/manifest.json";
+  const std::string text = to_json(m);
+  // Refuse to publish a manifest no reader would accept.
+  try {
+    manifest_from_json(text, path);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "refusing to write an invalid manifest: " + e.reason());
+  }
+  write_file_atomic(path, text.data(), text.size());
+}
+
+}  // namespace dscache

@@ -1,1 +1,153 @@
-// placeholder
+// Shard writing/locating: dispatch on storage, plus the shared contiguous read path.
+#include "dscache/shard.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <limits>
+
+#include "dscache/error.h"
+#include "shard_impl.h"
+
+namespace dscache {
+namespace detail {
+
+uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& path) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
+    throw Error(ErrorKind::kCorruption, path,
+                std::to_string(a) + " x " + std::to_string(b) + " bytes overflows 64 bits");
+  }
+  return a * b;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      throw Error(ErrorKind::kNotFound, path, "no such file");
+    throw_errno(path, "stat");
+  }
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kCorruption, path, "not a regular file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_shape(SampleShape shape, const std::string& path) {
+  if (shape.height == 0 || shape.width == 0 || (shape.channels != 1 && shape.channels != 3)) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "sample shape " + std::to_string(shape.height) + "x" + std::to_string(shape.width) +
+                    "x" + std::to_string(shape.channels) +
+                    " is invalid (need H, W > 0 and 1 or 3 channels)");
+  }
+}
+
+#ifndef DSCACHE_HAVE_HDF5
+[[noreturn]] void no_hdf5(const std::string& path) {
+  throw Error(ErrorKind::kUnsupported, path, "this build of libcache has no HDF5 support");
+}
+#endif
+
+}  // namespace
+
+bool hdf5_supported() {
+#ifdef DSCACHE_HAVE_HDF5
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<ShardWriter> ShardWriter::create(Storage storage, const std::string& path,
+                                                 SampleShape shape, uint64_t capacity) {
+  check_shape(shape, path);
+  switch (storage) {
+    case Storage::kNpy:
+      return detail::create_npy_writer(path, shape, capacity);
+    case Storage::kHdf5:
+#ifdef DSCACHE_HAVE_HDF5
+      return detail::create_hdf5_writer(path, shape, capacity);
+#else
+      no_hdf5(path);
+#endif
+  }
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+}
+
+ShardLocation locate_shard(Storage storage, const std::string& path, SampleShape shape) {
+  check_shape(shape, path);
+  switch (storage) {
+    case Storage::kNpy:
+      return detail::locate_npy_shard(path, shape);
+    case Storage::kHdf5:
+#ifdef DSCACHE_HAVE_HDF5
+      return detail::locate_hdf5_shard(path, shape);
+#else
+      no_hdf5(path);
+#endif
+  }
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+}
+
+void read_shard_samples(Storage storage, const std::string& path, const ShardLocation& loc,
+                        SampleShape shape, uint64_t first, uint64_t n, uint8_t* out) {
+  if (first > loc.count || n > loc.count - first) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "samples [" + std::to_string(first) + ", " + std::to_string(first) + "+" +
+                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
+  }
+  if (n == 0) return;
+  if (!loc.contiguous) {
+#ifdef DSCACHE_HAVE_HDF5
+    if (storage == Storage::kHdf5) {
+      detail::read_hdf5_samples(path, shape, first, n, out);
+      return;
+    }
+#else
+    if (storage == Storage::kHdf5) no_hdf5(path);
+#endif
+    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+  }
+  const uint64_t sample = shape.bytes();
+  uint64_t offset = loc.data_offset + first * sample;  // in range: locate checked the extent
+  uint64_t left = n * sample;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
+    throw_errno(path, "open");
+  }
+  while (left > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, uint64_t{1} << 30));
+    const ssize_t got = ::pread(fd, out, want, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      throw_errno(path, "read");
+    }
+    if (got == 0) {
+      ::close(fd);
+      throw Error(ErrorKind::kCorruption, path,
+                  "file ends at " + std::to_string(offset) + ", before the samples requested");
+    }
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    left -= static_cast<uint64_t>(got);
+  }
+  ::close(fd);
+}
+
+std::string shard_file_name(Storage storage, uint64_t index) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "images-%05llu", static_cast<unsigned long long>(index));
+  return std::string(buf) + (storage == Storage::kHdf5 ? ".h5" : ".npy");
+}
+
+}  // namespace dscache

@@ -1,1 +1,368 @@
-// placeholder
+// HDF5 shards: `images` (n, H, W, C) uint8 contiguous with early allocation, so its bytes sit at
+// one file offset a reader can mmap; `labels` (n,) int64; `channel_order` attribute on images.
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "dscache/atomic_file.h"
+#include "dscache/error.h"
+#include "shard_impl.h"
+
+namespace dscache {
+namespace detail {
+namespace {
+
+constexpr size_t kCopyBlock = size_t{8} << 20;  // 8 MiB: raw samples → .h5 copy
+
+// The HDF5 error stack is per thread in thread-safe builds; silence it wherever we call in, so
+// failures surface only as dscache::Error.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      closer_ = o.closer_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  ~Handle() { reset(); }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
+    id_ = -1;
+  }
+  // Closes now and reports failure (H5Fclose flushes; its failure matters).
+  herr_t close() {
+    herr_t rc = 0;
+    if (id_ >= 0 && closer_ != nullptr) rc = closer_(id_);
+    id_ = -1;
+    return rc;
+  }
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+[[noreturn]] void fail(ErrorKind kind, const std::string& path, const std::string& what) {
+  throw Error(kind, path, what);
+}
+
+hid_t check(hid_t id, const std::string& path, const char* what) {
+  if (id < 0) fail(ErrorKind::kIOError, path, std::string("HDF5: ") + what + " failed");
+  return id;
+}
+
+void check(herr_t rc, const std::string& path, const char* what, int /*tag*/) {
+  if (rc < 0) fail(ErrorKind::kIOError, path, std::string("HDF5: ") + what + " failed");
+}
+
+void pwrite_all(int fd, const unsigned char* p, size_t size, uint64_t offset,
+                const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(path, "write");
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+size_t pread_some(int fd, unsigned char* p, size_t size, uint64_t offset, const std::string& path) {
+  for (;;) {
+    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) throw_errno(path, "read");
+  }
+}
+
+void fsync_parent(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno(dir, "open directory");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    errno = err;
+    throw_errno(dir, "fsync directory");
+  }
+}
+
+class Hdf5ShardWriter : public ShardWriter {
+ public:
+  Hdf5ShardWriter(const std::string& path, SampleShape shape, uint64_t capacity)
+      : path_(path),
+        h5_temp_(path + ".tmp-" + std::to_string(::getpid())),
+        raw_(std::make_unique<AtomicFile>(path + ".raw")),
+        shape_(shape),
+        capacity_(capacity) {}
+
+  ~Hdf5ShardWriter() override {
+    if (!committed_) ::unlink(h5_temp_.c_str());
+    // raw_'s destructor removes the raw samples' temp file.
+  }
+
+  void append(const uint8_t* sample, int64_t label) override {
+    if (committed_) fail(ErrorKind::kInvalidArgument, path_, "append after commit");
+    if (labels_.size() >= capacity_) {
+      fail(ErrorKind::kInvalidArgument, path_,
+           "shard is full (capacity " + std::to_string(capacity_) + " samples)");
+    }
+    raw_->write(sample, shape_.bytes());
+    labels_.push_back(label);
+  }
+
+  uint64_t count() const override { return labels_.size(); }
+
+  ShardEntry commit() override {
+    if (committed_) fail(ErrorKind::kInvalidArgument, path_, "commit called twice");
+    quiet_hdf5();
+    const uint64_t n = labels_.size();
+    const uint64_t data_bytes = n * shape_.bytes();
+    haddr_t offset = HADDR_UNDEF;
+    {
+      Handle file(check(H5Fcreate(h5_temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                        h5_temp_, "create file"),
+                  H5Fclose);
+      {
+        const hsize_t dims[4] = {n, shape_.height, shape_.width, shape_.channels};
+        Handle space(check(H5Screate_simple(4, dims, nullptr), h5_temp_, "create dataspace"),
+                     H5Sclose);
+        Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), h5_temp_, "create property list"),
+                    H5Pclose);
+        check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), h5_temp_, "set layout", 0);
+        check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), h5_temp_, "set alloc time", 0);
+        check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), h5_temp_, "set fill time", 0);
+        // No modification times in object headers: a rebuild must be byte-identical.
+        check(H5Pset_obj_track_times(dcpl.get(), false), h5_temp_, "set track times", 0);
+        Handle images(check(H5Dcreate2(file.get(), "images", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                                       dcpl.get(), H5P_DEFAULT),
+                            h5_temp_, "create dataset images"),
+                      H5Dclose);
+        write_channel_order(images.get());
+        check(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5_temp_, "flush", 0);
+        offset = H5Dget_offset(images.get());
+        if (n > 0 && offset == HADDR_UNDEF) {
+          fail(ErrorKind::kIOError, h5_temp_, "HDF5 did not allocate the images dataset");
+        }
+      }
+      {
+        const hsize_t dims[1] = {n};
+        Handle space(check(H5Screate_simple(1, dims, nullptr), h5_temp_, "create dataspace"),
+                     H5Sclose);
+        Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), h5_temp_, "create property list"),
+                    H5Pclose);
+        check(H5Pset_obj_track_times(dcpl.get(), false), h5_temp_, "set track times", 0);
+        Handle labels(check(H5Dcreate2(file.get(), "labels", H5T_STD_I64LE, space.get(),
+                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                            h5_temp_, "create dataset labels"),
+                      H5Dclose);
+        if (n > 0) {
+          check(H5Dwrite(labels.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         labels_.data()),
+                h5_temp_, "write labels", 0);
+        }
+      }
+      if (file.close() < 0) fail(ErrorKind::kIOError, h5_temp_, "HDF5: close file failed");
+    }
+
+    // Copy the streamed samples into the space HDF5 reserved for them.
+    const int out = ::open(h5_temp_.c_str(), O_RDWR | O_CLOEXEC);
+    if (out < 0) throw_errno(h5_temp_, "open");
+    try {
+      if (n > 0) copy_raw(out, offset, data_bytes);
+      struct stat st;
+      if (::fstat(out, &st) != 0) throw_errno(h5_temp_, "stat");
+      if (n > 0 && static_cast<uint64_t>(st.st_size) < offset + data_bytes) {
+        fail(ErrorKind::kIOError, h5_temp_, "images data ends past the end of the file");
+      }
+      if (::fsync(out) != 0) throw_errno(h5_temp_, "fsync");
+    } catch (...) {
+      ::close(out);
+      throw;
+    }
+    if (::close(out) != 0) throw_errno(h5_temp_, "close");
+    if (::rename(h5_temp_.c_str(), path_.c_str()) != 0)
+      throw_errno(path_, "rename " + h5_temp_ + " to");
+    committed_ = true;
+    fsync_parent(path_);
+    raw_.reset();  // removes the raw temp file
+
+    const FileEntry f = hash_file(path_);
+    ShardEntry e;
+    e.file = f.file;
+    e.count = n;
+    e.bytes = f.bytes;
+    e.xxh64 = f.xxh64;
+    return e;
+  }
+
+ private:
+  void write_channel_order(hid_t images) {
+    const char* order = shape_.channels == 3 ? "RGB" : "L";
+    // Variable-length UTF-8 so h5py returns a str, not bytes.
+    Handle type(check(H5Tcopy(H5T_C_S1), h5_temp_, "copy string type"), H5Tclose);
+    check(H5Tset_size(type.get(), H5T_VARIABLE), h5_temp_, "set string size", 0);
+    check(H5Tset_cset(type.get(), H5T_CSET_UTF8), h5_temp_, "set string charset", 0);
+    Handle space(check(H5Screate(H5S_SCALAR), h5_temp_, "create scalar space"), H5Sclose);
+    Handle attr(check(H5Acreate2(images, "channel_order", type.get(), space.get(), H5P_DEFAULT,
+                                 H5P_DEFAULT),
+                      h5_temp_, "create attribute channel_order"),
+                H5Aclose);
+    check(H5Awrite(attr.get(), type.get(), &order), h5_temp_, "write attribute channel_order", 0);
+  }
+
+  void copy_raw(int out, uint64_t offset, uint64_t bytes) {
+    const std::string& raw_path = raw_->temp_path();
+    const int in = ::open(raw_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) throw_errno(raw_path, "open");
+    try {
+      std::vector<unsigned char> buf(static_cast<size_t>(std::min<uint64_t>(bytes, kCopyBlock)));
+      for (uint64_t at = 0; at < bytes;) {
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(bytes - at, kCopyBlock));
+        const size_t got = pread_some(in, buf.data(), want, at, raw_path);
+        if (got == 0) fail(ErrorKind::kIOError, raw_path, "raw samples file is short");
+        pwrite_all(out, buf.data(), got, offset + at, h5_temp_);
+        at += got;
+      }
+    } catch (...) {
+      ::close(in);
+      throw;
+    }
+    ::close(in);
+  }
+
+  std::string path_;
+  std::string h5_temp_;
+  std::unique_ptr<AtomicFile> raw_;  // samples as appended; never committed
+  SampleShape shape_;
+  uint64_t capacity_;
+  std::vector<int64_t> labels_;
+  bool committed_ = false;
+};
+
+// Opens `images` in a shard read-only; Corruption for anything that is not one of ours.
+struct OpenShard {
+  Handle file;
+  Handle images;
+};
+
+void open_images(const std::string& path, OpenShard* s) {
+  quiet_hdf5();
+  const htri_t is = H5Fis_hdf5(path.c_str());
+  if (is <= 0) fail(ErrorKind::kCorruption, path, "not an HDF5 file");
+  s->file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!s->file.ok()) fail(ErrorKind::kCorruption, path, "not a readable HDF5 file");
+  if (H5Lexists(s->file.get(), "images", H5P_DEFAULT) <= 0) {
+    fail(ErrorKind::kCorruption, path, "no dataset 'images'");
+  }
+  s->images = Handle(H5Dopen2(s->file.get(), "images", H5P_DEFAULT), H5Dclose);
+  if (!s->images.ok()) fail(ErrorKind::kCorruption, path, "'images' is not a dataset");
+}
+
+}  // namespace
+
+std::unique_ptr<ShardWriter> create_hdf5_writer(const std::string& path, SampleShape shape,
+                                                uint64_t capacity) {
+  return std::make_unique<Hdf5ShardWriter>(path, shape, capacity);
+}
+
+ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
+  const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
+  OpenShard s;
+  open_images(path, &s);
+
+  Handle type(H5Dget_type(s.images.get()), H5Tclose);
+  if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
+    fail(ErrorKind::kCorruption, path, "'images' is not uint8");
+  }
+  Handle space(H5Dget_space(s.images.get()), H5Sclose);
+  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  hsize_t dims[4] = {0, 0, 0, 0};
+  if (rank != 4 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 4) {
+    fail(ErrorKind::kCorruption, path,
+         "'images' has " + std::to_string(rank) + " dimensions, expected 4 (n, H, W, C)");
+  }
+  if (dims[1] != shape.height || dims[2] != shape.width || dims[3] != shape.channels) {
+    fail(ErrorKind::kCorruption, path,
+         "'images' is (" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " +
+             std::to_string(dims[2]) + ", " + std::to_string(dims[3]) + "), expected (n, " +
+             std::to_string(shape.height) + ", " + std::to_string(shape.width) + ", " +
+             std::to_string(shape.channels) + ")");
+  }
+  ShardLocation loc;
+  loc.count = dims[0];
+  loc.file_bytes = size;
+  const uint64_t data = checked_mul(dims[0], shape.bytes(), path);
+
+  Handle dcpl(H5Dget_create_plist(s.images.get()), H5Pclose);
+  const bool contiguous_layout = dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
+  const haddr_t offset = H5Dget_offset(s.images.get());
+  if (contiguous_layout && offset != HADDR_UNDEF) {
+    if (offset > size || data > size - offset) {
+      fail(ErrorKind::kCorruption, path,
+           "file holds " + std::to_string(size) + " bytes, images data ends at " +
+               (data > UINT64_MAX - offset ? std::string("past 2^64")
+                                           : std::to_string(offset + data)));
+    }
+    loc.contiguous = true;
+    loc.data_offset = offset;
+  } else if (contiguous_layout && data == 0) {
+    // An empty contiguous dataset has no storage and so no address; there is nothing to map.
+    loc.contiguous = true;
+    loc.data_offset = 0;
+  } else {
+    loc.contiguous = false;
+    loc.data_offset = 0;
+  }
+  return loc;
+}
+
+void read_hdf5_samples(const std::string& path, SampleShape shape, uint64_t first, uint64_t n,
+                       uint8_t* out) {
+  OpenShard s;
+  open_images(path, &s);
+  Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
+  if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  const hsize_t start[4] = {first, 0, 0, 0};
+  const hsize_t count[4] = {n, shape.height, shape.width, shape.channels};
+  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
+    fail(ErrorKind::kInvalidArgument, path, "samples out of range");
+  }
+  Handle mem_space(H5Screate_simple(4, count, nullptr), H5Sclose);
+  if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
+  if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
+              out) < 0) {
+    fail(ErrorKind::kCorruption, path,
+         "HDF5 could not read samples [" + std::to_string(first) + ", " +
+             std::to_string(first + n) + ") of 'images'");
+  }
+}
+
+}  // namespace detail
+}  // namespace dscache

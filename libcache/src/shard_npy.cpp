@@ -1,1 +1,116 @@
-// placeholder
+// npy shards: (n, H, W, C) uint8 in C order, header sized for the capacity and rewritten at commit.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscache/atomic_file.h"
+#include "dscache/error.h"
+#include "dscache/npy.h"
+#include "shard_impl.h"
+
+namespace dscache {
+namespace detail {
+namespace {
+
+std::vector<uint64_t> npy_shape(uint64_t n, SampleShape s) {
+  return {n, s.height, s.width, s.channels};
+}
+
+class NpyShardWriter : public ShardWriter {
+ public:
+  NpyShardWriter(const std::string& path, SampleShape shape, uint64_t capacity)
+      : file_(path),
+        shape_(shape),
+        capacity_(capacity),
+        header_size_(format_npy_header("|u1", npy_shape(capacity, shape)).size()) {
+    const std::string header = format_npy_header("|u1", npy_shape(capacity, shape));
+    file_.write(header.data(), header.size());
+  }
+
+  void append(const uint8_t* sample, int64_t /*label*/) override {
+    if (committed_)
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "append after commit");
+    if (count_ >= capacity_) {
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(),
+                  "shard is full (capacity " + std::to_string(capacity_) + " samples)");
+    }
+    file_.write(sample, shape_.bytes());
+    ++count_;
+  }
+
+  uint64_t count() const override { return count_; }
+
+  ShardEntry commit() override {
+    if (committed_)
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "commit called twice");
+    // A smaller count never needs a longer dict, so padding to the capacity's size always fits.
+    const std::string header = format_npy_header("|u1", npy_shape(count_, shape_), header_size_);
+    if (header.size() != header_size_) {
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "npy header grew at commit");
+    }
+    file_.pwrite(header.data(), header.size(), 0);
+    const FileEntry f = file_.commit();
+    committed_ = true;
+    ShardEntry e;
+    e.file = f.file;
+    e.count = count_;
+    e.bytes = f.bytes;
+    e.xxh64 = f.xxh64;
+    return e;
+  }
+
+ private:
+  AtomicFile file_;
+  SampleShape shape_;
+  uint64_t capacity_;
+  size_t header_size_;
+  uint64_t count_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ShardWriter> create_npy_writer(const std::string& path, SampleShape shape,
+                                               uint64_t capacity) {
+  return std::make_unique<NpyShardWriter>(path, shape, capacity);
+}
+
+ShardLocation locate_npy_shard(const std::string& path, SampleShape shape) {
+  const uint64_t size = file_size(path);  // NotFound first, before any parsing
+  const NpyHeader h = read_npy_header(path);
+  if (h.descr != "|u1" && h.descr != "<u1") {
+    throw Error(ErrorKind::kCorruption, path, "dtype is '" + h.descr + "', expected '|u1'");
+  }
+  if (h.fortran_order) throw Error(ErrorKind::kCorruption, path, "array is in Fortran order");
+  auto dims = [](const std::vector<uint64_t>& s) {
+    std::string t = "(";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + (s.size() == 1 ? ",)" : ")");
+  };
+  if (h.shape.size() != 4 || h.shape[1] != shape.height || h.shape[2] != shape.width ||
+      h.shape[3] != shape.channels) {
+    throw Error(ErrorKind::kCorruption, path,
+                "shape is " + dims(h.shape) + ", expected (n, " + std::to_string(shape.height) +
+                    ", " + std::to_string(shape.width) + ", " + std::to_string(shape.channels) +
+                    ")");
+  }
+  const uint64_t data = checked_mul(h.shape[0], shape.bytes(), path);
+  if (data > UINT64_MAX - h.data_offset) {
+    throw Error(ErrorKind::kCorruption, path, "array size overflows 64 bits");
+  }
+  const uint64_t expected = h.data_offset + data;
+  if (expected != size) {
+    throw Error(ErrorKind::kCorruption, path,
+                "file holds " + std::to_string(size) + " bytes, header says " +
+                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) + " samples)");
+  }
+  ShardLocation loc;
+  loc.count = h.shape[0];
+  loc.data_offset = h.data_offset;
+  loc.file_bytes = size;
+  loc.contiguous = true;
+  return loc;
+}
+
+}  // namespace detail
+}  // namespace dscache

@@ -1,0 +1,65 @@
+// Cache: a validated, memory-mapped, read-only view of a cache directory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dscache/manifest.h"
+#include "dscache/sample_source.h"
+
+namespace dscache {
+
+// Where sample bytes live while the Cache is open.
+enum class MemoryMode {
+  kPageCache,  // mmap the shards; the kernel's page cache holds what was read (shared, evictable)
+  kInProcess,  // copy shards into private memory, up to memory_budget; the rest stays mapped
+};
+
+// How the mapped shards will be read; passed to madvise().
+enum class AccessHint {
+  kRandom,      // MADV_RANDOM: shuffled access, no read-ahead (default)
+  kSequential,  // MADV_SEQUENTIAL: unshuffled, streaming reads
+  kWillNeed,    // MADV_WILLNEED: start reading everything now
+};
+
+// Open-time options. Per-epoch choices (seed, epoch) belong to the Loader.
+struct CacheOptions {
+  MemoryMode memory = MemoryMode::kPageCache;  // see MemoryMode; default kPageCache
+  uint64_t memory_budget = 0;  // kInProcess: most bytes copied into private memory, 0 = all
+  AccessHint hint = AccessHint::kRandom;       // madvise hint for mapped shards
+  bool verify_checksums = false;  // hash every file against the manifest at open (reads it all)
+};
+
+// Owns the mappings and copies; every view it returns stays valid until it is destroyed.
+// Thread-safe after open(): all const methods may be called from any number of threads.
+class Cache : public SampleSource {
+ public:
+  // Reads DIR/manifest.json and validates every file it names before mapping anything: each
+  // file's size equals the manifest's, each shard's header agrees (dtype, shape, count), no
+  // file is a symlink leading outside DIR. A short, altered or swapped file is
+  // Error(kCorruption) naming it; it never becomes a SIGBUS later.
+  static std::shared_ptr<Cache> open(const std::string& dir, const CacheOptions& options = {});
+  ~Cache() override;
+
+  const Manifest& manifest() const;
+  const std::string& dir() const;
+  // Bytes of sample data copied into this process (kInProcess, or compressed HDF5 shards).
+  uint64_t resident_bytes() const;
+
+  uint64_t size() const override;
+  Layout layout() const override;
+  SampleShape shape() const override;
+  int64_t label(uint64_t i) const override;
+  uint64_t locality_block() const override;
+  void copy_sample(uint64_t i, uint8_t* out) const override;
+  ImageView view(uint64_t i) const override;
+
+  struct Impl;
+
+ private:
+  explicit Cache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dscache

@@ -1,0 +1,74 @@
+// Loader: shuffled, rank-sharded, prefetched batches of NHWC uint8 images and int64 labels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dscache/sample_source.h"
+#include "dscache/sampler.h"
+#include "dscache/transform.h"
+
+namespace dscache {
+
+// Open-time options. Per-epoch choices are start_epoch()'s arguments.
+struct LoaderOptions {
+  uint32_t batch_size = 256;         // samples per batch
+  bool drop_last = false;            // drop this rank's last short batch
+  SamplerOptions sampler;            // shuffle mode, window, rank, world size, rank tail
+  TransformOptions transform;        // crop/resize/flip; default: samples as stored
+  uint32_t workers = 2;              // threads filling batches; >= 1
+  uint32_t prefetch = 4;             // batches buffered ahead; >= 1 (buffers = prefetch + 1)
+};
+
+// One batch. Its memory belongs to the Loader and is valid until the next call to next(),
+// start_epoch(), restore() or the Loader's destruction.
+struct Batch {
+  uint64_t index = 0;          // batch number within this rank's epoch
+  uint32_t size = 0;           // samples in the batch (< batch_size only for the last one)
+  uint32_t height = 0;         // image rows
+  uint32_t width = 0;          // image columns
+  uint32_t channels = 0;       // 1 or 3
+  const uint8_t* images = nullptr;    // size*height*width*channels bytes, NHWC, 64-byte aligned
+  const int64_t* labels = nullptr;    // size labels
+  const uint64_t* indices = nullptr;  // size sample indices into the source
+};
+
+// Where a rank is in its stream of batches; save it with a checkpoint, restore() to resume.
+struct LoaderPosition {
+  uint64_t seed = 0;    // shuffle seed
+  uint64_t epoch = 0;   // epoch number
+  uint64_t cursor = 0;  // batches of this epoch already returned by next()
+};
+
+// Owns its worker threads and batch buffers; shares the source. One consumer thread calls
+// next(); the Loader is not otherwise thread-safe. Destroying it mid-epoch stops the workers
+// cleanly.
+class Loader {
+ public:
+  // Validates the options against the source; throws Error(kInvalidArgument) naming the field.
+  Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts (or restarts) an epoch; workers begin filling batches at once.
+  void start_epoch(uint64_t seed, uint64_t epoch);
+  // Continues exactly where `pos` was taken: the remaining batches equal the uninterrupted run's.
+  void restore(const LoaderPosition& pos);
+  // The next batch, or nullptr at the end of the epoch. Never returns a buffer still being
+  // filled. Rethrows an Error a worker met (e.g. a corrupt lazy-cache source).
+  const Batch* next();
+
+  LoaderPosition position() const;
+  uint64_t batches_per_epoch() const;  // for this rank
+  uint64_t samples_per_epoch() const;  // for this rank, after drop_last
+  // Seconds next() spent waiting for a batch since the last call to this (and resets it).
+  double take_wait_seconds();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dscache

@@ -1,0 +1,57 @@
+// The order in which one rank visits samples in one epoch: shuffling and rank sharding.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dscache {
+
+enum class Shuffle {
+  kNone,      // storage order
+  kGlobal,    // a uniform permutation of all samples
+  kWindowed,  // storage blocks in random order; samples shuffled within windows of blocks
+};
+
+// What happens to the samples that do not divide evenly among ranks.
+enum class RankTail {
+  kPad,   // repeat samples from the start of the epoch's order so every rank gets as many
+          // (every sample is seen at least once; a few twice) — PyTorch DistributedSampler's way
+  kDrop,  // drop the last (n mod world_size) samples of the order (each sample at most once)
+};
+
+struct SamplerOptions {
+  Shuffle shuffle = Shuffle::kGlobal;  // see Shuffle; default global
+  uint64_t block = 0;          // kWindowed: samples per storage block; 0 = whole cache is 1 block
+  uint64_t window_blocks = 4;  // kWindowed: blocks whose samples are shuffled together; >= 1
+  uint32_t rank = 0;           // this process's rank, < world_size
+  uint32_t world_size = 1;     // number of ranks sharing the epoch
+  RankTail tail = RankTail::kPad;  // see RankTail
+};
+
+// Throws Error(kInvalidArgument) naming the field (rank >= world_size, window_blocks 0, ...).
+void validate(const SamplerOptions& options, uint64_t n);
+
+// Samples per rank per epoch: ceil(n / world) with kPad, floor(n / world) with kDrop.
+uint64_t samples_per_rank(uint64_t n, const SamplerOptions& options);
+
+// The sample indices rank `options.rank` visits in epoch `epoch`, in order. A pure function of
+// (n, options, seed, epoch): independent of batch size, worker count and timing, identical on
+// every platform (own PRNG and own bounded-integer sampling, not <random>'s distributions).
+// Rank r takes positions r, r + world, r + 2*world, ... of the epoch's global order.
+std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uint64_t seed,
+                                  uint64_t epoch);
+
+// A small counter-based generator (SplitMix64 stream): the same (seed, stream) always yields the
+// same numbers. Used for shuffles and per-sample random transforms.
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t stream);
+  uint64_t next();                   // 64 uniform bits
+  uint64_t below(uint64_t bound);    // uniform in [0, bound), bound > 0 (Lemire, unbiased)
+  double uniform();                  // uniform in [0, 1), 53 bits
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace dscache

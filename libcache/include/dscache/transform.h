@@ -1,0 +1,46 @@
+// Per-sample crops, resizes and flips applied by the Loader (deterministic per seed and epoch).
+#pragma once
+
+#include <cstdint>
+
+#include "dscache/sample_source.h"
+
+namespace dscache {
+
+enum class CropMode {
+  kNone,           // copy the sample as stored (fixed layout only; output = stored shape)
+  kCenter,         // resize the shorter side to the output, cut the centre (evaluation)
+  kRandomResized,  // random area/aspect crop resized to the output (torchvision's
+                   // RandomResizedCrop), for training
+};
+
+struct TransformOptions {
+  CropMode crop = CropMode::kNone;  // see CropMode; default kNone
+  uint32_t height = 0;              // output rows; 0 = the stored height (fixed layout, kNone)
+  uint32_t width = 0;               // output columns; 0 = the stored width
+  double scale_min = 0.08;          // kRandomResized: smallest crop area as a share of the image
+  double scale_max = 1.0;           // kRandomResized: largest crop area share
+  double ratio_min = 3.0 / 4.0;     // kRandomResized: smallest crop aspect (width / height)
+  double ratio_max = 4.0 / 3.0;     // kRandomResized: largest crop aspect
+  bool flip = false;                // mirror horizontally with probability 1/2
+};
+
+// Throws Error(kInvalidArgument) naming the field.
+void validate(const TransformOptions& options, Layout layout);
+
+// A crop rectangle in source pixels plus the flip decision.
+struct CropBox {
+  uint32_t y = 0, x = 0, height = 0, width = 0;  // inside the source image
+  bool flip = false;
+};
+
+// The crop for one sample: a pure function of (options, source size, seed, epoch, sample).
+CropBox choose_crop(const TransformOptions& options, uint32_t src_h, uint32_t src_w,
+                    uint64_t seed, uint64_t epoch, uint64_t sample);
+
+// Resizes `box` of `src` (bilinear, area-averaging when shrinking by 2x or more) into
+// out_h x out_w x channels bytes at `out`, mirrored when box.flip. Pure C++, no OpenCV.
+void crop_resize(const ImageView& src, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                 uint8_t* out);
+
+}  // namespace dscache
