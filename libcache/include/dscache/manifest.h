@@ -57,6 +57,7 @@ struct BuildRecipe {
   bool reduced_decode = true;                  // JPEG DCT-domain downscale when >= 2x target
   uint64_t max_pixels = 0;                     // larger images (per header) are skipped
   uint64_t shard_bytes = 0;                    // cap on image bytes per shard
+  uint32_t max_side = 0;  // ragged layout: shorter side scaled down to at most this; 0 = fixed
 };
 
 struct Manifest {
@@ -64,8 +65,8 @@ struct Manifest {
   Layout layout = Layout::kFixed;       // sample layout
   Storage storage = Storage::kNpy;      // shard file format
   std::string dtype = "uint8";          // sample element type; only uint8 today
-  uint32_t height = 0;                  // sample rows
-  uint32_t width = 0;                   // sample columns
+  uint32_t height = 0;                  // sample rows (0 for the ragged layout)
+  uint32_t width = 0;                   // sample columns (0 for the ragged layout)
   uint32_t channels = 0;                // 3 or 1
   std::string channel_order = "RGB";    // "RGB" for 3 channels, "L" for 1
   uint64_t count = 0;                   // samples in the cache
@@ -76,12 +77,16 @@ struct Manifest {
   FileEntry checksums;                  // checksums.npy: (count,) uint64 XXH64 of each sample
   FileEntry sources;                    // sources.jsonl: one JSON string per sample (its origin)
   FileEntry skips;                      // skipped.jsonl: one JSON object per skipped entry
+  FileEntry index;                      // ragged only: ragged-index.npy (count, 3) int64
+                                        // (offset in its shard's data, height, width);
+                                        // file "" for the fixed layout
   uint64_t skipped = 0;                 // number of source entries skipped
   SourceRecord source;                  // where the samples came from
   BuildRecipe recipe;                   // how they were made
   std::string tool_version;             // dscache version that wrote the cache
   std::string created_utc;              // ISO 8601 time the build finished
 
+  // Fixed layout: bytes per sample. Ragged: 0 (samples differ; see the index).
   uint64_t sample_bytes() const { return uint64_t{height} * width * channels; }
 };
 

@@ -40,6 +40,24 @@ class ShardWriter {
   virtual ShardEntry commit() = 0;
 };
 
+// Writes one shard of the ragged layout: a 1-d uint8 array of the samples' HWC bytes back to
+// back (npy: shape (bytes,); hdf5: `images` (bytes,) contiguous + `labels` (count,)). Same
+// temp-name/commit rules as ShardWriter. Not thread-safe.
+class RaggedShardWriter {
+ public:
+  // `capacity_bytes`: most image bytes the shard will hold (sizes the npy header).
+  static std::unique_ptr<RaggedShardWriter> create(Storage storage, const std::string& path,
+                                                   uint32_t channels, uint64_t capacity_bytes);
+  virtual ~RaggedShardWriter() = default;
+  // Appends height*width*channels bytes; returns the sample's byte offset within the shard's
+  // data. Throws InvalidArgument when it would pass capacity_bytes.
+  virtual uint64_t append(const uint8_t* sample, uint32_t height, uint32_t width,
+                          int64_t label) = 0;
+  virtual uint64_t count() const = 0;  // samples so far
+  virtual uint64_t bytes() const = 0;  // image bytes so far
+  virtual ShardEntry commit() = 0;     // as ShardWriter::commit
+};
+
 // Where a shard's samples are in its file, as found from its own header.
 struct ShardLocation {
   uint64_t count = 0;        // samples in the file
@@ -47,6 +65,13 @@ struct ShardLocation {
   uint64_t file_bytes = 0;   // file size
   bool contiguous = true;    // false: HDF5 chunked/compressed, read through the HDF5 library
 };
+
+// Ragged shards: the header must be 1-d uint8; `count` is then the number of BYTES and
+// `shape.height`/`shape.width` are ignored (pass {0, 0, C}). read_shard_samples is not for
+// ragged shards; use read_shard_bytes.
+void read_shard_bytes(Storage storage, const std::string& path, const ShardLocation& loc,
+                      uint64_t offset, uint64_t n, uint8_t* out);
+ShardLocation locate_ragged_shard(Storage storage, const std::string& path);
 
 // Opens the shard read-only and checks its header against `shape`: dtype uint8, 4-d
 // (n, H, W, C) in C order, data inside the file. Throws NotFound / Corruption (naming `path`)
