@@ -113,7 +113,9 @@ json fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage
               {"resize", to_string(r.resize)},
               {"reduced_decode", r.reduced_decode},
               {"max_pixels", r.max_pixels},
-              {"shard_bytes", r.shard_bytes}};
+              {"shard_bytes", r.shard_bytes},
+              {"layout", r.max_side > 0 ? "ragged" : "fixed"},
+              {"max_side", r.max_side}};
 }
 
 // A unit of work flowing through the pipeline; reused through a pool to avoid per-sample
@@ -122,6 +124,8 @@ struct Token {
   uint64_t index = 0;
   std::vector<uint8_t> file;    // encoded bytes, grows to the largest file seen
   std::vector<uint8_t> pixels;  // decoded sample
+  uint32_t height = 0;          // its size (the ragged layout varies per sample)
+  uint32_t width = 0;
   uint64_t checksum = 0;
   bool ok = false;
   std::string reason;
@@ -135,8 +139,15 @@ struct Skip {
 // Everything the serial writer stage owns. Touched from that stage only.
 class Writer {
  public:
-  Writer(std::string dir, Storage storage, SampleShape shape, uint64_t per_shard)
-      : dir_(std::move(dir)), storage_(storage), shape_(shape), per_shard_(per_shard) {
+  // Fixed layout: `per_shard` samples of `shape` per shard. Ragged (`ragged_bytes` > 0): shards
+  // close before the sample that would take them past `ragged_bytes` image bytes.
+  Writer(std::string dir, Storage storage, SampleShape shape, uint64_t per_shard,
+         uint64_t ragged_bytes)
+      : dir_(std::move(dir)),
+        storage_(storage),
+        shape_(shape),
+        per_shard_(per_shard),
+        ragged_bytes_(ragged_bytes) {
     const char* kill = std::getenv("DSCACHE_TEST_KILL_AFTER_SHARDS");
     if (kill != nullptr) kill_after_ = std::strtoull(kill, nullptr, 10);
   }
@@ -170,6 +181,7 @@ class Writer {
       for (auto& v : j["checksums"]) checksums_.push_back(v.get<uint64_t>());
       for (auto& v : j["sources"]) sources_.push_back(v.get<std::string>());
       for (auto& v : j["skips"]) skips_.push_back({v["source"], v["reason"]});
+      for (auto& v : j["index"]) index_.push_back(v.get<int64_t>());
       src_end = j["src_end"];
       shard_index_ = k + 1;
     }
@@ -189,6 +201,10 @@ class Writer {
   }
 
   void add_sample(const Token& t, const SourceEntry& e) {
+    if (ragged_bytes_ > 0) {
+      add_ragged(t, e);
+      return;
+    }
     if (!writer_) {
       writer_ = ShardWriter::create(storage_, dir_ + "/" + shard_file_name(storage_, shard_index_),
                                     shape_, per_shard_);
@@ -200,15 +216,33 @@ class Writer {
     if (writer_->count() == per_shard_) commit_shard(t.index + 1);
   }
 
+  void add_ragged(const Token& t, const SourceEntry& e) {
+    const uint64_t bytes = uint64_t{t.height} * t.width * shape_.channels;
+    if (ragged_ && ragged_->count() > 0 && ragged_->bytes() + bytes > ragged_bytes_) {
+      commit_shard(t.index);  // this sample opens the next shard
+    }
+    if (!ragged_) {
+      ragged_ = RaggedShardWriter::create(
+          storage_, dir_ + "/" + shard_file_name(storage_, shard_index_), shape_.channels,
+          std::max(ragged_bytes_, bytes));
+    }
+    uint64_t offset = ragged_->append(t.pixels.data(), t.height, t.width, e.label);
+    index_.insert(index_.end(), {static_cast<int64_t>(offset), int64_t{t.height}, int64_t{t.width}});
+    labels_.push_back(e.label);
+    checksums_.push_back(t.checksum);
+    sources_.push_back(e.name);
+  }
+
   void add_skip(const SourceEntry& e, const std::string& reason) {
     skips_.push_back({e.name, reason});
   }
 
   // Commits the open shard (if any) as the one ending at source index `src_end`.
   void commit_shard(uint64_t src_end) {
-    if (!writer_) return;
-    ShardEntry e = writer_->commit();
+    if (!writer_ && !ragged_) return;
+    ShardEntry e = writer_ ? writer_->commit() : ragged_->commit();
     writer_.reset();
+    ragged_.reset();
     e.first = next_first_;
     next_first_ += e.count;
     json side;
@@ -225,6 +259,8 @@ class Writer {
       skips.push_back({{"source", skips_[i].source}, {"reason", skips_[i].reason}});
     }
     side["skips"] = std::move(skips);
+    side["index"] =
+        std::vector<int64_t>(index_.begin() + 3 * shard_sample_begin_, index_.end());
     std::string text = side.dump();
     write_file_atomic(dir_ + "/" + sidecar_name(shard_index_), text.data(), text.size());
     shards_.push_back(e);
@@ -241,6 +277,7 @@ class Writer {
   const std::vector<uint64_t>& checksums() const { return checksums_; }
   const std::vector<std::string>& sources() const { return sources_; }
   const std::vector<Skip>& skips() const { return skips_; }
+  const std::vector<int64_t>& ragged_index() const { return index_; }
   uint64_t shard_count() const { return shard_index_; }
 
  private:
@@ -248,8 +285,10 @@ class Writer {
   Storage storage_;
   SampleShape shape_;
   uint64_t per_shard_;
+  uint64_t ragged_bytes_;
   uint64_t kill_after_ = 0;
   std::unique_ptr<ShardWriter> writer_;
+  std::unique_ptr<RaggedShardWriter> ragged_;
   uint64_t shard_index_ = 0;
   uint64_t next_first_ = 0;
   size_t shard_sample_begin_ = 0;
@@ -259,6 +298,7 @@ class Writer {
   std::vector<uint64_t> checksums_;
   std::vector<std::string> sources_;
   std::vector<Skip> skips_;
+  std::vector<int64_t> index_;  // ragged: (offset, height, width) per sample
 };
 
 FileEntry write_text(const std::string& dir, const std::string& name, const std::string& text) {
@@ -268,8 +308,10 @@ FileEntry write_text(const std::string& dir, const std::string& name, const std:
 }
 
 FileEntry write_npy(const std::string& dir, const std::string& name, const std::string& descr,
-                    const void* data, uint64_t count, size_t item) {
-  write_npy_file(dir + "/" + name, descr, {count}, data, count * item);
+                    const void* data, std::vector<uint64_t> shape, size_t item) {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  write_npy_file(dir + "/" + name, descr, shape, data, n * item);
   FileEntry e = hash_file(dir + "/" + name);
   e.file = name;
   return e;
@@ -328,7 +370,19 @@ BuildSummary run_build(const BuildOptions& opt) {
 
   SourceListing src = list_source(opt.source, SourceOptions{opt.labels_file, opt.class_names});
   BuildRecipe r = opt.recipe;
-  if (src.kind == "idx") {
+  const bool ragged = opt.layout == Layout::kRagged;
+  if (ragged) {
+    if (r.max_side == 0) {
+      throw Error(ErrorKind::kInvalidArgument, "--max-side",
+                  "is required with --layout ragged (the shorter side's limit, e.g. 256)");
+    }
+    if (opt.size_given) {
+      throw Error(ErrorKind::kInvalidArgument, "--size",
+                  "does not apply to --layout ragged (use --max-side)");
+    }
+    r.height = r.width = 0;
+    if (src.kind == "idx" && !opt.channels_given) r.channels = 1;
+  } else if (src.kind == "idx") {
     if (!opt.size_given) {
       r.height = src.idx->rows;
       r.width = src.idx->cols;
@@ -338,8 +392,9 @@ BuildSummary run_build(const BuildOptions& opt) {
     throw Error(ErrorKind::kInvalidArgument, "--size",
                 "is required for folder and list sources (e.g. --size 224 or --size 256x192)");
   }
+  if (!ragged) r.max_side = 0;
   SampleShape shape{r.height, r.width, r.channels};
-  uint64_t per_shard = std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
+  uint64_t per_shard = ragged ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
 
   // The partial directory and its fingerprint: a resumed build must be the same build.
   json fp = fingerprint(src, r, opt.storage);
@@ -364,7 +419,7 @@ BuildSummary run_build(const BuildOptions& opt) {
     write_file_atomic(fp_path, text.data(), text.size());
   }
 
-  Writer writer(partial, opt.storage, shape, per_shard);
+  Writer writer(partial, opt.storage, shape, per_shard, ragged ? r.shard_bytes : 0);
   uint64_t start = writer.adopt_finished();
   uint64_t resumed = writer.count();
   if (opt.resume && start > 0 && !opt.quiet) {
@@ -374,8 +429,8 @@ BuildSummary run_build(const BuildOptions& opt) {
   }
 
   DecodeOptions dopt;
-  dopt.height = r.height;
-  dopt.width = r.width;
+  dopt.height = ragged ? 1 : r.height;  // unused by the ragged decode
+  dopt.width = ragged ? 1 : r.width;
   dopt.channels = r.channels;
   dopt.resize = r.resize;
   dopt.reduced_decode = r.reduced_decode;
@@ -397,7 +452,7 @@ BuildSummary run_build(const BuildOptions& opt) {
   tbb::concurrent_queue<Token*> pool;
   for (size_t i = 0; i < ntokens; ++i) {
     tokens_owned.push_back(std::make_unique<Token>());
-    tokens_owned.back()->pixels.resize(shape.bytes());
+    if (!ragged) tokens_owned.back()->pixels.resize(shape.bytes());
     pool.push(tokens_owned.back().get());
   }
 
@@ -422,19 +477,32 @@ BuildSummary run_build(const BuildOptions& opt) {
                 [&](Token* t) -> Token* {
                   const SourceEntry& e = src.entries[t->index];
                   t->reason.clear();
-                  if (src.idx) {
+                  if (src.idx && ragged) {
+                    resize_pixels_ragged(src.idx->image(t->index), src.idx->rows, src.idx->cols,
+                                         1, r.channels, r.max_side, &t->pixels, &t->height,
+                                         &t->width);
+                    t->ok = true;
+                  } else if (src.idx) {
                     resize_pixels(src.idx->image(t->index), src.idx->rows, src.idx->cols, 1, dopt,
                                   t->pixels.data());
                     t->ok = true;
                   } else if (read_whole_file(e.path, t->file, t->reason)) {
-                    DecodeResult d = decode_image(t->file.data(), t->file.size(), dopt,
-                                                  t->pixels.data());
+                    DecodeResult d =
+                        ragged ? decode_image_ragged(t->file.data(), t->file.size(), dopt,
+                                                     r.max_side, &t->pixels, &t->height,
+                                                     &t->width)
+                               : decode_image(t->file.data(), t->file.size(), dopt,
+                                              t->pixels.data());
                     t->ok = d.ok;
                     t->reason = d.reason;
                   } else {
                     t->ok = false;
                   }
-                  if (t->ok) t->checksum = xxh64(t->pixels.data(), t->pixels.size());
+                  if (t->ok) {
+                    size_t bytes = ragged ? size_t{t->height} * t->width * r.channels
+                                          : t->pixels.size();
+                    t->checksum = xxh64(t->pixels.data(), bytes);
+                  }
                   return t;
                 }) &
             tbb::make_filter<Token*, void>(
@@ -480,10 +548,10 @@ BuildSummary run_build(const BuildOptions& opt) {
   }
 
   Manifest m;
-  m.layout = Layout::kFixed;
+  m.layout = ragged ? Layout::kRagged : Layout::kFixed;
   m.storage = opt.storage;
-  m.height = r.height;
-  m.width = r.width;
+  m.height = ragged ? 0 : r.height;
+  m.width = ragged ? 0 : r.width;
   m.channels = r.channels;
   m.channel_order = r.channels == 3 ? "RGB" : "L";
   m.count = writer.count();
@@ -491,8 +559,13 @@ BuildSummary run_build(const BuildOptions& opt) {
   m.class_counts.assign(src.classes.size(), 0);
   for (int64_t l : writer.labels()) ++m.class_counts[static_cast<size_t>(l)];
   m.shards = writer.shards();
-  m.labels = write_npy(partial, "labels.npy", "<i8", writer.labels().data(), m.count, 8);
-  m.checksums = write_npy(partial, "checksums.npy", "<u8", writer.checksums().data(), m.count, 8);
+  m.labels = write_npy(partial, "labels.npy", "<i8", writer.labels().data(), {m.count}, 8);
+  m.checksums =
+      write_npy(partial, "checksums.npy", "<u8", writer.checksums().data(), {m.count}, 8);
+  if (ragged) {
+    m.index = write_npy(partial, "ragged-index.npy", "<i8", writer.ragged_index().data(),
+                        {m.count, 3}, 8);
+  }
   std::string text;
   for (const auto& s : writer.sources()) text += json(s).dump() + "\n";
   m.sources = write_text(partial, "sources.jsonl", text);

@@ -23,6 +23,10 @@ std::vector<uint8_t> read_npy_vector(const std::string& path, const std::string&
                 "expected (" + std::to_string(count) + ",) " + descr + ", header says (" + shape +
                     ") " + h.descr);
   }
+  return read_npy_data(path, h);
+}
+
+std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h) {
   std::vector<uint8_t> out(h.data_bytes());
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_errno(path, "open");
@@ -41,6 +45,16 @@ std::vector<uint8_t> read_npy_vector(const std::string& path, const std::string&
   }
   ::close(fd);
   return out;
+}
+
+std::vector<uint8_t> read_npy_vector_2d(const std::string& path, uint64_t rows, uint64_t cols) {
+  NpyHeader h = read_npy_header(path);
+  if (h.descr != "<i8" || h.shape.size() != 2 || h.shape[0] != rows || h.shape[1] != cols) {
+    throw Error(ErrorKind::kCorruption, path,
+                "expected a (" + std::to_string(rows) + ", " + std::to_string(cols) +
+                    ") <i8 array");
+  }
+  return read_npy_data(path, h);
 }
 
 CacheView::CacheView(std::string dir) : dir_(std::move(dir)), m_(read_manifest(dir_)) {}
@@ -105,7 +119,15 @@ const ShardEntry& CacheView::shard_of(uint64_t i) const {
   return *(it - 1);
 }
 
-void CacheView::read_sample(uint64_t i, uint8_t* out) {
+std::vector<int64_t> CacheView::ragged_index() const {
+  auto raw = read_npy_vector_2d(path(m_.index.file), m_.count, 3);
+  std::vector<int64_t> out(raw.size() / 8);
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
+                            uint32_t* width) {
   if (i >= m_.count) {
     throw Error(ErrorKind::kInvalidArgument, dir_,
                 "sample " + std::to_string(i) + " out of range (count " +
@@ -113,18 +135,39 @@ void CacheView::read_sample(uint64_t i, uint8_t* out) {
   }
   const ShardEntry& s = shard_of(i);
   size_t k = static_cast<size_t>(&s - m_.shards.data());
+  const bool ragged = m_.layout == Layout::kRagged;
   SampleShape shape{m_.height, m_.width, m_.channels};
   auto it = located_.find(k);
   if (it == located_.end()) {
-    ShardLocation loc = locate_shard(m_.storage, path(s.file), shape);
-    if (loc.count != s.count) {
+    ShardLocation loc = ragged ? locate_ragged_shard(m_.storage, path(s.file))
+                               : locate_shard(m_.storage, path(s.file), shape);
+    if (!ragged && loc.count != s.count) {
       throw Error(ErrorKind::kCorruption, path(s.file),
                   "holds " + std::to_string(loc.count) + " samples, manifest says " +
                       std::to_string(s.count));
     }
     it = located_.emplace(k, loc).first;
   }
-  read_shard_samples(m_.storage, path(s.file), it->second, shape, i - s.first, 1, out);
+  if (!ragged) {
+    *height = m_.height;
+    *width = m_.width;
+    out->resize(shape.bytes());
+    read_shard_samples(m_.storage, path(s.file), it->second, shape, i - s.first, 1, out->data());
+    return;
+  }
+  if (index_.empty()) index_ = ragged_index();
+  const int64_t* row = &index_[3 * i];
+  uint64_t bytes = static_cast<uint64_t>(row[1]) * static_cast<uint64_t>(row[2]) * m_.channels;
+  if (row[0] < 0 || row[1] <= 0 || row[2] <= 0 ||
+      static_cast<uint64_t>(row[0]) + bytes > it->second.count) {
+    throw Error(ErrorKind::kCorruption, path(m_.index.file),
+                "row " + std::to_string(i) + " points outside " + s.file);
+  }
+  *height = static_cast<uint32_t>(row[1]);
+  *width = static_cast<uint32_t>(row[2]);
+  out->resize(bytes);
+  read_shard_bytes(m_.storage, path(s.file), it->second, static_cast<uint64_t>(row[0]), bytes,
+                   out->data());
 }
 
 }  // namespace dscache

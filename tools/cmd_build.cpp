@@ -33,7 +33,7 @@ int cmd_build(int argc, char** argv) {
       "SOURCE: a folder with one sub-folder per class, a .csv/.tsv list (path,label),\n"
       "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
-  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes;
+  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed";
   BuildOptions opt;
   uint32_t channels = 3;
   desc.add_options()
@@ -43,6 +43,9 @@ int cmd_build(int argc, char** argv) {
        "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")
       ("channels", po::value(&channels), "3 (RGB, default) or 1 (grey; default for idx)")
       ("storage", po::value(&storage)->default_value("npy"), "shard format: npy or hdf5")
+      ("layout", po::value(&layout)->default_value("fixed"),
+       "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")
+      ("max-side", po::value(&opt.recipe.max_side), "ragged: limit on the shorter side")
       ("shard-size", po::value(&shard_size)->default_value("1G"),
        "cap on image bytes per shard (K, M, G suffixes)")
       ("threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")
@@ -98,6 +101,20 @@ int cmd_build(int argc, char** argv) {
       throw UsageError("--storage hdf5: this dscache was built without HDF5 support");
     }
     opt.recipe.shard_bytes = parse_bytes(shard_size, "--shard-size");
+    try {
+      opt.layout = parse_layout(layout);
+    } catch (const Error&) {
+      throw UsageError("--layout '" + layout + "': expected fixed or ragged");
+    }
+    if (opt.layout == Layout::kRagged && vm.count("size")) {
+      throw UsageError("--size does not apply to --layout ragged (use --max-side)");
+    }
+    if (opt.layout == Layout::kRagged && opt.recipe.max_side == 0) {
+      throw UsageError("--layout ragged needs --max-side N (N >= 1)");
+    }
+    if (opt.layout == Layout::kFixed && vm.count("max-side")) {
+      throw UsageError("--max-side applies to --layout ragged only");
+    }
     if (opt.threads < 0 || opt.threads > 1024) {
       throw UsageError("--threads " + std::to_string(opt.threads) + ": expected 0..1024");
     }

@@ -22,7 +22,7 @@ using json = nlohmann::json;
 namespace {
 
 uint64_t total_bytes(const Manifest& m) {
-  uint64_t b = m.labels.bytes + m.checksums.bytes + m.sources.bytes + m.skips.bytes;
+  uint64_t b = m.labels.bytes + m.checksums.bytes + m.sources.bytes + m.skips.bytes + m.index.bytes;
   for (const auto& s : m.shards) b += s.bytes;
   return b;
 }
@@ -58,7 +58,8 @@ json summary_json(CacheView& c) {
       {"recipe",
        {{"height", m.recipe.height}, {"width", m.recipe.width}, {"channels", m.recipe.channels},
         {"resize", to_string(m.recipe.resize)}, {"reduced_decode", m.recipe.reduced_decode},
-        {"max_pixels", m.recipe.max_pixels}, {"shard_bytes", m.recipe.shard_bytes}}},
+        {"max_pixels", m.recipe.max_pixels}, {"shard_bytes", m.recipe.shard_bytes},
+        {"max_side", m.recipe.max_side}}},
       {"tool_version", m.tool_version},
       {"created_utc", m.created_utc},
   };
@@ -70,8 +71,14 @@ void print_summary(CacheView& c) {
   std::printf("cache      %s\n", c.dir().c_str());
   std::printf("samples    %llu (%llu source entries skipped)\n",
               static_cast<unsigned long long>(m.count), static_cast<unsigned long long>(m.skipped));
-  std::printf("shape      %ux%ux%u (H x W x C), %s, %s, layout %s\n", m.height, m.width,
-              m.channels, m.dtype.c_str(), m.channel_order.c_str(), to_string(m.layout));
+  if (m.layout == Layout::kRagged) {
+    std::printf("shape      varies, shorter side <= %u, %u channel%s, %s, %s, layout ragged\n",
+                m.recipe.max_side, m.channels, m.channels == 1 ? "" : "s", m.dtype.c_str(),
+                m.channel_order.c_str());
+  } else {
+    std::printf("shape      %ux%ux%u (H x W x C), %s, %s, layout %s\n", m.height, m.width,
+                m.channels, m.dtype.c_str(), m.channel_order.c_str(), to_string(m.layout));
+  }
   std::printf("storage    %s, %zu shard%s, %s in all\n", to_string(m.storage), m.shards.size(),
               m.shards.size() == 1 ? "" : "s", format_bytes(total_bytes(m)).c_str());
   std::printf("source     %s %s (%llu entries)\n", m.source.kind.c_str(), m.source.root.c_str(),
@@ -105,11 +112,18 @@ void print_summary(CacheView& c) {
 // Sample i as an OpenCV BGR (or grey) image ready for imwrite.
 cv::Mat sample_image(CacheView& c, uint64_t i) {
   const Manifest& m = c.manifest();
-  cv::Mat img(static_cast<int>(m.height), static_cast<int>(m.width),
-              m.channels == 3 ? CV_8UC3 : CV_8UC1);
-  c.read_sample(i, img.data);
-  if (m.channels == 3) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
-  return img;
+  std::vector<uint8_t> pixels;
+  uint32_t h = 0, w = 0;
+  c.read_sample(i, &pixels, &h, &w);
+  cv::Mat img(static_cast<int>(h), static_cast<int>(w), m.channels == 3 ? CV_8UC3 : CV_8UC1,
+              pixels.data());
+  cv::Mat out;
+  if (m.channels == 3) {
+    cv::cvtColor(img, out, cv::COLOR_RGB2BGR);
+  } else {
+    out = img.clone();
+  }
+  return out;
 }
 
 void write_png(const std::string& path, const cv::Mat& img) {
@@ -128,8 +142,11 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
   n = std::min<uint64_t>(n, m.count);
   int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
   int rows = static_cast<int>((n + cols - 1) / cols);
-  int scale = std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
-  int cw = static_cast<int>(m.width) * scale, ch = static_cast<int>(m.height) * scale;
+  // Ragged samples are fitted into 128x128 cells; fixed ones are scaled up to at least 96 px.
+  const bool ragged = m.layout == Layout::kRagged;
+  int scale = ragged ? 1 : std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
+  int cw = ragged ? 128 : static_cast<int>(m.width) * scale;
+  int ch = ragged ? 128 : static_cast<int>(m.height) * scale;
   int strip = 16, pad = 4;
   cv::Mat sheet(rows * (ch + strip + pad) + pad, cols * (cw + pad) + pad, CV_8UC3,
                 cv::Scalar(40, 40, 40));
@@ -137,11 +154,19 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
     uint64_t i = k * m.count / n;
     cv::Mat img = sample_image(c, i);
     if (img.channels() == 1) cv::cvtColor(img, img, cv::COLOR_GRAY2BGR);
-    cv::Mat big;
-    cv::resize(img, big, cv::Size(cw, ch), 0, 0, cv::INTER_NEAREST);
     int x = pad + static_cast<int>(k % cols) * (cw + pad);
     int y = pad + static_cast<int>(k / cols) * (ch + strip + pad);
-    big.copyTo(sheet(cv::Rect(x, y, cw, ch)));
+    if (ragged) {
+      double s = std::min(double(cw) / img.cols, double(ch) / img.rows);
+      int w = std::max(1, static_cast<int>(img.cols * s)), h = std::max(1, static_cast<int>(img.rows * s));
+      cv::Mat fit;
+      cv::resize(img, fit, cv::Size(w, h), 0, 0, s < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+      fit.copyTo(sheet(cv::Rect(x + (cw - w) / 2, y + (ch - h) / 2, w, h)));
+    } else {
+      cv::Mat big;
+      cv::resize(img, big, cv::Size(cw, ch), 0, 0, cv::INTER_NEAREST);
+      big.copyTo(sheet(cv::Rect(x, y, cw, ch)));
+    }
     std::string text = m.classes.at(static_cast<size_t>(labels[i]));
     double fs = 0.4;
     int base = 0;

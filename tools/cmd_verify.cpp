@@ -65,9 +65,11 @@ class Checker {
 
   void run(bool with_source, int threads) {
     bool side_ok = true;
-    for (const FileEntry* f : {&m_.labels, &m_.checksums, &m_.sources, &m_.skips}) {
+    for (const FileEntry* f : {&m_.labels, &m_.checksums, &m_.sources, &m_.skips, &m_.index}) {
+      if (f->file.empty()) continue;  // no index for the fixed layout
       side_ok = check_file(f->file, f->bytes, f->xxh64) && side_ok;
     }
+    (void)side_ok;
     std::vector<uint64_t> sums;
     std::vector<int64_t> labels;
     try {
@@ -85,6 +87,11 @@ class Checker {
       }
     } catch (const Error& e) {
       add(m_.labels.file, -1, e.reason());
+    }
+    if (m_.layout == Layout::kRagged) {
+      check_ragged(sums);
+      if (with_source) check_sources(sums, threads);
+      return;
     }
     SampleShape shape{m_.height, m_.width, m_.channels};
     std::vector<uint8_t> buf;
@@ -120,6 +127,45 @@ class Checker {
     if (with_source) check_sources(sums, threads);
   }
 
+  // Ragged layout: index rows inside their shards, every sample's checksum.
+  void check_ragged(const std::vector<uint64_t>& sums) {
+    std::vector<int64_t> index;
+    try {
+      index = c_.ragged_index();
+    } catch (const Error& e) {
+      add(m_.index.file, -1, e.reason());
+      return;
+    }
+    std::vector<uint8_t> buf;
+    for (const auto& s : m_.shards) {
+      if (!check_file(s.file, s.bytes, s.xxh64)) continue;
+      ShardLocation loc;
+      try {
+        loc = locate_ragged_shard(m_.storage, c_.path(s.file));
+      } catch (const Error& e) {
+        add(s.file, -1, e.reason());
+        continue;
+      }
+      for (uint64_t i = s.first; i < s.first + s.count; ++i) {
+        const int64_t* row = &index[3 * i];
+        uint64_t bytes = row[1] > 0 && row[2] > 0
+                             ? static_cast<uint64_t>(row[1]) * static_cast<uint64_t>(row[2]) * m_.channels
+                             : 0;
+        if (row[0] < 0 || bytes == 0 || static_cast<uint64_t>(row[0]) + bytes > loc.count) {
+          add(m_.index.file, static_cast<int64_t>(i), "index row points outside " + s.file);
+          continue;
+        }
+        buf.resize(bytes);
+        read_shard_bytes(m_.storage, c_.path(s.file), loc, static_cast<uint64_t>(row[0]), bytes,
+                         buf.data());
+        if (!sums.empty() && xxh64(buf.data(), bytes) != sums[i]) {
+          add(s.file, static_cast<int64_t>(i), "sample checksum mismatch");
+        }
+        ++samples_checked;
+      }
+    }
+  }
+
   // Re-decodes every source with the recorded recipe and compares with the stored checksum.
   void check_sources(const std::vector<uint64_t>& sums, int threads) {
     std::vector<std::string> sources;
@@ -130,9 +176,10 @@ class Checker {
       return;
     }
     if (sums.size() != m_.count) return;
+    const bool ragged = m_.layout == Layout::kRagged;
     DecodeOptions opt;
-    opt.height = m_.recipe.height;
-    opt.width = m_.recipe.width;
+    opt.height = ragged ? 1 : m_.recipe.height;
+    opt.width = ragged ? 1 : m_.recipe.width;
     opt.channels = m_.recipe.channels;
     opt.resize = m_.recipe.resize;
     opt.reduced_decode = m_.recipe.reduced_decode;
@@ -152,6 +199,7 @@ class Checker {
       tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
                         [&](const tbb::blocked_range<uint64_t>& r) {
         std::vector<uint8_t> file, pixels(m_.sample_bytes());
+        uint32_t h = 0, w = 0;
         for (uint64_t i = r.begin(); i != r.end(); ++i) {
           std::string path = source_entry_path(m_.source.kind, m_.source.root, sources[i]);
           if (idx) {
@@ -163,14 +211,22 @@ class Checker {
               add(sources[i], static_cast<int64_t>(i), "no such image in " + m_.source.root);
               continue;
             }
-            resize_pixels(idx->image(k), idx->rows, idx->cols, 1, opt, pixels.data());
+            if (ragged) {
+              resize_pixels_ragged(idx->image(k), idx->rows, idx->cols, 1, opt.channels,
+                                   m_.recipe.max_side, &pixels, &h, &w);
+            } else {
+              resize_pixels(idx->image(k), idx->rows, idx->cols, 1, opt, pixels.data());
+            }
           } else {
             std::string reason;
             if (!read_file(path, file, reason)) {
               add(path, static_cast<int64_t>(i), "source " + reason);
               continue;
             }
-            DecodeResult d = decode_image(file.data(), file.size(), opt, pixels.data());
+            DecodeResult d =
+                ragged ? decode_image_ragged(file.data(), file.size(), opt, m_.recipe.max_side,
+                                             &pixels, &h, &w)
+                       : decode_image(file.data(), file.size(), opt, pixels.data());
             if (!d.ok) {
               add(path, static_cast<int64_t>(i), "source no longer decodes: " + d.reason);
               continue;

@@ -200,9 +200,14 @@ bool jpeg_has_eoi(const uint8_t* d, size_t n) {
 
 }  // namespace
 
-DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
-                          uint8_t* out) {
-  validate(opt, out);
+namespace {
+
+// Everything up to a decoded cv::Mat in the output's channel order (BGR or grey): format sniffing,
+// pixel limit, truncation check, reduced-scale choice via `choose`, imdecode. On failure returns
+// a result with ok=false and a reason; never throws for bad data.
+template <typename ChooseReduction>
+DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                           ChooseReduction choose, cv::Mat* img) {
   DecodeResult r;
   if (data == nullptr || size == 0) {
     r.reason = "zero-byte file";
@@ -237,28 +242,12 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
     return r;
   }
   if (hdr.format == ImageFormat::kJpeg && opt.reduced_decode && hdr.dims_known) {
-    r.reduction = choose_reduction(hdr.width, hdr.height, opt);
+    r.reduction = choose(hdr.width, hdr.height);
   }
   try {
     // A header over the caller's bytes: imdecode only reads them.
     const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
-    const cv::Mat img = cv::imdecode(buf, imread_flags(opt.channels, r.reduction));
-    if (img.empty()) {
-      r.reason = "corrupt or truncated " + fmt + ": OpenCV could not decode it";
-      return r;
-    }
-    if (!hdr.dims_known) {
-      r.source_width = static_cast<uint32_t>(img.cols);
-      r.source_height = static_cast<uint32_t>(img.rows);
-      r.reason = pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
-      if (!r.reason.empty()) return r;
-    }
-    if (img.type() != CV_8UC(static_cast<int>(opt.channels))) {
-      r.reason = "OpenCV decoded " + fmt + " to an unexpected pixel type " +
-                 cv::typeToString(img.type());
-      return r;
-    }
-    fit_into(img, opt, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out);
+    *img = cv::imdecode(buf, imread_flags(opt.channels, r.reduction));
   } catch (const cv::Exception& e) {
     r.reason = "corrupt or unsupported " + fmt + ": OpenCV error: " + e.err;
     return r;
@@ -267,8 +256,132 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
                std::to_string(r.source_height) + " pixels";
     return r;
   }
+  if (img->empty()) {
+    r.reason = "corrupt or truncated " + fmt + ": OpenCV could not decode it";
+    return r;
+  }
+  if (!hdr.dims_known) {
+    r.source_width = static_cast<uint32_t>(img->cols);
+    r.source_height = static_cast<uint32_t>(img->rows);
+    r.reason = pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
+    if (!r.reason.empty()) return r;
+  }
+  if (img->type() != CV_8UC(static_cast<int>(opt.channels))) {
+    r.reason = "OpenCV decoded " + fmt + " to an unexpected pixel type " +
+               cv::typeToString(img->type());
+    return r;
+  }
   r.ok = true;
   return r;
+}
+
+}  // namespace
+
+DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                          uint8_t* out) {
+  validate(opt, out);
+  cv::Mat img;
+  DecodeResult r = decode_to_mat(
+      data, size, opt, [&](uint32_t w, uint32_t h) { return choose_reduction(w, h, opt); }, &img);
+  if (!r.ok) return r;
+  try {
+    fit_into(img, opt, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out);
+  } catch (const cv::Exception& e) {
+    r.ok = false;
+    r.reason = std::string("resize failed: OpenCV error: ") + e.err;
+  }
+  return r;
+}
+
+void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* out_h,
+                 uint32_t* out_w) {
+  const uint32_t shorter = std::min(src_h, src_w);
+  if (max_side == 0 || shorter <= max_side) {
+    *out_h = src_h;
+    *out_w = src_w;
+    return;
+  }
+  const double s = double(max_side) / double(shorter);
+  *out_h = src_h == shorter ? max_side
+                            : static_cast<uint32_t>(std::max(1.0, std::round(src_h * s)));
+  *out_w = src_w == shorter && src_h != shorter
+               ? max_side
+               : static_cast<uint32_t>(std::max(1.0, std::round(src_w * s)));
+}
+
+namespace {
+
+// Shrinks (never enlarges) `img` so its shorter side is at most max_side, into `out`.
+void fit_ragged(const cv::Mat& img, uint32_t max_side, int cvt_code, std::vector<uint8_t>* out,
+                uint32_t* out_h, uint32_t* out_w) {
+  ragged_size(static_cast<uint32_t>(img.rows), static_cast<uint32_t>(img.cols), max_side, out_h,
+              out_w);
+  out->resize(size_t{*out_h} * *out_w * static_cast<size_t>(img.channels()));
+  cv::Mat dst(static_cast<int>(*out_h), static_cast<int>(*out_w), img.type(), out->data());
+  if (dst.rows == img.rows && dst.cols == img.cols) {
+    if (cvt_code >= 0) {
+      cv::cvtColor(img, dst, cvt_code);
+    } else {
+      img.copyTo(dst);
+    }
+  } else if (cvt_code >= 0) {
+    cv::Mat resized;
+    cv::resize(img, resized, dst.size(), 0, 0, cv::INTER_AREA);
+    cv::cvtColor(resized, dst, cvt_code);
+  } else {
+    cv::resize(img, dst, dst.size(), 0, 0, cv::INTER_AREA);
+  }
+  CV_Assert(dst.data == out->data());
+}
+
+}  // namespace
+
+DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                                 uint32_t max_side, std::vector<uint8_t>* out, uint32_t* out_h,
+                                 uint32_t* out_w) {
+  if (max_side == 0) throw Error(ErrorKind::kInvalidArgument, "", "max_side must be positive");
+  if (opt.channels != 1 && opt.channels != 3) {
+    throw Error(ErrorKind::kInvalidArgument, "",
+                "DecodeOptions.channels must be 1 or 3, got " + std::to_string(opt.channels));
+  }
+  cv::Mat img;
+  // The shorter side does not change under EXIF rotation, so the factor is safe either way.
+  DecodeResult r = decode_to_mat(
+      data, size, opt,
+      [&](uint32_t w, uint32_t h) {
+        const uint64_t shorter = std::min(w, h);
+        for (int f : {8, 4, 2}) {
+          if ((shorter + f - 1) / f >= max_side) return f;
+        }
+        return 1;
+      },
+      &img);
+  if (!r.ok) return r;
+  try {
+    fit_ragged(img, max_side, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out, out_h, out_w);
+  } catch (const cv::Exception& e) {
+    r.ok = false;
+    r.reason = std::string("resize failed: OpenCV error: ") + e.err;
+  }
+  return r;
+}
+
+void resize_pixels_ragged(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
+                          uint32_t out_channels, uint32_t max_side, std::vector<uint8_t>* out,
+                          uint32_t* out_h, uint32_t* out_w) {
+  const cv::Mat img(static_cast<int>(src_h), static_cast<int>(src_w),
+                    CV_8UC(static_cast<int>(channels)), const_cast<uint8_t*>(src));
+  int code = -1;
+  if (channels == 1 && out_channels == 3) code = cv::COLOR_GRAY2RGB;
+  if (channels == 3 && out_channels == 1) code = cv::COLOR_RGB2GRAY;
+  if (code >= 0) {
+    // Convert first (the channel count of `out` follows the converted image).
+    cv::Mat conv;
+    cv::cvtColor(img, conv, code);
+    fit_ragged(conv, max_side, -1, out, out_h, out_w);
+  } else {
+    fit_ragged(img, max_side, -1, out, out_h, out_w);
+  }
 }
 
 void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,

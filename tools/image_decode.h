@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dscache/manifest.h"
 
@@ -82,6 +83,25 @@ struct DecodeResult {
 // throws Error(kInvalidArgument) for invalid options.
 DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
                           uint8_t* out);
+
+// Ragged layout: the output size for a src_h x src_w image: unchanged when its shorter side is
+// at most max_side, otherwise scaled (aspect kept, rounded) so the shorter side is max_side.
+void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* out_h,
+                 uint32_t* out_w);
+
+// Ragged layout: decodes like decode_image (opt.height/width/resize are ignored) but keeps the
+// aspect ratio, shrinking with INTER_AREA so the shorter side is at most max_side (never
+// enlarging). *out is resized to out_h*out_w*opt.channels bytes, HWC. JPEGs are decoded at
+// reduced scale when the shorter side stays >= max_side.
+DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeOptions& opt,
+                                 uint32_t max_side, std::vector<uint8_t>* out, uint32_t* out_h,
+                                 uint32_t* out_w);
+
+// Ragged layout for already-decoded pixels (idx sources): converts channels, then shrinks as
+// decode_image_ragged does.
+void resize_pixels_ragged(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
+                          uint32_t out_channels, uint32_t max_side, std::vector<uint8_t>* out,
+                          uint32_t* out_h, uint32_t* out_w);
 
 // Applies opt's resize policy and channel count to pixels already decoded (e.g. MNIST idx):
 // `src` is src_h * src_w * channels bytes, HWC, RGB or grey (channels 3 or 1). Grey is
