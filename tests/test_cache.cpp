@@ -1,1 +1,761 @@
-// placeholder
+// Cache: open-time validation, serving from mappings and private copies, the HDF5 fallback,
+// the ragged layout, corruption, concurrency.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dscache/atomic_file.h"
+#include "dscache/cache.h"
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+#include "dscache/manifest.h"
+#include "dscache/npy.h"
+#include "dscache/shard.h"
+
+#ifdef DSCACHE_HAVE_HDF5
+#include <hdf5.h>
+#endif
+
+namespace {
+
+using dscache::Cache;
+using dscache::CacheOptions;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::Layout;
+using dscache::Manifest;
+using dscache::MemoryMode;
+using dscache::SampleShape;
+using dscache::Storage;
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-cache-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    REQUIRE(::mkdtemp(buf.data()) != nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// What to build: `shard_counts` samples per shard (an entry may be 0).
+struct Spec {
+  Storage storage = Storage::kNpy;
+  Layout layout = Layout::kFixed;
+  std::vector<uint64_t> shard_counts = {4, 4, 2};
+  uint32_t height = 5;  // fixed layout
+  uint32_t width = 7;
+  uint32_t channels = 3;
+  uint64_t seed = 1;
+};
+
+// A complete, valid cache on disk and what it should serve.
+struct Fixture {
+  std::string dir;
+  Manifest manifest;
+  std::vector<std::vector<uint8_t>> samples;  // HWC bytes of each sample
+  std::vector<SampleShape> shapes;
+  std::vector<int64_t> labels;
+  std::vector<int64_t> index;  // ragged: (count, 3) rows
+
+  uint64_t data_bytes(size_t shard) const {
+    uint64_t n = 0;
+    const dscache::ShardEntry& e = manifest.shards[shard];
+    for (uint64_t i = e.first; i < e.first + e.count; ++i) n += samples[i].size();
+    return n;
+  }
+  std::string path(const std::string& name) const { return dir + "/" + name; }
+};
+
+const std::vector<std::string> kClasses = {"cat", "dog", "emu"};
+
+dscache::FileEntry write_named(const std::string& dir, const std::string& name,
+                               const std::string& bytes) {
+  return dscache::write_file_atomic(dir + "/" + name, bytes.data(), bytes.size());
+}
+
+Fixture write_cache(const std::string& dir, const Spec& spec) {
+  std::mt19937_64 rng(spec.seed);
+  Fixture f;
+  f.dir = dir;
+  Manifest& m = f.manifest;
+  m.layout = spec.layout;
+  m.storage = spec.storage;
+  m.channels = spec.channels;
+  m.channel_order = spec.channels == 3 ? "RGB" : "L";
+  const bool ragged = spec.layout == Layout::kRagged;
+  if (!ragged) {
+    m.height = spec.height;
+    m.width = spec.width;
+  }
+  m.classes = kClasses;
+  m.class_counts.assign(kClasses.size(), 0);
+  std::string sources;
+  std::vector<uint64_t> checksums;
+  uint64_t first = 0;
+  for (size_t k = 0; k < spec.shard_counts.size(); ++k) {
+    const std::string name = dscache::shard_file_name(spec.storage, k);
+    const uint64_t n = spec.shard_counts[k];
+    std::vector<std::vector<uint8_t>> batch;
+    std::vector<SampleShape> shapes;
+    uint64_t bytes = 0;
+    for (uint64_t j = 0; j < n; ++j) {
+      SampleShape s{spec.height, spec.width, spec.channels};
+      if (ragged) s = {static_cast<uint32_t>(1 + rng() % 9), static_cast<uint32_t>(1 + rng() % 9),
+                       spec.channels};
+      std::vector<uint8_t> b(s.bytes());
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      bytes += b.size();
+      batch.push_back(std::move(b));
+      shapes.push_back(s);
+    }
+    dscache::ShardEntry e;
+    if (ragged) {
+      auto w = dscache::RaggedShardWriter::create(spec.storage, dir + "/" + name, spec.channels,
+                                                  bytes + 100);
+      for (uint64_t j = 0; j < n; ++j) {
+        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
+        const uint64_t off = w->append(batch[j].data(), shapes[j].height, shapes[j].width, label);
+        f.index.insert(f.index.end(), {static_cast<int64_t>(off), shapes[j].height,
+                                       shapes[j].width});
+        f.labels.push_back(label);
+      }
+      e = w->commit();
+    } else {
+      auto w = dscache::ShardWriter::create(spec.storage, dir + "/" + name,
+                                            SampleShape{spec.height, spec.width, spec.channels},
+                                            n + 3);
+      for (uint64_t j = 0; j < n; ++j) {
+        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
+        w->append(batch[j].data(), label);
+        f.labels.push_back(label);
+      }
+      e = w->commit();
+    }
+    e.first = first;
+    first += n;
+    m.shards.push_back(e);
+    for (uint64_t j = 0; j < n; ++j) {
+      checksums.push_back(dscache::xxh64(batch[j].data(), batch[j].size()));
+      sources += "\"img/" + std::to_string(f.samples.size()) + ".png\"\n";
+      f.samples.push_back(std::move(batch[j]));
+      f.shapes.push_back(shapes[j]);
+    }
+  }
+  m.count = first;
+  for (int64_t l : f.labels) ++m.class_counts[static_cast<size_t>(l)];
+  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(),
+                          f.labels.size() * 8);
+  m.labels = dscache::hash_file(dir + "/labels.npy");
+  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
+                          checksums.size() * 8);
+  m.checksums = dscache::hash_file(dir + "/checksums.npy");
+  m.sources = write_named(dir, "sources.jsonl", sources);
+  m.skips = write_named(dir, "skipped.jsonl", "");
+  if (ragged) {
+    dscache::write_npy_file(dir + "/ragged-index.npy", "<i8", {m.count, 3}, f.index.data(),
+                            f.index.size() * 8);
+    m.index = dscache::hash_file(dir + "/ragged-index.npy");
+    m.recipe.max_side = 9;
+  } else {
+    m.recipe.height = spec.height;
+    m.recipe.width = spec.width;
+  }
+  m.recipe.channels = spec.channels;
+  m.source = {"folder", "/data/x", "", m.count, 0x1234};
+  m.tool_version = "test";
+  m.created_utc = "2024-01-01T00:00:00Z";
+  dscache::write_manifest(dir, m);
+  return f;
+}
+
+// After a file of the cache was replaced: its manifest entry takes the file's new size and hash.
+void refresh_entry(Fixture& f, const std::string& name) {
+  const dscache::FileEntry h = dscache::hash_file(f.path(name));
+  for (dscache::ShardEntry& s : f.manifest.shards) {
+    if (s.file == name) {
+      s.bytes = h.bytes;
+      s.xxh64 = h.xxh64;
+    }
+  }
+  for (dscache::FileEntry* e : {&f.manifest.labels, &f.manifest.checksums, &f.manifest.sources,
+                                &f.manifest.skips, &f.manifest.index}) {
+    if (e->file == name) *e = h;
+  }
+  dscache::write_manifest(f.dir, f.manifest);
+}
+
+std::string storage_name(Storage s) { return dscache::to_string(s); }
+
+std::vector<Storage> storages() {
+  std::vector<Storage> v = {Storage::kNpy};
+  if (dscache::hdf5_supported()) v.push_back(Storage::kHdf5);
+  return v;
+}
+
+// Every sample through view() (when `views`) and copy_sample() equals what was written.
+void check_serves(const Cache& c, const Fixture& f, bool views = true) {
+  REQUIRE(c.size() == f.samples.size());
+  for (uint64_t i = 0; i < c.size(); ++i) {
+    CAPTURE(i);
+    const std::vector<uint8_t>& want = f.samples[i];
+    CHECK(c.label(i) == f.labels[i]);
+    CHECK(c.sample_shape(i).bytes() == want.size());
+    std::vector<uint8_t> got(want.size() + 1, 0xEE);
+    c.copy_sample(i, got.data());
+    CHECK(std::memcmp(got.data(), want.data(), want.size()) == 0);
+    CHECK(got.back() == 0xEE);
+    if (views) {
+      const dscache::ImageView v = c.view(i);
+      REQUIRE(v.data != nullptr);
+      CHECK(v.height == f.shapes[i].height);
+      CHECK(v.width == f.shapes[i].width);
+      CHECK(v.channels == f.shapes[i].channels);
+      CHECK(v.label == f.labels[i]);
+      CHECK(std::memcmp(v.data, want.data(), want.size()) == 0);
+    }
+  }
+}
+
+// Expects `f` to throw Error of `kind` whose what() contains `part`.
+template <typename F>
+void expect_error(F&& f, ErrorKind kind, const std::string& part) {
+  try {
+    f();
+    FAIL("no exception");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(e.kind() == kind);
+    CHECK(what.find(part) != std::string::npos);
+  }
+}
+
+#ifdef DSCACHE_HAVE_HDF5
+// Rewrites shard `k` of `f` as a chunked + deflate HDF5 file (as other tools write them).
+void make_chunked(Fixture& f, size_t k) {
+  const dscache::ShardEntry e = f.manifest.shards[k];
+  const bool ragged = f.manifest.layout == Layout::kRagged;
+  std::vector<uint8_t> data;
+  for (uint64_t i = e.first; i < e.first + e.count; ++i) {
+    data.insert(data.end(), f.samples[i].begin(), f.samples[i].end());
+  }
+  const std::string path = f.path(e.file);
+  ::unlink(path.c_str());
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  std::vector<hsize_t> dims, chunk;
+  if (ragged) {
+    dims = {data.size()};
+    chunk = {std::max<hsize_t>(1, data.size() / 3)};
+  } else {
+    dims = {e.count, f.manifest.height, f.manifest.width, f.manifest.channels};
+    chunk = {2, f.manifest.height, f.manifest.width, f.manifest.channels};
+  }
+  hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  REQUIRE(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()) >= 0);
+  REQUIRE(H5Pset_deflate(dcpl, 6) >= 0);
+  hid_t d = H5Dcreate2(file, "images", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  REQUIRE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) >= 0);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(file);
+  refresh_entry(f, e.file);
+}
+#endif
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("fixed and ragged caches of every storage serve what was written") {
+    struct Case {
+      Layout layout;
+      uint32_t channels;
+      std::vector<uint64_t> shard_counts;
+    };
+    const Case cases[] = {
+        {Layout::kFixed, 3, {4, 4, 2}},
+        {Layout::kFixed, 1, {5}},
+        {Layout::kFixed, 3, {3, 0, 3}},  // an empty shard in the middle
+        {Layout::kRagged, 3, {4, 4, 2}},
+        {Layout::kRagged, 1, {2, 0, 5}},
+    };
+    for (const Storage storage : storages()) {
+      for (const Case& c : cases) {
+        const std::string storage_s = storage_name(storage);
+        const std::string layout_s = dscache::to_string(c.layout);
+        CAPTURE(storage_s);
+        CAPTURE(layout_s);
+        CAPTURE(c.channels);
+        TempDir dir;
+        Spec spec;
+        spec.storage = storage;
+        spec.layout = c.layout;
+        spec.channels = c.channels;
+        spec.shard_counts = c.shard_counts;
+        const Fixture f = write_cache(dir.path(), spec);
+        for (const MemoryMode mode : {MemoryMode::kPageCache, MemoryMode::kInProcess}) {
+          CacheOptions o;
+          o.memory = mode;
+          o.verify_checksums = true;
+          const auto cache = Cache::open(dir.path(), o);
+          CHECK(cache->dir() == dir.path());
+          CHECK(cache->layout() == c.layout);
+          CHECK(cache->shape().channels == c.channels);
+          if (c.layout == Layout::kFixed) {
+            CHECK(cache->shape().bytes() == spec.height * spec.width * c.channels);
+          } else {
+            CHECK(cache->shape().height == 0);
+            CHECK(cache->shape().width == 0);
+          }
+          uint64_t largest = 0;
+          for (uint64_t n : c.shard_counts) largest = std::max(largest, n);
+          CHECK(cache->locality_block() == largest);
+          CHECK(cache->manifest().count == f.samples.size());
+          check_serves(*cache, f);
+          uint64_t total = 0;
+          for (size_t k = 0; k < c.shard_counts.size(); ++k) total += f.data_bytes(k);
+          CHECK(cache->resident_bytes() == (mode == MemoryMode::kInProcess ? total : 0));
+        }
+      }
+    }
+  }
+
+  TEST_CASE("every access hint serves the same bytes") {
+    TempDir dir;
+    const Fixture f = write_cache(dir.path(), Spec{});
+    for (const auto hint : {dscache::AccessHint::kRandom, dscache::AccessHint::kSequential,
+                            dscache::AccessHint::kWillNeed}) {
+      CacheOptions o;
+      o.hint = hint;
+      check_serves(*Cache::open(dir.path(), o), f);
+    }
+  }
+
+  TEST_CASE("kInProcess copies whole shards, in order, within the budget") {
+    for (const Layout layout : {Layout::kFixed, Layout::kRagged}) {
+      const std::string layout_s = dscache::to_string(layout);
+      CAPTURE(layout_s);
+      TempDir dir;
+      Spec spec;
+      spec.layout = layout;
+      spec.shard_counts = {4, 4, 4};
+      const Fixture f = write_cache(dir.path(), spec);
+      const uint64_t s0 = f.data_bytes(0), s1 = f.data_bytes(1), s2 = f.data_bytes(2);
+      struct Case {
+        uint64_t budget;
+        uint64_t resident;
+      };
+      const Case cases[] = {
+          {0, s0 + s1 + s2},        // 0 = everything
+          {s0, s0},                 // exactly the first shard
+          {s0 + s1 - 1, s0},        // the second does not fit: it and the rest stay mapped
+          {s0 + s1 + s2, s0 + s1 + s2},
+          {s0 - 1, 0},              // not even the first
+      };
+      for (const Case& c : cases) {
+        CAPTURE(c.budget);
+        CacheOptions o;
+        o.memory = MemoryMode::kInProcess;
+        o.memory_budget = c.budget;
+        const auto cache = Cache::open(dir.path(), o);
+        CHECK(cache->resident_bytes() == c.resident);
+        check_serves(*cache, f);
+      }
+      CacheOptions page;
+      page.memory_budget = 1;  // ignored by kPageCache
+      CHECK(Cache::open(dir.path(), page)->resident_bytes() == 0);
+    }
+  }
+
+  TEST_CASE("views stay valid and unchanged for the cache's lifetime") {
+    TempDir dir;
+    const Fixture f = write_cache(dir.path(), Spec{});
+    for (const MemoryMode mode : {MemoryMode::kPageCache, MemoryMode::kInProcess}) {
+      CacheOptions o;
+      o.memory = mode;
+      const auto cache = Cache::open(dir.path(), o);
+      std::vector<dscache::ImageView> views;
+      for (uint64_t i = 0; i < cache->size(); ++i) views.push_back(cache->view(i));
+      for (uint64_t i = 0; i < cache->size(); ++i) {
+        CHECK(cache->view(i).data == views[i].data);  // the same place every time
+        CHECK(std::memcmp(views[i].data, f.samples[i].data(), f.samples[i].size()) == 0);
+      }
+    }
+  }
+
+  TEST_CASE("an empty cache opens and serves nothing") {
+    TempDir dir;
+    Spec spec;
+    spec.shard_counts = {};
+    write_cache(dir.path(), spec);
+    const auto cache = Cache::open(dir.path());
+    CHECK(cache->size() == 0);
+    CHECK(cache->locality_block() >= 1);
+    expect_error([&] { cache->view(0); }, ErrorKind::kInvalidArgument, "out of range");
+  }
+
+  TEST_CASE("out-of-range indices are InvalidArgument") {
+    TempDir dir;
+    const Fixture f = write_cache(dir.path(), Spec{});
+    const auto cache = Cache::open(dir.path());
+    std::vector<uint8_t> buf(1024);
+    for (const uint64_t i : {uint64_t{10}, uint64_t{11}, ~uint64_t{0}}) {
+      CAPTURE(i);
+      expect_error([&] { cache->view(i); }, ErrorKind::kInvalidArgument, "out of range");
+      expect_error([&] { cache->copy_sample(i, buf.data()); }, ErrorKind::kInvalidArgument,
+                   "out of range");
+      expect_error([&] { cache->label(i); }, ErrorKind::kInvalidArgument, "out of range");
+      expect_error([&] { cache->sample_shape(i); }, ErrorKind::kInvalidArgument, "out of range");
+    }
+  }
+
+#ifdef DSCACHE_HAVE_HDF5
+  TEST_CASE("hdf5: a chunked + deflate shard is served through the library") {
+    for (const Layout layout : {Layout::kFixed, Layout::kRagged}) {
+      const std::string layout_s = dscache::to_string(layout);
+      CAPTURE(layout_s);
+      TempDir dir;
+      Spec spec;
+      spec.storage = Storage::kHdf5;
+      spec.layout = layout;
+      Fixture f = write_cache(dir.path(), spec);
+      make_chunked(f, 1);  // samples [4, 8)
+      {
+        CacheOptions o;
+        o.verify_checksums = true;
+        const auto cache = Cache::open(dir.path(), o);
+        check_serves(*cache, f, /*views=*/false);
+        CHECK(cache->resident_bytes() == 0);
+        for (uint64_t i = 0; i < cache->size(); ++i) {
+          CAPTURE(i);
+          if (i >= 4 && i < 8) {
+            expect_error([&] { cache->view(i); }, ErrorKind::kUnsupported, "images-00001.h5");
+          } else {
+            CHECK(std::memcmp(cache->view(i).data, f.samples[i].data(), f.samples[i].size()) ==
+                  0);
+          }
+        }
+      }
+      {
+        // kInProcess holds it in memory: then it can be viewed.
+        CacheOptions o;
+        o.memory = MemoryMode::kInProcess;
+        const auto cache = Cache::open(dir.path(), o);
+        CHECK(cache->resident_bytes() == f.data_bytes(0) + f.data_bytes(1) + f.data_bytes(2));
+        check_serves(*cache, f);
+      }
+    }
+  }
+#endif
+
+  TEST_CASE("corrupt caches are Corruption naming the file") {
+    struct Case {
+      const char* name;
+      Layout layout;
+      std::function<void(Fixture&)> damage;
+      ErrorKind kind;
+      std::string part;  // must appear in what()
+    };
+    auto truncate = [](const std::string& path, int64_t delta) {
+      const std::string b = read_all(path);
+      write_all(path, b.substr(0, static_cast<size_t>(static_cast<int64_t>(b.size()) + delta)));
+    };
+    const Case cases[] = {
+        {"truncated shard", Layout::kFixed,
+         [&](Fixture& f) { truncate(f.path("images-00001.npy"), -10); }, ErrorKind::kCorruption,
+         "images-00001.npy: file holds"},
+        {"shard with extra bytes", Layout::kFixed,
+         [](Fixture& f) {
+           write_all(f.path("images-00000.npy"), read_all(f.path("images-00000.npy")) + "xx");
+         },
+         ErrorKind::kCorruption, "images-00000.npy: file holds"},
+        {"shard whose header says another shape", Layout::kFixed,
+         [](Fixture& f) {
+           // Same bytes, but (n, 7, 5, 3): the manifest's size agrees, the header does not.
+           std::vector<uint8_t> data;
+           for (uint64_t i = 4; i < 8; ++i) {
+             data.insert(data.end(), f.samples[i].begin(), f.samples[i].end());
+           }
+           dscache::write_npy_file(f.path("images-00001.npy"), "|u1", {4, 7, 5, 3}, data.data(),
+                                   data.size());
+           refresh_entry(f, "images-00001.npy");
+         },
+         ErrorKind::kCorruption, "images-00001.npy: shape is (4, 7, 5, 3)"},
+        {"shard with fewer samples than the manifest says", Layout::kFixed,
+         [](Fixture& f) {
+           std::vector<uint8_t> data(3 * 5 * 7 * 3, 1);
+           dscache::write_npy_file(f.path("images-00001.npy"), "|u1", {3, 5, 7, 3}, data.data(),
+                                   data.size());
+           refresh_entry(f, "images-00001.npy");
+         },
+         ErrorKind::kCorruption, "images-00001.npy: header says 3 samples, manifest says 4"},
+        {"two shards swapped", Layout::kFixed,
+         [](Fixture& f) {
+           const std::string a = f.path("images-00001.npy"), b = f.path("images-00002.npy");
+           REQUIRE(std::rename(a.c_str(), (a + ".x").c_str()) == 0);
+           REQUIRE(std::rename(b.c_str(), a.c_str()) == 0);
+           REQUIRE(std::rename((a + ".x").c_str(), b.c_str()) == 0);
+         },
+         ErrorKind::kCorruption, "images-00001.npy: file holds"},
+        {"labels.npy truncated", Layout::kFixed,
+         [&](Fixture& f) { truncate(f.path("labels.npy"), -8); }, ErrorKind::kCorruption,
+         "labels.npy: file holds"},
+        {"label out of range", Layout::kFixed,
+         [](Fixture& f) {
+           std::vector<int64_t> labels = f.labels;
+           labels[6] = 3;
+           dscache::write_npy_file(f.path("labels.npy"), "<i8", {labels.size()}, labels.data(),
+                                   labels.size() * 8);
+           refresh_entry(f, "labels.npy");
+         },
+         ErrorKind::kCorruption, "labels.npy: label of sample 6 is 3, outside [0, 3)"},
+        {"labels of the wrong length", Layout::kFixed,
+         [](Fixture& f) {
+           std::vector<int64_t> labels(9, 0);
+           dscache::write_npy_file(f.path("labels.npy"), "<i8", {9}, labels.data(), 72);
+           refresh_entry(f, "labels.npy");
+         },
+         ErrorKind::kCorruption, "labels.npy: shape is (9,), expected (10,)"},
+        {"labels of the wrong dtype", Layout::kFixed,
+         [](Fixture& f) {
+           std::vector<int32_t> labels(10, 0);
+           dscache::write_npy_file(f.path("labels.npy"), "<i4", {10}, labels.data(), 40);
+           refresh_entry(f, "labels.npy");
+         },
+         ErrorKind::kCorruption, "labels.npy: dtype is '<i4'"},
+        {"sources.jsonl missing", Layout::kFixed,
+         [](Fixture& f) { ::unlink(f.path("sources.jsonl").c_str()); }, ErrorKind::kNotFound,
+         "sources.jsonl"},
+        {"manifest missing", Layout::kFixed,
+         [](Fixture& f) { ::unlink(f.path("manifest.json").c_str()); }, ErrorKind::kNotFound,
+         "manifest.json"},
+        {"a shard is a directory", Layout::kFixed,
+         [](Fixture& f) {
+           ::unlink(f.path("images-00002.npy").c_str());
+           REQUIRE(::mkdir(f.path("images-00002.npy").c_str(), 0755) == 0);
+         },
+         ErrorKind::kCorruption, "images-00002.npy: not a regular file"},
+        {"symlinked shard pointing outside the dir", Layout::kFixed,
+         [](Fixture& f) {
+           const std::string outside = f.dir + ".outside.npy";
+           REQUIRE(std::rename(f.path("images-00001.npy").c_str(), outside.c_str()) == 0);
+           REQUIRE(::symlink(outside.c_str(), f.path("images-00001.npy").c_str()) == 0);
+         },
+         ErrorKind::kCorruption, "images-00001.npy: symlink leads outside the cache directory"},
+        {"symlink through .. back out of the dir", Layout::kFixed,
+         [](Fixture& f) {
+           const std::string outside = f.dir + ".outside.npy";
+           REQUIRE(std::rename(f.path("labels.npy").c_str(), outside.c_str()) == 0);
+           const std::string base = f.dir.substr(f.dir.rfind('/') + 1);
+           REQUIRE(::symlink(("../" + base + ".outside.npy").c_str(),
+                             f.path("labels.npy").c_str()) == 0);
+         },
+         ErrorKind::kCorruption, "labels.npy: symlink leads outside the cache directory"},
+        {"ragged shard truncated", Layout::kRagged,
+         [&](Fixture& f) { truncate(f.path("images-00002.npy"), -1); }, ErrorKind::kCorruption,
+         "images-00002.npy: file holds"},
+        {"ragged index pointing past its shard", Layout::kRagged,
+         [](Fixture& f) {
+           std::vector<int64_t> index = f.index;
+           index[3 * 3 + 1] += 1;  // sample 3, the last of shard 0, one row taller
+           dscache::write_npy_file(f.path("ragged-index.npy"), "<i8", {10, 3}, index.data(),
+                                   index.size() * 8);
+           refresh_entry(f, "ragged-index.npy");
+         },
+         ErrorKind::kCorruption, "ragged-index.npy: row 3 (images-00000.npy)"},
+        {"ragged index with a gap between samples", Layout::kRagged,
+         [](Fixture& f) {
+           std::vector<int64_t> index = f.index;
+           index[3 * 5] += 1;  // sample 5 starts one byte late
+           index[3 * 5 + 1] = 1;
+           index[3 * 5 + 2] = 1;
+           dscache::write_npy_file(f.path("ragged-index.npy"), "<i8", {10, 3}, index.data(),
+                                   index.size() * 8);
+           refresh_entry(f, "ragged-index.npy");
+         },
+         ErrorKind::kCorruption, "ragged-index.npy: row 5 (images-00001.npy)"},
+        {"ragged index with a zero side", Layout::kRagged,
+         [](Fixture& f) {
+           std::vector<int64_t> index = f.index;
+           index[3 * 0 + 2] = 0;
+           dscache::write_npy_file(f.path("ragged-index.npy"), "<i8", {10, 3}, index.data(),
+                                   index.size() * 8);
+           refresh_entry(f, "ragged-index.npy");
+         },
+         ErrorKind::kCorruption, "ragged-index.npy: row 0"},
+        {"ragged index truncated", Layout::kRagged,
+         [&](Fixture& f) { truncate(f.path("ragged-index.npy"), -8); }, ErrorKind::kCorruption,
+         "ragged-index.npy: file holds"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      TempDir dir;
+      Spec spec;
+      spec.layout = c.layout;
+      Fixture f = write_cache(dir.path(), spec);
+      c.damage(f);
+      for (const MemoryMode mode : {MemoryMode::kPageCache, MemoryMode::kInProcess}) {
+        CacheOptions o;
+        o.memory = mode;
+        expect_error([&] { Cache::open(dir.path(), o); }, c.kind, c.part);
+      }
+      std::system(("rm -f '" + dir.path() + ".outside.npy'").c_str());
+    }
+  }
+
+  TEST_CASE("a symlink that stays inside the cache directory is accepted") {
+    TempDir dir;
+    const Fixture f = write_cache(dir.path(), Spec{});
+    REQUIRE(::mkdir(f.path("store").c_str(), 0755) == 0);
+    REQUIRE(std::rename(f.path("images-00001.npy").c_str(), f.path("store/s1.npy").c_str()) == 0);
+    REQUIRE(::symlink("store/s1.npy", f.path("images-00001.npy").c_str()) == 0);
+    REQUIRE(std::rename(f.path("labels.npy").c_str(), f.path("store/l.npy").c_str()) == 0);
+    REQUIRE(::symlink((f.dir + "/store/l.npy").c_str(), f.path("labels.npy").c_str()) == 0);
+    check_serves(*Cache::open(dir.path()), f);
+  }
+
+  TEST_CASE("verify_checksums catches a flipped byte that keeps the size") {
+    struct Case {
+      const char* file;
+      uint64_t at_from_end;  // which byte, counted from the end (inside the data)
+    };
+    for (const Case& c : {Case{"images-00001.npy", 5}, Case{"sources.jsonl", 3},
+                          Case{"checksums.npy", 1}}) {
+      CAPTURE(c.file);
+      TempDir dir;
+      const Fixture f = write_cache(dir.path(), Spec{});
+      std::string bytes = read_all(f.path(c.file));
+      bytes[bytes.size() - c.at_from_end] ^= 0x01;
+      write_all(f.path(c.file), bytes);
+      CHECK_NOTHROW(Cache::open(dir.path()));  // sizes agree: only the hash can tell
+      CacheOptions o;
+      o.verify_checksums = true;
+      expect_error([&] { Cache::open(dir.path(), o); }, ErrorKind::kCorruption,
+                   std::string(c.file) + ": XXH64 is ");
+    }
+  }
+
+  TEST_CASE("concurrent copy_sample and view from 4 threads equal the reference") {
+    struct Case {
+      Storage storage;
+      Layout layout;
+      MemoryMode mode;
+      bool chunked;
+    };
+    std::vector<Case> cases = {
+        {Storage::kNpy, Layout::kFixed, MemoryMode::kPageCache, false},
+        {Storage::kNpy, Layout::kRagged, MemoryMode::kInProcess, false},
+    };
+    if (dscache::hdf5_supported()) {
+      cases.push_back({Storage::kHdf5, Layout::kFixed, MemoryMode::kPageCache, true});
+      cases.push_back({Storage::kHdf5, Layout::kRagged, MemoryMode::kPageCache, false});
+    }
+    for (const Case& c : cases) {
+      const std::string storage_s = storage_name(c.storage);
+      CAPTURE(storage_s);
+      CAPTURE(c.chunked);
+      TempDir dir;
+      Spec spec;
+      spec.storage = c.storage;
+      spec.layout = c.layout;
+      spec.shard_counts = {7, 7, 7, 3};
+      Fixture f = write_cache(dir.path(), spec);
+#ifdef DSCACHE_HAVE_HDF5
+      if (c.chunked) make_chunked(f, 2);
+#endif
+      CacheOptions o;
+      o.memory = c.mode;
+      const auto cache = Cache::open(dir.path(), o);
+      std::atomic<uint64_t> mismatches{0}, calls{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+          std::mt19937_64 rng(static_cast<uint64_t>(t) + 100);
+          std::vector<uint8_t> buf(1024);
+          for (int k = 0; k < 3000; ++k) {
+            const uint64_t i = rng() % cache->size();
+            const std::vector<uint8_t>& want = f.samples[i];
+            const bool in_chunked = c.chunked && i >= 14 && i < 21;
+            if (rng() % 2 == 0 || in_chunked) {
+              cache->copy_sample(i, buf.data());
+              if (std::memcmp(buf.data(), want.data(), want.size()) != 0) ++mismatches;
+            } else {
+              const dscache::ImageView v = cache->view(i);
+              if (std::memcmp(v.data, want.data(), want.size()) != 0 || v.label != f.labels[i]) {
+                ++mismatches;
+              }
+            }
+            if (cache->label(i) != f.labels[i]) ++mismatches;
+            ++calls;
+          }
+        });
+      }
+      for (std::thread& th : threads) th.join();
+      CHECK(calls == 4 * 3000);
+      CHECK(mismatches == 0);
+    }
+  }
+
+  TEST_CASE("an open cache keeps working after its directory is renamed") {
+    std::vector<std::pair<Storage, bool>> cases = {{Storage::kNpy, false}};
+    if (dscache::hdf5_supported()) cases.push_back({Storage::kHdf5, true});
+    for (const auto& [storage, chunked] : cases) {
+      const std::string storage_s = storage_name(storage);
+      CAPTURE(storage_s);
+      TempDir parent;
+      const std::string before = parent.file("c1"), after = parent.file("c2");
+      REQUIRE(::mkdir(before.c_str(), 0755) == 0);
+      Spec spec;
+      spec.storage = storage;
+      Fixture f = write_cache(before, spec);
+#ifdef DSCACHE_HAVE_HDF5
+      if (chunked) make_chunked(f, 1);
+#endif
+      const auto cache = Cache::open(before);
+      REQUIRE(std::rename(before.c_str(), after.c_str()) == 0);
+      check_serves(*cache, f, /*views=*/!chunked);
+      // Mappings even survive deletion. (HDF5 reads reopen the file through /proc/self/fd,
+      // and libhdf5 needs the realpath of a name, which a deleted file no longer has.)
+      if (!chunked) {
+        std::system(("rm -rf '" + after + "'").c_str());
+        check_serves(*cache, f);
+      }
+    }
+  }
+}

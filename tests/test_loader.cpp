@@ -1,1 +1,779 @@
-// placeholder
+// Loader: batches from real caches (npy/HDF5, fixed/ragged) — contents, order, determinism
+// across workers/prefetch, rank sharding, drop_last, resume, restarts, errors, shutdown.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dscache/atomic_file.h"
+#include "dscache/cache.h"
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+#include "dscache/loader.h"
+#include "dscache/manifest.h"
+#include "dscache/npy.h"
+#include "dscache/sampler.h"
+#include "dscache/shard.h"
+#include "dscache/transform.h"
+
+namespace {
+
+using dscache::Batch;
+using dscache::Cache;
+using dscache::CropMode;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::ImageView;
+using dscache::Layout;
+using dscache::Loader;
+using dscache::LoaderOptions;
+using dscache::LoaderPosition;
+using dscache::Manifest;
+using dscache::RankTail;
+using dscache::SampleShape;
+using dscache::SampleSource;
+using dscache::Shuffle;
+using dscache::Storage;
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-loader-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    REQUIRE(::mkdtemp(buf.data()) != nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What to build.
+struct Spec {
+  Storage storage = Storage::kNpy;
+  Layout layout = Layout::kFixed;
+  std::vector<uint64_t> shard_counts = {20, 20, 13};
+  uint32_t height = 6;  // fixed layout; ragged samples are 4..15 x 4..15
+  uint32_t width = 5;
+  uint32_t channels = 3;
+  uint64_t seed = 1;
+};
+
+// A cache on disk, opened, plus what each sample holds.
+struct Built {
+  std::shared_ptr<Cache> cache;
+  std::vector<std::vector<uint8_t>> samples;  // HWC bytes
+  std::vector<SampleShape> shapes;
+  std::vector<int64_t> labels;
+};
+
+const std::vector<std::string> kClasses = {"a", "b", "c", "d"};
+
+// Writes a complete cache with the library's own writers and opens it.
+Built build_cache(const std::string& dir, const Spec& spec) {
+  std::mt19937_64 rng(spec.seed);
+  Built out;
+  Manifest m;
+  m.layout = spec.layout;
+  m.storage = spec.storage;
+  m.channels = spec.channels;
+  m.channel_order = spec.channels == 3 ? "RGB" : "L";
+  const bool ragged = spec.layout == Layout::kRagged;
+  if (!ragged) {
+    m.height = spec.height;
+    m.width = spec.width;
+  }
+  m.classes = kClasses;
+  m.class_counts.assign(kClasses.size(), 0);
+  std::vector<uint64_t> checksums;
+  std::vector<int64_t> index;
+  std::string sources;
+  uint64_t first = 0;
+  for (size_t k = 0; k < spec.shard_counts.size(); ++k) {
+    const std::string path = dir + "/" + dscache::shard_file_name(spec.storage, k);
+    const uint64_t n = spec.shard_counts[k];
+    std::vector<std::vector<uint8_t>> samples;
+    std::vector<SampleShape> shapes;
+    uint64_t bytes = 0;
+    for (uint64_t j = 0; j < n; ++j) {
+      SampleShape s{spec.height, spec.width, spec.channels};
+      if (ragged) {
+        s = {static_cast<uint32_t>(4 + rng() % 12), static_cast<uint32_t>(4 + rng() % 12),
+             spec.channels};
+      }
+      std::vector<uint8_t> b(s.bytes());
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      bytes += b.size();
+      samples.push_back(std::move(b));
+      shapes.push_back(s);
+    }
+    dscache::ShardEntry e;
+    if (ragged) {
+      auto w = dscache::RaggedShardWriter::create(spec.storage, path, spec.channels, bytes);
+      for (uint64_t j = 0; j < n; ++j) {
+        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
+        const uint64_t off = w->append(samples[j].data(), shapes[j].height, shapes[j].width, label);
+        index.insert(index.end(), {static_cast<int64_t>(off), shapes[j].height, shapes[j].width});
+        out.labels.push_back(label);
+      }
+      e = w->commit();
+    } else {
+      auto w = dscache::ShardWriter::create(spec.storage, path,
+                                            SampleShape{spec.height, spec.width, spec.channels}, n);
+      for (uint64_t j = 0; j < n; ++j) {
+        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
+        w->append(samples[j].data(), label);
+        out.labels.push_back(label);
+      }
+      e = w->commit();
+    }
+    e.first = first;
+    first += n;
+    m.shards.push_back(e);
+    for (uint64_t j = 0; j < n; ++j) {
+      checksums.push_back(dscache::xxh64(samples[j].data(), samples[j].size()));
+      sources += "\"img/" + std::to_string(out.samples.size()) + ".png\"\n";
+      out.samples.push_back(std::move(samples[j]));
+      out.shapes.push_back(shapes[j]);
+    }
+  }
+  m.count = first;
+  for (int64_t l : out.labels) ++m.class_counts[static_cast<size_t>(l)];
+  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, out.labels.data(),
+                          out.labels.size() * 8);
+  m.labels = dscache::hash_file(dir + "/labels.npy");
+  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
+                          checksums.size() * 8);
+  m.checksums = dscache::hash_file(dir + "/checksums.npy");
+  m.sources = dscache::write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
+  m.skips = dscache::write_file_atomic(dir + "/skipped.jsonl", "", 0);
+  if (ragged) {
+    dscache::write_npy_file(dir + "/ragged-index.npy", "<i8", {m.count, 3}, index.data(),
+                            index.size() * 8);
+    m.index = dscache::hash_file(dir + "/ragged-index.npy");
+    m.recipe.max_side = 15;
+  } else {
+    m.recipe.height = spec.height;
+    m.recipe.width = spec.width;
+  }
+  m.recipe.channels = spec.channels;
+  m.source = {"folder", "/data/x", "", m.count, 0x1234};
+  m.tool_version = "test";
+  m.created_utc = "2024-01-01T00:00:00Z";
+  dscache::write_manifest(dir, m);
+  out.cache = Cache::open(dir);
+  return out;
+}
+
+std::vector<Storage> storages() {
+  std::vector<Storage> v = {Storage::kNpy};
+  if (dscache::hdf5_supported()) v.push_back(Storage::kHdf5);
+  return v;
+}
+
+// One batch, copied out of the Loader's buffers.
+struct Taken {
+  uint64_t index = 0;
+  uint32_t size = 0, height = 0, width = 0, channels = 0;
+  std::vector<uint8_t> images;
+  std::vector<int64_t> labels;
+  std::vector<uint64_t> indices;
+  bool operator==(const Taken& o) const {
+    return index == o.index && size == o.size && height == o.height && width == o.width &&
+           channels == o.channels && images == o.images && labels == o.labels &&
+           indices == o.indices;
+  }
+};
+
+Taken copy_of(const Batch& b) {
+  Taken t;
+  t.index = b.index;
+  t.size = b.size;
+  t.height = b.height;
+  t.width = b.width;
+  t.channels = b.channels;
+  t.images.assign(b.images, b.images + size_t{b.size} * b.height * b.width * b.channels);
+  t.labels.assign(b.labels, b.labels + b.size);
+  t.indices.assign(b.indices, b.indices + b.size);
+  return t;
+}
+
+// The rest of the epoch: at most `limit` batches.
+std::vector<Taken> drain(Loader& loader, size_t limit = SIZE_MAX) {
+  std::vector<Taken> out;
+  while (out.size() < limit) {
+    const Batch* b = loader.next();
+    if (b == nullptr) break;
+    out.push_back(copy_of(*b));
+  }
+  return out;
+}
+
+std::vector<uint64_t> all_indices(const std::vector<Taken>& batches) {
+  std::vector<uint64_t> v;
+  for (const Taken& t : batches) v.insert(v.end(), t.indices.begin(), t.indices.end());
+  return v;
+}
+
+LoaderOptions small_options(uint32_t batch_size = 8) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.workers = 2;
+  o.prefetch = 2;
+  return o;
+}
+
+std::string ctor_message(std::shared_ptr<const SampleSource> source, const LoaderOptions& o) {
+  try {
+    Loader loader(std::move(source), o);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kInvalidArgument);
+    return e.reason();
+  }
+  return "";
+}
+
+// Delegates to a cache; copy_sample and view of one index throw, like a corrupt lazy cache.
+class FailingSource : public SampleSource {
+ public:
+  FailingSource(std::shared_ptr<const SampleSource> inner, uint64_t bad)
+      : inner_(std::move(inner)), bad_(bad) {}
+  uint64_t size() const override { return inner_->size(); }
+  Layout layout() const override { return inner_->layout(); }
+  SampleShape shape() const override { return inner_->shape(); }
+  int64_t label(uint64_t i) const override { return inner_->label(i); }
+  uint64_t locality_block() const override { return inner_->locality_block(); }
+  void copy_sample(uint64_t i, uint8_t* out) const override {
+    if (i == bad_) throw Error(ErrorKind::kCorruption, "cache.bin", "slot " + std::to_string(i));
+    inner_->copy_sample(i, out);
+  }
+  ImageView view(uint64_t i) const override {
+    if (i == bad_) throw Error(ErrorKind::kCorruption, "cache.bin", "slot " + std::to_string(i));
+    return inner_->view(i);
+  }
+
+ private:
+  std::shared_ptr<const SampleSource> inner_;
+  uint64_t bad_;
+};
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("every batch holds the samples and labels of its indices, in epoch order") {
+    for (Storage storage : storages()) {
+      for (uint32_t channels : {1u, 3u}) {
+        TempDir dir;
+        Spec spec;
+        spec.storage = storage;
+        spec.channels = channels;
+        const Built built = build_cache(dir.path(), spec);
+        const uint64_t n = built.samples.size();
+        for (uint32_t bs : {1u, 7u, 8u, 53u, 100u}) {
+          CAPTURE(dscache::to_string(storage));
+          CAPTURE(bs);
+          LoaderOptions o = small_options(bs);
+          Loader loader(built.cache, o);
+          CHECK(loader.batches_per_epoch() == (n + bs - 1) / bs);
+          CHECK(loader.samples_per_epoch() == n);
+          loader.start_epoch(17, 4);
+          const auto batches = drain(loader);
+          REQUIRE(batches.size() == loader.batches_per_epoch());
+          for (size_t k = 0; k < batches.size(); ++k) {
+            const Taken& t = batches[k];
+            CHECK(t.index == k);
+            CHECK(t.size == std::min<uint64_t>(bs, n - k * bs));
+            CHECK(t.height == spec.height);
+            CHECK(t.width == spec.width);
+            CHECK(t.channels == channels);
+            const size_t bytes = size_t{spec.height} * spec.width * channels;
+            for (uint32_t j = 0; j < t.size; ++j) {
+              const uint64_t i = t.indices[j];
+              REQUIRE(i < n);
+              CHECK(t.labels[j] == built.labels[i]);
+              CHECK(std::memcmp(t.images.data() + j * bytes, built.samples[i].data(), bytes) == 0);
+            }
+          }
+          // One epoch visits every sample once, in epoch_order's order.
+          const auto order = all_indices(batches);
+          CHECK(order == dscache::epoch_order(n, o.sampler, 17, 4));
+          std::vector<uint64_t> sorted = order;
+          std::sort(sorted.begin(), sorted.end());
+          std::vector<uint64_t> iota(n);
+          std::iota(iota.begin(), iota.end(), uint64_t{0});
+          CHECK(sorted == iota);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("windowed shuffle defaults its block to the source's locality block (a shard)") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});  // shards of 20, 20, 13
+    REQUIRE(built.cache->locality_block() == 20);
+    LoaderOptions o = small_options(10);
+    o.sampler.shuffle = Shuffle::kWindowed;
+    o.sampler.window_blocks = 1;
+    Loader loader(built.cache, o);
+    loader.start_epoch(2, 7);
+    const auto order = all_indices(drain(loader));
+    dscache::SamplerOptions expect = o.sampler;
+    expect.block = 20;
+    CHECK(order == dscache::epoch_order(built.samples.size(), expect, 2, 7));
+    // window_blocks 1: each shard's samples come out together.
+    size_t pos = 0;
+    while (pos < order.size()) {
+      const uint64_t shard = order[pos] / 20;
+      const size_t len = shard == 2 ? 13 : 20;
+      for (size_t k = pos; k < pos + len; ++k) CHECK(order[k] / 20 == shard);
+      pos += len;
+    }
+  }
+
+  TEST_CASE("batch memory is 64-byte aligned and stable across epochs") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    Loader loader(built.cache, small_options(5));
+    std::set<const uint8_t*> buffers;
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+      loader.start_epoch(1, epoch);
+      while (const Batch* b = loader.next()) {
+        CHECK(reinterpret_cast<uintptr_t>(b->images) % 64 == 0);
+        buffers.insert(b->images);
+      }
+    }
+    CHECK(buffers.size() <= 3);  // prefetch 2 + 1 slots, reused every epoch
+  }
+
+  TEST_CASE("contents and order do not depend on workers or prefetch") {
+    TempDir dir;
+    Spec spec;
+    spec.shard_counts = {30, 30, 37};
+    const Built built = build_cache(dir.path(), spec);
+    struct Mode {
+      Shuffle shuffle;
+      CropMode crop;
+    };
+    const Mode modes[] = {{Shuffle::kGlobal, CropMode::kNone},
+                          {Shuffle::kWindowed, CropMode::kRandomResized},
+                          {Shuffle::kNone, CropMode::kCenter}};
+    for (const Mode& mode : modes) {
+      std::vector<Taken> reference;
+      bool first = true;
+      for (uint32_t workers : {1u, 2u, 4u}) {
+        for (uint32_t prefetch : {1u, 3u}) {
+          CAPTURE(workers);
+          CAPTURE(prefetch);
+          LoaderOptions o = small_options(10);
+          o.workers = workers;
+          o.prefetch = prefetch;
+          o.sampler.shuffle = mode.shuffle;
+          o.sampler.block = 20;
+          o.sampler.window_blocks = 2;
+          o.transform.crop = mode.crop;
+          o.transform.flip = true;
+          if (mode.crop != CropMode::kNone) {
+            o.transform.height = 4;
+            o.transform.width = 4;
+          }
+          Loader loader(built.cache, o);
+          loader.start_epoch(99, 2);
+          auto batches = drain(loader);
+          CHECK(batches.size() == 10);
+          if (first) {
+            reference = std::move(batches);
+            first = false;
+          } else {
+            CHECK(batches == reference);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("crop none with flip serves each sample as stored or mirrored, as choose_crop says") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    LoaderOptions o = small_options(16);
+    o.transform.flip = true;
+    Loader loader(built.cache, o);
+    loader.start_epoch(3, 0);
+    int flipped = 0, total = 0;
+    const uint32_t h = 6, w = 5, c = 3;
+    for (const Taken& t : drain(loader)) {
+      for (uint32_t j = 0; j < t.size; ++j) {
+        const uint64_t i = t.indices[j];
+        const bool flip = dscache::choose_crop(o.transform, h, w, 3, 0, i).flip;
+        flipped += flip;
+        ++total;
+        const uint8_t* img = t.images.data() + size_t{j} * h * w * c;
+        bool same = true;
+        for (uint32_t y = 0; y < h; ++y) {
+          for (uint32_t x = 0; x < w; ++x) {
+            const uint32_t sx = flip ? w - 1 - x : x;
+            for (uint32_t k = 0; k < c; ++k) {
+              same &= img[(y * w + x) * c + k] == built.samples[i][(y * w + sx) * c + k];
+            }
+          }
+        }
+        CHECK(same);
+      }
+    }
+    CHECK(flipped > 0);
+    CHECK(flipped < total);
+  }
+
+  TEST_CASE("drop_last and batch counts") {
+    struct Case {
+      std::vector<uint64_t> shards;
+      uint32_t batch_size;
+      bool drop_last;
+      uint64_t batches, samples, last_size;
+    };
+    const Case cases[] = {
+        {{10, 10, 5}, 8, false, 4, 25, 1}, {{10, 10, 5}, 8, true, 3, 24, 8},
+        {{8, 8}, 8, true, 2, 16, 8},       {{8, 8}, 8, false, 2, 16, 8},
+        {{5}, 8, true, 0, 0, 0},           {{5}, 8, false, 1, 5, 5},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.batch_size);
+      CAPTURE(c.drop_last);
+      TempDir dir;
+      Spec spec;
+      spec.shard_counts = c.shards;
+      const Built built = build_cache(dir.path(), spec);
+      LoaderOptions o = small_options(c.batch_size);
+      o.drop_last = c.drop_last;
+      Loader loader(built.cache, o);
+      CHECK(loader.batches_per_epoch() == c.batches);
+      CHECK(loader.samples_per_epoch() == c.samples);
+      loader.start_epoch(0, 0);
+      const auto batches = drain(loader);
+      REQUIRE(batches.size() == c.batches);
+      CHECK(all_indices(batches).size() == c.samples);
+      if (!batches.empty()) CHECK(batches.back().size == c.last_size);
+    }
+  }
+
+  TEST_CASE("ranks: equal batch counts, kDrop disjoint, kPad covers every sample") {
+    TempDir dir;
+    Spec spec;
+    spec.shard_counts = {20, 20, 13};  // 53 samples: divides by no world size below
+    const Built built = build_cache(dir.path(), spec);
+    for (RankTail tail : {RankTail::kPad, RankTail::kDrop}) {
+      for (uint32_t world : {1u, 2u, 3u, 4u}) {
+        for (bool drop_last : {false, true}) {
+          CAPTURE(world);
+          CAPTURE(drop_last);
+          std::vector<uint64_t> counts;
+          std::vector<uint64_t> seen;
+          for (uint32_t rank = 0; rank < world; ++rank) {
+            LoaderOptions o = small_options(4);
+            o.drop_last = drop_last;
+            o.sampler.world_size = world;
+            o.sampler.rank = rank;
+            o.sampler.tail = tail;
+            Loader loader(built.cache, o);
+            loader.start_epoch(5, 1);
+            const auto batches = drain(loader);
+            CHECK(batches.size() == loader.batches_per_epoch());
+            counts.push_back(batches.size());
+            const auto mine = all_indices(batches);
+            CHECK(mine.size() == loader.samples_per_epoch());
+            seen.insert(seen.end(), mine.begin(), mine.end());
+          }
+          for (uint64_t c : counts) CHECK(c == counts[0]);
+          std::set<uint64_t> distinct(seen.begin(), seen.end());
+          if (tail == RankTail::kDrop) CHECK(distinct.size() == seen.size());
+          if (tail == RankTail::kPad && !drop_last) CHECK(distinct.size() == 53);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("resume: restore() yields exactly the rest of the uninterrupted epoch") {
+    for (Storage storage : storages()) {
+      TempDir dir;
+      Spec spec;
+      spec.storage = storage;
+      const Built built = build_cache(dir.path(), spec);
+      for (CropMode crop : {CropMode::kNone, CropMode::kRandomResized}) {
+        LoaderOptions o = small_options(6);
+        o.transform.crop = crop;
+        o.transform.flip = true;
+        if (crop != CropMode::kNone) {
+          o.transform.height = 3;
+          o.transform.width = 4;
+        }
+        Loader full(built.cache, o);
+        full.start_epoch(8, 3);
+        const auto all = drain(full);
+        REQUIRE(all.size() == 9);
+        for (size_t k : {size_t{0}, size_t{1}, size_t{4}, size_t{8}, size_t{9}}) {
+          CAPTURE(k);
+          Loader first(built.cache, o);
+          first.start_epoch(8, 3);
+          const auto head = drain(first, k);
+          CHECK(head.size() == k);
+          const LoaderPosition pos = first.position();
+          CHECK(pos.seed == 8);
+          CHECK(pos.epoch == 3);
+          CHECK(pos.cursor == k);
+
+          LoaderOptions other = o;  // a different machine may use other workers/prefetch
+          other.workers = 3;
+          other.prefetch = 1;
+          Loader second(built.cache, other);
+          second.restore(pos);
+          CHECK(second.position().cursor == k);
+          const auto tail = drain(second);
+          REQUIRE(tail.size() == all.size() - k);
+          for (size_t j = 0; j < tail.size(); ++j) CHECK(tail[j] == all[k + j]);
+          for (size_t j = 0; j < head.size(); ++j) CHECK(head[j] == all[j]);
+        }
+        Loader past(built.cache, o);
+        LoaderPosition bad{8, 3, 10};
+        CHECK_THROWS_AS(past.restore(bad), Error);
+      }
+    }
+  }
+
+  TEST_CASE("destroying a Loader mid-epoch is prompt and clean") {
+    TempDir dir;
+    Spec spec;
+    spec.shard_counts = {100, 100};
+    const Built built = build_cache(dir.path(), spec);
+    LoaderOptions o = small_options(4);
+    o.workers = 4;
+    o.prefetch = 3;
+    o.transform.crop = CropMode::kRandomResized;
+    o.transform.height = 16;
+    o.transform.width = 16;
+    int taken = 0, expected = 0;
+    for (int iter = 0; iter < 50; ++iter) {
+      Loader loader(built.cache, o);
+      if (iter % 5 == 0) continue;  // never started
+      loader.start_epoch(iter, 0);
+      for (int k = 0; k < iter % 3; ++k) {
+        const Batch* b = loader.next();
+        taken += b != nullptr && b->size == 4;
+        ++expected;
+      }
+    }  // ~Loader with workers busy and batches in flight
+    CHECK(taken == expected);
+  }
+
+  TEST_CASE("next() after the end returns nullptr repeatedly; before a start it throws") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    Loader loader(built.cache, small_options(20));
+    CHECK_THROWS_AS(loader.next(), Error);
+    loader.start_epoch(1, 1);
+    CHECK(drain(loader).size() == 3);
+    for (int i = 0; i < 5; ++i) CHECK(loader.next() == nullptr);
+    CHECK(loader.position().cursor == 3);
+    loader.start_epoch(1, 2);  // the next epoch starts over
+    CHECK(drain(loader).size() == 3);
+  }
+
+  TEST_CASE("start_epoch and restore mid-epoch switch cleanly") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    const LoaderOptions o = small_options(5);
+    Loader reference(built.cache, o);
+    reference.start_epoch(4, 1);
+    const auto epoch1 = drain(reference);
+    reference.start_epoch(4, 0);
+    const auto epoch0 = drain(reference);
+    REQUIRE(epoch0 != epoch1);
+
+    Loader loader(built.cache, o);
+    for (int round = 0; round < 10; ++round) {
+      loader.start_epoch(4, 0);
+      CHECK(drain(loader, static_cast<size_t>(round % 4)).size() == static_cast<size_t>(round % 4));
+      loader.start_epoch(4, 1);
+      CHECK(drain(loader) == epoch1);
+      loader.start_epoch(4, 0);
+      drain(loader, 2);
+      loader.restore(LoaderPosition{4, 0, 7});
+      const auto tail = drain(loader);
+      CHECK(tail == std::vector<Taken>(epoch0.begin() + 7, epoch0.end()));
+    }
+  }
+
+  TEST_CASE("a worker's error is rethrown by next() when its batch is due") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    const uint64_t n = built.samples.size();
+    for (CropMode crop : {CropMode::kNone, CropMode::kCenter}) {
+      LoaderOptions o = small_options(4);
+      o.sampler.shuffle = Shuffle::kNone;  // sample 21 is in batch 5
+      o.transform.crop = crop;
+      auto source = std::make_shared<FailingSource>(built.cache, 21);
+      Loader loader(source, o);
+      loader.start_epoch(0, 0);
+      for (int k = 0; k < 5; ++k) REQUIRE(loader.next() != nullptr);
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        try {
+          loader.next();
+          FAIL("next() should have thrown");
+        } catch (const Error& e) {
+          CHECK(e.kind() == ErrorKind::kCorruption);
+          CHECK(e.path() == "cache.bin");
+          CHECK(e.reason() == "slot 21");
+        }
+      }
+      CHECK(loader.position().cursor == 5);
+      // A restore past the bad batch carries on.
+      loader.restore(LoaderPosition{0, 0, 6});
+      const auto rest = drain(loader);
+      CHECK(rest.size() == (n + 3) / 4 - 6);
+    }
+  }
+
+  TEST_CASE("ragged caches are cropped to fixed-size batches") {
+    for (Storage storage : storages()) {
+      TempDir dir;
+      Spec spec;
+      spec.storage = storage;
+      spec.layout = Layout::kRagged;
+      const Built built = build_cache(dir.path(), spec);
+      for (CropMode crop : {CropMode::kCenter, CropMode::kRandomResized}) {
+        LoaderOptions o = small_options(8);
+        o.transform.crop = crop;
+        o.transform.height = 7;
+        o.transform.width = 9;
+        o.transform.flip = true;
+        Loader loader(built.cache, o);
+        loader.start_epoch(6, 2);
+        const auto batches = drain(loader);
+        CHECK(all_indices(batches).size() == built.samples.size());
+        std::vector<uint8_t> expect(7 * 9 * 3);
+        for (const Taken& t : batches) {
+          CHECK(t.height == 7);
+          CHECK(t.width == 9);
+          CHECK(t.channels == 3);
+          for (uint32_t j = 0; j < t.size; ++j) {
+            const uint64_t i = t.indices[j];
+            const SampleShape s = built.shapes[i];
+            const ImageView view{built.samples[i].data(), s.height, s.width, s.channels, 0};
+            const auto box = dscache::choose_crop(o.transform, s.height, s.width, 6, 2, i);
+            dscache::crop_resize(view, box, 7, 9, expect.data());
+            CHECK(std::memcmp(t.images.data() + j * expect.size(), expect.data(), expect.size()) ==
+                  0);
+            CHECK(t.labels[j] == built.labels[i]);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("the constructor validates options and names the field") {
+    TempDir fixed_dir, ragged_dir;
+    const Built fixed = build_cache(fixed_dir.path(), Spec{});
+    Spec ragged_spec;
+    ragged_spec.layout = Layout::kRagged;
+    const Built ragged = build_cache(ragged_dir.path(), ragged_spec);
+    struct Case {
+      const char* name;
+      bool use_ragged;
+      LoaderOptions options;
+      const char* prefix;  // "" = accepted
+    };
+    std::vector<Case> cases;
+    auto add = [&](const char* name, bool use_ragged, auto edit, const char* prefix) {
+      LoaderOptions o = small_options();
+      edit(o);
+      cases.push_back({name, use_ragged, o, prefix});
+    };
+    add(
+        "defaults", false, [](LoaderOptions&) {}, "");
+    add(
+        "batch 0", false, [](LoaderOptions& o) { o.batch_size = 0; },
+        "loader.batch_size must be >= 1");
+    add(
+        "workers 0", false, [](LoaderOptions& o) { o.workers = 0; }, "loader.workers must be >= 1");
+    add(
+        "prefetch 0", false, [](LoaderOptions& o) { o.prefetch = 0; },
+        "loader.prefetch must be >= 1");
+    add(
+        "rank", false,
+        [](LoaderOptions& o) {
+          o.sampler.rank = 2;
+          o.sampler.world_size = 2;
+        },
+        "sampler.rank 2 >= sampler.world_size 2");
+    add(
+        "window", false,
+        [](LoaderOptions& o) {
+          o.sampler.shuffle = Shuffle::kWindowed;
+          o.sampler.window_blocks = 0;
+        },
+        "sampler.window_blocks");
+    add(
+        "none resized", false, [](LoaderOptions& o) { o.transform.height = 12; },
+        "transform.height 12 != stored height 6");
+    add(
+        "none same size", false,
+        [](LoaderOptions& o) {
+          o.transform.height = 6;
+          o.transform.width = 5;
+        },
+        "");
+    add(
+        "bad scale", false,
+        [](LoaderOptions& o) {
+          o.transform.crop = CropMode::kRandomResized;
+          o.transform.height = o.transform.width = 4;
+          o.transform.scale_max = 2;
+        },
+        "transform.scale_max");
+    add(
+        "ragged none", true, [](LoaderOptions&) {}, "transform.crop none");
+    add(
+        "ragged no size", true, [](LoaderOptions& o) { o.transform.crop = CropMode::kCenter; },
+        "transform.height");
+    add(
+        "ragged ok", true,
+        [](LoaderOptions& o) {
+          o.transform.crop = CropMode::kCenter;
+          o.transform.height = o.transform.width = 4;
+        },
+        "");
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const std::string msg = ctor_message(c.use_ragged ? ragged.cache : fixed.cache, c.options);
+      CAPTURE(msg);
+      if (*c.prefix == '\0') {
+        CHECK(msg.empty());
+      } else {
+        CHECK(msg.rfind(c.prefix, 0) == 0);
+      }
+    }
+    CHECK(ctor_message(nullptr, small_options()).find("source") != std::string::npos);
+  }
+
+  TEST_CASE("take_wait_seconds is non-negative and resets") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    Loader loader(built.cache, small_options(3));
+    loader.start_epoch(0, 0);
+    drain(loader);
+    const double waited = loader.take_wait_seconds();
+    CHECK(waited >= 0.0);
+    CHECK(loader.take_wait_seconds() == 0.0);
+  }
+
+}  // TEST_SUITE

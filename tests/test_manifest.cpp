@@ -87,6 +87,21 @@ Manifest full_manifest() {
   return m;
 }
 
+// A valid ragged manifest: shape [0, 0, C], an index, recipe.max_side.
+Manifest ragged_manifest() {
+  Manifest m = full_manifest();
+  m.layout = dscache::Layout::kRagged;
+  m.storage = dscache::Storage::kNpy;
+  m.height = 0;
+  m.width = 0;
+  for (size_t i = 0; i < m.shards.size(); ++i) m.shards[i].file = "images-0000" + std::to_string(i) + ".npy";
+  m.index = {"ragged-index.npy", 60128, 0x4444444444444444ULL};
+  m.recipe.height = 0;
+  m.recipe.width = 0;
+  m.recipe.max_side = 160;
+  return m;
+}
+
 void check_equal(const Manifest& a, const Manifest& b) {
   CHECK(a.format_version == b.format_version);
   CHECK(a.layout == b.layout);
@@ -112,7 +127,8 @@ void check_equal(const Manifest& a, const Manifest& b) {
       {&a.labels, &b.labels},
       {&a.checksums, &b.checksums},
       {&a.sources, &b.sources},
-      {&a.skips, &b.skips}};
+      {&a.skips, &b.skips},
+      {&a.index, &b.index}};
   for (const auto& f : files) {
     CHECK(f.first->file == f.second->file);
     CHECK(f.first->bytes == f.second->bytes);
@@ -131,6 +147,7 @@ void check_equal(const Manifest& a, const Manifest& b) {
   CHECK(a.recipe.reduced_decode == b.recipe.reduced_decode);
   CHECK(a.recipe.max_pixels == b.recipe.max_pixels);
   CHECK(a.recipe.shard_bytes == b.recipe.shard_bytes);
+  CHECK(a.recipe.max_side == b.recipe.max_side);
   CHECK(a.tool_version == b.tool_version);
   CHECK(a.created_utc == b.created_utc);
 }
@@ -178,6 +195,10 @@ TEST_SUITE("unit") {
     Manifest g = m;
     g.storage = dscache::Storage::kNpy;
     g.layout = dscache::Layout::kRagged;
+    g.height = 0;
+    g.width = 0;
+    g.index = {"ragged-index.npy", 60128, 0x4444444444444444ULL};
+    g.recipe.max_side = 256;
     g.channels = 1;
     g.channel_order = "L";
     g.recipe.resize = dscache::ResizePolicy::kStretch;
@@ -191,6 +212,90 @@ TEST_SUITE("unit") {
     e.shards.clear();
     e.class_counts = {0, 0, 0};
     check_equal(dscache::manifest_from_json(dscache::to_json(e), "e.json"), e);
+  }
+
+  TEST_CASE("ragged: shape [0, 0, C], files.index and recipe.max_side round-trip") {
+    const Manifest r = ragged_manifest();
+    const std::string text = dscache::to_json(r);
+    const Json j = Json::parse(text);
+    CHECK(j["layout"] == "ragged");
+    CHECK(j["shape"] == Json::array({0, 0, 3}));
+    CHECK(j["files"]["index"]["file"] == "ragged-index.npy");
+    CHECK(j["files"]["index"]["xxh64"] == "4444444444444444");
+    CHECK(j["recipe"]["max_side"] == 160);
+    const Manifest back = dscache::manifest_from_json(text, "r.json");
+    check_equal(back, r);
+    CHECK(back.sample_bytes() == 0);
+    // The fixed layout writes max_side (0) but no index.
+    const Json f = Json::parse(dscache::to_json(full_manifest()));
+    CHECK(f["recipe"]["max_side"] == 0);
+    CHECK_FALSE(f["files"].contains("index"));
+    // A manifest from before max_side existed reads as 0, and its index as empty.
+    Json old = f;
+    old["recipe"].erase("max_side");
+    const Manifest m = dscache::manifest_from_json(old.dump(), "old.json");
+    CHECK(m.recipe.max_side == 0);
+    CHECK(m.index.file.empty());
+    check_equal(m, full_manifest());
+  }
+
+  TEST_CASE("ragged and fixed layout rules are enforced, naming the field") {
+    struct Case {
+      const char* name;
+      bool ragged;  // mutate the ragged manifest (else the fixed one)
+      std::function<void(Json&)> mutate;
+      const char* message;
+    };
+    const Case cases[] = {
+        {"ragged with a height", true, [](Json& j) { j["shape"][0] = 32; },
+         "shape[0] is 32, expected 0 for the ragged layout"},
+        {"ragged with a width", true, [](Json& j) { j["shape"][1] = 1; },
+         "shape[1] is 1, expected 0 for the ragged layout"},
+        {"ragged with zero channels", true, [](Json& j) { j["shape"][2] = 0; }, "shape[2] is 0"},
+        {"ragged without files.index", true, [](Json& j) { j["files"].erase("index"); },
+         "files.index is missing"},
+        {"ragged index with a slash", true,
+         [](Json& j) { j["files"]["index"]["file"] = "../ragged-index.npy"; },
+         "files.index.file is '../ragged-index.npy'"},
+        {"ragged index without bytes", true, [](Json& j) { j["files"]["index"].erase("bytes"); },
+         "files.index.bytes is missing"},
+        {"ragged without max_side", true, [](Json& j) { j["recipe"].erase("max_side"); },
+         "recipe.max_side is 0"},
+        {"ragged with max_side 0", true, [](Json& j) { j["recipe"]["max_side"] = 0; },
+         "recipe.max_side is 0"},
+        {"max_side negative", true, [](Json& j) { j["recipe"]["max_side"] = -5; },
+         "recipe.max_side is -5"},
+        {"fixed with an index", false,
+         [](Json& j) {
+           j["files"]["index"] = {{"file", "ragged-index.npy"}, {"bytes", 1}, {"xxh64", "0000000000000000"}};
+         },
+         "files.index is present"},
+        {"fixed with zero height", false, [](Json& j) { j["shape"][0] = 0; },
+         "shape[0] is 0, expected a positive"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      Json j = Json::parse(dscache::to_json(c.ragged ? ragged_manifest() : full_manifest()));
+      c.mutate(j);
+      try {
+        dscache::manifest_from_json(j.dump(), "/x/manifest.json");
+        FAIL("accepted");
+      } catch (const Error& e) {
+        CAPTURE(e.what());
+        CHECK(e.kind() == ErrorKind::kCorruption);
+        CHECK(std::string(e.what()).find(c.message) != std::string::npos);
+      }
+    }
+    // write_manifest refuses what the reader would refuse.
+    TempDir dir;
+    Manifest bad = ragged_manifest();
+    bad.index = {};
+    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad),
+                         doctest::Contains("files.index"), Error);
+    bad = ragged_manifest();
+    bad.height = 8;
+    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad), doctest::Contains("shape[0]"),
+                         Error);
   }
 
   TEST_CASE("unknown extra keys are ignored; uppercase hex is read") {

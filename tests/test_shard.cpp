@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -142,6 +143,45 @@ void expect_error(F&& f, ErrorKind kind, const std::string& path,
   }
 }
 
+
+// Ragged samples of varied sizes, written back to back.
+struct RaggedSamples {
+  std::vector<uint8_t> bytes;  // all samples back to back
+  std::vector<uint32_t> heights, widths;
+  std::vector<uint64_t> offsets;  // where each starts in `bytes`
+  std::vector<int64_t> labels;
+  uint64_t sum = 0;
+};
+
+RaggedSamples random_ragged(uint32_t channels, uint64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RaggedSamples s;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t h = 1 + static_cast<uint32_t>(rng() % 11), w = 1 + static_cast<uint32_t>(rng() % 13);
+    s.heights.push_back(h);
+    s.widths.push_back(w);
+    s.offsets.push_back(s.bytes.size());
+    for (uint64_t k = 0; k < uint64_t{h} * w * channels; ++k) {
+      s.bytes.push_back(static_cast<uint8_t>(rng()));
+      s.sum += s.bytes.back();
+    }
+    s.labels.push_back(static_cast<int64_t>(rng() % 10));
+  }
+  return s;
+}
+
+dscache::ShardEntry write_ragged(Storage storage, const std::string& path, uint32_t channels,
+                                 const RaggedSamples& s, uint64_t capacity_bytes) {
+  auto w = dscache::RaggedShardWriter::create(storage, path, channels, capacity_bytes);
+  for (size_t i = 0; i < s.labels.size(); ++i) {
+    const uint64_t off = w->append(s.bytes.data() + s.offsets[i], s.heights[i], s.widths[i],
+                                   s.labels[i]);
+    CHECK(off == s.offsets[i]);
+    CHECK(w->count() == i + 1);
+    CHECK(w->bytes() == s.offsets[i] + uint64_t{s.heights[i]} * s.widths[i] * channels);
+  }
+  return w->commit();
+}
 }  // namespace
 
 TEST_SUITE("unit") {
@@ -359,7 +399,233 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
     }
   }
 
+
+  TEST_CASE("ragged: write, commit, locate and read back bytes for every storage") {
+    for (const StorageCase& sc : storages()) {
+      for (const uint32_t channels : {3u, 1u}) {
+        const std::string storage_name = sc.name;
+        CAPTURE(storage_name);
+        CAPTURE(channels);
+        TempDir dir;
+        const RaggedSamples s = random_ragged(channels, 9, channels);
+        const uint64_t capacity = s.bytes.size() + 1000;  // the npy header is rewritten
+        const std::string name = dscache::shard_file_name(sc.storage, 0);
+        const std::string path = dir.file(name);
+        const dscache::ShardEntry e = write_ragged(sc.storage, path, channels, s, capacity);
+        CHECK(e.file == name);
+        CHECK(e.count == 9);
+        const dscache::FileEntry h = dscache::hash_file(path);
+        CHECK(e.bytes == h.bytes);
+        CHECK(e.xxh64 == h.xxh64);
+        CHECK(list_dir(dir.path()) == std::vector<std::string>{name});
+
+        const ShardLocation loc = dscache::locate_ragged_shard(sc.storage, path);
+        CHECK(loc.count == s.bytes.size());  // bytes, not samples
+        CHECK(loc.contiguous);
+        CHECK(loc.file_bytes == h.bytes);
+        CHECK(loc.data_offset + s.bytes.size() <= loc.file_bytes);
+        if (sc.storage == Storage::kNpy) {
+          const dscache::NpyHeader hdr = dscache::read_npy_header(path);
+          CHECK(hdr.shape == std::vector<uint64_t>{s.bytes.size()});
+          CHECK(hdr.descr == "|u1");
+          CHECK(hdr.data_offset == dscache::format_npy_header("|u1", {capacity}).size());
+          CHECK(loc.data_offset + s.bytes.size() == loc.file_bytes);
+        }
+        const std::string raw = read_all(path);
+        CHECK(std::memcmp(raw.data() + loc.data_offset, s.bytes.data(), s.bytes.size()) == 0);
+
+        for (size_t i = 0; i < s.labels.size(); ++i) {
+          const uint64_t n = uint64_t{s.heights[i]} * s.widths[i] * channels;
+          std::vector<uint8_t> out(n + 1, 0xAB);
+          dscache::read_shard_bytes(sc.storage, path, loc, s.offsets[i], n, out.data());
+          CHECK(std::memcmp(out.data(), s.bytes.data() + s.offsets[i], n) == 0);
+          CHECK(out.back() == 0xAB);
+        }
+        std::vector<uint8_t> out(16);
+        const uint64_t total = s.bytes.size();
+        for (const auto& r : {std::pair<uint64_t, uint64_t>{total, 1}, {total - 3, 4},
+                              {~0ULL, 2}, {1, ~0ULL}}) {
+          CHECK_THROWS_WITH_AS(
+              dscache::read_shard_bytes(sc.storage, path, loc, r.first, r.second, out.data()),
+              doctest::Contains("InvalidArgument"), Error);
+        }
+        // A ragged shard is not a fixed one, and the other way round.
+        expect_error([&] { dscache::locate_shard(sc.storage, path, SampleShape{2, 2, channels}); },
+                     ErrorKind::kCorruption, path);
+        const std::string fixed = dir.file("fixed");
+        write_shard(sc.storage, fixed, SampleShape{2, 2, 1}, random_samples({2, 2, 1}, 3, 1), 3);
+        expect_error([&] { dscache::locate_ragged_shard(sc.storage, fixed); },
+                     ErrorKind::kCorruption, fixed, "expected");
+      }
+    }
+  }
+
+  TEST_CASE("ragged: capacity, zero sides, channels, empty shards, uncommitted writers") {
+    const uint8_t px[12] = {};
+    for (const StorageCase& sc : storages()) {
+      const std::string storage_name = sc.name;
+      CAPTURE(storage_name);
+      TempDir dir;
+      {
+        auto w = dscache::RaggedShardWriter::create(sc.storage, dir.file("a"), 3, 24);
+        CHECK(w->append(px, 2, 2, 0) == 0);
+        CHECK(w->append(px, 1, 4, 1) == 12);
+        CHECK_THROWS_WITH_AS(w->append(px, 1, 1, 2), doctest::Contains("InvalidArgument"), Error);
+        CHECK_THROWS_WITH_AS(w->append(px, 0, 1, 2), doctest::Contains("InvalidArgument"), Error);
+        CHECK(w->count() == 2);
+        CHECK(w->bytes() == 24);
+        CHECK(w->commit().count == 2);
+        CHECK_THROWS_AS(w->commit(), Error);
+        CHECK_THROWS_AS(w->append(px, 1, 1, 3), Error);
+        CHECK(dscache::locate_ragged_shard(sc.storage, dir.file("a")).count == 24);
+      }
+      {
+        auto w = dscache::RaggedShardWriter::create(sc.storage, dir.file("b"), 1, 10);
+        CHECK_THROWS_WITH_AS(w->append(px, 1, 0, 0), doctest::Contains("InvalidArgument"), Error);
+        const dscache::ShardEntry e = w->commit();  // empty
+        CHECK(e.count == 0);
+        const ShardLocation loc = dscache::locate_ragged_shard(sc.storage, dir.file("b"));
+        CHECK(loc.count == 0);
+        CHECK(loc.contiguous);
+        dscache::read_shard_bytes(sc.storage, dir.file("b"), loc, 0, 0, nullptr);
+      }
+      CHECK_THROWS_WITH_AS(dscache::RaggedShardWriter::create(sc.storage, dir.file("c"), 2, 10),
+                           doctest::Contains("InvalidArgument"), Error);
+      {
+        auto w = dscache::RaggedShardWriter::create(sc.storage, dir.file("d"), 3, 100);
+        w->append(px, 2, 2, 0);
+      }
+      std::vector<std::string> names = list_dir(dir.path());
+      std::sort(names.begin(), names.end());
+      CHECK(names == std::vector<std::string>{"a", "b"});  // nothing left of c or d
+      expect_error([&] { dscache::locate_ragged_shard(sc.storage, dir.file("missing")); },
+                   ErrorKind::kNotFound, dir.file("missing"));
+    }
+  }
+
+  TEST_CASE("ragged npy: bad files are Corruption naming the file") {
+    TempDir dir;
+    const RaggedSamples s = random_ragged(3, 4, 8);
+    const std::string good = dir.file("good.npy");
+    write_ragged(Storage::kNpy, good, 3, s, s.bytes.size());
+    const std::string bytes = read_all(good);
+    std::vector<int64_t> i8(10, 1);
+    dscache::write_npy_file(dir.file("i8.npy"), "<i8", {10}, i8.data(), 80);
+    struct Case {
+      const char* name;
+      std::string content;
+      std::string reason_part;
+    };
+    const Case cases[] = {
+        {"truncated.npy", bytes.substr(0, bytes.size() - 1), "file holds"},
+        {"trailing.npy", bytes + "x", "file holds"},
+        {"i8.npy", read_all(dir.file("i8.npy")), "dtype"},
+        {"zero.npy", "", ""},
+    };
+    for (const Case& c : cases) {
+      const std::string name = c.name;
+      CAPTURE(name);
+      const std::string path = dir.file(c.name);
+      write_all(path, c.content);
+      expect_error([&] { dscache::locate_ragged_shard(Storage::kNpy, path); },
+                   ErrorKind::kCorruption, path, c.reason_part);
+    }
+  }
+
+  TEST_CASE("numpy reads a ragged npy shard: (bytes,) uint8, the samples back to back") {
+    TempDir dir;
+    const RaggedSamples s = random_ragged(3, 7, 5);
+    const std::string path = dir.file("images-00000.npy");
+    write_ragged(Storage::kNpy, path, 3, s, s.bytes.size() * 2);
+    const char* code = R"PY(
+import sys
+import numpy as np
+path, n, total, first_h, first_w, last_byte = sys.argv[1], *map(int, sys.argv[2:])
+a = np.load(path, mmap_mode="r")
+assert a.dtype == np.uint8, a.dtype
+assert a.shape == (n,), a.shape
+assert int(a.astype(np.int64).sum()) == total
+img = a[:first_h * first_w * 3].reshape(first_h, first_w, 3)
+assert img.shape == (first_h, first_w, 3)
+assert int(a[-1]) == last_byte
+)PY";
+    CHECK(run_python(dir, code,
+                     path + " " + std::to_string(s.bytes.size()) + " " + std::to_string(s.sum) +
+                         " " + std::to_string(s.heights[0]) + " " + std::to_string(s.widths[0]) +
+                         " " + std::to_string(s.bytes.back())) == 0);
+  }
 #ifdef DSCACHE_HAVE_HDF5
+
+  TEST_CASE("hdf5 ragged: h5py reads images (bytes,), labels and channel_order") {
+    TempDir dir;
+    const RaggedSamples s = random_ragged(1, 6, 12);
+    const std::string path = dir.file("images-00000.h5");
+    write_ragged(Storage::kHdf5, path, 1, s, s.bytes.size());
+    const ShardLocation loc = dscache::locate_ragged_shard(Storage::kHdf5, path);
+    std::string labels;
+    for (int64_t l : s.labels) labels += (labels.empty() ? "" : ",") + std::to_string(l);
+    const char* code = R"PY(
+import sys
+import h5py
+import numpy as np
+path, labels = sys.argv[1], [int(x) for x in sys.argv[2].split(",")]
+n, total, offset = map(int, sys.argv[3:])
+with h5py.File(path, "r") as f:
+    im = f["images"]
+    assert im.shape == (n,), im.shape
+    assert im.dtype == np.uint8, im.dtype
+    assert im.chunks is None
+    assert im.id.get_offset() == offset, (im.id.get_offset(), offset)
+    assert int(im[...].astype(np.int64).sum()) == total
+    assert f["labels"].dtype == np.int64
+    assert list(f["labels"][...]) == labels
+    assert im.attrs["channel_order"] == "L"
+)PY";
+    CHECK(run_python(dir, code,
+                     path + " " + labels + " " + std::to_string(s.bytes.size()) + " " +
+                         std::to_string(s.sum) + " " + std::to_string(loc.data_offset)) == 0);
+  }
+
+  TEST_CASE("hdf5 ragged: a rebuild is byte-identical (no object times)") {
+    TempDir dir;
+    const RaggedSamples s = random_ragged(3, 5, 2);
+    write_ragged(Storage::kHdf5, dir.file("a.h5"), 3, s, s.bytes.size());
+    ::usleep(1100 * 1000);  // object times have 1 s resolution: a second later they would differ
+    write_ragged(Storage::kHdf5, dir.file("b.h5"), 3, s, s.bytes.size());
+    CHECK(read_all(dir.file("a.h5")) == read_all(dir.file("b.h5")));
+  }
+
+  TEST_CASE("hdf5 ragged: a chunked + deflate 1-d images dataset is read through the library") {
+    TempDir dir;
+    const RaggedSamples s = random_ragged(3, 8, 4);
+    const std::string path = dir.file("chunked.h5");
+    {
+      hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+      REQUIRE(f >= 0);
+      const hsize_t dims[1] = {s.bytes.size()};
+      const hsize_t chunk[1] = {64};
+      hid_t sp = H5Screate_simple(1, dims, nullptr);
+      hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      REQUIRE(H5Pset_chunk(dcpl, 1, chunk) >= 0);
+      REQUIRE(H5Pset_deflate(dcpl, 6) >= 0);
+      hid_t d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      REQUIRE(d >= 0);
+      REQUIRE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()) >= 0);
+      H5Dclose(d);
+      H5Pclose(dcpl);
+      H5Sclose(sp);
+      H5Fclose(f);
+    }
+    const ShardLocation loc = dscache::locate_ragged_shard(Storage::kHdf5, path);
+    CHECK_FALSE(loc.contiguous);
+    CHECK(loc.count == s.bytes.size());
+    for (size_t i = 0; i < s.labels.size(); ++i) {
+      const uint64_t n = uint64_t{s.heights[i]} * s.widths[i] * 3;
+      std::vector<uint8_t> out(n);
+      dscache::read_shard_bytes(Storage::kHdf5, path, loc, s.offsets[i], n, out.data());
+      CHECK(std::memcmp(out.data(), s.bytes.data() + s.offsets[i], n) == 0);
+    }
+  }
   TEST_CASE("hdf5: bad files are Corruption naming the file") {
     TempDir dir;
     const SampleShape shape{4, 4, 3};

@@ -181,7 +181,9 @@ class Writer {
       for (auto& v : j["checksums"]) checksums_.push_back(v.get<uint64_t>());
       for (auto& v : j["sources"]) sources_.push_back(v.get<std::string>());
       for (auto& v : j["skips"]) skips_.push_back({v["source"], v["reason"]});
-      for (auto& v : j["index"]) index_.push_back(v.get<int64_t>());
+      if (j.contains("index")) {
+        for (auto& v : j["index"]) index_.push_back(v.get<int64_t>());
+      }
       src_end = j["src_end"];
       shard_index_ = k + 1;
     }
@@ -259,8 +261,10 @@ class Writer {
       skips.push_back({{"source", skips_[i].source}, {"reason", skips_[i].reason}});
     }
     side["skips"] = std::move(skips);
-    side["index"] =
-        std::vector<int64_t>(index_.begin() + 3 * shard_sample_begin_, index_.end());
+    if (ragged_bytes_ > 0) {
+      side["index"] =
+          std::vector<int64_t>(index_.begin() + 3 * shard_sample_begin_, index_.end());
+    }
     std::string text = side.dump();
     write_file_atomic(dir_ + "/" + sidecar_name(shard_index_), text.data(), text.size());
     shards_.push_back(e);

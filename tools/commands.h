@@ -14,5 +14,6 @@ constexpr int kExitCorrupt = 5;       // the cache is corrupt (verify, inspect)
 int cmd_build(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace dscache

@@ -13,7 +13,8 @@ void usage(FILE* out) {
                "commands:\n"
                "  build SOURCE OUTPUT   decode a dataset once into npy/HDF5 shards\n"
                "  inspect CACHE         summarize a cache; show or export samples\n"
-               "  verify CACHE          check every file and sample checksum\n\n"
+               "  verify CACHE          check every file and sample checksum\n"
+               "  bench CACHE           measure serving speed against memcpy and per-sample decode\n\n"
                "'dscache <command> --help' shows a command's options.\n");
 }
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   if (cmd == "build") return dscache::cmd_build(argc - 1, argv + 1);
   if (cmd == "inspect") return dscache::cmd_inspect(argc - 1, argv + 1);
   if (cmd == "verify") return dscache::cmd_verify(argc - 1, argv + 1);
+  if (cmd == "bench") return dscache::cmd_bench(argc - 1, argv + 1);
   if (cmd == "--version" || cmd == "version") {
     std::printf("dscache %s\n", DSCACHE_VERSION);
     return dscache::kExitOk;

@@ -1,1 +1,387 @@
-// placeholder
+// Cache: validates a cache directory against its manifest, then serves samples from read-only
+// mappings (or private copies) of its shards.
+#include "dscache/cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "dscache/atomic_file.h"
+#include "dscache/error.h"
+#include "dscache/npy.h"
+#include "mapped_file.h"
+#include "shard_impl.h"
+
+namespace dscache {
+
+namespace {
+
+// One ragged-index row: where sample i lies in its shard's data, and its size.
+struct RaggedRow {
+  uint64_t offset = 0;  // byte offset inside the shard's data
+  uint32_t height = 0;
+  uint32_t width = 0;
+};
+
+struct ShardState {
+  ShardEntry entry;             // as the manifest lists it
+  std::string path;             // DIR/file
+  ShardLocation loc;            // from the shard's own header
+  uint64_t data_bytes = 0;      // image bytes (fixed: count * sample bytes; ragged: loc.count)
+  const uint8_t* data = nullptr;  // sample 0 / byte 0, mapped or resident; null: read via HDF5
+  detail::MappedRegion mapping;   // the whole file, when mapped
+  detail::MappedRegion copy;      // private copy of the data, when resident
+  int fd = -1;                    // kept open for HDF5 reads, which survive a rename of DIR
+  std::string read_path;          // what HDF5 opens: /proc/self/fd/N when available, else path
+};
+
+std::string fmt_hex(uint64_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    s[static_cast<size_t>(i)] = kDigits[v & 0xF];
+    v >>= 4;
+  }
+  return s;
+}
+
+int madvice(AccessHint hint) {
+  switch (hint) {
+    case AccessHint::kRandom:
+      return MADV_RANDOM;
+    case AccessHint::kSequential:
+      return MADV_SEQUENTIAL;
+    case AccessHint::kWillNeed:
+      return MADV_WILLNEED;
+  }
+  return MADV_NORMAL;
+}
+
+// Reads a whole 1- or 2-d <i8 npy file whose header must say `shape`.
+std::vector<int64_t> read_i8_array(const std::string& path, const std::vector<uint64_t>& shape,
+                                   uint64_t file_bytes) {
+  const NpyHeader h = read_npy_header(path);
+  auto text = [](const std::vector<uint64_t>& s) {
+    std::string t = "(";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + (s.size() == 1 ? ",)" : ")");
+  };
+  if (h.descr != "<i8") {
+    throw Error(ErrorKind::kCorruption, path, "dtype is '" + h.descr + "', expected '<i8'");
+  }
+  if (h.fortran_order) throw Error(ErrorKind::kCorruption, path, "array is in Fortran order");
+  if (h.shape != shape) {
+    throw Error(ErrorKind::kCorruption, path,
+                "shape is " + text(h.shape) + ", expected " + text(shape));
+  }
+  const uint64_t data = h.data_bytes();
+  if (h.data_offset > file_bytes || data != file_bytes - h.data_offset) {
+    throw Error(ErrorKind::kCorruption, path,
+                "file holds " + std::to_string(file_bytes) + " bytes, header says " +
+                    std::to_string(h.data_offset + data));
+  }
+  std::vector<int64_t> v(static_cast<size_t>(h.element_count()));
+  if (!v.empty()) {
+    detail::pread_exact(path, h.data_offset, data, reinterpret_cast<uint8_t*>(v.data()));
+  }
+  return v;
+}
+
+}  // namespace
+
+struct Cache::Impl {
+  std::string dir;
+  Manifest manifest;
+  CacheOptions options;
+  SampleShape shape;                // fixed: the sample shape; ragged: (0, 0, C)
+  std::vector<ShardState> shards;   // manifest order
+  std::vector<int64_t> labels;      // (count,)
+  std::vector<RaggedRow> index;     // ragged: (count,)
+  uint64_t resident = 0;            // bytes copied into private memory
+  uint64_t block = 1;               // locality_block()
+
+  ~Impl() {
+    for (ShardState& s : shards) {
+      if (s.fd >= 0) ::close(s.fd);
+    }
+  }
+
+  void check_index(uint64_t i) const {
+    if (i >= manifest.count) {
+      throw Error(ErrorKind::kInvalidArgument, dir,
+                  "sample " + std::to_string(i) + " is out of range (the cache holds " +
+                      std::to_string(manifest.count) + ")");
+    }
+  }
+
+  // The shard holding sample i (i < count): the last shard whose first <= i. Empty shards share
+  // their `first` with the next one, so they are never chosen.
+  const ShardState& find_shard(uint64_t i) const {
+    auto it = std::upper_bound(shards.begin(), shards.end(), i,
+                               [](uint64_t v, const ShardState& s) { return v < s.entry.first; });
+    return *(it - 1);
+  }
+
+  SampleShape sample_shape(uint64_t i) const {
+    if (manifest.layout == Layout::kFixed) return shape;
+    const RaggedRow& r = index[i];
+    return SampleShape{r.height, r.width, shape.channels};
+  }
+
+  // Byte offset of sample i inside its shard's data.
+  uint64_t data_offset(const ShardState& s, uint64_t i) const {
+    if (manifest.layout == Layout::kFixed) return (i - s.entry.first) * shape.bytes();
+    return index[i].offset;
+  }
+
+  void read_through_hdf5(const ShardState& s, uint64_t i, uint8_t* out) const {
+    // HDF5 calls are serialized inside the shard functions (detail::hdf5_mutex()).
+    try {
+      if (manifest.layout == Layout::kFixed) {
+        read_shard_samples(manifest.storage, s.read_path, s.loc, shape, i - s.entry.first, 1, out);
+      } else {
+        read_shard_bytes(manifest.storage, s.read_path, s.loc, index[i].offset,
+                         sample_shape(i).bytes(), out);
+      }
+    } catch (const Error& e) {
+      if (e.path() == s.path) throw;
+      throw Error(e.kind(), s.path, e.reason());
+    }
+  }
+};
+
+namespace {
+
+// Every file the manifest names, with its expected size and checksum.
+std::vector<FileEntry> named_files(const Manifest& m) {
+  std::vector<FileEntry> files;
+  for (const ShardEntry& s : m.shards) files.push_back({s.file, s.bytes, s.xxh64});
+  files.push_back(m.labels);
+  files.push_back(m.checksums);
+  files.push_back(m.sources);
+  files.push_back(m.skips);
+  if (m.layout == Layout::kRagged) files.push_back(m.index);
+  return files;
+}
+
+void read_labels(Cache::Impl& c) {
+  const Manifest& m = c.manifest;
+  const std::string path = c.dir + "/" + m.labels.file;
+  c.labels = read_i8_array(path, {m.count}, m.labels.bytes);
+  if (m.classes.empty()) return;
+  const int64_t classes = static_cast<int64_t>(m.classes.size());
+  for (size_t i = 0; i < c.labels.size(); ++i) {
+    if (c.labels[i] < 0 || c.labels[i] >= classes) {
+      throw Error(ErrorKind::kCorruption, path,
+                  "label of sample " + std::to_string(i) + " is " + std::to_string(c.labels[i]) +
+                      ", outside [0, " + std::to_string(classes) + ") classes");
+    }
+  }
+}
+
+// Reads ragged-index.npy and checks every row against its shard: inside the shard's data, sides
+// positive, and the samples of a shard back to back from offset 0 to the end of its data.
+void read_ragged_index(Cache::Impl& c) {
+  const Manifest& m = c.manifest;
+  const std::string path = c.dir + "/" + m.index.file;
+  const std::vector<int64_t> raw = read_i8_array(path, {m.count, 3}, m.index.bytes);
+  c.index.resize(static_cast<size_t>(m.count));
+  const uint64_t channels = c.shape.channels;
+  for (const ShardState& s : c.shards) {
+    const std::string& shard_name = s.entry.file;
+    uint64_t next = 0;  // where the next sample of this shard must start
+    for (uint64_t i = s.entry.first; i < s.entry.first + s.entry.count; ++i) {
+      const int64_t offset = raw[3 * i], h = raw[3 * i + 1], w = raw[3 * i + 2];
+      const std::string row = "row " + std::to_string(i) + " (" + shard_name + ")";
+      if (offset < 0 || h <= 0 || w <= 0 || h > std::numeric_limits<uint32_t>::max() ||
+          w > std::numeric_limits<uint32_t>::max()) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + " is (" + std::to_string(offset) + ", " + std::to_string(h) + ", " +
+                        std::to_string(w) + "): needs offset >= 0 and 0 < h, w < 2^32");
+      }
+      const uint64_t bytes = uint64_t(h) * uint64_t(w);  // < 2^64: both < 2^32
+      const uint64_t off = static_cast<uint64_t>(offset);
+      if (bytes > s.data_bytes / channels || off > s.data_bytes - bytes * channels) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + ": sample at offset " + std::to_string(off) + " (" + std::to_string(h) +
+                        "x" + std::to_string(w) + "x" + std::to_string(channels) +
+                        ") passes the end of the shard's " + std::to_string(s.data_bytes) +
+                        " data bytes");
+      }
+      if (off != next) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + ": offset is " + std::to_string(off) + ", expected " +
+                        std::to_string(next) + " (a shard's samples are back to back)");
+      }
+      next = off + bytes * channels;
+      c.index[static_cast<size_t>(i)] =
+          RaggedRow{off, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
+    }
+    if (next != s.data_bytes) {
+      throw Error(ErrorKind::kCorruption, path,
+                  "the rows of " + shard_name + " cover " + std::to_string(next) +
+                      " bytes, the shard holds " + std::to_string(s.data_bytes));
+    }
+  }
+}
+
+// kInProcess: copies a shard's data into private memory (through HDF5 when it is chunked).
+void make_resident(Cache::Impl& c, ShardState& s) {
+  detail::MappedRegion copy = detail::MappedRegion::anonymous(s.data_bytes, s.path);
+  if (c.manifest.layout == Layout::kFixed) {
+    read_shard_samples(c.manifest.storage, s.path, s.loc, c.shape, 0, s.loc.count, copy.data());
+  } else {
+    read_shard_bytes(c.manifest.storage, s.path, s.loc, 0, s.loc.count, copy.data());
+  }
+  copy.protect_read_only();
+  s.copy = std::move(copy);
+  s.data = s.copy.data();
+  c.resident += s.data_bytes;
+}
+
+}  // namespace
+
+std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  Impl& c = *impl;
+  c.dir = dir;
+  c.options = options;
+  c.manifest = read_manifest(dir);  // NotFound / Corruption / Unsupported
+  const Manifest& m = c.manifest;
+  const bool ragged = m.layout == Layout::kRagged;
+  c.shape = SampleShape{m.height, m.width, m.channels};
+
+  // 1. Every named file: inside the directory, regular, exactly the manifest's size. Nothing is
+  //    mapped before all of them pass, so a short file is an error here, never a SIGBUS later.
+  const std::string dir_real = detail::real_path(dir);
+  const std::vector<FileEntry> files = named_files(m);
+  for (const FileEntry& f : files) detail::check_cache_file(dir, dir_real, f.file, f.bytes);
+  if (options.verify_checksums) {
+    for (const FileEntry& f : files) {
+      const std::string path = dir + "/" + f.file;
+      const FileEntry got = hash_file(path);
+      if (got.xxh64 != f.xxh64) {
+        throw Error(ErrorKind::kCorruption, path,
+                    "XXH64 is " + fmt_hex(got.xxh64) + ", manifest says " + fmt_hex(f.xxh64));
+      }
+    }
+  }
+
+  // 2. Each shard's own header agrees with the manifest.
+  c.shards.resize(m.shards.size());
+  for (size_t k = 0; k < m.shards.size(); ++k) {
+    ShardState& s = c.shards[k];
+    s.entry = m.shards[k];
+    s.path = dir + "/" + s.entry.file;
+    if (ragged) {
+      s.loc = locate_ragged_shard(m.storage, s.path);
+      s.data_bytes = s.loc.count;  // bytes; the index accounts for them in step 3
+    } else {
+      s.loc = locate_shard(m.storage, s.path, c.shape);
+      if (s.loc.count != s.entry.count) {
+        throw Error(ErrorKind::kCorruption, s.path,
+                    "header says " + std::to_string(s.loc.count) + " samples, manifest says " +
+                        std::to_string(s.entry.count));
+      }
+      s.data_bytes = s.loc.count * c.shape.bytes();  // locate checked it fits in the file
+    }
+    if (s.loc.file_bytes != s.entry.bytes) {  // changed since the lstat
+      throw Error(ErrorKind::kCorruption, s.path,
+                  "file holds " + std::to_string(s.loc.file_bytes) + " bytes, manifest says " +
+                      std::to_string(s.entry.bytes));
+    }
+    c.block = std::max(c.block, s.entry.count);
+  }
+
+  // 3. Labels and (ragged) the index, into memory.
+  read_labels(c);
+  if (ragged) read_ragged_index(c);
+
+  // 4. Map or copy. kInProcess copies whole shards, in order, while the total stays within the
+  //    budget; the rest stay mapped. Nothing is evicted later, so views stay valid.
+  bool budget_left = options.memory == MemoryMode::kInProcess;
+  for (ShardState& s : c.shards) {
+    if (s.data_bytes == 0) continue;  // nothing to serve; never map zero bytes
+    if (budget_left) {
+      if (options.memory_budget == 0 || c.resident + s.data_bytes <= options.memory_budget) {
+        make_resident(c, s);
+        continue;
+      }
+      budget_left = false;
+    }
+    if (s.loc.contiguous) {
+      s.mapping = detail::MappedRegion::map_file(s.path, s.entry.bytes);
+      s.mapping.advise(madvice(options.hint));
+      s.data = s.mapping.data() + s.loc.data_offset;
+    } else {
+      // Chunked/compressed HDF5: read through the library on demand. Keep the file open so the
+      // reads still find it after DIR is renamed, as the mappings do.
+      s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (s.fd < 0) throw_errno(s.path, "open");
+      const std::string fd_path = "/proc/self/fd/" + std::to_string(s.fd);
+      s.read_path = ::access(fd_path.c_str(), R_OK) == 0 ? fd_path : s.path;
+    }
+  }
+  return std::shared_ptr<Cache>(new Cache(std::move(impl)));
+}
+
+Cache::Cache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Cache::~Cache() = default;
+
+const Manifest& Cache::manifest() const { return impl_->manifest; }
+const std::string& Cache::dir() const { return impl_->dir; }
+uint64_t Cache::resident_bytes() const { return impl_->resident; }
+uint64_t Cache::size() const { return impl_->manifest.count; }
+Layout Cache::layout() const { return impl_->manifest.layout; }
+SampleShape Cache::shape() const { return impl_->shape; }
+uint64_t Cache::locality_block() const { return impl_->block; }
+
+int64_t Cache::label(uint64_t i) const {
+  impl_->check_index(i);
+  return impl_->labels[static_cast<size_t>(i)];
+}
+
+SampleShape Cache::sample_shape(uint64_t i) const {
+  impl_->check_index(i);
+  return impl_->sample_shape(i);
+}
+
+void Cache::copy_sample(uint64_t i, uint8_t* out) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  const ShardState& s = c.find_shard(i);
+  if (s.data == nullptr) {
+    c.read_through_hdf5(s, i, out);
+    return;
+  }
+  std::memcpy(out, s.data + c.data_offset(s, i), static_cast<size_t>(c.sample_shape(i).bytes()));
+}
+
+ImageView Cache::view(uint64_t i) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  const ShardState& s = c.find_shard(i);
+  if (s.data == nullptr) {
+    throw Error(ErrorKind::kUnsupported, s.path,
+                "sample " + std::to_string(i) +
+                    " is in a chunked or compressed HDF5 shard, which cannot be viewed in place; "
+                    "use copy_sample(), or MemoryMode::kInProcess to hold the shard in memory");
+  }
+  const SampleShape shape = c.sample_shape(i);
+  ImageView v;
+  v.data = s.data + c.data_offset(s, i);
+  v.height = shape.height;
+  v.width = shape.width;
+  v.channels = shape.channels;
+  v.label = c.labels[static_cast<size_t>(i)];
+  return v;
+}
+
+}  // namespace dscache

@@ -1,1 +1,260 @@
-// placeholder
+// Loader: the epoch order (sampler.cpp) cut into batches, filled by a Prefetcher into reusable
+// aligned buffers, handed out in order.
+#include "dscache/loader.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+#include "prefetcher.h"
+
+namespace dscache {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t, FreeDeleter>;
+
+AlignedBytes aligned_bytes(size_t size) {
+  const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return AlignedBytes(static_cast<uint8_t*>(p));
+}
+
+// Mirrors an HWC image left to right, in place.
+void mirror_rows(uint8_t* img, uint32_t h, uint32_t w, uint32_t c) {
+  for (uint32_t y = 0; y < h; ++y) {
+    uint8_t* row = img + size_t{y} * w * c;
+    for (uint32_t a = 0, b = w - 1; a < b; ++a, --b) {
+      for (uint32_t k = 0; k < c; ++k) std::swap(row[size_t{a} * c + k], row[size_t{b} * c + k]);
+    }
+  }
+}
+
+}  // namespace
+
+class Loader::Impl {
+ public:
+  Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
+
+  void start(uint64_t seed, uint64_t epoch, uint64_t cursor);
+  const Batch* next();
+
+  // One ring slot: memory allocated once, reused by every batch and epoch.
+  struct Slot {
+    AlignedBytes images;
+    std::vector<int64_t> labels;
+    std::vector<uint64_t> indices;
+    Batch batch;
+  };
+
+  void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
+
+  std::shared_ptr<const SampleSource> source_;
+  LoaderOptions options_;
+  Layout layout_;
+  uint32_t out_h_ = 0, out_w_ = 0, channels_ = 0;
+  uint64_t sample_bytes_ = 0;
+  bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
+  std::atomic<bool> view_unsupported_{false};  // fixed layout source without stable pointers
+  uint64_t samples_per_epoch_ = 0;
+  uint64_t batches_per_epoch_ = 0;
+  std::vector<Slot> slots_;
+
+  // Read by fills; changed only while the prefetcher is stopped.
+  std::vector<uint64_t> order_;
+  uint64_t seed_ = 0;
+  uint64_t epoch_ = 0;
+
+  // Consumer state.
+  bool started_ = false;
+  uint64_t cursor_ = 0;
+  double wait_seconds_ = 0;
+
+  std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
+};
+
+Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
+    : source_(std::move(source)), options_(options) {
+  if (!source_) throw invalid("loader: source is null");
+  if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
+  if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
+  if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  const uint64_t n = source_->size();
+  validate(options_.sampler, n);
+  // Windowed shuffle without an explicit block: the source's storage runs (a shard each).
+  if (options_.sampler.shuffle == Shuffle::kWindowed && options_.sampler.block == 0) {
+    options_.sampler.block = source_->locality_block();
+  }
+  layout_ = source_->layout();
+  validate(options_.transform, layout_);
+
+  const TransformOptions& t = options_.transform;
+  const SampleShape stored = source_->shape();
+  channels_ = stored.channels;
+  if (channels_ == 0) throw invalid("loader: the source reports 0 channels");
+  if (layout_ == Layout::kFixed) {
+    out_h_ = t.height != 0 ? t.height : stored.height;
+    out_w_ = t.width != 0 ? t.width : stored.width;
+    if (t.crop == CropMode::kNone) {
+      if (out_h_ != stored.height) {
+        throw invalid("transform.height " + std::to_string(t.height) + " != stored height " +
+                      std::to_string(stored.height) +
+                      " (crop none serves samples as stored; use 0, or crop center)");
+      }
+      if (out_w_ != stored.width) {
+        throw invalid("transform.width " + std::to_string(t.width) + " != stored width " +
+                      std::to_string(stored.width) +
+                      " (crop none serves samples as stored; use 0, or crop center)");
+      }
+      plain_copy_ = true;
+    }
+  } else {
+    out_h_ = t.height;  // validate() made both > 0
+    out_w_ = t.width;
+  }
+  sample_bytes_ = uint64_t{out_h_} * out_w_ * channels_;
+
+  const uint64_t per_rank = samples_per_rank(n, options_.sampler);
+  const uint64_t bs = options_.batch_size;
+  batches_per_epoch_ = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+  samples_per_epoch_ = options_.drop_last ? batches_per_epoch_ * bs : per_rank;
+
+  const uint32_t slot_count = options_.prefetch + 1;
+  slots_.resize(slot_count);
+  for (Slot& s : slots_) {
+    s.images = aligned_bytes(bs * sample_bytes_);
+    s.labels.resize(bs);
+    s.indices.resize(bs);
+  }
+  prefetcher_ = std::make_unique<Prefetcher>(
+      options_.workers, slot_count,
+      [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
+        fill(job, slot, cancel);
+      });
+}
+
+void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
+  if (cursor > batches_per_epoch_) {
+    throw invalid("position.cursor " + std::to_string(cursor) + " > batches per epoch " +
+                  std::to_string(batches_per_epoch_));
+  }
+  prefetcher_->stop();  // no fill runs past this point: order_ and friends may change
+  started_ = false;
+  order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
+  order_.resize(samples_per_epoch_);  // drop_last
+  seed_ = seed;
+  epoch_ = epoch;
+  cursor_ = cursor;
+  started_ = true;
+  prefetcher_->start(cursor, batches_per_epoch_);
+}
+
+const Batch* Loader::Impl::next() {
+  if (!started_) {
+    throw invalid("Loader::next() called before start_epoch() or restore()");
+  }
+  if (cursor_ >= batches_per_epoch_) {
+    prefetcher_->release();
+    return nullptr;
+  }
+  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_);
+  ++cursor_;
+  return &slots_[slot].batch;
+}
+
+void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Cancel& cancel) {
+  Slot& slot = slots_[slot_index];
+  const uint64_t bs = options_.batch_size;
+  const uint64_t begin = job * bs;
+  const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
+  const TransformOptions& t = options_.transform;
+  std::vector<uint8_t> scratch;  // fixed layout whose source cannot hand out views
+  for (uint64_t k = 0; k < count; ++k) {
+    if (cancel.requested()) return;
+    const uint64_t idx = order_[begin + k];
+    uint8_t* out = slot.images.get() + k * sample_bytes_;
+    if (plain_copy_) {
+      source_->copy_sample(idx, out);
+      if (t.flip && choose_crop(t, out_h_, out_w_, seed_, epoch_, idx).flip) {
+        mirror_rows(out, out_h_, out_w_, channels_);
+      }
+    } else {
+      ImageView view;
+      bool have_view = false;
+      if (!view_unsupported_.load(std::memory_order_relaxed)) {
+        try {
+          view = source_->view(idx);
+          have_view = true;
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kUnsupported || layout_ != Layout::kFixed) throw;
+          view_unsupported_.store(true, std::memory_order_relaxed);
+        }
+      }
+      if (!have_view) {
+        const SampleShape s = source_->shape();
+        scratch.resize(s.bytes());
+        source_->copy_sample(idx, scratch.data());
+        view.data = scratch.data();
+        view.height = s.height;
+        view.width = s.width;
+        view.channels = s.channels;
+      }
+      if (view.channels != channels_) {
+        throw Error(ErrorKind::kCorruption, "",
+                    "sample " + std::to_string(idx) + " has " + std::to_string(view.channels) +
+                        " channels, the source says " + std::to_string(channels_));
+      }
+      const CropBox box = choose_crop(t, view.height, view.width, seed_, epoch_, idx);
+      crop_resize(view, box, out_h_, out_w_, out);
+    }
+    slot.labels[k] = source_->label(idx);
+    slot.indices[k] = idx;
+  }
+  Batch& b = slot.batch;
+  b.index = job;
+  b.size = static_cast<uint32_t>(count);
+  b.height = out_h_;
+  b.width = out_w_;
+  b.channels = channels_;
+  b.images = slot.images.get();
+  b.labels = slot.labels.data();
+  b.indices = slot.indices.data();
+}
+
+Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(source), options)) {}
+
+Loader::~Loader() = default;
+
+void Loader::start_epoch(uint64_t seed, uint64_t epoch) { impl_->start(seed, epoch, 0); }
+
+void Loader::restore(const LoaderPosition& pos) { impl_->start(pos.seed, pos.epoch, pos.cursor); }
+
+const Batch* Loader::next() { return impl_->next(); }
+
+LoaderPosition Loader::position() const {
+  return LoaderPosition{impl_->seed_, impl_->epoch_, impl_->cursor_};
+}
+
+uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
+
+uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch_; }
+
+double Loader::take_wait_seconds() {
+  const double w = impl_->wait_seconds_;
+  impl_->wait_seconds_ = 0;
+  return w;
+}
+
+}  // namespace dscache

@@ -248,6 +248,7 @@ std::string to_json(const Manifest& m) {
   files["checksums"] = file_json(m.checksums);
   files["sources"] = file_json(m.sources);
   files["skips"] = file_json(m.skips);
+  if (m.layout == Layout::kRagged) files["index"] = file_json(m.index);
   j["files"] = std::move(files);
   j["skipped"] = m.skipped;
   OrderedJson source;
@@ -265,6 +266,7 @@ std::string to_json(const Manifest& m) {
   recipe["reduced_decode"] = m.recipe.reduced_decode;
   recipe["max_pixels"] = m.recipe.max_pixels;
   recipe["shard_bytes"] = m.recipe.shard_bytes;
+  recipe["max_side"] = m.recipe.max_side;
   j["recipe"] = std::move(recipe);
   j["tool_version"] = m.tool_version;
   j["created_utc"] = m.created_utc;
@@ -314,11 +316,18 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   if (shape.size() != 3) {
     r.fail("shape has " + std::to_string(shape.size()) + " elements, expected [H, W, C]");
   }
+  // Ragged samples differ in size: the stored shape is [0, 0, C].
+  const bool ragged = m.layout == Layout::kRagged;
   uint32_t dims[3];
   for (size_t i = 0; i < 3; ++i) {
     const std::string field = Reader::index("shape", i);
     const uint64_t d = r.u64(shape[i], field);
-    if (d == 0 || d > std::numeric_limits<uint32_t>::max()) {
+    if (ragged && i < 2) {
+      if (d != 0) {
+        r.fail(field + " is " + std::to_string(d) +
+               ", expected 0 for the ragged layout (shape [0, 0, C])");
+      }
+    } else if (d == 0 || d > std::numeric_limits<uint32_t>::max()) {
       r.fail(field + " is " + std::to_string(d) + ", expected a positive 32-bit integer");
     }
     dims[i] = static_cast<uint32_t>(d);
@@ -387,6 +396,12 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.checksums = r.file_entry(files, "files", "checksums");
   m.sources = r.file_entry(files, "files", "sources");
   m.skips = r.file_entry(files, "files", "skips");
+  if (files.contains("index")) {
+    if (!ragged) r.fail("files.index is present, but only the ragged layout has an index");
+    m.index = r.file_entry(files, "files", "index");
+  } else if (ragged) {
+    r.fail("files.index is missing (the ragged layout needs its index)");
+  }
   m.skipped = r.u64(j, "", "skipped");
 
   const Json& source = r.member(j, "", "source");
@@ -411,6 +426,11 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.recipe.reduced_decode = r.boolean(recipe, "recipe", "reduced_decode");
   m.recipe.max_pixels = r.u64(recipe, "recipe", "max_pixels");
   m.recipe.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
+  // Optional: caches written before the ragged layout existed have no max_side (= 0, fixed).
+  if (recipe.contains("max_side")) m.recipe.max_side = r.u32(recipe, "recipe", "max_side");
+  if (ragged && m.recipe.max_side == 0) {
+    r.fail("recipe.max_side is 0, expected > 0 for the ragged layout");
+  }
 
   m.tool_version = r.str(j, "", "tool_version");
   m.created_utc = r.str(j, "", "created_utc");

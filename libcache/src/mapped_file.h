@@ -1,0 +1,57 @@
+// Private: read-only file mappings, private anonymous copies, and the checks that make a cache
+// file safe to map (no SIGBUS from a short file, no symlink out of the cache directory).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dscache {
+namespace detail {
+
+// One mmap()ed region, unmapped on destruction. Move-only. Const access is thread-safe; the
+// bytes stay at the same address for the region's lifetime.
+class MappedRegion {
+ public:
+  MappedRegion() = default;
+  MappedRegion(MappedRegion&& o) noexcept;
+  MappedRegion& operator=(MappedRegion&& o) noexcept;
+  MappedRegion(const MappedRegion&) = delete;
+  MappedRegion& operator=(const MappedRegion&) = delete;
+  ~MappedRegion();
+
+  // Maps the whole file at `path` read-only, MAP_SHARED. The opened file must hold exactly
+  // `expected_bytes` (> 0) bytes, checked with fstat on the descriptor that is mapped, so the
+  // mapping never reaches past the end of the file. Throws NotFound / IOError / Corruption.
+  static MappedRegion map_file(const std::string& path, uint64_t expected_bytes);
+  // Private anonymous memory of `bytes` (> 0), zero-filled and writable until
+  // protect_read_only(). Throws IOError (naming `what`) when the kernel refuses.
+  static MappedRegion anonymous(uint64_t bytes, const std::string& what);
+
+  // madvise() over the whole region; best effort (a refused hint changes nothing we rely on).
+  void advise(int advice) const;
+  // Drops write permission: views handed out from a copy cannot be written through by mistake.
+  void protect_read_only();
+
+  uint8_t* data() { return static_cast<uint8_t*>(addr_); }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(addr_); }
+  uint64_t size() const { return size_; }
+
+ private:
+  void reset();
+  void* addr_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// realpath(3) of `path`; NotFound when it does not exist, IOError otherwise.
+std::string real_path(const std::string& path);
+
+// Checks DIR/NAME before anything maps it: lstat; a symlink is allowed only when its target
+// (resolved) stays inside `dir_real` (the realpath of DIR); the file must be a regular file of
+// exactly `expected_bytes` bytes. Errors name DIR/NAME: NotFound when missing, otherwise
+// Corruption ("symlink leads outside the cache directory", "not a regular file",
+// "file holds 1000 bytes, manifest says 1024").
+void check_cache_file(const std::string& dir, const std::string& dir_real, const std::string& name,
+                      uint64_t expected_bytes);
+
+}  // namespace detail
+}  // namespace dscache

@@ -16,6 +16,11 @@
 namespace dscache {
 namespace detail {
 
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& path) {
   if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
     throw Error(ErrorKind::kCorruption, path,
@@ -33,6 +38,50 @@ uint64_t file_size(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kCorruption, path, "not a regular file");
   return static_cast<uint64_t>(st.st_size);
+}
+
+uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t width,
+                             uint32_t channels, uint64_t used, uint64_t capacity_bytes) {
+  if (height == 0 || width == 0) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "ragged sample " + std::to_string(height) + "x" + std::to_string(width) +
+                    " is invalid (need H, W > 0)");
+  }
+  const uint64_t n = uint64_t{height} * width * channels;  // < 2^66 / 2^2: fits
+  if (used > capacity_bytes || n > capacity_bytes - used) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "shard is full (capacity " + std::to_string(capacity_bytes) + " bytes, holds " +
+                    std::to_string(used) + ", sample needs " + std::to_string(n) + ")");
+  }
+  return n;
+}
+
+void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
+    throw_errno(path, "open");
+  }
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+    const ssize_t got = ::pread(fd, out, want, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      throw_errno(path, "read");
+    }
+    if (got == 0) {
+      ::close(fd);
+      throw Error(ErrorKind::kCorruption, path,
+                  "file ends at " + std::to_string(offset) + ", before the bytes requested");
+    }
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+  ::close(fd);
 }
 
 }  // namespace detail
@@ -115,33 +164,65 @@ void read_shard_samples(Storage storage, const std::string& path, const ShardLoc
     throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
   }
   const uint64_t sample = shape.bytes();
-  uint64_t offset = loc.data_offset + first * sample;  // in range: locate checked the extent
-  uint64_t left = n * sample;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
+  // In range: locate checked the extent.
+  detail::pread_exact(path, loc.data_offset + first * sample, n * sample, out);
+}
+
+std::unique_ptr<RaggedShardWriter> RaggedShardWriter::create(Storage storage,
+                                                             const std::string& path,
+                                                             uint32_t channels,
+                                                             uint64_t capacity_bytes) {
+  if (channels != 1 && channels != 3) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                std::to_string(channels) + " channels is invalid (need 1 or 3)");
   }
-  while (left > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, uint64_t{1} << 30));
-    const ssize_t got = ::pread(fd, out, want, static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      errno = err;
-      throw_errno(path, "read");
-    }
-    if (got == 0) {
-      ::close(fd);
-      throw Error(ErrorKind::kCorruption, path,
-                  "file ends at " + std::to_string(offset) + ", before the samples requested");
-    }
-    out += got;
-    offset += static_cast<uint64_t>(got);
-    left -= static_cast<uint64_t>(got);
+  switch (storage) {
+    case Storage::kNpy:
+      return detail::create_npy_ragged_writer(path, channels, capacity_bytes);
+    case Storage::kHdf5:
+#ifdef DSCACHE_HAVE_HDF5
+      return detail::create_hdf5_ragged_writer(path, channels, capacity_bytes);
+#else
+      no_hdf5(path);
+#endif
   }
-  ::close(fd);
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+}
+
+ShardLocation locate_ragged_shard(Storage storage, const std::string& path) {
+  switch (storage) {
+    case Storage::kNpy:
+      return detail::locate_npy_ragged_shard(path);
+    case Storage::kHdf5:
+#ifdef DSCACHE_HAVE_HDF5
+      return detail::locate_hdf5_ragged_shard(path);
+#else
+      no_hdf5(path);
+#endif
+  }
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+}
+
+void read_shard_bytes(Storage storage, const std::string& path, const ShardLocation& loc,
+                      uint64_t offset, uint64_t n, uint8_t* out) {
+  if (offset > loc.count || n > loc.count - offset) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + "+" +
+                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
+  }
+  if (n == 0) return;
+  if (!loc.contiguous) {
+#ifdef DSCACHE_HAVE_HDF5
+    if (storage == Storage::kHdf5) {
+      detail::read_hdf5_bytes(path, offset, n, out);
+      return;
+    }
+#else
+    if (storage == Storage::kHdf5) no_hdf5(path);
+#endif
+    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+  }
+  detail::pread_exact(path, loc.data_offset + offset, n, out);
 }
 
 std::string shard_file_name(Storage storage, uint64_t index) {

@@ -111,45 +111,48 @@ void fsync_parent(const std::string& path) {
   }
 }
 
-class Hdf5ShardWriter : public ShardWriter {
+// The shared half of both HDF5 writers: streams image bytes to a raw temp file (so memory stays
+// flat), then at commit creates the .h5 with `images` of the given dims, contiguous and allocated
+// early, copies the raw bytes into the space HDF5 reserved, and renames into place.
+class Hdf5Builder {
  public:
-  Hdf5ShardWriter(const std::string& path, SampleShape shape, uint64_t capacity)
+  Hdf5Builder(const std::string& path, uint32_t channels)
       : path_(path),
         h5_temp_(path + ".tmp-" + std::to_string(::getpid())),
         raw_(std::make_unique<AtomicFile>(path + ".raw")),
-        shape_(shape),
-        capacity_(capacity) {}
+        channels_(channels) {}
 
-  ~Hdf5ShardWriter() override {
+  ~Hdf5Builder() {
     if (!committed_) ::unlink(h5_temp_.c_str());
     // raw_'s destructor removes the raw samples' temp file.
   }
 
-  void append(const uint8_t* sample, int64_t label) override {
-    if (committed_) fail(ErrorKind::kInvalidArgument, path_, "append after commit");
-    if (labels_.size() >= capacity_) {
-      fail(ErrorKind::kInvalidArgument, path_,
-           "shard is full (capacity " + std::to_string(capacity_) + " samples)");
-    }
-    raw_->write(sample, shape_.bytes());
+  const std::string& path() const { return path_; }
+  bool committed() const { return committed_; }
+  uint64_t count() const { return labels_.size(); }
+  uint64_t bytes() const { return raw_ ? raw_->size() : bytes_at_commit_; }
+
+  void append(const uint8_t* sample, uint64_t bytes, int64_t label) {
+    raw_->write(sample, bytes);
     labels_.push_back(label);
   }
 
-  uint64_t count() const override { return labels_.size(); }
-
-  ShardEntry commit() override {
+  // `image_dims`: the dims of `images`; their product must equal bytes().
+  ShardEntry commit(const std::vector<hsize_t>& image_dims) {
     if (committed_) fail(ErrorKind::kInvalidArgument, path_, "commit called twice");
-    quiet_hdf5();
     const uint64_t n = labels_.size();
-    const uint64_t data_bytes = n * shape_.bytes();
+    const uint64_t data_bytes = raw_->size();
     haddr_t offset = HADDR_UNDEF;
+    std::unique_lock<std::mutex> lock(hdf5_mutex());
+    quiet_hdf5();
     {
       Handle file(check(H5Fcreate(h5_temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                         h5_temp_, "create file"),
                   H5Fclose);
       {
-        const hsize_t dims[4] = {n, shape_.height, shape_.width, shape_.channels};
-        Handle space(check(H5Screate_simple(4, dims, nullptr), h5_temp_, "create dataspace"),
+        Handle space(check(H5Screate_simple(static_cast<int>(image_dims.size()),
+                                            image_dims.data(), nullptr),
+                           h5_temp_, "create dataspace"),
                      H5Sclose);
         Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), h5_temp_, "create property list"),
                     H5Pclose);
@@ -165,7 +168,7 @@ class Hdf5ShardWriter : public ShardWriter {
         write_channel_order(images.get());
         check(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5_temp_, "flush", 0);
         offset = H5Dget_offset(images.get());
-        if (n > 0 && offset == HADDR_UNDEF) {
+        if (data_bytes > 0 && offset == HADDR_UNDEF) {
           fail(ErrorKind::kIOError, h5_temp_, "HDF5 did not allocate the images dataset");
         }
       }
@@ -188,15 +191,16 @@ class Hdf5ShardWriter : public ShardWriter {
       }
       if (file.close() < 0) fail(ErrorKind::kIOError, h5_temp_, "HDF5: close file failed");
     }
+    lock.unlock();
 
     // Copy the streamed samples into the space HDF5 reserved for them.
     const int out = ::open(h5_temp_.c_str(), O_RDWR | O_CLOEXEC);
     if (out < 0) throw_errno(h5_temp_, "open");
     try {
-      if (n > 0) copy_raw(out, offset, data_bytes);
+      if (data_bytes > 0) copy_raw(out, offset, data_bytes);
       struct stat st;
       if (::fstat(out, &st) != 0) throw_errno(h5_temp_, "stat");
-      if (n > 0 && static_cast<uint64_t>(st.st_size) < offset + data_bytes) {
+      if (data_bytes > 0 && static_cast<uint64_t>(st.st_size) < offset + data_bytes) {
         fail(ErrorKind::kIOError, h5_temp_, "images data ends past the end of the file");
       }
       if (::fsync(out) != 0) throw_errno(h5_temp_, "fsync");
@@ -209,6 +213,7 @@ class Hdf5ShardWriter : public ShardWriter {
       throw_errno(path_, "rename " + h5_temp_ + " to");
     committed_ = true;
     fsync_parent(path_);
+    bytes_at_commit_ = data_bytes;
     raw_.reset();  // removes the raw temp file
 
     const FileEntry f = hash_file(path_);
@@ -222,7 +227,7 @@ class Hdf5ShardWriter : public ShardWriter {
 
  private:
   void write_channel_order(hid_t images) {
-    const char* order = shape_.channels == 3 ? "RGB" : "L";
+    const char* order = channels_ == 3 ? "RGB" : "L";
     // Variable-length UTF-8 so h5py returns a str, not bytes.
     Handle type(check(H5Tcopy(H5T_C_S1), h5_temp_, "copy string type"), H5Tclose);
     check(H5Tset_size(type.get(), H5T_VARIABLE), h5_temp_, "set string size", 0);
@@ -258,10 +263,61 @@ class Hdf5ShardWriter : public ShardWriter {
   std::string path_;
   std::string h5_temp_;
   std::unique_ptr<AtomicFile> raw_;  // samples as appended; never committed
+  uint32_t channels_;
+  std::vector<int64_t> labels_;
+  uint64_t bytes_at_commit_ = 0;
+  bool committed_ = false;
+};
+
+class Hdf5ShardWriter : public ShardWriter {
+ public:
+  Hdf5ShardWriter(const std::string& path, SampleShape shape, uint64_t capacity)
+      : builder_(path, shape.channels), shape_(shape), capacity_(capacity) {}
+
+  void append(const uint8_t* sample, int64_t label) override {
+    if (builder_.committed()) fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
+    if (builder_.count() >= capacity_) {
+      fail(ErrorKind::kInvalidArgument, builder_.path(),
+           "shard is full (capacity " + std::to_string(capacity_) + " samples)");
+    }
+    builder_.append(sample, shape_.bytes(), label);
+  }
+
+  uint64_t count() const override { return builder_.count(); }
+
+  ShardEntry commit() override {
+    return builder_.commit({builder_.count(), shape_.height, shape_.width, shape_.channels});
+  }
+
+ private:
+  Hdf5Builder builder_;
   SampleShape shape_;
   uint64_t capacity_;
-  std::vector<int64_t> labels_;
-  bool committed_ = false;
+};
+
+class Hdf5RaggedWriter : public RaggedShardWriter {
+ public:
+  Hdf5RaggedWriter(const std::string& path, uint32_t channels, uint64_t capacity_bytes)
+      : builder_(path, channels), channels_(channels), capacity_bytes_(capacity_bytes) {}
+
+  uint64_t append(const uint8_t* sample, uint32_t height, uint32_t width, int64_t label) override {
+    if (builder_.committed()) fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
+    const uint64_t n = ragged_sample_bytes(builder_.path(), height, width, channels_,
+                                           builder_.bytes(), capacity_bytes_);
+    const uint64_t offset = builder_.bytes();
+    builder_.append(sample, n, label);
+    return offset;
+  }
+
+  uint64_t count() const override { return builder_.count(); }
+  uint64_t bytes() const override { return builder_.bytes(); }
+
+  ShardEntry commit() override { return builder_.commit({builder_.bytes()}); }
+
+ private:
+  Hdf5Builder builder_;
+  uint32_t channels_;
+  uint64_t capacity_bytes_;
 };
 
 // Opens `images` in a shard read-only; Corruption for anything that is not one of ours.
@@ -283,6 +339,40 @@ void open_images(const std::string& path, OpenShard* s) {
   if (!s->images.ok()) fail(ErrorKind::kCorruption, path, "'images' is not a dataset");
 }
 
+void check_uint8(const OpenShard& s, const std::string& path) {
+  Handle type(H5Dget_type(s.images.get()), H5Tclose);
+  if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
+    fail(ErrorKind::kCorruption, path, "'images' is not uint8");
+  }
+}
+
+// Fills loc->contiguous/data_offset: `data` bytes of `images` at one file offset inside a file of
+// `size` bytes, or a chunked/compressed dataset read through the library.
+void place_data(const OpenShard& s, const std::string& path, uint64_t size, uint64_t data,
+                ShardLocation* loc) {
+  Handle dcpl(H5Dget_create_plist(s.images.get()), H5Pclose);
+  const bool contiguous_layout = dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
+  const haddr_t offset = H5Dget_offset(s.images.get());
+  if (contiguous_layout && offset != HADDR_UNDEF) {
+    if (offset > size || data > size - offset) {
+      fail(ErrorKind::kCorruption, path,
+           "file holds " + std::to_string(size) + " bytes, images data ends at " +
+               (data > UINT64_MAX - offset ? std::string("past 2^64")
+                                           : std::to_string(offset + data)));
+    }
+    loc->contiguous = true;
+    loc->data_offset = offset;
+  } else if (contiguous_layout && data == 0) {
+    // An empty contiguous dataset has no storage and so no address; there is nothing to map.
+    loc->contiguous = true;
+    loc->data_offset = 0;
+  } else {
+    loc->contiguous = false;
+    loc->data_offset = 0;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<ShardWriter> create_hdf5_writer(const std::string& path, SampleShape shape,
@@ -290,16 +380,18 @@ std::unique_ptr<ShardWriter> create_hdf5_writer(const std::string& path, SampleS
   return std::make_unique<Hdf5ShardWriter>(path, shape, capacity);
 }
 
+std::unique_ptr<RaggedShardWriter> create_hdf5_ragged_writer(const std::string& path,
+                                                             uint32_t channels,
+                                                             uint64_t capacity_bytes) {
+  return std::make_unique<Hdf5RaggedWriter>(path, channels, capacity_bytes);
+}
+
 ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
   const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
   OpenShard s;
   open_images(path, &s);
-
-  Handle type(H5Dget_type(s.images.get()), H5Tclose);
-  if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
-      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
-    fail(ErrorKind::kCorruption, path, "'images' is not uint8");
-  }
+  check_uint8(s, path);
   Handle space(H5Dget_space(s.images.get()), H5Sclose);
   if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
   const int rank = H5Sget_simple_extent_ndims(space.get());
@@ -319,32 +411,59 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
   loc.count = dims[0];
   loc.file_bytes = size;
   const uint64_t data = checked_mul(dims[0], shape.bytes(), path);
-
-  Handle dcpl(H5Dget_create_plist(s.images.get()), H5Pclose);
-  const bool contiguous_layout = dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
-  const haddr_t offset = H5Dget_offset(s.images.get());
-  if (contiguous_layout && offset != HADDR_UNDEF) {
-    if (offset > size || data > size - offset) {
-      fail(ErrorKind::kCorruption, path,
-           "file holds " + std::to_string(size) + " bytes, images data ends at " +
-               (data > UINT64_MAX - offset ? std::string("past 2^64")
-                                           : std::to_string(offset + data)));
-    }
-    loc.contiguous = true;
-    loc.data_offset = offset;
-  } else if (contiguous_layout && data == 0) {
-    // An empty contiguous dataset has no storage and so no address; there is nothing to map.
-    loc.contiguous = true;
-    loc.data_offset = 0;
-  } else {
-    loc.contiguous = false;
-    loc.data_offset = 0;
-  }
+  place_data(s, path, size, data, &loc);
   return loc;
+}
+
+ShardLocation locate_hdf5_ragged_shard(const std::string& path) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
+  OpenShard s;
+  open_images(path, &s);
+  check_uint8(s, path);
+  Handle space(H5Dget_space(s.images.get()), H5Sclose);
+  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  hsize_t dims[1] = {0};
+  if (rank != 1 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 1) {
+    fail(ErrorKind::kCorruption, path,
+         "'images' has " + std::to_string(rank) + " dimensions, expected 1 (bytes,) for a ragged "
+         "shard");
+  }
+  ShardLocation loc;
+  loc.count = dims[0];
+  loc.file_bytes = size;
+  place_data(s, path, size, dims[0], &loc);
+  return loc;
+}
+
+void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  OpenShard s;
+  open_images(path, &s);
+  Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
+  if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  if (H5Sget_simple_extent_ndims(file_space.get()) != 1) {
+    fail(ErrorKind::kCorruption, path, "'images' is not 1-d");
+  }
+  const hsize_t start[1] = {offset};
+  const hsize_t count[1] = {n};
+  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
+    fail(ErrorKind::kInvalidArgument, path, "bytes out of range");
+  }
+  Handle mem_space(H5Screate_simple(1, count, nullptr), H5Sclose);
+  if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
+  if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
+              out) < 0) {
+    fail(ErrorKind::kCorruption, path,
+         "HDF5 could not read bytes [" + std::to_string(offset) + ", " +
+             std::to_string(offset + n) + ") of 'images'");
+  }
 }
 
 void read_hdf5_samples(const std::string& path, SampleShape shape, uint64_t first, uint64_t n,
                        uint8_t* out) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
   OpenShard s;
   open_images(path, &s);
   Handle file_space(H5Dget_space(s.images.get()), H5Sclose);

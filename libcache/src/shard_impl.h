@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "dscache/shard.h"
@@ -10,15 +11,32 @@
 namespace dscache {
 namespace detail {
 
+// Debian's libhdf5 is built without thread safety: every HDF5 call in libcache holds this
+// process-wide mutex (taken inside the functions below; callers need not).
+std::mutex& hdf5_mutex();
+
 // Checked a * b; throws Corruption naming `path` when it does not fit in 64 bits.
 uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& path);
 
 // Size of the file at `path`; NotFound when it does not exist.
 uint64_t file_size(const std::string& path);
 
+// Bytes of one ragged sample (height * width * channels), checked: InvalidArgument naming `path`
+// for a zero side or when `used` + the sample would pass `capacity_bytes`.
+uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t width,
+                             uint32_t channels, uint64_t used, uint64_t capacity_bytes);
+
+// Reads exactly `n` bytes at `offset` of the file at `path` (pread). Corruption when the file ends
+// first.
+void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out);
+
 std::unique_ptr<ShardWriter> create_npy_writer(const std::string& path, SampleShape shape,
                                                uint64_t capacity);
 ShardLocation locate_npy_shard(const std::string& path, SampleShape shape);
+std::unique_ptr<RaggedShardWriter> create_npy_ragged_writer(const std::string& path,
+                                                            uint32_t channels,
+                                                            uint64_t capacity_bytes);
+ShardLocation locate_npy_ragged_shard(const std::string& path);
 
 #ifdef DSCACHE_HAVE_HDF5
 std::unique_ptr<ShardWriter> create_hdf5_writer(const std::string& path, SampleShape shape,
@@ -27,6 +45,12 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape);
 // Reads samples through the HDF5 library (chunked or compressed `images`).
 void read_hdf5_samples(const std::string& path, SampleShape shape, uint64_t first, uint64_t n,
                        uint8_t* out);
+std::unique_ptr<RaggedShardWriter> create_hdf5_ragged_writer(const std::string& path,
+                                                             uint32_t channels,
+                                                             uint64_t capacity_bytes);
+ShardLocation locate_hdf5_ragged_shard(const std::string& path);
+// Reads bytes [offset, offset + n) of a 1-d `images` through the HDF5 library.
+void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out);
 #endif
 
 }  // namespace detail

@@ -1,4 +1,5 @@
-// npy shards: (n, H, W, C) uint8 in C order, header sized for the capacity and rewritten at commit.
+// npy shards: (n, H, W, C) uint8 in C order (fixed) or (bytes,) uint8 (ragged), header sized for
+// the capacity and rewritten at commit.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ class NpyShardWriter : public ShardWriter {
         capacity_(capacity),
         header_size_(format_npy_header("|u1", npy_shape(capacity, shape)).size()) {
     const std::string header = format_npy_header("|u1", npy_shape(capacity, shape));
+    initial_header_ = header;
     file_.write(header.data(), header.size());
   }
 
@@ -48,7 +50,9 @@ class NpyShardWriter : public ShardWriter {
     if (header.size() != header_size_) {
       throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "npy header grew at commit");
     }
-    file_.pwrite(header.data(), header.size(), 0);
+    // A full shard's header is already right: leaving it alone keeps the streamed checksum valid,
+    // so commit does not re-read the whole file to hash it.
+    if (header != initial_header_) file_.pwrite(header.data(), header.size(), 0);
     const FileEntry f = file_.commit();
     committed_ = true;
     ShardEntry e;
@@ -66,9 +70,116 @@ class NpyShardWriter : public ShardWriter {
   size_t header_size_;
   uint64_t count_ = 0;
   bool committed_ = false;
+  std::string initial_header_;  // as written at create; rewritten at commit only if different
 };
 
+// Ragged: a 1-d (bytes,) |u1 array of the samples back to back; labels live in labels.npy.
+class NpyRaggedWriter : public RaggedShardWriter {
+ public:
+  NpyRaggedWriter(const std::string& path, uint32_t channels, uint64_t capacity_bytes)
+      : file_(path),
+        channels_(channels),
+        capacity_bytes_(capacity_bytes),
+        header_size_(format_npy_header("|u1", {capacity_bytes}).size()) {
+    const std::string header = format_npy_header("|u1", {capacity_bytes});
+    initial_header_ = header;
+    file_.write(header.data(), header.size());
+  }
+
+  uint64_t append(const uint8_t* sample, uint32_t height, uint32_t width,
+                  int64_t /*label*/) override {
+    if (committed_)
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "append after commit");
+    const uint64_t n =
+        ragged_sample_bytes(file_.temp_path(), height, width, channels_, bytes_, capacity_bytes_);
+    file_.write(sample, n);
+    const uint64_t offset = bytes_;
+    bytes_ += n;
+    ++count_;
+    return offset;
+  }
+
+  uint64_t count() const override { return count_; }
+  uint64_t bytes() const override { return bytes_; }
+
+  ShardEntry commit() override {
+    if (committed_)
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "commit called twice");
+    const std::string header = format_npy_header("|u1", {bytes_}, header_size_);
+    if (header.size() != header_size_) {
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "npy header grew at commit");
+    }
+    // A full shard's header is already right: leaving it alone keeps the streamed checksum valid,
+    // so commit does not re-read the whole file to hash it.
+    if (header != initial_header_) file_.pwrite(header.data(), header.size(), 0);
+    const FileEntry f = file_.commit();
+    committed_ = true;
+    ShardEntry e;
+    e.file = f.file;
+    e.count = count_;
+    e.bytes = f.bytes;
+    e.xxh64 = f.xxh64;
+    return e;
+  }
+
+ private:
+  AtomicFile file_;
+  uint32_t channels_;
+  uint64_t capacity_bytes_;
+  size_t header_size_;
+  uint64_t count_ = 0;
+  uint64_t bytes_ = 0;
+  bool committed_ = false;
+  std::string initial_header_;  // as written at create; rewritten at commit only if different
+};
+
+std::string dims_text(const std::vector<uint64_t>& s) {
+  std::string t = "(";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + (s.size() == 1 ? ",)" : ")");
+}
+
+NpyHeader read_u8_header(const std::string& path) {
+  const NpyHeader h = read_npy_header(path);
+  if (h.descr != "|u1" && h.descr != "<u1") {
+    throw Error(ErrorKind::kCorruption, path, "dtype is '" + h.descr + "', expected '|u1'");
+  }
+  if (h.fortran_order) throw Error(ErrorKind::kCorruption, path, "array is in Fortran order");
+  return h;
+}
+
 }  // namespace
+
+std::unique_ptr<RaggedShardWriter> create_npy_ragged_writer(const std::string& path,
+                                                            uint32_t channels,
+                                                            uint64_t capacity_bytes) {
+  return std::make_unique<NpyRaggedWriter>(path, channels, capacity_bytes);
+}
+
+ShardLocation locate_npy_ragged_shard(const std::string& path) {
+  const uint64_t size = file_size(path);  // NotFound first, before any parsing
+  const NpyHeader h = read_u8_header(path);
+  if (h.shape.size() != 1) {
+    throw Error(ErrorKind::kCorruption, path,
+                "shape is " + dims_text(h.shape) + ", expected (bytes,) for a ragged shard");
+  }
+  if (h.shape[0] > UINT64_MAX - h.data_offset) {
+    throw Error(ErrorKind::kCorruption, path, "array size overflows 64 bits");
+  }
+  const uint64_t expected = h.data_offset + h.shape[0];
+  if (expected != size) {
+    throw Error(ErrorKind::kCorruption, path,
+                "file holds " + std::to_string(size) + " bytes, header says " +
+                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) +
+                    " image bytes)");
+  }
+  ShardLocation loc;
+  loc.count = h.shape[0];
+  loc.data_offset = h.data_offset;
+  loc.file_bytes = size;
+  loc.contiguous = true;
+  return loc;
+}
 
 std::unique_ptr<ShardWriter> create_npy_writer(const std::string& path, SampleShape shape,
                                                uint64_t capacity) {
@@ -77,16 +188,8 @@ std::unique_ptr<ShardWriter> create_npy_writer(const std::string& path, SampleSh
 
 ShardLocation locate_npy_shard(const std::string& path, SampleShape shape) {
   const uint64_t size = file_size(path);  // NotFound first, before any parsing
-  const NpyHeader h = read_npy_header(path);
-  if (h.descr != "|u1" && h.descr != "<u1") {
-    throw Error(ErrorKind::kCorruption, path, "dtype is '" + h.descr + "', expected '|u1'");
-  }
-  if (h.fortran_order) throw Error(ErrorKind::kCorruption, path, "array is in Fortran order");
-  auto dims = [](const std::vector<uint64_t>& s) {
-    std::string t = "(";
-    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + (s.size() == 1 ? ",)" : ")");
-  };
+  const NpyHeader h = read_u8_header(path);
+  const auto dims = dims_text;
   if (h.shape.size() != 4 || h.shape[1] != shape.height || h.shape[2] != shape.width ||
       h.shape[3] != shape.channels) {
     throw Error(ErrorKind::kCorruption, path,

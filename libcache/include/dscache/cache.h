@@ -51,9 +51,16 @@ class Cache : public SampleSource {
   Layout layout() const override;
   SampleShape shape() const override;
   int64_t label(uint64_t i) const override;
+  // The largest shard's sample count (at least 1).
   uint64_t locality_block() const override;
+  // Fixed layout: shape().bytes() bytes. Ragged: sample_shape(i).bytes() bytes. Works for every
+  // shard, including chunked/compressed HDF5 (read through the HDF5 library, serialized).
   void copy_sample(uint64_t i, uint8_t* out) const override;
+  // A pointer into a mapping or a private copy; valid until the Cache is destroyed. Throws
+  // Error(kUnsupported) for a chunked/compressed HDF5 shard that is not resident.
   ImageView view(uint64_t i) const override;
+  // Geometry of sample i: shape() for the fixed layout, the index's (h, w, C) for ragged.
+  SampleShape sample_shape(uint64_t i) const;
 
   struct Impl;
 

@@ -14,7 +14,8 @@ namespace dscache {
 struct LoaderOptions {
   uint32_t batch_size = 256;         // samples per batch
   bool drop_last = false;            // drop this rank's last short batch
-  SamplerOptions sampler;            // shuffle mode, window, rank, world size, rank tail
+  SamplerOptions sampler;            // shuffle mode, window, rank, world size, rank tail;
+                                     // kWindowed with block 0 uses source->locality_block()
   TransformOptions transform;        // crop/resize/flip; default: samples as stored
   uint32_t workers = 2;              // threads filling batches; >= 1
   uint32_t prefetch = 4;             // batches buffered ahead; >= 1 (buffers = prefetch + 1)
@@ -51,12 +52,20 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Starts (or restarts) an epoch; workers begin filling batches at once.
+  // Starts (or restarts) an epoch; workers begin filling batches at once. Mid-epoch, the old
+  // epoch's in-flight work is stopped and discarded first. The order is
+  // epoch_order(source->size(), options.sampler, seed, epoch) cut into batches; images, crops
+  // and flips depend only on (options, seed, epoch, sample), never on workers or timing.
   void start_epoch(uint64_t seed, uint64_t epoch);
-  // Continues exactly where `pos` was taken: the remaining batches equal the uninterrupted run's.
+  // Continues exactly where `pos` was taken: the remaining batches equal the uninterrupted run's
+  // (even with other workers/prefetch). Throws Error(kInvalidArgument) if pos.cursor >
+  // batches_per_epoch(); pos.cursor == batches_per_epoch() is an epoch already finished.
   void restore(const LoaderPosition& pos);
-  // The next batch, or nullptr at the end of the epoch. Never returns a buffer still being
-  // filled. Rethrows an Error a worker met (e.g. a corrupt lazy-cache source).
+  // The next batch, or nullptr at the end of the epoch (again on every later call). Never
+  // returns a buffer still being filled. Rethrows an Error a worker met (e.g. a corrupt
+  // lazy-cache source) when that batch is due, on every call until start_epoch()/restore();
+  // the cursor stays on it. Throws Error(kInvalidArgument) before the first start_epoch() or
+  // restore().
   const Batch* next();
 
   LoaderPosition position() const;

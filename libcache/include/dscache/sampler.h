@@ -23,6 +23,8 @@ struct SamplerOptions {
   Shuffle shuffle = Shuffle::kGlobal;  // see Shuffle; default global
   uint64_t block = 0;          // kWindowed: samples per storage block; 0 = whole cache is 1 block
   uint64_t window_blocks = 4;  // kWindowed: blocks whose samples are shuffled together; >= 1
+                               // (a window is window_blocks consecutive blocks of the shuffled
+                               // block order: window_blocks*block samples)
   uint32_t rank = 0;           // this process's rank, < world_size
   uint32_t world_size = 1;     // number of ranks sharing the epoch
   RankTail tail = RankTail::kPad;  // see RankTail
@@ -53,5 +55,11 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// The stream number of one use of randomness: a fixed 64-bit hash of (tag, a, b), so that, e.g.,
+// Rng(seed, stream_id(kTag, epoch, sample)) draws the same numbers on every run and platform.
+// Tags in use (never change them; orders are part of reproducibility): "global" (epoch
+// permutation), "blocks" and "window" (kWindowed), "xform" (per-sample transforms).
+uint64_t stream_id(uint64_t tag, uint64_t a, uint64_t b = 0);
 
 }  // namespace dscache

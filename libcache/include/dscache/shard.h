@@ -1,4 +1,4 @@
-// Writing and locating images shards (.npy or .h5) of the fixed layout.
+// Writing and locating images shards (.npy or .h5) of the fixed and ragged layouts.
 #pragma once
 
 #include <cstdint>

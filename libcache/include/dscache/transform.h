@@ -9,7 +9,8 @@ namespace dscache {
 
 enum class CropMode {
   kNone,           // copy the sample as stored (fixed layout only; output = stored shape)
-  kCenter,         // resize the shorter side to the output, cut the centre (evaluation)
+  kCenter,         // the largest centred box with the output's aspect ratio, resized to the
+                   // output (= resize the shorter side, cut the centre), for evaluation
   kRandomResized,  // random area/aspect crop resized to the output (torchvision's
                    // RandomResizedCrop), for training
 };
@@ -25,7 +26,11 @@ struct TransformOptions {
   bool flip = false;                // mirror horizontally with probability 1/2
 };
 
-// Throws Error(kInvalidArgument) naming the field.
+// Throws Error(kInvalidArgument) naming the field: the ragged layout needs kCenter or
+// kRandomResized with height and width > 0; kCenter/kRandomResized need both or neither of
+// height/width; kRandomResized needs 0 < scale_min <= scale_max <= 1 and
+// 0 < ratio_min <= ratio_max (finite). The Loader checks kNone's height/width against the
+// stored shape.
 void validate(const TransformOptions& options, Layout layout);
 
 // A crop rectangle in source pixels plus the flip decision.
@@ -34,12 +39,19 @@ struct CropBox {
   bool flip = false;
 };
 
-// The crop for one sample: a pure function of (options, source size, seed, epoch, sample).
+// The crop for one sample: a pure function of (options, source size, seed, epoch, sample),
+// drawn from Rng(seed, stream_id("xform", epoch, sample)): the first draw's top bit is the flip
+// (used only when options.flip), the rest feed kRandomResized (torchvision's 10 attempts, then
+// the centred fallback at the nearest allowed ratio).
 CropBox choose_crop(const TransformOptions& options, uint32_t src_h, uint32_t src_w,
                     uint64_t seed, uint64_t epoch, uint64_t sample);
 
-// Resizes `box` of `src` (bilinear, area-averaging when shrinking by 2x or more) into
-// out_h x out_w x channels bytes at `out`, mirrored when box.flip. Pure C++, no OpenCV.
+// Resizes `box` of `src` (bilinear with half-pixel centres like cv::INTER_LINEAR; along an axis
+// shrunk by 2x or more, the mean over each output pixel's footprint like cv::INTER_AREA) into
+// out_h x out_w x channels bytes at `out`, mirrored when box.flip. Integer weights, halves
+// rounded up: the same bytes on every machine. A box of the output's size without flip is a
+// plain copy. Pure C++, no OpenCV. Throws Error(kInvalidArgument) for a box outside `src` or an
+// empty box/output.
 void crop_resize(const ImageView& src, const CropBox& box, uint32_t out_h, uint32_t out_w,
                  uint8_t* out);
 
