@@ -29,6 +29,7 @@
 #include "dscache/shard.h"
 #include "image_decode.h"
 #include "progress.h"
+#include "source_decoder.h"
 #include "source_list.h"
 
 namespace dscache {
@@ -65,38 +66,6 @@ void fsync_dir(const std::string& dir) {
   if (fd < 0) throw_errno(dir, "open directory");
   ::fsync(fd);
   ::close(fd);
-}
-
-// Reads a whole file into `buf` (reused across calls). Returns false with a reason on failure.
-bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    reason = std::string("cannot open: ") + std::strerror(errno);
-    return false;
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    reason = "not a regular file";
-    return false;
-  }
-  buf.resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (true) {
-    if (got == buf.size()) buf.resize(got + (got >> 1) + 4096);  // file grew while we read
-    ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      reason = std::string("read error: ") + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  buf.resize(got);
-  return true;
 }
 
 json fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage) {

@@ -26,8 +26,7 @@
 #include "dscache/lazy_cache.h"
 #include "dscache/loader.h"
 #include "dscache/sampler.h"
-#include "idx.h"
-#include "image_decode.h"
+#include "source_decoder.h"
 #include "source_list.h"
 
 namespace dscache {
@@ -70,52 +69,6 @@ struct Row {
   int threads = 0;
   double samples_per_s = 0;
   double gbps = 0;
-};
-
-// Decodes sample i of the cache's source with the cache's recipe (the seed's per-sample path).
-class SourceDecoder {
- public:
-  SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root)
-      : m_(m), names_(std::move(names)), root_(std::move(root)) {
-    opt_.height = m.recipe.height;
-    opt_.width = m.recipe.width;
-    opt_.channels = m.recipe.channels;
-    opt_.resize = m.recipe.resize;
-    opt_.reduced_decode = m.recipe.reduced_decode;
-    opt_.max_pixels = m.recipe.max_pixels;
-    if (m.source.kind == "idx") idx_ = std::make_shared<IdxImages>(read_idx_images(root_));
-  }
-
-  bool decode(uint64_t i, uint8_t* out, std::string* reason) const {
-    if (idx_) {
-      const std::string& n = names_[i];
-      uint64_t k = std::strtoull(n.c_str() + n.rfind('#') + 1, nullptr, 10);
-      resize_pixels(idx_->image(k), idx_->rows, idx_->cols, 1, opt_, out);
-      return true;
-    }
-    thread_local std::vector<uint8_t> file;
-    std::string path = source_entry_path(m_.source.kind, root_, names_[i]);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) {
-      *reason = path + ": " + std::strerror(errno);
-      return false;
-    }
-    file.clear();
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) file.insert(file.end(), buf, buf + n);
-    std::fclose(f);
-    DecodeResult d = decode_image(file.data(), file.size(), opt_, out);
-    if (!d.ok) *reason = path + ": " + d.reason;
-    return d.ok;
-  }
-
- private:
-  const Manifest& m_;
-  std::vector<std::string> names_;
-  std::string root_;
-  DecodeOptions opt_;
-  std::shared_ptr<IdxImages> idx_;
 };
 
 // Runs whole epochs of `loader` until at least `min_seconds` passed; returns samples/s.
@@ -276,6 +229,12 @@ int cmd_bench(int argc, char** argv) {
     }
     if (!names.empty()) {
       SourceDecoder dec(m, names, root);
+      auto decode_into = [&dec, sb](uint64_t i, uint8_t* out, std::string* reason) {
+        thread_local std::vector<uint8_t> pixels;
+        if (!dec.decode(i, &pixels, reason)) return false;
+        std::memcpy(out, pixels.data(), sb);
+        return true;
+      };
       const uint64_t k = std::min<uint64_t>(decode_samples, n);
       std::atomic<uint64_t> failed{0};
       std::string first_reason;
@@ -287,7 +246,7 @@ int cmd_bench(int argc, char** argv) {
           std::vector<uint8_t> out(sb);
           std::string reason;
           for (uint64_t i = r.begin(); i != r.end(); ++i) {
-            if (!dec.decode(i, out.data(), &reason)) ++failed;
+            if (!decode_into(i, out.data(), &reason)) ++failed;
           }
         });
       });
@@ -314,7 +273,7 @@ int cmd_bench(int argc, char** argv) {
       lzo.source_digest = m.source.digest;
       auto lazy = LazyCache::open(
           path, k, SampleShape{m.height, m.width, m.channels}, labels,
-          [&dec](uint64_t i, uint8_t* out, std::string* reason) { return dec.decode(i, out, reason); },
+          decode_into,
           lzo);
       LoaderOptions llo = lo;
       llo.sampler.shuffle = Shuffle::kGlobal;

@@ -17,9 +17,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
-#include "idx.h"
-#include "image_decode.h"
-#include "source_list.h"
+#include "source_decoder.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -176,84 +174,30 @@ class Checker {
       return;
     }
     if (sums.size() != m_.count) return;
-    const bool ragged = m_.layout == Layout::kRagged;
-    DecodeOptions opt;
-    opt.height = ragged ? 1 : m_.recipe.height;
-    opt.width = ragged ? 1 : m_.recipe.width;
-    opt.channels = m_.recipe.channels;
-    opt.resize = m_.recipe.resize;
-    opt.reduced_decode = m_.recipe.reduced_decode;
-    opt.max_pixels = m_.recipe.max_pixels;
-    std::shared_ptr<IdxImages> idx;
-    if (m_.source.kind == "idx") {
-      try {
-        idx = std::make_shared<IdxImages>(read_idx_images(m_.source.root));
-      } catch (const Error& e) {
-        add(m_.source.root, -1, e.reason());
-        return;
-      }
+    std::unique_ptr<SourceDecoder> dec;
+    try {
+      dec = std::make_unique<SourceDecoder>(m_, std::move(sources), m_.source.root);
+    } catch (const Error& e) {
+      add(m_.source.root, -1, e.reason());
+      return;
     }
     cv::setNumThreads(0);
     tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
     arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
                         [&](const tbb::blocked_range<uint64_t>& r) {
-        std::vector<uint8_t> file, pixels(m_.sample_bytes());
-        uint32_t h = 0, w = 0;
+        std::vector<uint8_t> pixels;
+        std::string reason;
         for (uint64_t i = r.begin(); i != r.end(); ++i) {
-          std::string path = source_entry_path(m_.source.kind, m_.source.root, sources[i]);
-          if (idx) {
-            auto hash = sources[i].rfind('#');
-            uint64_t k = hash == std::string::npos ? UINT64_MAX
-                                                   : std::strtoull(sources[i].c_str() + hash + 1,
-                                                                   nullptr, 10);
-            if (k >= idx->count) {
-              add(sources[i], static_cast<int64_t>(i), "no such image in " + m_.source.root);
-              continue;
-            }
-            if (ragged) {
-              resize_pixels_ragged(idx->image(k), idx->rows, idx->cols, 1, opt.channels,
-                                   m_.recipe.max_side, &pixels, &h, &w);
-            } else {
-              resize_pixels(idx->image(k), idx->rows, idx->cols, 1, opt, pixels.data());
-            }
-          } else {
-            std::string reason;
-            if (!read_file(path, file, reason)) {
-              add(path, static_cast<int64_t>(i), "source " + reason);
-              continue;
-            }
-            DecodeResult d =
-                ragged ? decode_image_ragged(file.data(), file.size(), opt, m_.recipe.max_side,
-                                             &pixels, &h, &w)
-                       : decode_image(file.data(), file.size(), opt, pixels.data());
-            if (!d.ok) {
-              add(path, static_cast<int64_t>(i), "source no longer decodes: " + d.reason);
-              continue;
-            }
-          }
-          if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
-            add(path, static_cast<int64_t>(i), "source decodes to different pixels than stored");
+          if (!dec->decode(i, &pixels, &reason)) {
+            add(dec->path(i), static_cast<int64_t>(i), "source no longer decodes: " + reason);
+          } else if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
+            add(dec->path(i), static_cast<int64_t>(i),
+                "source decodes to different pixels than stored");
           }
         }
       });
     });
-  }
-
-  static bool read_file(const std::string& path, std::vector<uint8_t>& out, std::string& reason) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) {
-      reason = std::string("cannot be opened: ") + std::strerror(errno);
-      return false;
-    }
-    out.clear();
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
-    bool err = std::ferror(f);
-    std::fclose(f);
-    if (err) reason = "read error";
-    return !err;
   }
 
  private:

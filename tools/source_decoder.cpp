@@ -1,0 +1,101 @@
+#include "source_decoder.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "source_list.h"
+
+namespace dscache {
+
+bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    reason = std::string("cannot open: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    reason = "not a regular file";
+    return false;
+  }
+  buf.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (true) {
+    if (got == buf.size()) buf.resize(got + (got >> 1) + 4096);  // file grew while we read
+    ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      reason = std::string("read error: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  buf.resize(got);
+  return true;
+}
+
+SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root)
+    : m_(m), names_(std::move(names)), root_(std::move(root)) {
+  const bool ragged = m.layout == Layout::kRagged;
+  opt_.height = ragged ? 1 : m.recipe.height;  // unused by the ragged decode
+  opt_.width = ragged ? 1 : m.recipe.width;
+  opt_.channels = m.recipe.channels;
+  opt_.resize = m.recipe.resize;
+  opt_.reduced_decode = m.recipe.reduced_decode;
+  opt_.max_pixels = m.recipe.max_pixels;
+  if (m.source.kind == "idx") idx_ = std::make_shared<IdxImages>(read_idx_images(root_));
+}
+
+std::string SourceDecoder::path(uint64_t i) const {
+  return source_entry_path(m_.source.kind, root_, names_[i]);
+}
+
+bool SourceDecoder::decode(uint64_t i, std::vector<uint8_t>* out, std::string* reason) const {
+  const bool ragged = m_.layout == Layout::kRagged;
+  uint32_t h = 0, w = 0;
+  if (idx_) {
+    const std::string& n = names_[i];
+    const auto hash = n.rfind('#');
+    const uint64_t k =
+        hash == std::string::npos ? UINT64_MAX : std::strtoull(n.c_str() + hash + 1, nullptr, 10);
+    if (k >= idx_->count) {
+      *reason = "no image '" + n + "' in " + root_;
+      return false;
+    }
+    if (ragged) {
+      resize_pixels_ragged(idx_->image(k), idx_->rows, idx_->cols, 1, opt_.channels,
+                           m_.recipe.max_side, out, &h, &w);
+    } else {
+      out->resize(m_.sample_bytes());
+      resize_pixels(idx_->image(k), idx_->rows, idx_->cols, 1, opt_, out->data());
+    }
+    return true;
+  }
+  thread_local std::vector<uint8_t> file;
+  const std::string p = path(i);
+  std::string why;
+  if (!read_whole_file(p, file, why)) {
+    *reason = p + ": " + why;
+    return false;
+  }
+  DecodeResult d;
+  if (ragged) {
+    d = decode_image_ragged(file.data(), file.size(), opt_, m_.recipe.max_side, out, &h, &w);
+  } else {
+    out->resize(m_.sample_bytes());
+    d = decode_image(file.data(), file.size(), opt_, out->data());
+  }
+  if (!d.ok) *reason = p + ": " + d.reason;
+  return d.ok;
+}
+
+}  // namespace dscache
