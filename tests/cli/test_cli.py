@@ -1274,6 +1274,551 @@ def case_shard_split(tmp):
     check_eq(load_manifest(mm)["recipe"]["shard_bytes"], 1 << 20, "--shard-size 1M")
 
 
+# --------------------------------------------------------------------------------------------
+# The ragged layout.
+
+def ragged_size(h, w, s):
+    """Expected (h, w) of a ragged sample: shorter side shrunk to s (round half up), never grown."""
+    shorter, longer = min(h, w), max(h, w)
+    if shorter <= s:
+        return h, w
+    big = (2 * longer * s + shorter) // (2 * shorter)
+    return (s, big) if h <= w else (big, s)
+
+
+def npy_header(path):
+    """(dict text, data offset) of a .npy file, checking it is format 1.0."""
+    raw = Path(path).read_bytes()[:65536]
+    check(raw[:6] == b"\x93NUMPY", f"{path}: not a .npy file")
+    check_eq((raw[6], raw[7]), (1, 0), f"{Path(path).name}: npy format version")
+    hl = struct.unpack_from("<H", raw, 8)[0]
+    return raw[10:10 + hl].decode("latin-1"), 10 + hl
+
+
+def ragged_split(sizes, cap):
+    """Expected [(first, count)] of ragged shards for sample byte sizes and --shard-size cap."""
+    out, first, cur, n = [], 0, 0, 0
+    for i, b in enumerate(sizes):
+        if n > 0 and cur + b > cap:
+            out.append((first, n))
+            first, cur, n = i, 0, 0
+        cur += b
+        n += 1
+    if n:
+        out.append((first, n))
+    return out
+
+
+def check_side_files(out, m):
+    for key, name in (("labels", "labels.npy"), ("checksums", "checksums.npy"),
+                      ("sources", "sources.jsonl"), ("skips", "skipped.jsonl"),
+                      ("index", "ragged-index.npy")):
+        check(key in m["files"], f"manifest files lacks {key}: {sorted(m['files'])}")
+        ent = m["files"][key]
+        check_eq(ent["file"], name, f"files.{key}.file")
+        p = Path(out) / name
+        check(p.is_file(), f"{name} missing")
+        check_eq(ent["bytes"], p.stat().st_size, f"files.{key}.bytes")
+        check_eq(ent["xxh64"].lower(), file_xxh64(p), f"files.{key}.xxh64")
+
+
+def check_ragged_cache(out, storage="npy", max_side=None, channels=3):
+    """Structural checks of a ragged cache; returns (manifest, [sample arrays], labels, index)."""
+    out = Path(out)
+    m = load_manifest(out)
+    check_eq(m.get("format_version"), 1, "manifest format_version")
+    check_eq(m.get("layout"), "ragged", "manifest layout")
+    check_eq(m.get("storage"), storage, "manifest storage")
+    check_eq(m.get("dtype"), "uint8", "manifest dtype")
+    check_eq(m.get("shape"), [0, 0, channels], "ragged manifest shape")
+    C = channels
+    check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
+    if max_side is not None:
+        check_eq(m["recipe"].get("max_side"), max_side, "recipe.max_side")
+    check(isinstance(m["recipe"].get("max_side"), int) and m["recipe"]["max_side"] > 0,
+          f"recipe.max_side must be > 0: {m['recipe']}")
+    count = m["count"]
+    check_eq(sum(class_counts_list(m)), count, "sum(class_counts)")
+    check_side_files(out, m)
+    ext = ".npy" if storage == "npy" else ".h5"
+    expected_files = BASE_FILES | {"ragged-index.npy"} | {s["file"] for s in m["shards"]}
+    check_eq(sorted(p.name for p in out.iterdir()), sorted(expected_files),
+             "files in the ragged cache directory")
+    check(not partial_dir(out).exists(), f"{partial_dir(out)} left behind after success")
+
+    idx = np.load(out / "ragged-index.npy")
+    check_eq(idx.dtype, np.dtype("<i8"), "ragged-index.npy dtype")
+    check_eq(idx.shape, (count, 3), "ragged-index.npy shape")
+    check(idx.flags["C_CONTIGUOUS"], "ragged-index.npy not C order")
+    check(count == 0 or (idx[:, 1].min() >= 1 and idx[:, 2].min() >= 1),
+          "ragged-index.npy: a sample with h or w < 1")
+    if max_side is not None and count:
+        shorter = np.minimum(idx[:, 1], idx[:, 2])
+        check(shorter.max() <= max_side, f"a sample's shorter side {shorter.max()} > {max_side}")
+    labels = load_labels(out)
+    check_eq(labels.shape, (count,), "labels.npy shape")
+    sums = np.load(out / "checksums.npy")
+    check_eq(sums.dtype, np.dtype("<u8"), "checksums.npy dtype")
+    check_eq(sums.shape, (count,), "checksums.npy shape")
+
+    samples = []
+    first = 0
+    for k, s in enumerate(m["shards"]):
+        check_eq(s["file"], f"images-{k:05d}{ext}", f"shards[{k}].file")
+        check_eq(s["first"], first, f"shards[{k}].first")
+        check(s["count"] >= 1, f"shards[{k}] is empty")
+        p = out / s["file"]
+        check_eq(s["bytes"], p.stat().st_size, f"shards[{k}].bytes vs file size")
+        check_eq(s["xxh64"].lower(), file_xxh64(p), f"shards[{k}].xxh64 vs file")
+        rows = idx[s["first"]:s["first"] + s["count"]]
+        sizes = rows[:, 1] * rows[:, 2] * C
+        want_off = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        check_eq(rows[:, 0].tolist(), want_off.tolist(),
+                 f"{s['file']}: index offsets (samples back to back from 0)")
+        nbytes = int(sizes.sum())
+        if storage == "npy":
+            text, data_off = npy_header(p)
+            check_eq(text.rstrip(" \n"),
+                     "{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }" % nbytes,
+                     f"{s['file']} npy dict text")
+            check_eq(data_off % 64, 0, f"{s['file']} data offset % 64")
+            check_eq(p.stat().st_size, data_off + nbytes, f"{s['file']} size = offset + bytes")
+            data = np.load(p, mmap_mode="r")
+            check(isinstance(data, np.memmap), f"{p}: numpy.load(mmap_mode='r') gave {type(data)}")
+            check_eq(data.offset, data_off, f"{s['file']} numpy data offset")
+        else:
+            with h5py.File(p, "r") as f:
+                ds = f["images"]
+                check_eq(ds.dtype, np.dtype(np.uint8), f"{s['file']} images dtype")
+                co = ds.attrs.get("channel_order")
+                co = co.decode() if isinstance(co, bytes) else str(co)
+                check_eq(co, "RGB" if C == 3 else "L", f"{s['file']} channel_order attr")
+                data = ds[...]
+                lab = f["labels"][...]
+            check_eq(lab.dtype, np.dtype("int64"), f"{s['file']} labels dtype")
+            check_eq(lab.tolist(), labels[s["first"]:s["first"] + s["count"]].tolist(),
+                     f"{s['file']} labels")
+        check_eq(data.dtype, np.dtype(np.uint8), f"{s['file']} dtype")
+        check_eq(data.shape, (nbytes,), f"{s['file']} 1-d shape (sum of h*w*C)")
+        for j, (off, h, w) in enumerate(rows.tolist()):
+            samples.append(np.array(data[off:off + h * w * C]).reshape(h, w, C))
+        first += s["count"]
+    check_eq(first, count, "sum of shard counts")
+    for i, smp in enumerate(samples):
+        want = xxh64(smp.tobytes())
+        check(int(sums[i]) == want,
+              f"checksums.npy[{i}] = {int(sums[i]):016x}, xxh64 of sample = {want:016x}")
+    check_eq(len(read_jsonl(out / "sources.jsonl")), count, "lines in sources.jsonl")
+    return m, samples, labels, idx
+
+
+# (h, w) of PNG fixtures: tall, wide, smaller than S, exactly S, far from square.
+RAGGED_PNG_SIZES = [(60, 40), (30, 100), (20, 50), (24, 70), (17, 13), (97, 53), (25, 25),
+                    (200, 31), (41, 77), (3, 200), (24, 24), (90, 26)]
+
+
+def make_ragged_folder(src, sizes=RAGGED_PNG_SIZES, seed=0, jpeg=True):
+    """PNGs of the given sizes split over classes a/b/c (+ one big JPEG); returns {rel: (h, w)}."""
+    made = {}
+    for k, (h, w) in enumerate(sizes):
+        rel = f"{'abc'[k % 3]}/p{k:02d}.png"
+        write_img(Path(src) / rel, rand_rgb(seed * 1000 + k, h, w))
+        made[rel] = (h, w)
+    if jpeg:
+        write_img(Path(src) / "b/zphoto.jpg", smooth_rgb(seed * 1000 + 999, 300, 200))
+        made["b/zphoto.jpg"] = (300, 200)
+    return made
+
+
+def ragged_reference(path, s, grey=False):
+    ref = imread_grey(path)[..., None] if grey else imread_rgb(path)
+    h, w = ref.shape[:2]
+    eh, ew = ragged_size(h, w, s)
+    if (eh, ew) != (h, w):
+        ref = cv2.resize(ref, (ew, eh), interpolation=cv2.INTER_AREA)
+        if grey:
+            ref = ref[..., None]
+    return ref
+
+
+def case_ragged_build(tmp):
+    src = tmp / "src"
+    S = 24
+    made = make_ragged_folder(src)
+    order = sorted(made, key=lambda r: (r.split("/")[0].encode(), r.encode()))
+    cap = 6000
+    out = tmp / "out"
+    build(src, out, "--layout", "ragged", "--max-side", str(S), "--shard-size", str(cap))
+    m, samples, labels, idx = check_ragged_cache(out, "npy", S)
+    check_eq(m["count"], len(made), "count")
+    check_eq(m["recipe"]["shard_bytes"], cap, "recipe.shard_bytes")
+    sources = read_jsonl(out / "sources.jsonl")
+    check_eq(sources, order, "sources.jsonl order")
+    check_eq(labels.tolist(), ["abc".index(r[0]) for r in order], "labels")
+    for i, rel in enumerate(order):
+        h, w = made[rel]
+        want_hw = ragged_size(h, w, S)
+        check_eq(tuple(idx[i, 1:].tolist()), want_hw, f"sample {i} ({rel} {h}x{w}) index h, w")
+        check_eq(samples[i].shape, want_hw + (3,), f"sample {i} ({rel}) shape")
+        ref = ragged_reference(src / rel, S)
+        if rel.endswith(".png"):
+            check(np.array_equal(samples[i], ref),
+                  f"sample {i} ({rel} {h}x{w} -> {want_hw}) != cv2 decode + INTER_AREA: max abs "
+                  f"diff {np.abs(samples[i].astype(int) - ref).max()}")
+            if want_hw == (h, w):
+                check(np.array_equal(samples[i], imread_rgb(src / rel)),
+                      f"sample {i} ({rel}) smaller than S was not stored unchanged")
+        else:  # JPEG: reduced-scale decode (largest 1/f keeping the shorter side >= S)
+            f = next((f for f in (8, 4, 2) if -(-min(h, w) // f) >= S), 1)
+            check_eq(f, 8, f"fixture: reduction factor for {rel}")
+            red = cv2.cvtColor(cv2.imread(str(src / rel), cv2.IMREAD_REDUCED_COLOR_8),
+                               cv2.COLOR_BGR2RGB)
+            rh, rw = red.shape[:2]
+            ref = cv2.resize(red, ragged_size(rh, rw, S)[::-1], interpolation=cv2.INTER_AREA)
+            check(np.array_equal(samples[i], ref),
+                  f"sample {i} ({rel}): != IMREAD_REDUCED_COLOR_8 + INTER_AREA: max abs diff "
+                  f"{np.abs(samples[i].astype(int) - ref).max()}")
+    # Shards split by byte cap; the 155x24 sample (11160 bytes > cap) is alone.
+    sizes = [int(h * w * 3) for h, w in idx[:, 1:].tolist()]
+    check(max(sizes) > cap, "fixture: no sample larger than the cap")
+    want_split = ragged_split(sizes, cap)
+    check_eq([(s["first"], s["count"]) for s in m["shards"]], want_split,
+             f"shards (first, count) for cap {cap} and sample sizes {sizes}")
+    check(len(want_split) >= 4, f"fixture: too few shards {want_split}")
+    big = sizes.index(max(sizes))
+    check(any(s["first"] == big and s["count"] == 1 for s in m["shards"]),
+          f"sample {big} ({max(sizes)} bytes > cap) does not have a shard of its own")
+    for s in m["shards"]:
+        if s["count"] > 1:
+            b = sum(sizes[s["first"]:s["first"] + s["count"]])
+            check(b <= cap, f"{s['file']}: {b} image bytes > cap {cap}")
+    # A cap equal to the first two samples' bytes: they share a shard (the cap is inclusive).
+    exact = sizes[0] + sizes[1]
+    ex = tmp / "exact"
+    build(src, ex, "--layout", "ragged", "--max-side", str(S), "--shard-size", str(exact),
+          "--quiet")
+    mx, sx, _, _ = check_ragged_cache(ex, "npy", S)
+    check_eq([(s["first"], s["count"]) for s in mx["shards"]], ragged_split(sizes, exact),
+             f"shards for cap {exact}")
+    check_eq((mx["shards"][0]["first"], mx["shards"][0]["count"]), (0, 2),
+             f"cap {exact} == bytes of samples 0+1: first shard")
+    check(all(np.array_equal(a, b) for a, b in zip(samples, sx)), "cap-exact build: samples")
+    # The default cap: one shard holding the same bytes; side files identical.
+    one = tmp / "one"
+    build(src, one, "--layout", "ragged", "--max-side", str(S), "--quiet")
+    m1, s1, _, idx1 = check_ragged_cache(one, "npy", S)
+    check_eq(len(m1["shards"]), 1, "default cap: shards")
+    check(all(np.array_equal(a, b) for a, b in zip(samples, s1)), "split vs single: samples")
+    check_eq(idx1[:, 1:].tolist(), idx[:, 1:].tolist(), "split vs single: index h, w")
+    for f in ("labels.npy", "checksums.npy", "sources.jsonl"):
+        check_eq((out / f).read_bytes(), (one / f).read_bytes(), f"{f} split vs single")
+    # --no-reduced-decode: the JPEG equals a full decode + INTER_AREA exactly.
+    nored = tmp / "nored"
+    build(src, nored, "--layout", "ragged", "--max-side", str(S), "--no-reduced-decode", "--quiet")
+    mn, sn, _, _ = check_ragged_cache(nored, "npy", S)
+    check_eq(mn["recipe"]["reduced_decode"], False, "recipe.reduced_decode")
+    j = order.index("b/zphoto.jpg")
+    ref = ragged_reference(src / "b/zphoto.jpg", S)
+    check(np.array_equal(sn[j], ref), "--no-reduced-decode ragged JPEG != full decode + "
+          f"INTER_AREA: max abs diff {np.abs(sn[j].astype(int) - ref).max()}")
+    run(["verify", nored, "--source"])
+    # Grey ragged: --channels 1 equals IMREAD_GRAYSCALE + INTER_AREA.
+    grey = tmp / "grey"
+    build(src, grey, "--layout", "ragged", "--max-side", "16", "--channels", "1", "--quiet")
+    mg, sg, _, _ = check_ragged_cache(grey, "npy", 16, channels=1)
+    for i, rel in enumerate(read_jsonl(grey / "sources.jsonl")):
+        if rel.endswith(".png"):
+            ref = ragged_reference(src / rel, 16, grey=True)
+            check(np.array_equal(sg[i], ref), f"grey ragged sample {i} ({rel}) != reference")
+
+
+def case_ragged_hdf5(tmp):
+    src = tmp / "src"
+    make_ragged_folder(src, seed=3)
+    opts = ["--layout", "ragged", "--max-side", "20", "--shard-size", "4000"]
+    out_n, out_h = tmp / "npy", tmp / "h5"
+    build(src, out_n, *opts, "--quiet")
+    build(src, out_h, *opts, "--storage", "hdf5", "--quiet")
+    mn, sn, ln, idn = check_ragged_cache(out_n, "npy", 20)
+    mh, sh, lh, idh = check_ragged_cache(out_h, "hdf5", 20)
+    check_eq([(s["first"], s["count"]) for s in mh["shards"]],
+             [(s["first"], s["count"]) for s in mn["shards"]], "hdf5 vs npy shard ranges")
+    check(len(mh["shards"]) >= 3, f"fixture: few hdf5 shards {len(mh['shards'])}")
+    check_eq(len(sh), len(sn), "sample count hdf5 vs npy")
+    for i, (a, b) in enumerate(zip(sn, sh)):
+        check(np.array_equal(a, b), f"sample {i}: hdf5 bytes differ from the npy build")
+    for f in ("labels.npy", "checksums.npy", "sources.jsonl", "ragged-index.npy"):
+        check_eq((out_n / f).read_bytes(), (out_h / f).read_bytes(), f"{f} npy vs hdf5")
+    for s_n, s_h in zip(mn["shards"], mh["shards"]):
+        with h5py.File(out_h / s_h["file"], "r") as f:
+            ds = f["images"]
+            check_eq(ds.ndim, 1, f"{s_h['file']} images is 1-d")
+            check(ds.chunks is None and ds.compression is None,
+                  f"{s_h['file']}: images chunked/compressed")
+            off = ds.id.get_offset()
+            check(off is not None, f"{s_h['file']}: images has no file offset")
+            n = ds.shape[0]
+            mm = np.memmap(out_h / s_h["file"], np.uint8, "r", offset=off, shape=(n,))
+            check(np.array_equal(mm, np.load(out_n / s_n["file"], mmap_mode="r")),
+                  f"{s_h['file']}: raw data at get_offset() != npy shard data")
+    run(["verify", out_h])
+
+
+def case_ragged_usage(tmp):
+    src = tmp / "src"
+    make_simple_folder(src, ["a"], 2, (8, 8))
+    out = tmp / "out"
+    table = [
+        (["build", src, out, "--layout", "ragged"], "--max-side"),
+        (["build", src, out, "--layout", "ragged", "--max-side", "0"], "--max-side"),
+        (["build", src, out, "--layout", "ragged", "--max-side", "8", "--size", "8"], "--size"),
+        (["build", src, out, "--size", "8", "--max-side", "8"], "--max-side"),
+        (["build", src, out, "--layout", "fixed", "--size", "8", "--max-side", "8"], "--max-side"),
+        (["build", src, out, "--layout", "foo", "--size", "8"], "--layout"),
+        (["build", src, out, "--layout", "ragged", "--max-side", "abc"], "--max-side"),
+        (["build", src, out, "--layout"], "--layout"),
+    ]
+    for args, needle in table:
+        p = run(args, expect_rc=2)
+        check(needle.lower() in p.stderr.lower(),
+              f"dscache {' '.join(map(str, args))}: message does not name {needle!r}: "
+              f"{p.stderr!r}")
+        check(not out.exists() and not partial_dir(out).exists(), f"{args}: output created")
+    # The valid spelling works and is recorded.
+    build(src, out, "--layout", "ragged", "--max-side", "8", "--quiet")
+    check_ragged_cache(out, "npy", 8)
+    fixed = tmp / "fixed"
+    build(src, fixed, "--layout", "fixed", "--size", "8", "--quiet")
+    m, _, _ = check_cache(fixed)
+    check_eq(m["recipe"].get("max_side"), 0, "fixed: recipe.max_side")
+    check("index" not in m["files"], f"fixed manifest has files.index: {m['files']}")
+
+
+def case_ragged_resume_threads(tmp):
+    src = tmp / "src"
+    rng = np.random.default_rng(77)
+    sizes = [(int(rng.integers(10, 90)), int(rng.integers(10, 90))) for _ in range(36)]
+    make_ragged_folder(src, sizes, seed=5, jpeg=False)
+    for k in range(4):  # JPEGs too (reduced decode path)
+        write_img(src / f"c/j{k}.jpg", smooth_rgb(500 + k, 100 + 20 * k, 180 - 15 * k))
+    opts = ["--layout", "ragged", "--max-side", "24", "--shard-size", "5000"]
+    t1, t2 = tmp / "t1", tmp / "t2"
+    build(src, t1, *opts, "--threads", "1", "--quiet")
+    time.sleep(1.05)
+    build(src, t2, *opts, "--threads", "2", "--quiet")
+    m, _, _, _ = check_ragged_cache(t1, "npy", 24)
+    check_eq(m["count"], 40, "count")
+    check(len(m["shards"]) >= 5, f"fixture: only {len(m['shards'])} shards")
+    compare_caches(t1, t2, "ragged: --threads 1 vs 2")
+    # SIGKILL after 2 shards, then --resume: identical to the uninterrupted build.
+    out = tmp / "out"
+    build(src, out, *opts, "--threads", "2", expect_rc=-9,
+          env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "2"})
+    part = partial_dir(out)
+    check(not out.exists(), "OUTPUT exists after the build was killed")
+    check(part.is_dir(), f"{part} missing after the build was killed")
+    inodes = {}
+    for k in range(2):
+        f = part / f"images-{k:05d}.npy"
+        check(f.is_file(), f"{f.name} missing from the partial dir: {sorted(os.listdir(part))}")
+        check_eq(f.read_bytes(), (t1 / f.name).read_bytes(), f"partial {f.name} vs full build")
+        inodes[f.name] = f.stat().st_ino
+    build(src, out, *opts, "--threads", "2", "--resume", "--quiet")
+    check(not part.exists(), "partial dir left after --resume")
+    check_ragged_cache(out, "npy", 24)
+    for name, ino in inodes.items():
+        check_eq((out / name).stat().st_ino, ino, f"{name} was rewritten, not resumed")
+    compare_caches(t1, out, "ragged: resumed vs uninterrupted build")
+    # A resume with another --max-side is refused.
+    out2 = tmp / "out2"
+    build(src, out2, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "1"})
+    other = ["--layout", "ragged", "--max-side", "20", "--shard-size", "5000"]
+    p = build(src, out2, *other, "--resume", expect_rc=None)
+    check(p.returncode not in (0, -9), f"--resume with another --max-side: exit {p.returncode}")
+    check(not out2.exists(), "--resume with another --max-side produced a cache")
+
+
+def case_ragged_inspect_verify(tmp):
+    src, out = tmp / "src", tmp / "out"
+    made = make_ragged_folder(src, seed=8)
+    S = 24
+    build(src, out, "--layout", "ragged", "--max-side", str(S), "--shard-size", "6000")
+    m, samples, labels, idx = check_ragged_cache(out, "npy", S)
+    info = run_json(["inspect", out, "--json"])
+    check_eq(info["layout"], "ragged", "inspect --json layout")
+    check_eq(info["count"], len(made), "inspect --json count")
+    check_eq(info["shape"][2], 3, "inspect --json channels")
+    check_eq(info["shards"], len(m["shards"]), "inspect --json shards")
+    check_eq(info["recipe"].get("max_side"), S, "inspect --json recipe.max_side")
+    p = run(["inspect", out])
+    check("ragged" in p.stdout, f"inspect summary does not say ragged:\n{p.stdout}")
+    sources = read_jsonl(out / "sources.jsonl")
+    # Samples of several sizes (tall, wide, unchanged) written at their own size.
+    for i in range(len(samples)):
+        png = tmp / f"s{i}.png"
+        smp = run_json(["inspect", out, "--sample", str(i), "--out", png, "--json"])
+        check_eq((smp["index"], smp["label"], smp["source"]), (i, int(labels[i]), sources[i]),
+                 f"inspect --sample {i} --json")
+        shard = next(s for s in m["shards"] if s["first"] <= i < s["first"] + s["count"])
+        check_eq(smp.get("shard"), shard["file"], f"inspect --sample {i} shard")
+        check(png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"--sample {i} --out: not a PNG")
+        got = imread_rgb(png)
+        check_eq(got.shape, samples[i].shape, f"--sample {i} --out PNG size")
+        check(np.array_equal(got, samples[i]), f"--sample {i} --out PNG != stored sample")
+    gp = tmp / "grid.png"
+    run(["inspect", out, "--grid", "6", "--out", gp])
+    gi = cv2.imread(str(gp), cv2.IMREAD_UNCHANGED)
+    check(gi is not None and gi.shape[0] >= 128 and gi.shape[1] >= 128,
+          f"--grid 6: unreadable or tiny PNG {None if gi is None else gi.shape}")
+    run(["inspect", out, "--sample", str(len(samples))], expect_rc=2)
+    # verify OK.
+    p = run(["verify", out])
+    check(re.search(r"\bOK\b", p.stdout), f"verify: stdout lacks OK: {p.stdout!r}")
+    # A flipped byte inside one sample of a later shard.
+    k = 2
+    s = m["shards"][k]
+    i = s["first"] + s["count"] - 1
+    d = tmp / "flip"
+    shutil.copytree(out, d)
+    _, data_off = npy_header(d / s["file"])
+    off, h, w = idx[i].tolist()
+    _flip(d / s["file"], data_off + off + (h * w * 3) // 2)
+    p = run(["verify", d], expect_rc=5)
+    text = p.stdout + p.stderr
+    check(any(s["file"] in l and re.search(r"(?<!\d)%d(?!\d)" % i, l) for l in text.splitlines()),
+          f"flipped byte: no line names both {s['file']} and sample {i}:\n{text}")
+    check(not any(o["file"] in text for o in m["shards"] if o is not s),
+          f"flipped byte: verify blames another shard:\n{text}")
+    # An index row pointing outside its shard.
+    d2 = tmp / "badindex"
+    shutil.copytree(out, d2)
+    bad = np.load(d2 / "ragged-index.npy")
+    bad[0, 1] += 1000
+    np.save(d2 / "ragged-index.npy", bad)
+    p = run(["verify", d2], expect_rc=5)
+    check("ragged-index.npy" in p.stdout + p.stderr,
+          f"corrupt index: verify does not name ragged-index.npy:\n{p.stdout}{p.stderr}")
+    # verify --source: OK, then a changed source is named.
+    p = run(["verify", out, "--source"])
+    check(re.search(r"\bOK\b", p.stdout), f"verify --source: stdout lacks OK: {p.stdout!r}")
+    victim = next(r for r in sources if r.endswith(".png") and min(made[r]) > S)
+    h0, w0 = made[victim]
+    write_img(src / victim, rand_rgb(4242, h0, w0))
+    p = run(["verify", out, "--source"], expect_rc=5)
+    text = p.stdout + p.stderr
+    check(victim in text, f"verify --source does not name {victim}:\n{text}")
+    for rel in sources:
+        if rel != victim:
+            check(rel not in text, f"verify --source blames unchanged {rel}:\n{text}")
+    run(["verify", out])  # the cache itself is intact
+
+
+# --------------------------------------------------------------------------------------------
+# dscache bench.
+
+BENCH_ROWS = ["memcpy ceiling", "loader, global shuffle", "loader, windowed shuffle",
+              "per-sample decode (seed)", "lazy cache, first pass", "lazy cache, second pass"]
+BENCH_ARGS = ["--seconds", "0.2", "--decode-samples", "100"]
+
+
+def make_bench_cache(tmp, n=300):
+    src, out = tmp / "src", tmp / "cache"
+    classes = ["a", "b", "c"]
+    make_simple_folder(src, classes, n // len(classes), (32, 32), seed=21)
+    build(src, out, "--size", "32", "--quiet")
+    check_cache(out)
+    return src, out
+
+
+def is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def check_bench_json(j, n, what):
+    check_eq(j.get("samples"), n, f"{what}: samples")
+    check_eq(j.get("sample_bytes"), 32 * 32 * 3, f"{what}: sample_bytes")
+    for key in ("memcpy_gbps", "loader_gbps", "loader_samples_per_s", "decode_samples_per_s",
+                "lazy_first_samples_per_s", "lazy_second_samples_per_s"):
+        check(is_num(j.get(key)) and j[key] > 0, f"{what}: {key} = {j.get(key)!r}, want > 0")
+    rows = j.get("rows")
+    check(isinstance(rows, list) and rows, f"{what}: rows = {rows!r}")
+    names = [r.get("name") for r in rows]
+    for want in BENCH_ROWS:
+        check(want in names, f"{what}: no row named {want!r} in {names}")
+    for r in rows:
+        for key in ("threads", "samples_per_s", "gbps"):
+            check(is_num(r.get(key)) and r[key] > 0, f"{what}: row {r.get('name')!r} {key} = "
+                  f"{r.get(key)!r}, want > 0")
+    rss = j.get("rss")
+    check(isinstance(rss, dict), f"{what}: rss = {rss!r}")
+    for key in ("anon_start_mib", "anon_before_mib", "anon_after_mib", "file_after_mib",
+                "buffers_mib"):
+        check(is_num(rss.get(key)) and rss[key] >= 0, f"{what}: rss.{key} = {rss.get(key)!r}")
+    check(rss["anon_after_mib"] > 0, f"{what}: rss.anon_after_mib = {rss['anon_after_mib']}")
+    check(rss["buffers_mib"] > 0, f"{what}: rss.buffers_mib = {rss['buffers_mib']}")
+
+
+def case_bench_json(tmp):
+    _, out = make_bench_cache(tmp)
+    lazy = tmp / "lazy.bin"
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--lazy-file", lazy])
+    check_bench_json(j, 300, "bench --json")
+    check(not lazy.exists() or lazy.stat().st_size > 0, "bench --lazy-file left an empty file")
+    # Human output: a header and one table line per row.
+    p = run(["bench", out, *BENCH_ARGS])
+    lines = p.stdout.splitlines()
+    check(any("samples/s" in l and "GB/s" in l for l in lines),
+          f"bench: no table header with samples/s and GB/s:\n{p.stdout}")
+    for want in BENCH_ROWS:
+        row = [l for l in lines if l.startswith(want)]
+        check(row, f"bench: no table line for {want!r}:\n{p.stdout}")
+        nums = re.findall(r"[0-9]+(?:\.[0-9]+)?", row[0][len(want):])
+        check(len(nums) >= 3, f"bench: table line for {want!r} lacks numbers: {row[0]!r}")
+    check(re.search(r"RSS", p.stdout), f"bench: no RSS line:\n{p.stdout}")
+    check("300" in lines[0], f"bench: first line does not give the sample count: {lines[0]!r}")
+    # Bad values are usage errors.
+    for bad in (["--seconds", "0"], ["--decode-samples", "0"], ["--bogus"]):
+        p = run(["bench", out, *bad], expect_rc=2)
+        check(p.stderr.strip(), f"bench {bad}: no message on stderr")
+    run(["bench"], expect_rc=2)
+
+
+def case_bench_corrupt(tmp):
+    _, out = make_bench_cache(tmp, n=120)
+    bad = tmp / "trunc"
+    shutil.copytree(out, bad)
+    f = bad / "images-00000.npy"
+    f.write_bytes(f.read_bytes()[:-1000])
+    p = run(["bench", bad, "--json", *BENCH_ARGS], expect_rc=5)
+    check("images-00000.npy" in p.stderr,
+          f"bench on a truncated shard: stderr does not name images-00000.npy: {p.stderr!r}")
+    check(not p.stdout.strip().startswith("{"), f"bench on a corrupt cache printed JSON: "
+          f"{p.stdout!r}")
+    p = run(["bench", bad, *BENCH_ARGS], expect_rc=5)
+    check("images-00000.npy" in p.stderr, f"bench (text): stderr does not name the shard: "
+          f"{p.stderr!r}")
+    missing = tmp / "no_such_cache"
+    p = run(["bench", missing, "--json", *BENCH_ARGS], expect_rc=1)
+    check("no_such_cache" in p.stderr, f"bench of a missing dir: stderr does not name it: "
+          f"{p.stderr!r}")
+    run(["bench", out, "--json", *BENCH_ARGS])  # the original is fine
+
+
+def case_bench_moved_source(tmp):
+    src, out = make_bench_cache(tmp, n=150)
+    moved = tmp / "moved_src"
+    src.rename(moved)
+    p = run(["bench", out, "--json", *BENCH_ARGS], expect_rc=None)
+    check(p.returncode != 0, f"bench with a moved source: exit 0\n{p.stdout}")
+    check(p.returncode not in (-6, -11, 134, 139), f"bench crashed: exit {p.returncode}")
+    check("--source" in p.stderr and str(src) in p.stderr,
+          f"bench with a moved source: stderr should name the missing root and --source: "
+          f"{p.stderr!r}")
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--source", moved])
+    check_bench_json(j, 150, "bench --source NEWDIR")
+    check("note" not in j, f"bench --source NEWDIR: unexpected note {j.get('note')!r}")
+
+
 CASES = {
     "folder_basic": case_folder_basic,
     "folder_symlinks": case_folder_symlinks,
@@ -1297,6 +1842,14 @@ CASES = {
     "inspect_outputs": case_inspect_outputs,
     "usage_errors": case_usage_errors,
     "shard_split": case_shard_split,
+    "ragged_build": case_ragged_build,
+    "ragged_hdf5": case_ragged_hdf5,
+    "ragged_usage": case_ragged_usage,
+    "ragged_resume_threads": case_ragged_resume_threads,
+    "ragged_inspect_verify": case_ragged_inspect_verify,
+    "bench_json": case_bench_json,
+    "bench_corrupt": case_bench_corrupt,
+    "bench_moved_source": case_bench_moved_source,
 }
 
 
