@@ -8,10 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,10 +21,7 @@
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
-
-#ifdef DSCACHE_HAVE_HDF5
-#include <hdf5.h>
-#endif
+#include "test_util.h"
 
 namespace {
 
@@ -40,165 +35,26 @@ using dscache::MemoryMode;
 using dscache::SampleShape;
 using dscache::Storage;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-cache-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
+using namespace dscache::test;
+using Fixture = WrittenCache;
+
+// What to build: by default 4 + 4 + 2 samples of 5x7x3 (ragged: sides 1..9) in classes
+// cat/dog/emu, written by shard writers with room to spare.
+struct Spec : CacheSpec {
+  Spec() {
+    shard_counts = {4, 4, 2};
+    height = 5;
+    width = 7;
+    classes = {"cat", "dog", "emu"};
+    ragged_min_side = 1;
+    ragged_max_side = 9;
+    spare_samples = 3;
+    spare_bytes = 100;
   }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_all(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
-// What to build: `shard_counts` samples per shard (an entry may be 0).
-struct Spec {
-  Storage storage = Storage::kNpy;
-  Layout layout = Layout::kFixed;
-  std::vector<uint64_t> shard_counts = {4, 4, 2};
-  uint32_t height = 5;  // fixed layout
-  uint32_t width = 7;
-  uint32_t channels = 3;
-  uint64_t seed = 1;
-};
-
-// A complete, valid cache on disk and what it should serve.
-struct Fixture {
-  std::string dir;
-  Manifest manifest;
-  std::vector<std::vector<uint8_t>> samples;  // HWC bytes of each sample
-  std::vector<SampleShape> shapes;
-  std::vector<int64_t> labels;
-  std::vector<int64_t> index;  // ragged: (count, 3) rows
-
-  uint64_t data_bytes(size_t shard) const {
-    uint64_t n = 0;
-    const dscache::ShardEntry& e = manifest.shards[shard];
-    for (uint64_t i = e.first; i < e.first + e.count; ++i) n += samples[i].size();
-    return n;
-  }
-  std::string path(const std::string& name) const { return dir + "/" + name; }
-};
-
-const std::vector<std::string> kClasses = {"cat", "dog", "emu"};
-
-dscache::FileEntry write_named(const std::string& dir, const std::string& name,
-                               const std::string& bytes) {
-  return dscache::write_file_atomic(dir + "/" + name, bytes.data(), bytes.size());
-}
 
 Fixture write_cache(const std::string& dir, const Spec& spec) {
-  std::mt19937_64 rng(spec.seed);
-  Fixture f;
-  f.dir = dir;
-  Manifest& m = f.manifest;
-  m.layout = spec.layout;
-  m.storage = spec.storage;
-  m.channels = spec.channels;
-  m.channel_order = spec.channels == 3 ? "RGB" : "L";
-  const bool ragged = spec.layout == Layout::kRagged;
-  if (!ragged) {
-    m.height = spec.height;
-    m.width = spec.width;
-  }
-  m.classes = kClasses;
-  m.class_counts.assign(kClasses.size(), 0);
-  std::string sources;
-  std::vector<uint64_t> checksums;
-  uint64_t first = 0;
-  for (size_t k = 0; k < spec.shard_counts.size(); ++k) {
-    const std::string name = dscache::shard_file_name(spec.storage, k);
-    const uint64_t n = spec.shard_counts[k];
-    std::vector<std::vector<uint8_t>> batch;
-    std::vector<SampleShape> shapes;
-    uint64_t bytes = 0;
-    for (uint64_t j = 0; j < n; ++j) {
-      SampleShape s{spec.height, spec.width, spec.channels};
-      if (ragged) s = {static_cast<uint32_t>(1 + rng() % 9), static_cast<uint32_t>(1 + rng() % 9),
-                       spec.channels};
-      std::vector<uint8_t> b(s.bytes());
-      for (auto& x : b) x = static_cast<uint8_t>(rng());
-      bytes += b.size();
-      batch.push_back(std::move(b));
-      shapes.push_back(s);
-    }
-    dscache::ShardEntry e;
-    if (ragged) {
-      auto w = dscache::RaggedShardWriter::create(spec.storage, dir + "/" + name, spec.channels,
-                                                  bytes + 100);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
-        const uint64_t off = w->append(batch[j].data(), shapes[j].height, shapes[j].width, label);
-        f.index.insert(f.index.end(), {static_cast<int64_t>(off), shapes[j].height,
-                                       shapes[j].width});
-        f.labels.push_back(label);
-      }
-      e = w->commit();
-    } else {
-      auto w = dscache::ShardWriter::create(spec.storage, dir + "/" + name,
-                                            SampleShape{spec.height, spec.width, spec.channels},
-                                            n + 3);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
-        w->append(batch[j].data(), label);
-        f.labels.push_back(label);
-      }
-      e = w->commit();
-    }
-    e.first = first;
-    first += n;
-    m.shards.push_back(e);
-    for (uint64_t j = 0; j < n; ++j) {
-      checksums.push_back(dscache::xxh64(batch[j].data(), batch[j].size()));
-      sources += "\"img/" + std::to_string(f.samples.size()) + ".png\"\n";
-      f.samples.push_back(std::move(batch[j]));
-      f.shapes.push_back(shapes[j]);
-    }
-  }
-  m.count = first;
-  for (int64_t l : f.labels) ++m.class_counts[static_cast<size_t>(l)];
-  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(),
-                          f.labels.size() * 8);
-  m.labels = dscache::hash_file(dir + "/labels.npy");
-  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
-                          checksums.size() * 8);
-  m.checksums = dscache::hash_file(dir + "/checksums.npy");
-  m.sources = write_named(dir, "sources.jsonl", sources);
-  m.skips = write_named(dir, "skipped.jsonl", "");
-  if (ragged) {
-    dscache::write_npy_file(dir + "/ragged-index.npy", "<i8", {m.count, 3}, f.index.data(),
-                            f.index.size() * 8);
-    m.index = dscache::hash_file(dir + "/ragged-index.npy");
-    m.recipe.max_side = 9;
-  } else {
-    m.recipe.height = spec.height;
-    m.recipe.width = spec.width;
-  }
-  m.recipe.channels = spec.channels;
-  m.source = {"folder", "/data/x", "", m.count, 0x1234};
-  m.tool_version = "test";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  dscache::write_manifest(dir, m);
-  return f;
+  return write_test_cache(dir, spec);
 }
 
 // After a file of the cache was replaced: its manifest entry takes the file's new size and hash.
@@ -218,12 +74,6 @@ void refresh_entry(Fixture& f, const std::string& name) {
 }
 
 std::string storage_name(Storage s) { return dscache::to_string(s); }
-
-std::vector<Storage> storages() {
-  std::vector<Storage> v = {Storage::kNpy};
-  if (dscache::hdf5_supported()) v.push_back(Storage::kHdf5);
-  return v;
-}
 
 // Every sample through view() (when `views`) and copy_sample() equals what was written.
 void check_serves(const Cache& c, const Fixture& f, bool views = true) {
@@ -274,8 +124,6 @@ void make_chunked(Fixture& f, size_t k) {
   }
   const std::string path = f.path(e.file);
   ::unlink(path.c_str());
-  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  REQUIRE(file >= 0);
   std::vector<hsize_t> dims, chunk;
   if (ragged) {
     dims = {data.size()};
@@ -284,17 +132,7 @@ void make_chunked(Fixture& f, size_t k) {
     dims = {e.count, f.manifest.height, f.manifest.width, f.manifest.channels};
     chunk = {2, f.manifest.height, f.manifest.width, f.manifest.channels};
   }
-  hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  REQUIRE(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()) >= 0);
-  REQUIRE(H5Pset_deflate(dcpl, 6) >= 0);
-  hid_t d = H5Dcreate2(file, "images", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  REQUIRE(d >= 0);
-  REQUIRE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) >= 0);
-  H5Dclose(d);
-  H5Pclose(dcpl);
-  H5Sclose(space);
-  H5Fclose(file);
+  write_chunked_images_h5(path, dims, chunk, data.data());
   refresh_entry(f, e.file);
 }
 #endif

@@ -1,5 +1,4 @@
 // LazyCache: decode once, serve from the file after; persistence, crash safety, threads, refusals.
-#include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include "dscache/error.h"
 #include "dscache/lazy_cache.h"
 #include "dscache/loader.h"
+#include "test_util.h"
 
 namespace {
 
@@ -32,35 +32,7 @@ using dscache::LazyCache;
 using dscache::LazyCacheOptions;
 using dscache::SampleShape;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-lazy-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  REQUIRE(d != nullptr);
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  ::closedir(d);
-  return names;
-}
+using namespace dscache::test;
 
 uint64_t splitmix(uint64_t& x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ULL);

@@ -8,21 +8,18 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "dscache/atomic_file.h"
 #include "dscache/cache.h"
-#include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/loader.h"
 #include "dscache/manifest.h"
-#include "dscache/npy.h"
 #include "dscache/sampler.h"
 #include "dscache/shard.h"
 #include "dscache/transform.h"
+#include "test_util.h"
 
 namespace {
 
@@ -36,151 +33,38 @@ using dscache::Layout;
 using dscache::Loader;
 using dscache::LoaderOptions;
 using dscache::LoaderPosition;
-using dscache::Manifest;
 using dscache::RankTail;
 using dscache::SampleShape;
 using dscache::SampleSource;
 using dscache::Shuffle;
 using dscache::Storage;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-loader-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
+using namespace dscache::test;
+
+// What to build: by default 20 + 20 + 13 samples of 6x5x3 (ragged: 4..15 x 4..15) in classes
+// a..d.
+struct Spec : CacheSpec {
+  Spec() {
+    shard_counts = {20, 20, 13};
+    height = 6;
+    width = 5;
+    classes = {"a", "b", "c", "d"};
+    ragged_min_side = 4;
+    ragged_max_side = 15;
   }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// What to build.
-struct Spec {
-  Storage storage = Storage::kNpy;
-  Layout layout = Layout::kFixed;
-  std::vector<uint64_t> shard_counts = {20, 20, 13};
-  uint32_t height = 6;  // fixed layout; ragged samples are 4..15 x 4..15
-  uint32_t width = 5;
-  uint32_t channels = 3;
-  uint64_t seed = 1;
 };
 
 // A cache on disk, opened, plus what each sample holds.
-struct Built {
+struct Built : WrittenCache {
   std::shared_ptr<Cache> cache;
-  std::vector<std::vector<uint8_t>> samples;  // HWC bytes
-  std::vector<SampleShape> shapes;
-  std::vector<int64_t> labels;
 };
-
-const std::vector<std::string> kClasses = {"a", "b", "c", "d"};
 
 // Writes a complete cache with the library's own writers and opens it.
 Built build_cache(const std::string& dir, const Spec& spec) {
-  std::mt19937_64 rng(spec.seed);
   Built out;
-  Manifest m;
-  m.layout = spec.layout;
-  m.storage = spec.storage;
-  m.channels = spec.channels;
-  m.channel_order = spec.channels == 3 ? "RGB" : "L";
-  const bool ragged = spec.layout == Layout::kRagged;
-  if (!ragged) {
-    m.height = spec.height;
-    m.width = spec.width;
-  }
-  m.classes = kClasses;
-  m.class_counts.assign(kClasses.size(), 0);
-  std::vector<uint64_t> checksums;
-  std::vector<int64_t> index;
-  std::string sources;
-  uint64_t first = 0;
-  for (size_t k = 0; k < spec.shard_counts.size(); ++k) {
-    const std::string path = dir + "/" + dscache::shard_file_name(spec.storage, k);
-    const uint64_t n = spec.shard_counts[k];
-    std::vector<std::vector<uint8_t>> samples;
-    std::vector<SampleShape> shapes;
-    uint64_t bytes = 0;
-    for (uint64_t j = 0; j < n; ++j) {
-      SampleShape s{spec.height, spec.width, spec.channels};
-      if (ragged) {
-        s = {static_cast<uint32_t>(4 + rng() % 12), static_cast<uint32_t>(4 + rng() % 12),
-             spec.channels};
-      }
-      std::vector<uint8_t> b(s.bytes());
-      for (auto& x : b) x = static_cast<uint8_t>(rng());
-      bytes += b.size();
-      samples.push_back(std::move(b));
-      shapes.push_back(s);
-    }
-    dscache::ShardEntry e;
-    if (ragged) {
-      auto w = dscache::RaggedShardWriter::create(spec.storage, path, spec.channels, bytes);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
-        const uint64_t off = w->append(samples[j].data(), shapes[j].height, shapes[j].width, label);
-        index.insert(index.end(), {static_cast<int64_t>(off), shapes[j].height, shapes[j].width});
-        out.labels.push_back(label);
-      }
-      e = w->commit();
-    } else {
-      auto w = dscache::ShardWriter::create(spec.storage, path,
-                                            SampleShape{spec.height, spec.width, spec.channels}, n);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % kClasses.size());
-        w->append(samples[j].data(), label);
-        out.labels.push_back(label);
-      }
-      e = w->commit();
-    }
-    e.first = first;
-    first += n;
-    m.shards.push_back(e);
-    for (uint64_t j = 0; j < n; ++j) {
-      checksums.push_back(dscache::xxh64(samples[j].data(), samples[j].size()));
-      sources += "\"img/" + std::to_string(out.samples.size()) + ".png\"\n";
-      out.samples.push_back(std::move(samples[j]));
-      out.shapes.push_back(shapes[j]);
-    }
-  }
-  m.count = first;
-  for (int64_t l : out.labels) ++m.class_counts[static_cast<size_t>(l)];
-  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, out.labels.data(),
-                          out.labels.size() * 8);
-  m.labels = dscache::hash_file(dir + "/labels.npy");
-  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
-                          checksums.size() * 8);
-  m.checksums = dscache::hash_file(dir + "/checksums.npy");
-  m.sources = dscache::write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
-  m.skips = dscache::write_file_atomic(dir + "/skipped.jsonl", "", 0);
-  if (ragged) {
-    dscache::write_npy_file(dir + "/ragged-index.npy", "<i8", {m.count, 3}, index.data(),
-                            index.size() * 8);
-    m.index = dscache::hash_file(dir + "/ragged-index.npy");
-    m.recipe.max_side = 15;
-  } else {
-    m.recipe.height = spec.height;
-    m.recipe.width = spec.width;
-  }
-  m.recipe.channels = spec.channels;
-  m.source = {"folder", "/data/x", "", m.count, 0x1234};
-  m.tool_version = "test";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  dscache::write_manifest(dir, m);
+  static_cast<WrittenCache&>(out) = write_test_cache(dir, spec);
   out.cache = Cache::open(dir);
   return out;
-}
-
-std::vector<Storage> storages() {
-  std::vector<Storage> v = {Storage::kNpy};
-  if (dscache::hdf5_supported()) v.push_back(Storage::kHdf5);
-  return v;
 }
 
 // One batch, copied out of the Loader's buffers.
@@ -236,13 +120,7 @@ LoaderOptions small_options(uint32_t batch_size = 8) {
 }
 
 std::string ctor_message(std::shared_ptr<const SampleSource> source, const LoaderOptions& o) {
-  try {
-    Loader loader(std::move(source), o);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kInvalidArgument);
-    return e.reason();
-  }
-  return "";
+  return invalid_argument_message([&] { Loader loader(std::move(source), o); });
 }
 
 // Delegates to a cache; copy_sample and view of one index throw, like a corrupt lazy cache.

@@ -1,5 +1,4 @@
 // manifest.json: round trip, field-naming validation, atomic writes.
-#include <dirent.h>
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 
 #include "dscache/error.h"
 #include "dscache/manifest.h"
+#include "test_util.h"
 
 namespace {
 
@@ -21,34 +21,7 @@ using dscache::ErrorKind;
 using dscache::Manifest;
 using Json = nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-manifest-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  REQUIRE(d != nullptr);
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  ::closedir(d);
-  return names;
-}
+using namespace dscache::test;
 
 // Every field set to a value different from its default.
 Manifest full_manifest() {

@@ -6,14 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "dscache/error.h"
 #include "dscache/npy.h"
+#include "test_util.h"
 
 namespace {
 
@@ -21,43 +20,7 @@ using dscache::Error;
 using dscache::ErrorKind;
 using dscache::NpyHeader;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-npy-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_all(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
-
-// Runs a Python snippet with /usr/bin/python3; returns its exit status (0 = the asserts held).
-int run_python(const TempDir& dir, const std::string& code, const std::string& args = "") {
-  const std::string script = dir.file("check.py");
-  write_all(script, code);
-  return std::system(("/usr/bin/python3 '" + script + "' " + args).c_str());
-}
+using namespace dscache::test;
 
 // Builds magic + version + little-endian length + `dict` (+ '\n' padding when asked).
 std::string make_header(int major, const std::string& dict, bool pad = true) {

@@ -11,6 +11,7 @@
 
 #include "dscache/error.h"
 #include "dscache/sampler.h"
+#include "test_util.h"
 
 namespace {
 
@@ -47,13 +48,7 @@ std::string join(const std::vector<uint64_t>& v) {
 }
 
 std::string message_of(const SamplerOptions& o, uint64_t n) {
-  try {
-    dscache::validate(o, n);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kInvalidArgument);
-    return e.what();
-  }
-  return "";
+  return dscache::test::invalid_argument_message([&] { dscache::validate(o, n); }, true);
 }
 
 }  // namespace

@@ -1,5 +1,4 @@
 // Shards: write → locate → read for npy and HDF5, interop with numpy/h5py, and bad files.
-#include <dirent.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,9 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,10 +15,7 @@
 #include "dscache/error.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
-
-#ifdef DSCACHE_HAVE_HDF5
-#include <hdf5.h>
-#endif
+#include "test_util.h"
 
 namespace {
 
@@ -31,55 +25,7 @@ using dscache::SampleShape;
 using dscache::ShardLocation;
 using dscache::Storage;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-shard-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  REQUIRE(d != nullptr);
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  ::closedir(d);
-  return names;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_all(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
-int run_python(const TempDir& dir, const std::string& code, const std::string& args = "") {
-  const std::string script = dir.file("check.py");
-  write_all(script, code);
-  const int rc = std::system(("/usr/bin/python3 '" + script + "' " + args).c_str());
-  ::unlink(script.c_str());
-  return rc;
-}
+using namespace dscache::test;
 
 struct Samples {
   std::vector<uint8_t> bytes;  // n * shape.bytes(), HWC per sample
@@ -115,7 +61,7 @@ struct StorageCase {
   const char* name;
 };
 
-std::vector<StorageCase> storages() {
+std::vector<StorageCase> storage_cases() {
   std::vector<StorageCase> v = {{Storage::kNpy, "npy"}};
   if (dscache::hdf5_supported()) v.push_back({Storage::kHdf5, "hdf5"});
   return v;
@@ -201,7 +147,7 @@ TEST_SUITE("unit") {
 
   TEST_CASE("write, commit, locate and read back every storage and shape") {
     const SampleShape shapes[] = {{5, 7, 3}, {4, 6, 1}, {28, 28, 1}};
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       for (const SampleShape& shape : shapes) {
         const std::string storage_name = sc.name;
         CAPTURE(storage_name);
@@ -265,7 +211,7 @@ TEST_SUITE("unit") {
 
   TEST_CASE("zero-count shards commit and locate") {
     const SampleShape shape{8, 8, 3};
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       const std::string storage_name = sc.name;
       CAPTURE(storage_name);
       TempDir dir;
@@ -288,7 +234,7 @@ TEST_SUITE("unit") {
   TEST_CASE("a writer refuses samples past its capacity and a second commit") {
     const SampleShape shape{2, 2, 1};
     const uint8_t sample[4] = {1, 2, 3, 4};
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       const std::string storage_name = sc.name;
       CAPTURE(storage_name);
       TempDir dir;
@@ -318,7 +264,7 @@ TEST_SUITE("unit") {
   TEST_CASE("destroying an uncommitted writer leaves no files") {
     const SampleShape shape{3, 3, 3};
     const Samples s = random_samples(shape, 4, 1);
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       const std::string storage_name = sc.name;
       CAPTURE(storage_name);
       TempDir dir;
@@ -392,7 +338,7 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
       expect_error([&] { dscache::locate_shard(Storage::kNpy, path, c.shape); },
                    ErrorKind::kCorruption, path, c.reason_part);
     }
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       const std::string missing = dir.file(std::string("missing.") + sc.name);
       expect_error([&] { dscache::locate_shard(sc.storage, missing, shape); }, ErrorKind::kNotFound,
                    missing);
@@ -401,7 +347,7 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
 
 
   TEST_CASE("ragged: write, commit, locate and read back bytes for every storage") {
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       for (const uint32_t channels : {3u, 1u}) {
         const std::string storage_name = sc.name;
         CAPTURE(storage_name);
@@ -462,7 +408,7 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
 
   TEST_CASE("ragged: capacity, zero sides, channels, empty shards, uncommitted writers") {
     const uint8_t px[12] = {};
-    for (const StorageCase& sc : storages()) {
+    for (const StorageCase& sc : storage_cases()) {
       const std::string storage_name = sc.name;
       CAPTURE(storage_name);
       TempDir dir;
@@ -599,23 +545,7 @@ with h5py.File(path, "r") as f:
     TempDir dir;
     const RaggedSamples s = random_ragged(3, 8, 4);
     const std::string path = dir.file("chunked.h5");
-    {
-      hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-      REQUIRE(f >= 0);
-      const hsize_t dims[1] = {s.bytes.size()};
-      const hsize_t chunk[1] = {64};
-      hid_t sp = H5Screate_simple(1, dims, nullptr);
-      hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-      REQUIRE(H5Pset_chunk(dcpl, 1, chunk) >= 0);
-      REQUIRE(H5Pset_deflate(dcpl, 6) >= 0);
-      hid_t d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-      REQUIRE(d >= 0);
-      REQUIRE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()) >= 0);
-      H5Dclose(d);
-      H5Pclose(dcpl);
-      H5Sclose(sp);
-      H5Fclose(f);
-    }
+    write_chunked_images_h5(path, {s.bytes.size()}, {64}, s.bytes.data());
     const ShardLocation loc = dscache::locate_ragged_shard(Storage::kHdf5, path);
     CHECK_FALSE(loc.contiguous);
     CHECK(loc.count == s.bytes.size());
@@ -759,23 +689,9 @@ with h5py.File(path, "r") as f:
     const uint64_t n = 11;
     const Samples s = random_samples(shape, n, 3);
     const std::string path = dir.file("chunked.h5");
-    {
-      hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-      REQUIRE(f >= 0);
-      const hsize_t dims[4] = {n, shape.height, shape.width, shape.channels};
-      const hsize_t chunk[4] = {3, shape.height, shape.width, shape.channels};
-      hid_t sp = H5Screate_simple(4, dims, nullptr);
-      hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-      REQUIRE(H5Pset_chunk(dcpl, 4, chunk) >= 0);
-      REQUIRE(H5Pset_deflate(dcpl, 6) >= 0);
-      hid_t d = H5Dcreate2(f, "images", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-      REQUIRE(d >= 0);
-      REQUIRE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()) >= 0);
-      H5Dclose(d);
-      H5Pclose(dcpl);
-      H5Sclose(sp);
-      H5Fclose(f);
-    }
+    write_chunked_images_h5(path, {n, shape.height, shape.width, shape.channels},
+                                           {3, shape.height, shape.width, shape.channels},
+                                           s.bytes.data());
     const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, path, shape);
     CHECK_FALSE(loc.contiguous);
     CHECK(loc.count == n);

@@ -10,6 +10,7 @@
 
 #include "dscache/error.h"
 #include "dscache/transform.h"
+#include "test_util.h"
 
 namespace {
 
@@ -70,13 +71,7 @@ TransformOptions crop_options(CropMode mode, uint32_t h, uint32_t w, bool flip =
 }
 
 std::string validate_message(const TransformOptions& o, Layout layout) {
-  try {
-    dscache::validate(o, layout);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::kInvalidArgument);
-    return e.reason();
-  }
-  return "";
+  return dscache::test::invalid_argument_message([&] { dscache::validate(o, layout); });
 }
 
 }  // namespace
