@@ -1,0 +1,115 @@
+// AutocastGuard and GradScaler.
+#include "amp.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+namespace dscache {
+namespace train {
+
+AutocastGuard::AutocastGuard(torch::DeviceType device, torch::ScalarType dtype, bool enabled)
+    : device_(device) {
+  if (device == torch::kCPU) {
+    prev_enabled_ = at::autocast::is_cpu_enabled();
+    prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else if (device == torch::kCUDA) {
+    prev_enabled_ = at::autocast::is_enabled();
+    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    throw std::invalid_argument("AutocastGuard: only CPU and CUDA devices");
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (device_ == torch::kCPU) {
+    at::autocast::set_cpu_enabled(prev_enabled_);
+    at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+  } else {
+    at::autocast::set_enabled(prev_enabled_);
+    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
+  }
+}
+
+bool grads_finite(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> sums;
+  sums.reserve(params.size());
+  for (const auto& p : params) {
+    if (p.grad().defined()) sums.push_back(p.grad().sum(torch::kDouble));
+  }
+  if (sums.empty()) return true;
+  return torch::stack(sums).sum().isfinite().item<bool>();
+}
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  if (!(options.init_scale > 0) || !(options.growth_factor > 1) ||
+      !(options.backoff_factor > 0 && options.backoff_factor < 1) ||
+      options.growth_interval < 1) {
+    throw std::invalid_argument("GradScaler: need init_scale > 0, growth_factor > 1, "
+                                "0 < backoff_factor < 1, growth_interval >= 1");
+  }
+}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!unscaled_) {
+    // The reciprocal in double then float: exact for the power-of-two scales this class makes.
+    const double inv = 1.0 / scale_;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params) {
+      if (p.grad().defined()) p.mutable_grad().mul_(inv);
+    }
+    found_inf_ = !grads_finite(params);
+    unscaled_ = true;
+  }
+  return !found_inf_;
+}
+
+bool GradScaler::step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
+  const bool finite = unscale(params);
+  if (finite) optimizer.step();
+  update(!finite);
+  return finite;
+}
+
+void GradScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
+void GradScaler::load_state(double scale, int64_t growth_tracker) {
+  if (!(scale > 0) || growth_tracker < 0) {
+    throw std::invalid_argument("GradScaler: bad saved state (scale must be > 0)");
+  }
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("scale", c10::IValue(scale_));
+  archive.write("growth_tracker", c10::IValue(growth_tracker_));
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  c10::IValue scale, tracker;
+  archive.read("scale", scale);
+  archive.read("growth_tracker", tracker);
+  load_state(scale.toDouble(), tracker.toInt());
+}
+
+}  // namespace train
+}  // namespace dscache

@@ -1,0 +1,48 @@
+// Data parallel across processes: torchrun's environment variables, a c10d process group (Gloo),
+// and the few collectives the training loop needs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace dscache {
+namespace train {
+
+// What torchrun (or a Slurm/Kubernetes launcher) sets: RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT. All absent = a single process.
+struct DistEnv {
+  int rank = 0;         // RANK; default 0
+  int world_size = 1;   // WORLD_SIZE; default 1
+  int local_rank = 0;   // LOCAL_RANK: the CUDA device index on this node; default 0
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0's TCPStore listens
+  int master_port = 29500;                // MASTER_PORT
+};
+
+// Reads the variables above; throws UsageError naming a malformed one (RANK >= WORLD_SIZE, a
+// port out of range, WORLD_SIZE > 1 without MASTER_PORT...).
+DistEnv dist_env_from_environment();
+
+// The collectives of one data-parallel group. Blocking calls; one training thread.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // Sums `tensors` over all ranks in place, as one flattened buffer (one collective).
+  virtual void allreduce_sum(const std::vector<torch::Tensor>& tensors) = 0;
+  // Copies rank `root`'s values of `tensors` to every rank, in place.
+  virtual void broadcast(const std::vector<torch::Tensor>& tensors, int root) = 0;
+  virtual void barrier() = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+};
+
+// A Gloo group over TCP (rank 0 hosts the TCPStore), or nullptr when world_size is 1. Throws
+// Error(kUnsupported) when built without Gloo and world_size > 1.
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env);
+
+}  // namespace train
+}  // namespace dscache

@@ -1,0 +1,75 @@
+// The LazyCache over a listed image source, decoding with the tools' decode module.
+#include "lazy_source.h"
+
+#include "dscache/error.h"
+
+#ifdef DSCACHE_TRAIN_HAVE_LAZY
+#include <fstream>
+#include <iterator>
+
+#include "dscache/checksum.h"
+#include "dscache/lazy_cache.h"
+#include "image_decode.h"
+#include "source_list.h"
+#endif
+
+namespace dscache {
+namespace train {
+
+#ifdef DSCACHE_TRAIN_HAVE_LAZY
+
+bool lazy_source_supported() { return true; }
+
+LazySource open_lazy_source(const LazySourceOptions& o) {
+  if (o.size == 0) throw Error(ErrorKind::kInvalidArgument, "", "--image-size: required with --lazy-cache");
+  if (o.channels != 1 && o.channels != 3) {
+    throw Error(ErrorKind::kInvalidArgument, "", "--channels: 1 or 3");
+  }
+  auto listing = std::make_shared<SourceListing>(list_source(o.source, SourceOptions{}));
+  if (listing->kind == "idx") {
+    throw Error(ErrorKind::kInvalidArgument, o.source,
+                "--lazy-cache is for image folders and lists; build idx files with `dscache build`");
+  }
+  if (listing->entries.empty()) throw Error(ErrorKind::kNotFound, o.source, "no images listed");
+  DecodeOptions dec;
+  dec.height = dec.width = o.size;
+  dec.channels = o.channels;
+  dec.resize = ResizePolicy::kCrop;
+  std::vector<int64_t> labels;
+  for (const auto& e : listing->entries) labels.push_back(e.label);
+  const uint64_t recipe[3] = {o.size, o.channels, 1 /* crop */};
+  LazyCacheOptions lo;
+  lo.source_digest = listing->digest ^ xxh64(recipe, sizeof recipe);
+  auto decode = [listing, dec](uint64_t i, uint8_t* out, std::string* reason) {
+    const std::string& path = listing->entries[i].path;
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+      *reason = path + ": cannot open";
+      return false;
+    }
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                     std::istreambuf_iterator<char>());
+    const DecodeResult r = decode_image(bytes.data(), bytes.size(), dec, out);
+    if (!r.ok) *reason = path + ": " + r.reason;
+    return r.ok;
+  };
+  LazySource s;
+  s.source = LazyCache::open(o.cache_file, listing->entries.size(),
+                             SampleShape{o.size, o.size, o.channels}, std::move(labels), decode, lo);
+  s.classes = listing->classes;
+  return s;
+}
+
+#else
+
+bool lazy_source_supported() { return false; }
+
+LazySource open_lazy_source(const LazySourceOptions&) {
+  throw Error(ErrorKind::kUnsupported, "",
+              "--lazy-cache needs a dscache-train built with the tools (OpenCV decode module)");
+}
+
+#endif
+
+}  // namespace train
+}  // namespace dscache

@@ -1,0 +1,36 @@
+// --lazy-cache: train straight from an image folder or list, decoding each image on first use
+// into a persistent LazyCache file (no torch types; built only with the tools' decode module).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dscache/sample_source.h"
+
+namespace dscache {
+namespace train {
+
+struct LazySourceOptions {
+  std::string source;      // class-per-folder tree or CSV/TSV list (as `dscache build` reads)
+  std::string cache_file;  // LazyCache file; created when missing, reused afterwards
+  uint32_t size = 0;       // decoded samples are size x size (center crop); > 0
+  uint32_t channels = 3;   // 3 (RGB) or 1 (grey)
+};
+
+struct LazySource {
+  std::shared_ptr<const SampleSource> source;  // a LazyCache
+  std::vector<std::string> classes;            // label i names classes[i]
+};
+
+// True when this build can decode images (OpenCV) for --lazy-cache.
+bool lazy_source_supported();
+
+// Lists the source, then opens (or creates) the LazyCache whose decode function reads and
+// decodes one file. The cache file is keyed by the listing's digest and the decode recipe, so a
+// changed folder or size is refused rather than mixed. Throws dscache::Error.
+LazySource open_lazy_source(const LazySourceOptions& options);
+
+}  // namespace train
+}  // namespace dscache

@@ -1,0 +1,178 @@
+// Command line → TrainOptions (Boost.Program_options), and the checks that name each field.
+#include "options.h"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace dscache {
+namespace train {
+
+const char* to_string(ModelKind v) { return v == ModelKind::kCnn ? "cnn" : "resnet18"; }
+const char* to_string(Precision v) {
+  switch (v) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+const char* to_string(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
+const char* to_string(ScheduleKind v) {
+  switch (v) {
+    case ScheduleKind::kConstant: return "constant";
+    case ScheduleKind::kCosine: return "cosine";
+    case ScheduleKind::kStep: return "step";
+  }
+  return "?";
+}
+const char* to_string(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
+const char* to_string(NormalizeKind v) { return v == NormalizeKind::kDataset ? "dataset" : "half"; }
+
+namespace {
+
+template <typename E>
+E pick(const std::string& option, const std::string& value,
+       const std::vector<std::pair<const char*, E>>& table) {
+  std::string names;
+  for (const auto& [name, e] : table) {
+    if (value == name) return e;
+    names += names.empty() ? name : std::string("|") + name;
+  }
+  throw UsageError("--" + option + ": unknown value '" + value + "' (expected " + names + ")");
+}
+
+}  // namespace
+
+TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
+                           std::string* help_text) {
+  TrainOptions o;
+  std::string model = "cnn", precision = "fp32", optimizer = "sgd", schedule = "constant",
+              device = "cpu", normalize = "dataset", loss_scaling = "auto";
+  po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("train", po::value(&o.train), "training cache directory (required)")
+    ("val", po::value(&o.val), "validation cache directory")
+    ("model", po::value(&model), "cnn | resnet18 (default cnn)")
+    ("epochs", po::value(&o.epochs), "passes over the training cache (default 1)")
+    ("max-steps", po::value(&o.max_steps), "stop after N optimizer steps (0 = no limit)")
+    ("batch", po::value(&o.batch), "micro-batch size (default 64)")
+    ("accum-steps", po::value(&o.accum_steps), "micro-batches per optimizer step (default 1)")
+    ("effective-batch", po::value(&o.effective_batch), "samples per optimizer step; sets --accum-steps")
+    ("precision", po::value(&precision), "fp32 | bf16 | fp16 (fp16: CUDA only)")
+    ("loss-scaling", po::value(&loss_scaling), "auto | on | off: dynamic loss scaling (auto: fp16)")
+    ("optimizer", po::value(&optimizer), "sgd | adamw (default sgd)")
+    ("lr", po::value(&o.lr), "peak learning rate (default 0.05 sgd, 1e-3 adamw)")
+    ("momentum", po::value(&o.momentum), "sgd momentum (default 0.9)")
+    ("weight-decay", po::value(&o.weight_decay), "weight decay (default 0 sgd, 0.01 adamw)")
+    ("schedule", po::value(&schedule), "constant | cosine | step, per optimizer step")
+    ("warmup-steps", po::value(&o.warmup_steps), "linear warm-up steps (default 0)")
+    ("step-size", po::value(&o.step_size), "--schedule step: steps per decay (default: a third)")
+    ("gamma", po::value(&o.gamma), "--schedule step: decay factor (default 0.1)")
+    ("clip-grad", po::value(&o.clip_grad), "max gradient L2 norm (0 = off)")
+    ("seed", po::value(&o.seed), "init and shuffle seed (default 0)")
+    ("threads", po::value(&o.threads), "intra-op threads (default: all cores)")
+    ("workers", po::value(&o.workers), "loader threads (default 2)")
+    ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
+    ("device", po::value(&device), "cpu | cuda (default cpu)")
+    ("channels-last", po::bool_switch(&o.channels_last), "NHWC memory format")
+    ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
+    ("image-size", po::value(&o.image_size), "crop side for ragged caches")
+    ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
+    ("channels", po::value(&o.channels), "--lazy-cache: 3 (RGB, default) or 1 (grey)")
+    ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt")
+    ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt")
+    ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
+    ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
+    ("keep-denormals", "CPU: do not flush denormal floats to zero (slower)")
+    ("no-progress", "no progress line on a TTY");
+  // clang-format on
+  std::ostringstream text;
+  text << desc;
+  if (help_text) *help_text = text.str();
+  po::variables_map vm;
+  try {
+    std::vector<std::string> copy = args;
+    po::store(po::command_line_parser(copy).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  *help = vm.count("help") > 0;
+  if (*help) return o;
+  if (vm.count("no-progress")) o.progress = false;
+  if (vm.count("keep-denormals")) o.flush_denormal = false;
+  // Negative lr / weight decay are the "use the optimizer's default" markers; refuse them here.
+  if (vm.count("lr") && !(o.lr > 0)) throw UsageError("--lr: must be a positive number");
+  if (vm.count("weight-decay") && !(o.weight_decay >= 0)) {
+    throw UsageError("--weight-decay: must be a number >= 0");
+  }
+  o.model = pick<ModelKind>("model", model, {{"cnn", ModelKind::kCnn},
+                                             {"resnet18", ModelKind::kResnet18}});
+  o.precision = pick<Precision>("precision", precision, {{"fp32", Precision::kFp32},
+                                                         {"bf16", Precision::kBf16},
+                                                         {"fp16", Precision::kFp16}});
+  o.loss_scaling = pick<LossScaling>("loss-scaling", loss_scaling, {{"auto", LossScaling::kAuto},
+                                                                    {"on", LossScaling::kOn},
+                                                                    {"off", LossScaling::kOff}});
+  o.optimizer = pick<OptimizerKind>("optimizer", optimizer, {{"sgd", OptimizerKind::kSgd},
+                                                             {"adamw", OptimizerKind::kAdamW}});
+  o.schedule = pick<ScheduleKind>("schedule", schedule, {{"constant", ScheduleKind::kConstant},
+                                                         {"cosine", ScheduleKind::kCosine},
+                                                         {"step", ScheduleKind::kStep}});
+  o.device = pick<DeviceKind>("device", device, {{"cpu", DeviceKind::kCpu},
+                                                 {"cuda", DeviceKind::kCuda}});
+  o.normalize = pick<NormalizeKind>("normalize", normalize, {{"dataset", NormalizeKind::kDataset},
+                                                             {"half", NormalizeKind::kHalf}});
+  if (vm.count("accum-steps") && vm.count("effective-batch")) {
+    throw UsageError("--accum-steps and --effective-batch: give one, not both");
+  }
+  return o;
+}
+
+void resolve_and_validate(TrainOptions* options) {
+  TrainOptions& o = *options;
+  auto bad = [](const std::string& field, const std::string& why) {
+    throw UsageError("--" + field + ": " + why);
+  };
+  if (o.train.empty()) bad("train", "required (a cache directory built by `dscache build`)");
+  if (o.epochs == 0) bad("epochs", "must be >= 1");
+  if (o.batch == 0) bad("batch", "must be >= 1");
+  if (o.effective_batch > 0) {
+    if (o.effective_batch % o.batch != 0) {
+      bad("effective-batch", std::to_string(o.effective_batch) + " is not a multiple of --batch " +
+                                 std::to_string(o.batch));
+    }
+    o.accum_steps = static_cast<uint32_t>(o.effective_batch / o.batch);
+  }
+  if (o.accum_steps == 0) bad("accum-steps", "must be >= 1");
+  if (o.lr < 0) o.lr = o.optimizer == OptimizerKind::kSgd ? 0.05 : 1e-3;
+  if (o.weight_decay < 0) o.weight_decay = o.optimizer == OptimizerKind::kSgd ? 0.0 : 0.01;
+  if (!std::isfinite(o.lr) || o.lr == 0) bad("lr", "must be a positive number");
+  if (!std::isfinite(o.momentum) || o.momentum < 0 || o.momentum >= 1) {
+    bad("momentum", "must be in [0, 1)");
+  }
+  if (!std::isfinite(o.weight_decay)) bad("weight-decay", "must be a number >= 0");
+  if (!std::isfinite(o.gamma) || o.gamma <= 0 || o.gamma > 1) bad("gamma", "must be in (0, 1]");
+  if (!std::isfinite(o.clip_grad) || o.clip_grad < 0) bad("clip-grad", "must be >= 0");
+  if (o.workers == 0) bad("workers", "must be >= 1");
+  if (o.prefetch == 0) bad("prefetch", "must be >= 1");
+  if (o.precision == Precision::kFp16 && o.device == DeviceKind::kCpu) {
+    bad("precision", "fp16 needs --device cuda (LibTorch 1.13 autocasts to bf16 only on CPU)");
+  }
+  if (!o.lazy_cache.empty() && o.image_size == 0) {
+    bad("image-size", "required with --lazy-cache (the decoded sample side)");
+  }
+  if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
+  if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");
+  if (o.checkpoint_every > 0 && o.output.empty()) {
+    bad("checkpoint-every", "needs --output (where checkpoint.pt is written)");
+  }
+}
+
+}  // namespace train
+}  // namespace dscache

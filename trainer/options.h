@@ -1,0 +1,87 @@
+// dscache-train's options: one plain struct, parsed from the command line and validated.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dscache {
+namespace train {
+
+enum class ModelKind { kCnn, kResnet18 };
+enum class Precision { kFp32, kBf16, kFp16 };
+enum class OptimizerKind { kSgd, kAdamW };
+enum class ScheduleKind { kConstant, kCosine, kStep };
+enum class DeviceKind { kCpu, kCuda };
+enum class NormalizeKind {
+  kDataset,  // per-channel mean/std measured on the training cache (up to 8192 samples)
+  kHalf,     // mean 0.5, std 0.5 for every channel: x/255 maps to [-1, 1]
+};
+enum class LossScaling { kAuto, kOn, kOff };  // auto: on exactly for fp16
+
+const char* to_string(ModelKind v);
+const char* to_string(Precision v);
+const char* to_string(OptimizerKind v);
+const char* to_string(ScheduleKind v);
+const char* to_string(DeviceKind v);
+const char* to_string(NormalizeKind v);
+
+// Everything one training run needs. Defaults are what `dscache-train --train DIR` does.
+struct TrainOptions {
+  std::string train;                   // training cache directory (required)
+  std::string val;                     // validation cache directory; "" = none
+  ModelKind model = ModelKind::kCnn;   // --model cnn|resnet18; default cnn
+  uint32_t epochs = 1;                 // passes over the training cache; default 1
+  uint64_t max_steps = 0;              // stop after this many optimizer steps; 0 = no limit
+  uint32_t batch = 64;                 // micro-batch: samples per forward/backward; default 64
+  uint32_t accum_steps = 1;            // micro-batches per optimizer step (K); default 1
+  uint64_t effective_batch = 0;        // if > 0: accum_steps = effective_batch / batch (must divide)
+  Precision precision = Precision::kFp32;  // forward+loss precision under autocast; default fp32
+  LossScaling loss_scaling = LossScaling::kAuto;  // dynamic loss scaling; auto = fp16 only
+  OptimizerKind optimizer = OptimizerKind::kSgd;  // default sgd
+  double lr = -1;            // peak learning rate; < 0 = 0.05 for sgd, 1e-3 for adamw
+  double momentum = 0.9;     // sgd momentum; default 0.9
+  double weight_decay = -1;  // < 0 = 0 for sgd, 0.01 for adamw (decoupled)
+  ScheduleKind schedule = ScheduleKind::kConstant;  // per optimizer step; default constant
+  uint64_t warmup_steps = 0;  // linear warm-up over this many optimizer steps; default 0
+  uint64_t step_size = 0;     // --schedule step: optimizer steps per decay; 0 = a third of the run
+  double gamma = 0.1;         // --schedule step: LR multiplier per decay; default 0.1
+  double clip_grad = 0;       // max global L2 norm of the gradients; 0 = no clipping
+  uint64_t seed = 0;          // model init and shuffle seed; default 0
+  uint32_t threads = 0;       // intra-op threads; 0 = all cores
+  uint32_t workers = 2;       // Loader threads; default 2
+  uint32_t prefetch = 4;      // Loader batches buffered ahead; default 4
+  DeviceKind device = DeviceKind::kCpu;  // default cpu
+  bool channels_last = false;            // NHWC memory format for activations and conv weights
+  NormalizeKind normalize = NormalizeKind::kDataset;  // see NormalizeKind
+  uint32_t image_size = 0;   // crop/resize side for ragged caches (required there); 0 = stored
+  std::string lazy_cache;    // LazyCache file: --train is then an image folder or list, decoded
+                             // on first use to image_size x image_size; "" = --train is a cache
+  uint32_t channels = 3;     // --lazy-cache: 3 (RGB) or 1 (grey); default 3
+  std::string output;        // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
+  bool resume = false;       // continue from OUTPUT/checkpoint.pt if it exists
+  uint64_t log_every = 50;   // optimizer steps between "step" lines in metrics.jsonl; 0 = none
+  uint64_t checkpoint_every = 0;  // optimizer steps between checkpoints (plus every epoch end);
+                                  // 0 = epoch ends only
+  bool flush_denormal = true;  // CPU: flush denormal floats to zero (much faster); default on
+  bool progress = true;      // a progress line on stderr when it is a TTY
+};
+
+// A bad command line or option value; main() maps it to exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv (without argv[0]) into options. Throws UsageError naming the option. Sets
+// `help` and returns defaults when --help was given; `help_text` receives the option list.
+TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
+                           std::string* help_text);
+
+// Resolves the derived defaults (lr, weight decay, accum_steps from effective_batch) and checks
+// every field; throws UsageError naming the field.
+void resolve_and_validate(TrainOptions* options);
+
+}  // namespace train
+}  // namespace dscache

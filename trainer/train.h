@@ -1,0 +1,17 @@
+// dscache-train's entry point: one training run described by TrainOptions (no torch types).
+#pragma once
+
+#include "options.h"
+
+namespace dscache {
+namespace train {
+
+// Trains (and validates, checkpoints, logs) as `options` says; options must have passed
+// resolve_and_validate(). Throws UsageError for an inconsistent request found only now (a
+// checkpoint from other settings, a validation cache of another shape, cuda without CUDA),
+// dscache::Error for a bad cache, std::runtime_error for everything else (torch errors
+// included, their backtrace dropped).
+void run_training(const TrainOptions& options);
+
+}  // namespace train
+}  // namespace dscache
