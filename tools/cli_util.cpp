@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <iostream>
 
 namespace dscache {
 namespace {
@@ -48,6 +49,26 @@ uint64_t parse_bytes(const std::string& text, const std::string& option) {
     throw UsageError(option + " '" + text + "': expected a positive byte count such as 1G, 512M, 65536");
   }
   return v * mult;
+}
+
+bool parse_cache_args(int argc, char** argv, const boost::program_options::options_description& desc,
+                      const std::string& command, std::string* cache,
+                      boost::program_options::variables_map* vm) {
+  namespace po = boost::program_options;
+  po::options_description hidden;
+  hidden.add_options()("cache", po::value(cache));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("cache", 1);
+  po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), *vm);
+  po::notify(*vm);
+  if (vm->count("help")) {
+    std::cout << desc << "\n";
+    return false;
+  }
+  if (cache->empty()) throw UsageError("expected CACHE (see dscache " + command + " --help)");
+  return true;
 }
 
 std::string format_bytes(uint64_t bytes) {

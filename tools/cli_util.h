@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <boost/program_options.hpp>
+
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +14,13 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Parses a subcommand that takes one positional CACHE plus the options in `desc`. Returns
+// false when --help was asked for (the help is then printed). Throws po::error or UsageError
+// (no CACHE, naming `command`).
+bool parse_cache_args(int argc, char** argv, const boost::program_options::options_description& desc,
+                      const std::string& command, std::string* cache,
+                      boost::program_options::variables_map* vm);
 
 // "224" -> 224x224, "256x192" -> H=256, W=192. Throws UsageError naming `option`.
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,

@@ -107,21 +107,9 @@ int cmd_bench(int argc, char** argv) {
        "samples decoded for the per-sample decode row (and the lazy cache's passes)")
       ("lazy-file", po::value(&lazy_file), "lazy cache file (default: a temp file, removed)")
       ("json", "machine-readable output");
-  po::options_description hidden;
-  hidden.add_options()("cache", po::value(&dir));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("cache", 1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return kExitOk;
-    }
-    if (dir.empty()) throw UsageError("expected CACHE (see dscache bench --help)");
+    if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return kExitOk;
     if (batch == 0) throw UsageError("--batch must be >= 1");
     if (threads < 0) throw UsageError("--threads must be >= 0");
     if (seconds <= 0) throw UsageError("--seconds must be positive");

@@ -192,23 +192,11 @@ int cmd_inspect(int argc, char** argv) {
       ("sample", po::value(&sample), "print sample I's label and source (with --out: write it)")
       ("grid", po::value(&grid), "with --out: write a contact sheet of N samples")
       ("out", po::value(&out), "PNG file for --sample or --grid");
-  po::options_description hidden;
-  hidden.add_options()("cache", po::value(&dir));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("cache", 1);
   bool as_json = false;
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return kExitOk;
-    }
+    if (!parse_cache_args(argc, argv, desc, "inspect", &dir, &vm)) return kExitOk;
     as_json = vm.count("json") > 0;
-    if (dir.empty()) throw UsageError("expected CACHE (see dscache inspect --help)");
     if (vm.count("sample") && sample < 0) throw UsageError("--sample must be >= 0");
     if (vm.count("grid") && (grid <= 0 || grid > 10000)) throw UsageError("--grid must be 1..10000");
     if (vm.count("grid") && out.empty()) throw UsageError("--grid needs --out FILE.png");

@@ -219,21 +219,9 @@ int cmd_verify(int argc, char** argv) {
       ("source", "also re-decode the source files and compare with the stored samples")
       ("threads", po::value(&threads)->default_value(0), "decode threads for --source (0 = all)")
       ("json", "machine-readable output");
-  po::options_description hidden;
-  hidden.add_options()("cache", po::value(&dir));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description pos;
-  pos.add("cache", 1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return kExitOk;
-    }
-    if (dir.empty()) throw UsageError("expected CACHE (see dscache verify --help)");
+    if (!parse_cache_args(argc, argv, desc, "verify", &dir, &vm)) return kExitOk;
     if (threads < 0) throw UsageError("--threads must be >= 0");
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache verify: %s\n", e.what());

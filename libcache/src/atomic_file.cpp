@@ -12,6 +12,7 @@
 
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "io_util.h"
 
 namespace dscache {
 namespace {
@@ -44,21 +45,6 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-// Reads `size` bytes at `offset`, retrying short reads and EINTR; a premature EOF is an error.
-void pread_all(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
-  auto* p = static_cast<unsigned char*>(out);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(path, "read");
-    }
-    if (n == 0) throw Error(ErrorKind::kIOError, path, "unexpected end of file while reading");
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-}
 
 }  // namespace
 
@@ -140,7 +126,7 @@ FileEntry AtomicFile::commit() {
     std::vector<unsigned char> buf(static_cast<size_t>(std::min<uint64_t>(size_, kHashBlock)));
     for (uint64_t at = 0; at < size_;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(size_ - at, kHashBlock));
-      pread_all(fd_, buf.data(), n, at, temp_);
+      detail::pread_all(fd_, buf.data(), n, at, temp_, ErrorKind::kIOError);
       h.update(buf.data(), n);
       at += n;
     }

@@ -24,6 +24,7 @@
 
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "io_util.h"
 
 namespace dscache {
 namespace {
@@ -117,20 +118,6 @@ std::string describe(uint64_t count, SampleShape s, uint64_t digest) {
   return o.str();
 }
 
-void pread_all(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
-  auto* p = static_cast<unsigned char*>(out);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(path, "read");
-    }
-    if (n == 0) throw Error(ErrorKind::kCorruption, path, "unexpected end of file");
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-}
 
 void pwrite_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -158,7 +145,7 @@ void validate_existing(int fd, const std::string& path, const Geometry& want, ui
                     std::to_string(kHeaderBytes) + "-byte lazy cache header");
   }
   unsigned char h[kHeaderBytes];
-  pread_all(fd, h, kHeaderBytes, 0, path);
+  detail::pread_all(fd, h, kHeaderBytes, 0, path, ErrorKind::kCorruption);
   if (std::memcmp(h, kMagic, 8) != 0) {
     throw Error(ErrorKind::kCorruption, path, "not a lazy cache file (bad magic)");
   }

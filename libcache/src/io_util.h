@@ -1,0 +1,34 @@
+// Small POSIX I/O helpers shared by the library's file code.
+#pragma once
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+#include "dscache/error.h"
+
+namespace dscache {
+namespace detail {
+
+// Reads exactly `size` bytes at `offset`, retrying short reads and EINTR. A premature end of
+// file is Error(eof_kind, path): IOError for our own files, Corruption for files we validate.
+inline void pread_all(int fd, void* out, size_t size, uint64_t offset, const std::string& path,
+                      ErrorKind eof_kind) {
+  auto* p = static_cast<unsigned char*>(out);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(path, "read");
+    }
+    if (n == 0) throw Error(eof_kind, path, "unexpected end of file");
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+}  // namespace detail
+}  // namespace dscache
