@@ -61,12 +61,6 @@ std::string utc_now() {
   return buf;
 }
 
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno(dir, "open directory");
-  ::fsync(fd);
-  ::close(fd);
-}
 
 json fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage) {
   return json{{"source_kind", src.kind},
@@ -300,7 +294,7 @@ void publish(const std::string& partial, const std::string& output, bool replace
   } else if (::rename(partial.c_str(), output.c_str()) != 0) {
     throw_errno(output, "cannot rename the new cache into place");
   }
-  fsync_dir(fs::path(output).parent_path().string());
+  fsync_directory(fs::path(output).parent_path().string());
 }
 
 bool is_replaceable(const std::string& output) {
@@ -560,7 +554,7 @@ BuildSummary run_build(const BuildOptions& opt) {
   for (uint64_t k = 0; k < writer.shard_count(); ++k) fs::remove(partial + "/" + sidecar_name(k));
   fs::remove(fp_path);
   write_manifest(partial, m);  // last: a directory without it is not a cache
-  fsync_dir(partial);
+  fsync_directory(partial);
   publish(partial, output, replace);
 
   BuildSummary s;

@@ -24,26 +24,6 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string dir_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// Makes the rename durable. Some filesystems refuse fsync on a directory (EINVAL); the data
-// itself is already synced, so that is not worth failing the write for.
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno(dir, "open directory");
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    throw_errno(dir, "fsync directory");
-  }
-  ::close(fd);
-}
 
 
 }  // namespace
@@ -138,7 +118,7 @@ FileEntry AtomicFile::commit() {
   if (::close(fd) != 0) throw_errno(temp_, "close");
   if (::rename(temp_.c_str(), path_.c_str()) != 0) throw_errno(path_, "rename " + temp_ + " to");
   temp_.clear();  // nothing left for the destructor to remove
-  fsync_dir(dir_name(path_));
+  fsync_directory(detail::dir_name(path_));
   return FileEntry{base_name(path_), size_, digest};
 }
 
@@ -172,6 +152,18 @@ FileEntry hash_file(const std::string& path) {
   }
   ::close(fd);
   return FileEntry{base_name(path), total, h.digest()};
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno(dir, "open directory");
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    throw_errno(dir, "fsync directory");
+  }
+  ::close(fd);
 }
 
 }  // namespace dscache

@@ -30,5 +30,13 @@ inline void pread_all(int fd, void* out, size_t size, uint64_t offset, const std
   }
 }
 
+// The directory part of a path ("." when there is none).
+inline std::string dir_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
 }  // namespace detail
 }  // namespace dscache

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dscache/checksum.h"
+#include "dscache/atomic_file.h"
 #include "dscache/error.h"
 #include "io_util.h"
 
@@ -190,19 +191,6 @@ void validate_existing(int fd, const std::string& path, const Geometry& want, ui
   }
 }
 
-std::string dir_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // the file itself is synced; a lost directory entry is only a cold start
-  ::fsync(fd);
-  ::close(fd);
-}
 
 // Removes the temp file unless released; closes its fd unless taken.
 class TempGuard {
@@ -275,7 +263,11 @@ int create_file(const std::string& path, const Geometry& g, uint64_t digest) {
   if (::fsync(temp.fd_) != 0) throw_errno(temp.path(), "fsync");
   if (!publish_no_replace(temp.path(), path)) return -1;
   temp.unlink_now();  // after link(): drop the temp name; after a rename it is already gone
-  fsync_dir(dir_name(path));
+  try {
+    fsync_directory(detail::dir_name(path));
+  } catch (const Error&) {
+    // The file itself is synced; a lost directory entry only means a cold start next time.
+  }
   return temp.take_fd();
 }
 

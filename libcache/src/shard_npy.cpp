@@ -17,6 +17,24 @@ std::vector<uint64_t> npy_shape(uint64_t n, SampleShape s) {
   return {n, s.height, s.width, s.channels};
 }
 
+// Puts the final header in place (same length as the one written at create), commits the file
+// and describes the shard. A full shard's header is already right: leaving it alone keeps the
+// streamed checksum valid, so commit does not re-read the whole file to hash it.
+ShardEntry commit_npy_shard(AtomicFile& file, const std::string& initial_header,
+                            const std::string& header, uint64_t count) {
+  if (header.size() != initial_header.size()) {
+    throw Error(ErrorKind::kInvalidArgument, file.temp_path(), "npy header grew at commit");
+  }
+  if (header != initial_header) file.pwrite(header.data(), header.size(), 0);
+  const FileEntry f = file.commit();
+  ShardEntry e;
+  e.file = f.file;
+  e.count = count;
+  e.bytes = f.bytes;
+  e.xxh64 = f.xxh64;
+  return e;
+}
+
 class NpyShardWriter : public ShardWriter {
  public:
   NpyShardWriter(const std::string& path, SampleShape shape, uint64_t capacity)
@@ -46,20 +64,10 @@ class NpyShardWriter : public ShardWriter {
     if (committed_)
       throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "commit called twice");
     // A smaller count never needs a longer dict, so padding to the capacity's size always fits.
-    const std::string header = format_npy_header("|u1", npy_shape(count_, shape_), header_size_);
-    if (header.size() != header_size_) {
-      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "npy header grew at commit");
-    }
-    // A full shard's header is already right: leaving it alone keeps the streamed checksum valid,
-    // so commit does not re-read the whole file to hash it.
-    if (header != initial_header_) file_.pwrite(header.data(), header.size(), 0);
-    const FileEntry f = file_.commit();
+    ShardEntry e = commit_npy_shard(
+        file_, initial_header_, format_npy_header("|u1", npy_shape(count_, shape_), header_size_),
+        count_);
     committed_ = true;
-    ShardEntry e;
-    e.file = f.file;
-    e.count = count_;
-    e.bytes = f.bytes;
-    e.xxh64 = f.xxh64;
     return e;
   }
 
@@ -105,20 +113,9 @@ class NpyRaggedWriter : public RaggedShardWriter {
   ShardEntry commit() override {
     if (committed_)
       throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "commit called twice");
-    const std::string header = format_npy_header("|u1", {bytes_}, header_size_);
-    if (header.size() != header_size_) {
-      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "npy header grew at commit");
-    }
-    // A full shard's header is already right: leaving it alone keeps the streamed checksum valid,
-    // so commit does not re-read the whole file to hash it.
-    if (header != initial_header_) file_.pwrite(header.data(), header.size(), 0);
-    const FileEntry f = file_.commit();
+    ShardEntry e = commit_npy_shard(file_, initial_header_,
+                                    format_npy_header("|u1", {bytes_}, header_size_), count_);
     committed_ = true;
-    ShardEntry e;
-    e.file = f.file;
-    e.count = count_;
-    e.bytes = f.bytes;
-    e.xxh64 = f.xxh64;
     return e;
   }
 

@@ -38,6 +38,10 @@ class AtomicFile {
 // Writes a whole file atomically.
 FileEntry write_file_atomic(const std::string& path, const void* data, size_t size);
 
+// Makes renames inside `dir` durable (fsync of the directory). Filesystems that refuse to
+// fsync a directory (EINVAL, EROFS) are tolerated; anything else throws IOError.
+void fsync_directory(const std::string& dir);
+
 // XXH64 and size of a file on disk, read sequentially. Throws NotFound/IOError.
 FileEntry hash_file(const std::string& path);
 
