@@ -18,14 +18,19 @@ One run on Fashion-MNIST (/usr/share/datasets/fashion-mnist), CPU, cnn, batch 64
              step lines' samples_per_s after the first (warm-up) line, also the epoch lines'
              samples_per_s; data wait = the epoch lines' data_wait (seconds-weighted)
 
-Prints a table and the ratios against the goals (dscache bf16 >= 2.5x seed fp32, dscache bf16
->= 1.1x seed bf16, dscache data wait <= 5%) with the load average around each run, and writes
-everything to --json. Run it with Debian's /usr/bin/python3 (python3-torch, numpy, OpenCV).
+Prints a table of medians and the ratios against the goals (dscache bf16 >= 2.5x seed fp32,
+dscache bf16 >= 1.1x seed bf16, dscache data wait <= 5%) with the load average around the runs,
+and writes every run to --json. Run it with Debian's /usr/bin/python3 (python3-torch, numpy, OpenCV).
 Two processes sharing two cores slow each other down many times over: run it on an idle machine
 and read the recorded load average before trusting a figure.
 
-Usage: train_bench.py [--dscache-train PATH] [--dscache PATH] [--count 6000] [--steps 60]
-                      [--seed-batches 80] [--warmup 10] [--seed-cap 45] [--no-workers2]
+Every configuration runs once per round, --rounds times interleaved (seed fp32, seed bf16, ...,
+dscache-train fp32, dscache-train bf16, then again), and each figure is the median over the
+rounds, shown with its min–max: a shared machine slows whatever runs at a bad moment, and
+interleaving spreads that over every configuration.
+
+Usage: train_bench.py [--dscache-train PATH] [--dscache PATH] [--count 6000] [--steps 150]
+                      [--seed-batches 300] [--warmup 10] [--seed-cap 45] [--rounds 3] [--no-workers2]
                       [--seed-ftz] [--work DIR] [--json FILE]
 
 --seed-ftz adds the seed (workers 0) with torch.set_flush_denormal(True): dscache-train flushes
@@ -236,15 +241,45 @@ def fmt(v, pct=False):
     return "%.1f%%" % (100 * v) if pct else "%.1f" % v
 
 
+def median_rows(runs):
+    """One row per configuration: the median samples/s and data wait over its rounds, with the
+    spread and the load averages seen."""
+    rows = []
+    keys = []
+    for r in runs:
+        k = (r["impl"], r["precision"], r["workers"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        rs = [r for r in runs if (r["impl"], r["precision"], r["workers"]) == k]
+        sps = [r["samples_per_s"] for r in rs if r["samples_per_s"] is not None]
+        dw = [r["data_wait"] for r in rs if r["data_wait"] is not None]
+        row = dict(rs[0])
+        row.update({
+            "rounds": len(rs),
+            "samples_per_s": round(float(np.median(sps)), 1) if sps else None,
+            "samples_per_s_all": sps,
+            "data_wait": round(float(np.median(dw)), 4) if dw else None,
+            "micro_batches": int(np.median([r["micro_batches"] for r in rs])),
+            "seconds": float(np.median([r["seconds"] for r in rs])),
+            "load_before": [min(r["load_before"][0] for r in rs)],
+            "load_after": [max(r["load_after"][0] for r in rs)],
+        })
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dscache-train", default=os.path.join(ROOT, "build", "trainer", "dscache-train"))
     ap.add_argument("--dscache", default=os.path.join(ROOT, "build", "tools", "dscache"))
     ap.add_argument("--count", type=int, default=6000)
-    ap.add_argument("--steps", type=int, default=60, help="dscache-train optimizer steps")
-    ap.add_argument("--seed-batches", type=int, default=80, help="seed micro-batches measured")
+    ap.add_argument("--steps", type=int, default=150, help="dscache-train optimizer steps")
+    ap.add_argument("--seed-batches", type=int, default=300, help="seed micro-batches measured")
     ap.add_argument("--warmup", type=int, default=10, help="seed warm-up micro-batches")
     ap.add_argument("--seed-cap", type=float, default=45.0, help="seed: stop measuring after S s")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds of every configuration; figures are medians")
     ap.add_argument("--no-workers2", action="store_true", help="skip the num_workers=2 seed runs")
     ap.add_argument("--seed-ftz", action="store_true",
                     help="also run the seed (workers 0) with torch.set_flush_denormal(True), as "
@@ -257,6 +292,7 @@ def main():
             sys.exit("not executable: %s" % exe)
 
     work = args.work or tempfile.mkdtemp(prefix="train_bench.")
+    runs = []
     os.makedirs(work, exist_ok=True)
     try:
         folder = os.path.join(work, "png")
@@ -270,36 +306,46 @@ def main():
                         "--quiet", "--force"], check=True)
         print("cache: built in %.1f s" % (time.perf_counter() - t), flush=True)
 
-        results = []
+        # Interleaved rounds: every configuration once per round, so a slow patch of a shared
+        # machine hits all of them alike; each figure below is the median over the rounds.
         seeds = [("fp32", 0, False), ("bf16", 0, False)]
         if not args.no_workers2:
             seeds += [("fp32", 2, False), ("bf16", 2, False)]
         if args.seed_ftz:
             seeds += [("fp32", 0, True), ("bf16", 0, True)]
-        for prec, workers, ftz in seeds:
-            r = run_seed(items, prec, workers, args.warmup, args.seed_batches, args.seed_cap, ftz)
-            print("%s %s workers=%d: %.1f samples/s, data wait %.1f%%, %d micro-batches, "
-                  "load %s" % (r["impl"], prec, workers, r["samples_per_s"], 100 * r["data_wait"],
-                               r["micro_batches"], r["load_after"]), flush=True)
-            results.append(r)
-        for prec in ("fp32", "bf16"):
-            r = run_dscache(args.dscache_train, cache, prec, args.steps, len(items),
-                            os.path.join(work, "out-" + prec))
-            print("dscache-train %s: %s samples/s (epoch lines %s), data wait %s, load %s"
-                  % (prec, fmt(r["samples_per_s"]), fmt(r["samples_per_s_epochs"]),
-                     fmt(r["data_wait"], True), r["load_after"]), flush=True)
-            results.append(r)
+        for rnd in range(args.rounds):
+            for prec, workers, ftz in seeds:
+                r = run_seed(items, prec, workers, args.warmup, args.seed_batches, args.seed_cap,
+                             ftz)
+                r["round"] = rnd
+                print("round %d: %s %s workers=%d: %.1f samples/s, data wait %.1f%%, %d "
+                      "micro-batches, load %s" % (rnd + 1, r["impl"], prec, workers,
+                                                  r["samples_per_s"], 100 * r["data_wait"],
+                                                  r["micro_batches"], r["load_after"]), flush=True)
+                runs.append(r)
+            for prec in ("fp32", "bf16"):
+                r = run_dscache(args.dscache_train, cache, prec, args.steps, len(items),
+                                os.path.join(work, "out-" + prec))
+                r["round"] = rnd
+                print("round %d: dscache-train %s: %s samples/s (epoch lines %s), data wait %s, "
+                      "load %s" % (rnd + 1, prec, fmt(r["samples_per_s"]),
+                                   fmt(r["samples_per_s_epochs"]), fmt(r["data_wait"], True),
+                                   r["load_after"]), flush=True)
+                runs.append(r)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
+    results = median_rows(runs)
     print()
-    print("| run | precision | workers | samples/s | data wait | micro-batches | s | load avg (1 min) before → after |")
+    print("medians over %d round(s):" % args.rounds)
+    print("| run | precision | workers | samples/s (median) | min–max | data wait | micro-batches | load avg (1 min) lowest → highest |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     for r in results:
-        print("| %s | %s | %d | %s | %s | %d | %.1f | %.2f → %.2f |" % (
+        print("| %s | %s | %d | %s | %s–%s | %s | %d | %.2f → %.2f |" % (
             r["impl"], r["precision"], r["workers"], fmt(r["samples_per_s"]),
-            fmt(r["data_wait"], True), r["micro_batches"], r["seconds"],
+            fmt(min(r["samples_per_s_all"])), fmt(max(r["samples_per_s_all"])),
+            fmt(r["data_wait"], True), r["micro_batches"],
             r["load_before"][0], r["load_after"][0]))
 
     def find(impl, prec, workers=None):
@@ -349,7 +395,7 @@ def main():
             json.dump({
                 "host": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
                 "count": args.count, "batch": BATCH, "accum": ACCUM, "threads": THREADS,
-                "results": results, "goals": goals, "load_end": loadavg(),
+                "rounds": args.rounds, "results": results, "runs": runs, "goals": goals, "load_end": loadavg(),
             }, f, indent=1)
 
 
