@@ -83,7 +83,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
     ("image-size", po::value(&o.image_size), "crop side for ragged caches")
     ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
-    ("channels", po::value(&o.channels), "--lazy-cache: 3 (RGB, default) or 1 (grey)")
+    ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
+    ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
     ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt")
     ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
@@ -166,6 +167,15 @@ void resolve_and_validate(TrainOptions* options) {
   }
   if (!o.lazy_cache.empty() && o.image_size == 0) {
     bad("image-size", "required with --lazy-cache (the decoded sample side)");
+  }
+  if (!o.val_lazy_cache.empty() && o.image_size == 0) {
+    bad("image-size", "required with --val-lazy-cache (the decoded sample side)");
+  }
+  if (!o.val_lazy_cache.empty() && o.val.empty()) {
+    bad("val-lazy-cache", "needs --val (the image folder or list to decode)");
+  }
+  if (!o.val_lazy_cache.empty() && o.val_lazy_cache == o.lazy_cache) {
+    bad("val-lazy-cache", "must be another file than --lazy-cache");
   }
   if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
   if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");

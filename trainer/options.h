@@ -58,7 +58,9 @@ struct TrainOptions {
   uint32_t image_size = 0;   // crop/resize side for ragged caches (required there); 0 = stored
   std::string lazy_cache;    // LazyCache file: --train is then an image folder or list, decoded
                              // on first use to image_size x image_size; "" = --train is a cache
-  uint32_t channels = 3;     // --lazy-cache: 3 (RGB) or 1 (grey); default 3
+  std::string val_lazy_cache;  // the same for --val: an image folder or list decoded into this
+                               // file; "" = --val is a cache
+  uint32_t channels = 3;     // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
   std::string output;        // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
   bool resume = false;       // continue from OUTPUT/checkpoint.pt if it exists
   uint64_t log_every = 50;   // optimizer steps between "step" lines in metrics.jsonl; 0 = none

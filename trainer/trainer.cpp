@@ -292,7 +292,7 @@ class Run {
   torch::Device device_{torch::kCPU};
   std::shared_ptr<const SampleSource> train_;
   DataInfo info_;
-  std::shared_ptr<Cache> val_;
+  std::shared_ptr<const SampleSource> val_;
   std::unique_ptr<Loader> train_loader_, val_loader_;
   std::shared_ptr<Classifier> model_;
   std::vector<torch::Tensor> params_;
@@ -307,16 +307,18 @@ class Run {
   Clock::time_point last_progress_{};
 };
 
+// A built cache, or (with a lazy-cache file) an image folder or list decoded on first use.
+LazySource open_source(const std::string& path, const std::string& lazy_file,
+                       const TrainOptions& o) {
+  if (!lazy_file.empty()) return open_lazy_source({path, lazy_file, o.image_size, o.channels});
+  auto cache = Cache::open(path);
+  return {cache, cache->manifest().classes};
+}
+
 void Run::open_data() {
-  if (!o_.lazy_cache.empty()) {
-    LazySource lazy = open_lazy_source({o_.train, o_.lazy_cache, o_.image_size, o_.channels});
-    train_ = lazy.source;
-    info_.classes = lazy.classes;
-  } else {
-    auto cache = Cache::open(o_.train);
-    train_ = cache;
-    info_.classes = cache->manifest().classes;
-  }
+  LazySource train = open_source(o_.train, o_.lazy_cache, o_);
+  train_ = train.source;
+  info_.classes = train.classes;
   info_.count = train_->size();
   info_.layout = train_->layout();
   info_.height = train_->shape().height;
@@ -355,19 +357,20 @@ void Run::open_data() {
   }
   train_loader_ = std::make_unique<Loader>(train_, lo);
   if (!o_.val.empty() && main_rank_) {
-    val_ = Cache::open(o_.val);
-    const Manifest& v = val_->manifest();
-    if (v.channels != m.channels) {
-      throw UsageError("--val: " + o_.val + " has " + std::to_string(v.channels) +
-                       " channels, the training cache " + std::to_string(m.channels));
+    const LazySource val = open_source(o_.val, o_.val_lazy_cache, o_);
+    val_ = val.source;
+    const SampleShape vs = val_->shape();
+    if (vs.channels != m.channels) {
+      throw UsageError("--val: " + o_.val + " has " + std::to_string(vs.channels) +
+                       " channels, the training data " + std::to_string(m.channels));
     }
-    if (v.classes != m.classes) {
-      throw UsageError("--val: " + o_.val + " has other classes than the training cache (" +
-                       std::to_string(v.classes.size()) + " vs " +
+    if (val.classes != m.classes) {
+      throw UsageError("--val: " + o_.val + " has other classes than the training data (" +
+                       std::to_string(val.classes.size()) + " vs " +
                        std::to_string(m.classes.size()) + ")");
     }
-    if (o_.image_size == 0 && (v.layout != Layout::kFixed || v.height != m.height ||
-                               v.width != m.width)) {
+    if (o_.image_size == 0 && (val_->layout() != Layout::kFixed || vs.height != m.height ||
+                               vs.width != m.width)) {
       throw UsageError("--val: " + o_.val + " has another sample shape than the training " +
                        "cache; give --image-size to crop both");
     }

@@ -646,46 +646,130 @@ TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") 
   }
 }
 
+TEST_CASE("data parallel resume: 2 Gloo ranks killed after a checkpoint and resumed equal an uninterrupted pair") {
+  TempDir tmp;
+  // 200 samples over 2 ranks, batch 8, K = 2 → 7 windows per epoch, 2 epochs = 14 steps;
+  // checkpoints every 4 steps; both ranks SIGKILL themselves after step 6 (the checkpoint of
+  // step 4 is the newest), then both resume from the shared output directory.
+  trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+  trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
+  const std::string log = tmp.path() + "/log.txt";
+  // Starts both ranks with `extra_env` and returns their wait statuses.
+  auto run_pair = [&](const std::string& out, bool resume, const std::string& extra_env) {
+    std::vector<std::string> args = {train_exe(), "--train", tmp.path() + "/train", "--val",
+                                     tmp.path() + "/val", "--batch", "8", "--accum-steps", "2",
+                                     "--threads", "1", "--seed", "5", "--epochs", "2",
+                                     "--optimizer", "adamw", "--schedule", "cosine",
+                                     "--checkpoint-every", "4", "--log-every", "1",
+                                     "--output", out, "--no-progress"};
+    if (resume) args.push_back("--resume");
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                      "LOCAL_RANK=" + std::to_string(r),
+                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
+      if (!extra_env.empty()) env.push_back(extra_env);
+      pids.push_back(trainer_test::spawn_process(args, env, log));
+    }
+    std::vector<int> statuses;
+    for (int pid : pids) statuses.push_back(trainer_test::wait_process(pid));
+    return statuses;
+  };
+  const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
+  for (int st : run_pair(a_dir, false, "")) {
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+  }
+  for (int st : run_pair(b_dir, false, "DSCACHE_TEST_KILL_AFTER_STEPS=6")) {
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == SIGKILL);
+  }
+  CHECK_FALSE(std::filesystem::exists(b_dir + "/model.pt"));
+  REQUIRE(std::filesystem::exists(b_dir + "/checkpoint.pt"));
+  for (int st : run_pair(b_dir, true, "")) {
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+  }
+  const auto wa = load_weights(a_dir + "/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
+  const auto wb = load_weights(b_dir + "/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
+  REQUIRE(wa.size() == wb.size());
+  for (const auto& [name, t] : wa) {
+    CAPTURE(name);
+    CHECK(torch::equal(t, wb.at(name)));
+  }
+  const auto ma = read_metrics(a_dir + "/metrics.jsonl");
+  const auto mb = read_metrics(b_dir + "/metrics.jsonl");
+  REQUIRE(ma.size() == mb.size());
+  CHECK(ma.size() == 14 + 2);  // 14 step lines and 2 epoch lines: no step logged twice
+  for (size_t i = 0; i < ma.size(); ++i) {
+    CAPTURE(i);
+    CHECK(ma[i]["kind"] == mb[i]["kind"]);
+    CHECK(ma[i]["step"] == mb[i]["step"]);
+    CHECK(ma[i]["loss"].get<double>() == mb[i]["loss"].get<double>());
+    if (ma[i]["kind"] == "epoch") {
+      CHECK(ma[i]["val_acc"].get<double>() == mb[i]["val_acc"].get<double>());
+    }
+  }
+}
+
 TEST_CASE("--lazy-cache: train from an image folder, decoded once into a reusable cache file") {
   if (!lazy_source_supported()) {
     MESSAGE("built without the tools' decode module: --lazy-cache reports Unsupported");
     return;
   }
   TempDir tmp;
-  // 3 classes x 16 PPM images of 10x10, each class dominated by one colour channel.
+  // 3 classes of PPM images of 10x10, each class dominated by one colour channel: 16 per class
+  // to train on, 5 per class (other pixels) to validate on.
   std::mt19937 rng(1);
-  for (int c = 0; c < 3; ++c) {
-    const std::string dir = tmp.path() + "/imgs/c" + std::to_string(c);
-    std::filesystem::create_directories(dir);
-    for (int i = 0; i < 16; ++i) {
-      std::string px;
-      for (int p = 0; p < 100; ++p) {
-        for (int ch = 0; ch < 3; ++ch) px += static_cast<char>((ch == c ? 200 : 40) + rng() % 40);
+  auto write_images = [&](const std::string& root, int per_class) {
+    for (int c = 0; c < 3; ++c) {
+      const std::string dir = root + "/c" + std::to_string(c);
+      std::filesystem::create_directories(dir);
+      for (int i = 0; i < per_class; ++i) {
+        std::string px;
+        for (int p = 0; p < 100; ++p) {
+          for (int ch = 0; ch < 3; ++ch) px += static_cast<char>((ch == c ? 200 : 40) + rng() % 40);
+        }
+        std::ofstream(dir + "/" + std::to_string(i) + ".ppm", std::ios::binary)
+            << "P6\n10 10\n255\n" << px;
       }
-      std::ofstream(dir + "/" + std::to_string(i) + ".ppm", std::ios::binary)
-          << "P6\n10 10\n255\n" << px;
     }
-  }
-  const std::string lazy = tmp.path() + "/lazy.bin", log = tmp.path() + "/log.txt";
+  };
+  write_images(tmp.path() + "/imgs", 16);
+  write_images(tmp.path() + "/val", 5);
+  const std::string lazy = tmp.path() + "/lazy.bin", val_lazy = tmp.path() + "/val.bin";
+  const std::string log = tmp.path() + "/log.txt";
   auto args = [&](const std::string& out, const std::string& size) {
     return std::vector<std::string>{train_exe(), "--train", tmp.path() + "/imgs", "--lazy-cache",
-                                    lazy, "--image-size", size, "--epochs", "4", "--batch", "8",
-                                    "--threads", "2", "--output", out, "--no-progress"};
+                                    lazy, "--val", tmp.path() + "/val", "--val-lazy-cache",
+                                    val_lazy, "--image-size", size, "--epochs", "4", "--batch",
+                                    "8", "--threads", "2", "--output", out, "--no-progress"};
   };
   int st = trainer_test::run_process(args(tmp.path() + "/o1", "8"), {}, log);
   INFO(trainer_test::read_file(log));
   REQUIRE(WIFEXITED(st));
   REQUIRE(WEXITSTATUS(st) == 0);
   CHECK(std::filesystem::exists(lazy));
-  // Second run: served from the file; same samples, so the same weights byte for byte.
+  CHECK(std::filesystem::exists(val_lazy));
+  const auto val_file_size = std::filesystem::file_size(val_lazy);
+  // Second run: served from the files; same samples, so the same weights byte for byte.
   st = trainer_test::run_process(args(tmp.path() + "/o2", "8"), {}, log);
   REQUIRE(WIFEXITED(st));
   REQUIRE(WEXITSTATUS(st) == 0);
   CHECK(trainer_test::read_file(tmp.path() + "/o1/model.pt") ==
         trainer_test::read_file(tmp.path() + "/o2/model.pt"));
+  CHECK(std::filesystem::file_size(val_lazy) == val_file_size);  // nothing decoded again
   const auto m = read_metrics(tmp.path() + "/o1/metrics.jsonl");
+  const auto m2 = read_metrics(tmp.path() + "/o2/metrics.jsonl");
   REQUIRE(!m.empty());
   CHECK(m.back()["train_acc"].get<double>() > 0.9);  // the colours are easy to tell apart
+  REQUIRE(m.back()["val_acc"].is_number());
+  CHECK(m.back()["val_acc"].get<double>() > 0.9);     // validated on the 15 decoded images
+  CHECK(m.back()["val_acc"].get<double>() == m2.back()["val_acc"].get<double>());
   // The same file for another decode size is refused, not mixed.
   st = trainer_test::run_process(args(tmp.path() + "/o3", "6"), {}, log);
   REQUIRE(WIFEXITED(st));
@@ -711,6 +795,12 @@ TEST_CASE("dscache-train: usage errors exit 2, a missing cache exits 1, help exi
       {{"--train", c, "--device", "cuda"}, 2, "--device cuda"},
       {{"--train", c, "--val", tmp.path() + "/rgb"}, 2, "--val"},
       {{"--train", tmp.path() + "/nope"}, 1, "nope"},
+      {{"--train", c, "--val", tmp.path() + "/imgs", "--val-lazy-cache", tmp.path() + "/v.bin"},
+       2,
+       "--image-size"},
+      {{"--train", c, "--val-lazy-cache", tmp.path() + "/v.bin", "--image-size", "8"},
+       2,
+       "needs --val"},
       // fp32 with an absurd LR: five non-finite steps in a row stop the run with a clear error.
       {{"--train", c, "--batch", "2", "--epochs", "5", "--lr", "1e12", "--momentum", "0"},
        1,
