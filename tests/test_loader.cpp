@@ -235,6 +235,71 @@ TEST_SUITE("loader") {
     CHECK(buffers.size() <= 3);  // prefetch 2 + 1 slots, reused every epoch
   }
 
+  TEST_CASE("a BufferAllocator supplies every image buffer and gets each back once") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    struct Region {
+      uint8_t* base;
+      size_t bytes;
+    };
+    std::vector<Region> live;
+    size_t allocated = 0, released = 0;
+    LoaderOptions o = small_options(5);  // prefetch 2: 3 slots
+    o.allocator.allocate = [&](size_t bytes) {
+      void* p = std::aligned_alloc(128, (bytes + 127) / 128 * 128);
+      live.push_back({static_cast<uint8_t*>(p), bytes});
+      ++allocated;
+      return p;
+    };
+    o.allocator.release = [&](void* p) {
+      auto it = std::find_if(live.begin(), live.end(), [&](const Region& r) { return r.base == p; });
+      REQUIRE(it != live.end());  // only what allocate returned, and only once
+      live.erase(it);
+      std::free(p);
+      ++released;
+    };
+    std::vector<Taken> with_allocator;
+    {
+      Loader loader(built.cache, o);
+      CHECK(allocated == 3);
+      loader.start_epoch(4, 0);
+      while (const Batch* b = loader.next()) {
+        const size_t n = size_t{b->size} * b->height * b->width * b->channels;
+        const bool inside = std::any_of(live.begin(), live.end(), [&](const Region& r) {
+          return b->images >= r.base && b->images + n <= r.base + r.bytes;
+        });
+        CHECK(inside);
+        with_allocator.push_back(copy_of(*b));
+      }
+    }
+    CHECK(released == 3);
+    CHECK(live.empty());
+    // The same batches as with the Loader's own buffers.
+    Loader plain(built.cache, small_options(5));
+    plain.start_epoch(4, 0);
+    CHECK(drain(plain) == with_allocator);
+
+    // Misaligned memory and half an allocator are refused, naming the field; nothing leaks.
+    LoaderOptions bad = small_options(5);
+    std::vector<void*> owned;
+    bad.allocator.allocate = [&](size_t bytes) {
+      owned.push_back(std::malloc(bytes + 64));
+      return static_cast<uint8_t*>(owned.back()) + 1;
+    };
+    bad.allocator.release = [&](void* p) {
+      auto it = std::find(owned.begin(), owned.end(), static_cast<uint8_t*>(p) - 1);
+      REQUIRE(it != owned.end());
+      std::free(*it);
+      owned.erase(it);
+    };
+    CHECK(ctor_message(built.cache, bad).find("loader.allocator returned memory not aligned") !=
+          std::string::npos);
+    CHECK(owned.empty());
+    LoaderOptions half = small_options(5);
+    half.allocator.allocate = [](size_t bytes) { return std::aligned_alloc(64, bytes); };
+    CHECK(ctor_message(built.cache, half).find("loader.allocator needs both") != std::string::npos);
+  }
+
   TEST_CASE("contents and order do not depend on workers or prefetch") {
     TempDir dir;
     Spec spec;

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,16 +21,35 @@ constexpr size_t kAlign = 64;
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
+// Frees with the allocator's release, or std::free for the default buffers.
+struct BufferDeleter {
+  std::function<void(void*)> release;
+  void operator()(uint8_t* p) const {
+    if (release) {
+      release(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using AlignedBytes = std::unique_ptr<uint8_t, FreeDeleter>;
+using AlignedBytes = std::unique_ptr<uint8_t, BufferDeleter>;
 
-AlignedBytes aligned_bytes(size_t size) {
+AlignedBytes aligned_bytes(size_t size, const BufferAllocator& a) {
   const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  const size_t bytes = rounded == 0 ? kAlign : rounded;
+  if (a.allocate) {
+    void* p = a.allocate(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    AlignedBytes owned(static_cast<uint8_t*>(p), BufferDeleter{a.release});
+    if (reinterpret_cast<uintptr_t>(p) % kAlign != 0) {
+      throw invalid("loader.allocator returned memory not aligned to " + std::to_string(kAlign) +
+                    " bytes");
+    }
+    return owned;
+  }
+  void* p = std::aligned_alloc(kAlign, bytes);
   if (p == nullptr) throw std::bad_alloc();
-  return AlignedBytes(static_cast<uint8_t*>(p));
+  return AlignedBytes(static_cast<uint8_t*>(p), BufferDeleter{});
 }
 
 // Mirrors an HWC image left to right, in place.
@@ -90,6 +111,10 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
   if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
   if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  if (static_cast<bool>(options_.allocator.allocate) !=
+      static_cast<bool>(options_.allocator.release)) {
+    throw invalid("loader.allocator needs both allocate and release, or neither");
+  }
   const uint64_t n = source_->size();
   validate(options_.sampler, n);
   // Windowed shuffle without an explicit block: the source's storage runs (a shard each).
@@ -133,7 +158,7 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   const uint32_t slot_count = options_.prefetch + 1;
   slots_.resize(slot_count);
   for (Slot& s : slots_) {
-    s.images = aligned_bytes(bs * sample_bytes_);
+    s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);
     s.labels.resize(bs);
     s.indices.resize(bs);
   }

@@ -1,7 +1,9 @@
 // Loader: shuffled, rank-sharded, prefetched batches of NHWC uint8 images and int64 labels.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "dscache/sample_source.h"
@@ -11,6 +13,16 @@
 namespace dscache {
 
 // Open-time options. Per-epoch choices are start_epoch()'s arguments.
+// Where the Loader's image buffers come from (one per ring slot, allocated when the Loader is
+// made, released when it is destroyed). The default is aligned host memory; a trainer feeding a
+// GPU supplies page-locked (pinned) memory so the host-to-device copy can run asynchronously
+// straight from the batch. allocate(bytes) must return memory aligned to 64 bytes (or throw);
+// release(p) gets back exactly the pointers allocate returned.
+struct BufferAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* p)> release;
+};
+
 struct LoaderOptions {
   uint32_t batch_size = 256;         // samples per batch
   bool drop_last = false;            // drop this rank's last short batch
@@ -19,6 +31,7 @@ struct LoaderOptions {
   TransformOptions transform;        // crop/resize/flip; default: samples as stored
   uint32_t workers = 2;              // threads filling batches; >= 1
   uint32_t prefetch = 4;             // batches buffered ahead; >= 1 (buffers = prefetch + 1)
+  BufferAllocator allocator;         // image buffers; both empty = aligned host memory
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
