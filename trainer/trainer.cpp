@@ -1,5 +1,6 @@
 // The training loop: micro-batches, accumulation windows, mixed precision, checkpoints, logs.
 #include <ATen/Parallel.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -93,7 +95,9 @@ torch::Tensor BatchConverter::images(const Batch& b) const {
   // read). uint8 crosses to the device (4x fewer bytes than float); the float copy is made there.
   torch::Tensor raw = torch::from_blob(const_cast<uint8_t*>(b.images),
                                        {b.size, b.height, b.width, b.channels}, torch::kUInt8);
-  torch::Tensor x = raw.to(device_).permute({0, 3, 1, 2});
+  const bool cuda = device_.is_cuda();
+  torch::Tensor x = raw.to(device_, /*non_blocking=*/cuda).permute({0, 3, 1, 2});
+  if (cuda) mark_copied();
   x = x.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/false,
            channels_last_ ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
   x.sub_(shift_).mul_(scale_);
@@ -102,7 +106,57 @@ torch::Tensor BatchConverter::images(const Batch& b) const {
 
 torch::Tensor BatchConverter::labels(const Batch& b) const {
   torch::Tensor raw = torch::from_blob(const_cast<int64_t*>(b.labels), {b.size}, torch::kInt64);
-  return raw.to(device_, torch::kInt64, /*non_blocking=*/false, /*copy=*/true);
+  if (!device_.is_cuda()) return raw.clone();
+  // A blocking copy from pageable memory would wait for all queued compute; stage the few
+  // bytes in page-locked memory and copy asynchronously instead.
+  wait_copied();  // the previous labels' copy may still read the staging tensor
+  if (!label_staging_.defined() || label_staging_.numel() < b.size) {
+    label_staging_ = torch::empty({std::max<int64_t>(b.size, 1024)},
+                                  torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
+  }
+  torch::Tensor staged = label_staging_.narrow(0, 0, b.size);
+  staged.copy_(raw);
+  torch::Tensor y = staged.to(device_, /*non_blocking=*/true);
+  mark_copied();
+  return y;
+}
+
+void BatchConverter::mark_copied() const {
+  // An event on the current stream after the copies: waiting on it does not wait for the
+  // kernels queued later (as a stream or device synchronize would).
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  copied_.emplace(device_.type());
+  copied_->record(impl.getStream(device_));
+}
+
+void BatchConverter::wait_copied() const {
+  if (!copied_) return;
+  while (!copied_->query()) std::this_thread::yield();  // c10::Event has no blocking wait in 1.13
+}
+
+BufferAllocator tensor_allocator(bool pinned) {
+  struct Held {
+    std::mutex mu;
+    std::map<void*, torch::Tensor> tensors;
+  };
+  auto held = std::make_shared<Held>();
+  BufferAllocator a;
+  a.allocate = [held, pinned](size_t bytes) -> void* {
+    // 64 spare bytes: CPU tensors are 64-byte aligned already, pinned ones page-aligned; the
+    // slack keeps the promise if an allocator ever returns less.
+    torch::Tensor t = torch::empty({static_cast<int64_t>(bytes + 64)},
+                                   torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned));
+    const auto addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+    void* p = reinterpret_cast<void*>((addr + 63) / 64 * 64);
+    std::lock_guard<std::mutex> lock(held->mu);
+    held->tensors.emplace(p, std::move(t));
+    return p;
+  };
+  a.release = [held](void* p) {
+    std::lock_guard<std::mutex> lock(held->mu);
+    held->tensors.erase(p);
+  };
+  return a;
 }
 
 AmpConfig amp_config(Precision precision, DeviceKind device) {
@@ -129,8 +183,8 @@ MicroResult forward_backward(Classifier& model, const torch::Tensor& x, const to
   if (scaler) loss = scaler->scale(loss);
   loss.backward();
   MicroResult r;
-  r.loss_sum = loss_sum.item<double>();
-  r.correct = (logits.detach().argmax(1) == y).sum().item<int64_t>();
+  r.loss_sum = loss_sum.detach().to(torch::kDouble);
+  r.correct = (logits.detach().argmax(1) == y).sum();
   return r;
 }
 
@@ -185,7 +239,10 @@ EvalResult evaluate(Classifier& model, Loader& loader, const BatchConverter& con
   loader.start_epoch(0, 0);
   double loss = 0;
   int64_t correct = 0, n = 0;
-  while (const Batch* b = loader.next()) {
+  while (true) {
+    conv.wait_copied();
+    const Batch* b = loader.next();
+    if (!b) break;
     torch::Tensor x = conv.images(*b), y = conv.labels(*b);
     torch::Tensor logits;
     {
@@ -354,6 +411,10 @@ void Run::open_data() {
       lo.transform.flip = true;
       lo.transform.height = lo.transform.width = o_.image_size;
     }
+  }
+  if (o_.device == DeviceKind::kCuda) {  // page-locked batches: asynchronous copies, in place
+    lo.allocator = tensor_allocator(/*pinned=*/true);
+    vo.allocator = lo.allocator;
   }
   train_loader_ = std::make_unique<Loader>(train_, lo);
   if (!o_.val.empty() && main_rank_) {
@@ -626,18 +687,20 @@ void Run::go() {
       const int64_t wsamples = windows[b / k] * dist_.world_size;  // over all ranks
       const uint64_t wend = std::min<uint64_t>(b + k, batches);
       optimizer_->zero_grad();
-      double wloss = 0;
-      int64_t wcorrect = 0;
+      torch::Tensor wloss_t, wcorrect_t;  // on the device; read once per window
       for (; b < wend; ++b) {
+        conv.wait_copied();  // the Loader may refill the previous batch's buffer now
         const Batch* batch = train_loader_->next();
         if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
         const torch::Tensor x = conv.images(*batch);
         const torch::Tensor y = conv.labels(*batch);
         const MicroResult r = forward_backward(*model_, x, y, wsamples, amp_,
                                                scaler_ ? &*scaler_ : nullptr);
-        wloss += r.loss_sum;
-        wcorrect += r.correct;
+        wloss_t = wloss_t.defined() ? wloss_t + r.loss_sum : r.loss_sum;
+        wcorrect_t = wcorrect_t.defined() ? wcorrect_t + r.correct : r.correct;
       }
+      double wloss = wloss_t.item<double>();
+      int64_t wcorrect = wcorrect_t.item<int64_t>();
       wait += train_loader_->take_wait_seconds();
       if (comm_) {  // one all-reduce of all gradients per window, plus the window's totals
         std::vector<torch::Tensor> grads;

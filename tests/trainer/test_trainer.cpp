@@ -195,6 +195,36 @@ TEST_CASE("batch conversion: NHWC uint8 → normalized NCHW float, channels-last
   CHECK(y.data_ptr<int64_t>() != b->labels);  // a copy: valid after the Loader reuses its buffer
 }
 
+TEST_CASE("tensor_allocator: Loader buffers held as torch tensors serve the same batches") {
+  TempDir tmp;
+  const Dataset d = trainer_test::synthetic(37, 5, 6, 3, 2, 4);
+  trainer_test::write_cache(tmp.path() + "/c", d);
+  auto cache = dscache::Cache::open(tmp.path() + "/c");
+  dscache::LoaderOptions lo;
+  lo.batch_size = 8;
+  lo.prefetch = 2;
+  auto epoch = [&](const dscache::LoaderOptions& o) {
+    dscache::Loader loader(cache, o);
+    loader.start_epoch(3, 1);
+    std::vector<std::vector<uint8_t>> out;
+    while (const dscache::Batch* b = loader.next()) {
+      CHECK(reinterpret_cast<uintptr_t>(b->images) % 64 == 0);
+      out.emplace_back(b->images, b->images + size_t{b->size} * 5 * 6 * 3);
+    }
+    return out;
+  };
+  const auto plain = epoch(lo);
+  lo.allocator = tensor_allocator(/*pinned=*/false);
+  const auto held = epoch(lo);
+  CHECK(held.size() == 5);
+  CHECK(held == plain);
+  // Page-locked memory needs CUDA: a CPU-only LibTorch refuses it rather than pretending.
+  if (!torch::cuda::is_available()) {
+    lo.allocator = tensor_allocator(/*pinned=*/true);
+    CHECK_THROWS(dscache::Loader(cache, lo));
+  }
+}
+
 TEST_CASE("autocast guard: bf16 conv/linear inside on CPU, fp32 outside, nesting restores") {
   at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
   REQUIRE_FALSE(at::autocast::is_cpu_enabled());
@@ -249,7 +279,8 @@ TEST_CASE("autocast: a bf16 micro-step keeps fp32 master weights and fp32 gradie
   zero_grads(params);
   const MicroResult r =
       forward_backward(*model, x, y, 6, amp_config(Precision::kBf16, DeviceKind::kCpu), nullptr);
-  CHECK(std::isfinite(r.loss_sum));
+  CHECK(std::isfinite(r.loss_sum.item<double>()));
+  CHECK(r.correct.item<int64_t>() >= 0);
   for (const auto& p : params) {
     CHECK((p.scalar_type() == torch::kFloat));
     CHECK((p.grad().scalar_type() == torch::kFloat));
