@@ -3,7 +3,10 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace dscache {
 namespace train {
@@ -61,10 +64,26 @@ bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
     // The reciprocal in double then float: exact for the power-of-two scales this class makes.
     const double inv = 1.0 / scale_;
     torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> cpu_params;
+    std::map<std::pair<std::string, torch::ScalarType>, std::vector<torch::Tensor>> cuda_groups;
     for (const auto& p : params) {
-      if (p.grad().defined()) p.mutable_grad().mul_(inv);
+      if (!p.grad().defined()) continue;
+      if (p.grad().is_cuda()) {
+        cuda_groups[{p.grad().device().str(), p.grad().scalar_type()}].push_back(p.mutable_grad());
+      } else {
+        p.mutable_grad().mul_(inv);
+        cpu_params.push_back(p);
+      }
     }
-    found_inf_ = !grads_finite(params);
+    found_inf_ = !cpu_params.empty() && !grads_finite(cpu_params);
+    // CUDA: the fused kernel PyTorch's GradScaler uses (LibTorch 1.13 has it for CUDA only):
+    // unscale in place and flag any inf/NaN, one launch per device and dtype.
+    for (auto& [key, grads] : cuda_groups) {
+      const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(grads.front().device());
+      torch::Tensor found = torch::zeros({1}, opts);
+      at::_amp_foreach_non_finite_check_and_unscale_(grads, found, torch::full({1}, inv, opts));
+      found_inf_ = found_inf_ || found.item<float>() != 0;
+    }
     unscaled_ = true;
   }
   return !found_inf_;

@@ -45,7 +45,8 @@ class GradScaler {
 
   torch::Tensor scale(const torch::Tensor& loss) const { return loss * scale_; }
   // Divides every defined gradient by the scale in place (skipped when already unscaled this
-  // step) and returns whether all of them are finite — one reduction over all gradients.
+  // step) and returns whether all of them are finite: on CPU with ordinary ops and one
+  // reduction, on CUDA with the fused _amp_foreach_non_finite_check_and_unscale_ kernel.
   bool unscale(const std::vector<torch::Tensor>& params);
   // Unscales if needed; with finite gradients runs optimizer.step() and returns true, otherwise
   // leaves the parameters alone and returns false. Then updates the scale (backoff on inf/NaN,
