@@ -125,7 +125,7 @@ void BatchConverter::mark_copied() const {
   // An event on the current stream after the copies: waiting on it does not wait for the
   // kernels queued later (as a stream or device synchronize would).
   c10::impl::VirtualGuardImpl impl(device_.type());
-  copied_.emplace(device_.type());
+  if (!copied_) copied_.emplace(device_.type());  // one event, recorded again each time
   copied_->record(impl.getStream(device_));
 }
 
@@ -236,6 +236,7 @@ EvalResult evaluate(Classifier& model, Loader& loader, const BatchConverter& con
                     const AmpConfig& amp) {
   model.eval();
   torch::NoGradGuard no_grad;
+  conv.wait_copied();
   loader.start_epoch(0, 0);
   double loss = 0;
   int64_t correct = 0, n = 0;
@@ -667,6 +668,7 @@ void Run::go() {
   int64_t log_samples = 0;
   auto log_start = Clock::now();
   for (; epoch < o_.epochs && !done; ++epoch) {
+    conv.wait_copied();  // start_epoch/restore may refill the buffer of the last batch
     if (restore) {
       train_loader_->restore(st_.position);
       restore = false;
