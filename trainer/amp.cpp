@@ -2,6 +2,7 @@
 #include "amp.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <map>
 #include <stdexcept>
@@ -11,33 +12,59 @@
 namespace dscache {
 namespace train {
 
+namespace {
+
+// LibTorch 2.4 replaced the per-backend autocast calls (is_cpu_enabled, set_autocast_gpu_dtype,
+// ...) with ones that take the device type; 1.13 (Debian) has only the old ones.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(torch::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+void set_autocast_enabled(torch::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+torch::ScalarType autocast_dtype(torch::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+void set_autocast_dtype(torch::DeviceType d, torch::ScalarType t) {
+  at::autocast::set_autocast_dtype(d, t);
+}
+#else
+bool autocast_enabled(torch::DeviceType d) {
+  return d == torch::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+void set_autocast_enabled(torch::DeviceType d, bool on) {
+  if (d == torch::kCPU) {
+    at::autocast::set_cpu_enabled(on);
+  } else {
+    at::autocast::set_enabled(on);
+  }
+}
+torch::ScalarType autocast_dtype(torch::DeviceType d) {
+  return d == torch::kCPU ? at::autocast::get_autocast_cpu_dtype()
+                          : at::autocast::get_autocast_gpu_dtype();
+}
+void set_autocast_dtype(torch::DeviceType d, torch::ScalarType t) {
+  if (d == torch::kCPU) {
+    at::autocast::set_autocast_cpu_dtype(t);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(t);
+  }
+}
+#endif
+
+}  // namespace
+
 AutocastGuard::AutocastGuard(torch::DeviceType device, torch::ScalarType dtype, bool enabled)
     : device_(device) {
-  if (device == torch::kCPU) {
-    prev_enabled_ = at::autocast::is_cpu_enabled();
-    prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(enabled);
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  } else if (device == torch::kCUDA) {
-    prev_enabled_ = at::autocast::is_enabled();
-    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_enabled(enabled);
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  } else {
+  if (device != torch::kCPU && device != torch::kCUDA) {
     throw std::invalid_argument("AutocastGuard: only CPU and CUDA devices");
   }
+  prev_enabled_ = autocast_enabled(device);
+  prev_dtype_ = autocast_dtype(device);
+  set_autocast_enabled(device, enabled);
+  set_autocast_dtype(device, dtype);
   at::autocast::increment_nesting();
 }
 
 AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (device_ == torch::kCPU) {
-    at::autocast::set_cpu_enabled(prev_enabled_);
-    at::autocast::set_autocast_cpu_dtype(prev_dtype_);
-  } else {
-    at::autocast::set_enabled(prev_enabled_);
-    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
-  }
+  set_autocast_enabled(device_, prev_enabled_);
+  set_autocast_dtype(device_, prev_dtype_);
 }
 
 bool grads_finite(const std::vector<torch::Tensor>& params) {
