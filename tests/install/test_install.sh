@@ -21,15 +21,7 @@ libdir=$(pkg-config --variable=libdir dscache)  # already under the sysroot
 c++ -std=c++17 -Wall -Werror "$src/docs/example.cpp" $flags -o "$tmp/example"
 
 # A real cache: 40 PNGs in 4 classes.
-/usr/bin/python3 - "$tmp/src" <<'PY'
-import os, sys, numpy as np, cv2
-root = sys.argv[1]
-rng = np.random.default_rng(1)
-for c in range(4):
-    os.makedirs(f"{root}/class{c}", exist_ok=True)
-    for i in range(10):
-        cv2.imwrite(f"{root}/class{c}/{i:02d}.png", (rng.random((20, 24, 3)) * 255).astype(np.uint8))
-PY
+/usr/bin/python3 "$src/tests/write_pngs.py" "$tmp/src" 4 10 20 24 1
 "$dscache" build "$tmp/src" "$tmp/cache" --size 16 --quiet >/dev/null
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "$tmp/cache")
 echo "$out"

@@ -32,14 +32,7 @@ exe="$tmp/build/trainer/dscache-train"
 readelf -d "$exe" | grep -q "R.*PATH.*$tmp/torch/lib" || { echo "FAIL: no RUNPATH to $tmp/torch/lib"; exit 1; }
 
 # It trains: 30 samples of 8x8 in 3 classes, built by dscache, 4 optimizer steps.
-/usr/bin/python3 - "$tmp/src" <<'PY'
-import os, sys, numpy as np, cv2
-rng = np.random.default_rng(2)
-for c in range(3):
-    os.makedirs(f"{sys.argv[1]}/c{c}", exist_ok=True)
-    for i in range(10):
-        cv2.imwrite(f"{sys.argv[1]}/c{c}/{i}.png", (rng.random((8, 8, 3)) * 255).astype(np.uint8))
-PY
+/usr/bin/python3 "$src/tests/write_pngs.py" "$tmp/src" 3 10 8 8 2
 "$dscache" build "$tmp/src" "$tmp/cache" --size 8 --quiet >/dev/null
 "$exe" --train "$tmp/cache" --batch 8 --epochs 1 --threads 1 --output "$tmp/out" --log-every 1 \
   --no-progress >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; echo "FAIL: training"; exit 1; }
