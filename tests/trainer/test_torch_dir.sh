@@ -8,14 +8,16 @@ set -euo pipefail
 src=$1 dscache=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-config=$(find /usr/lib /usr/share -path '*cmake/Torch/TorchConfig.cmake' 2>/dev/null | head -n 1)
-libtorch=$(find /usr/lib -name 'libtorch_cpu.so' 2>/dev/null | head -n 1)
-[[ -n "$config" && -n "$libtorch" ]] || { echo "FAIL: no system LibTorch to mirror"; exit 1; }
+# Debian's libtorch-dev: LIBDIR/cmake/Torch/TorchConfig.cmake beside LIBDIR/libtorch_cpu.so.
+config=$(find /usr/lib -path '*/cmake/Torch/TorchConfig.cmake' 2>/dev/null | head -n 1)
+[[ -n "$config" ]] || { echo "FAIL: no system TorchConfig.cmake to mirror"; exit 1; }
+libdir=$(cd "$(dirname "$config")/../.." && pwd)
+[[ -e "$libdir/libtorch_cpu.so" ]] || { echo "FAIL: no libtorch_cpu.so in $libdir"; exit 1; }
 
 tree() {  # tree DIR ABI: a LibTorch tree of links, its TorchConfig.cmake claiming ABI
   mkdir -p "$1/share/cmake/Torch"
   ln -s /usr/include "$1/include"
-  ln -s "$(dirname "$libtorch")" "$1/lib"
+  ln -s "$libdir" "$1/lib"
   sed "s/_GLIBCXX_USE_CXX11_ABI=[01]/_GLIBCXX_USE_CXX11_ABI=$2/" "$config" \
     > "$1/share/cmake/Torch/TorchConfig.cmake"
 }
