@@ -21,7 +21,6 @@ Usage: build_bench.py [--build-dir build] [--data DIR] [--count 1500] [--sizes 1
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -31,6 +30,8 @@ import time
 
 import cv2
 import numpy as np
+
+from hostinfo import host_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOAL_CEILING = 0.85
@@ -64,21 +65,7 @@ def python_recipe(root, size, out_path):
 # ----------------------------------------------------------------------------------------------
 
 def machine_info():
-    info = {"nproc": os.cpu_count(), "python": platform.python_version(),
-            "opencv": cv2.__version__, "numpy": np.__version__}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as f:
-            info["mem_gib"] = round(int(f.readline().split()[1]) / 1024 / 1024, 1)
-        with open("/etc/debian_version") as f:
-            info["debian"] = f.read().strip()
-    except OSError:
-        pass
-    return info
+    return host_info(opencv=cv2.__version__, numpy=np.__version__)
 
 
 def loadavg():

@@ -25,11 +25,12 @@ Usage: serve_bench.py [--source DIR | --cache CACHE] [--dscache build/tools/dsca
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
+
+from hostinfo import host_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -60,18 +61,7 @@ def run(cmd, what, capture=False):
 
 
 def machine_info():
-    info = {"nproc": os.cpu_count(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as f:
-            info["mem_gib"] = round(int(f.readline().split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return info
+    return host_info()
 
 
 def check_dscache(binary):

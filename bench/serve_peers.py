@@ -41,7 +41,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import random
 import sys
 import time
@@ -50,6 +49,8 @@ import cv2
 import numpy as np
 import torch
 import torch.utils.data as tud
+
+from hostinfo import host_info
 
 
 # ----------------------------------------------------------------------------------------------
@@ -187,20 +188,10 @@ class MmapDataset(tud.Dataset):
 # ----------------------------------------------------------------------------------------------
 
 def machine_info():
-    info = {"nproc": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "numpy": np.__version__, "opencv": cv2.__version__,
-            "torch_threads_main": torch.get_num_threads(),
-            "opencv_threads_main": cv2.getNumThreads(),
-            "loadavg_start": list(os.getloadavg())}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return info
+    return host_info(torch=torch.__version__, numpy=np.__version__, opencv=cv2.__version__,
+                     torch_threads_main=torch.get_num_threads(),
+                     opencv_threads_main=cv2.getNumThreads(),
+                     loadavg_start=list(os.getloadavg()))
 
 
 def time_epochs(name, dataset, workers, batch, epochs, max_seconds, seed, counters=None,
