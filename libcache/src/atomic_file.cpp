@@ -79,19 +79,7 @@ void AtomicFile::write(const void* data, size_t size) {
 void AtomicFile::pwrite(const void* data, size_t size, uint64_t offset) {
   if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, path_, "write after commit");
   hash_valid_ = false;
-  const auto* p = static_cast<const unsigned char*>(data);
-  size_t left = size;
-  uint64_t at = offset;
-  while (left > 0) {
-    const ssize_t n = ::pwrite(fd_, p, left, static_cast<off_t>(at));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(temp_, "write");
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-    at += static_cast<uint64_t>(n);
-  }
+  detail::pwrite_all(fd_, data, size, offset, temp_);
   if (offset + size > size_) size_ = offset + size;
 }
 

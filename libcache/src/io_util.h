@@ -30,6 +30,23 @@ inline void pread_all(int fd, void* out, size_t size, uint64_t offset, const std
   }
 }
 
+// Writes exactly `size` bytes at `offset`, retrying short writes and EINTR; failures are
+// Error(IOError) naming `path`.
+inline void pwrite_all(int fd, const void* data, size_t size, uint64_t offset,
+                       const std::string& path) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(path, "write");
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
 // The directory part of a path ("." when there is none).
 inline std::string dir_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');

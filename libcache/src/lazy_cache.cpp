@@ -119,21 +119,6 @@ std::string describe(uint64_t count, SampleShape s, uint64_t digest) {
   return o.str();
 }
 
-
-void pwrite_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(path, "write");
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-}
-
 // Checks an existing file against the caller's (count, shape, digest). Throws Corruption for a
 // file that is not a well-formed lazy cache, InvalidArgument for one made for something else.
 void validate_existing(int fd, const std::string& path, const Geometry& want, uint64_t digest) {
@@ -259,7 +244,7 @@ int create_file(const std::string& path, const Geometry& g, uint64_t digest) {
   }
   unsigned char header[kHeaderBytes];
   encode_header(g, digest, header);
-  pwrite_all(temp.fd_, header, kHeaderBytes, 0, temp.path());
+  detail::pwrite_all(temp.fd_, header, kHeaderBytes, 0, temp.path());
   if (::fsync(temp.fd_) != 0) throw_errno(temp.path(), "fsync");
   if (!publish_no_replace(temp.path(), path)) return -1;
   temp.unlink_now();  // after link(): drop the temp name; after a rename it is already gone
@@ -350,7 +335,7 @@ struct LazyCache::Impl {
                       (reason.empty() ? std::string("decode failed") : reason));
     }
     const uint64_t h = xxh64(buf, geo.slot_bytes);
-    pwrite_all(fd, buf, geo.slot_bytes, geo.slots_offset + i * geo.slot_bytes, path);
+    detail::pwrite_all(fd, buf, geo.slot_bytes, geo.slots_offset + i * geo.slot_bytes, path);
     __atomic_store_n(checksums + i, htole64(h), __ATOMIC_RELAXED);
     __atomic_fetch_or(bitmap + i / 8, static_cast<uint8_t>(1u << (i % 8)), __ATOMIC_RELEASE);
     misses.fetch_add(1, std::memory_order_relaxed);

@@ -12,6 +12,7 @@
 
 #include "dscache/atomic_file.h"
 #include "dscache/error.h"
+#include "io_util.h"
 #include "shard_impl.h"
 
 namespace dscache {
@@ -72,20 +73,6 @@ hid_t check(hid_t id, const std::string& path, const char* what) {
 
 void check(herr_t rc, const std::string& path, const char* what, int /*tag*/) {
   if (rc < 0) fail(ErrorKind::kIOError, path, std::string("HDF5: ") + what + " failed");
-}
-
-void pwrite_all(int fd, const unsigned char* p, size_t size, uint64_t offset,
-                const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno(path, "write");
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
 }
 
 size_t pread_some(int fd, unsigned char* p, size_t size, uint64_t offset, const std::string& path) {
@@ -250,7 +237,7 @@ class Hdf5Builder {
         const size_t want = static_cast<size_t>(std::min<uint64_t>(bytes - at, kCopyBlock));
         const size_t got = pread_some(in, buf.data(), want, at, raw_path);
         if (got == 0) fail(ErrorKind::kIOError, raw_path, "raw samples file is short");
-        pwrite_all(out, buf.data(), got, offset + at, h5_temp_);
+        detail::pwrite_all(out, buf.data(), got, offset + at, h5_temp_);
         at += got;
       }
     } catch (...) {
