@@ -106,6 +106,13 @@ TEST_SUITE("unit") {
     }
   }
 
+  TEST_CASE("hex64: 16 lowercase, zero-padded hex digits") {
+    CHECK(dscache::hex64(0) == "0000000000000000");
+    CHECK(dscache::hex64(0xef46db3751d8e999ULL) == "ef46db3751d8e999");
+    CHECK(dscache::hex64(0x00000000000000abULL) == "00000000000000ab");
+    CHECK(dscache::hex64(UINT64_MAX) == "ffffffffffffffff");
+  }
+
   TEST_CASE("a single flipped bit changes the hash") {
     std::mt19937_64 rng(7);
     auto data = random_bytes(rng, 4096);

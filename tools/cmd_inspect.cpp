@@ -13,6 +13,7 @@
 #include "cache_view.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dscache/checksum.h"
 #include "dscache/error.h"
 
 namespace dscache {
@@ -25,12 +26,6 @@ uint64_t total_bytes(const Manifest& m) {
   uint64_t b = m.labels.bytes + m.checksums.bytes + m.sources.bytes + m.skips.bytes + m.index.bytes;
   for (const auto& s : m.shards) b += s.bytes;
   return b;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 json summary_json(CacheView& c) {

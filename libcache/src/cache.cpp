@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dscache/atomic_file.h"
+#include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/npy.h"
 #include "mapped_file.h"
@@ -41,16 +42,6 @@ struct ShardState {
   int fd = -1;                    // kept open for HDF5 reads, which survive a rename of DIR
   std::string read_path;          // what HDF5 opens: /proc/self/fd/N when available, else path
 };
-
-std::string fmt_hex(uint64_t v) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i) {
-    s[static_cast<size_t>(i)] = kDigits[v & 0xF];
-    v >>= 4;
-  }
-  return s;
-}
 
 int madvice(AccessHint hint) {
   switch (hint) {
@@ -269,7 +260,7 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
       const FileEntry got = hash_file(path);
       if (got.xxh64 != f.xxh64) {
         throw Error(ErrorKind::kCorruption, path,
-                    "XXH64 is " + fmt_hex(got.xxh64) + ", manifest says " + fmt_hex(f.xxh64));
+                    "XXH64 is " + hex64(got.xxh64) + ", manifest says " + hex64(f.xxh64));
       }
     }
   }

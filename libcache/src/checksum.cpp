@@ -141,4 +141,14 @@ uint64_t Xxh64::digest() const {
   return finish(acc, total_, buf_, buffered_);
 }
 
+std::string hex64(uint64_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    s[static_cast<size_t>(i)] = kDigits[v & 0xF];
+    v >>= 4;
+  }
+  return s;
+}
+
 }  // namespace dscache

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dscache/atomic_file.h"
+#include "dscache/checksum.h"
 #include "dscache/error.h"
 
 namespace dscache {
@@ -69,16 +70,6 @@ namespace {
 
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;  // keeps the documented key order on output
-
-std::string hex64(uint64_t v) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i) {
-    s[static_cast<size_t>(i)] = kDigits[v & 0xF];
-    v >>= 4;
-  }
-  return s;
-}
 
 OrderedJson file_json(const FileEntry& f) {
   OrderedJson j;
