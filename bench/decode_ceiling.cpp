@@ -29,7 +29,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include "image_decode.h"
+#include "dscache/ingest/image_decode.h"
 
 namespace fs = std::filesystem;
 

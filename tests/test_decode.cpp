@@ -20,7 +20,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "dscache/error.h"
-#include "image_decode.h"
+#include "dscache/ingest/image_decode.h"
 
 namespace {
 

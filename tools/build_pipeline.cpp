@@ -27,10 +27,10 @@
 #include "dscache/checksum.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
-#include "image_decode.h"
+#include "dscache/ingest/image_decode.h"
 #include "progress.h"
-#include "source_decoder.h"
-#include "source_list.h"
+#include "dscache/ingest/source_decoder.h"
+#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 namespace {

@@ -26,8 +26,8 @@
 #include "dscache/lazy_cache.h"
 #include "dscache/loader.h"
 #include "dscache/sampler.h"
-#include "source_decoder.h"
-#include "source_list.h"
+#include "dscache/ingest/source_decoder.h"
+#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 namespace po = boost::program_options;

@@ -17,7 +17,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
-#include "source_decoder.h"
+#include "dscache/ingest/source_decoder.h"
 
 namespace dscache {
 namespace po = boost::program_options;

@@ -1,4 +1,4 @@
-// The LazyCache over a listed image source, decoding with the tools' decode module.
+// The LazyCache over a listed image source, decoding with the ingest library (dscache_ingest).
 #include "lazy_source.h"
 
 #include "dscache/error.h"
@@ -9,8 +9,8 @@
 
 #include "dscache/checksum.h"
 #include "dscache/lazy_cache.h"
-#include "image_decode.h"
-#include "source_list.h"
+#include "dscache/ingest/image_decode.h"
+#include "dscache/ingest/source_list.h"
 #endif
 
 namespace dscache {
@@ -66,7 +66,7 @@ bool lazy_source_supported() { return false; }
 
 LazySource open_lazy_source(const LazySourceOptions&) {
   throw Error(ErrorKind::kUnsupported, "",
-              "--lazy-cache needs a dscache-train built with the tools (OpenCV decode module)");
+              "--lazy-cache needs a dscache-train built with the ingest library (OpenCV)");
 }
 
 #endif

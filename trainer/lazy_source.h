@@ -1,5 +1,5 @@
 // --lazy-cache: train straight from an image folder or list, decoding each image on first use
-// into a persistent LazyCache file (no torch types; built only with the tools' decode module).
+// into a persistent LazyCache file (no torch types; built only with the ingest library).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `meson install` puts the headers, the library and dscache.pc in place, and a program built
-# only through pkg-config against them serves a real cache.
+# `meson install` puts the headers, the libraries and dscache.pc / dscache-ingest.pc in place,
+# and programs built only through pkg-config against them serve a real cache and decode its source.
 # Args: BUILD_DIR DSCACHE_BINARY SOURCE_ROOT
 set -euo pipefail
 build=$1 dscache=$2 src=$3
@@ -27,4 +27,38 @@ out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "$tmp/cache")
 echo "$out"
 # 40 samples per epoch; labels 0..3, 10 each: sum 60.
 [[ $(grep -c "40 samples, label sum 60" <<<"$out") -eq 2 ]] || { echo "FAIL: unexpected output"; exit 1; }
+
+# The ingest library: installed with its own .pc file; its headers need only the standard library
+# too, and a program built against them lists and decodes the same source.
+pc_ingest=$(find "$tmp/root" -name dscache-ingest.pc | head -n 1)
+[[ -n "$pc_ingest" ]] || { echo "FAIL: dscache-ingest.pc was not installed"; exit 1; }
+for h in image_decode.h source_list.h idx.h source_decoder.h; do
+  [[ -n $(find "$tmp/root" -path "*/include/dscache/ingest/$h") ]] || { echo "FAIL: dscache/ingest/$h not installed"; exit 1; }
+done
+cat > "$tmp/ingest.cpp" <<'CPP'
+#include <cstdio>
+#include <vector>
+
+#include "dscache/ingest/image_decode.h"
+#include "dscache/ingest/source_decoder.h"
+#include "dscache/ingest/source_list.h"
+
+int main(int argc, char** argv) {
+  dscache::SourceListing src = dscache::list_source(argv[1], {});
+  dscache::DecodeOptions opt;
+  opt.height = opt.width = 8;
+  std::vector<uint8_t> file, px(8 * 8 * 3);
+  std::string reason;
+  int ok = 0;
+  for (const auto& e : src.entries) {
+    if (!dscache::read_whole_file(e.path, file, reason)) return 1;
+    ok += dscache::decode_image(file.data(), file.size(), opt, px.data()).ok;
+  }
+  std::printf("%zu classes, %zu entries, %d decoded\n", src.classes.size(), src.entries.size(), ok);
+}
+CPP
+c++ -std=c++17 -Wall -Werror "$tmp/ingest.cpp" $(pkg-config --cflags --libs dscache-ingest) -o "$tmp/ingest"
+out=$(LD_LIBRARY_PATH="$libdir" "$tmp/ingest" "$tmp/src")
+echo "$out"
+[[ "$out" == "4 classes, 40 entries, 40 decoded" ]] || { echo "FAIL: unexpected ingest output"; exit 1; }
 echo "OK"

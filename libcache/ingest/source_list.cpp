@@ -1,4 +1,4 @@
-#include "source_list.h"
+#include "dscache/ingest/source_list.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

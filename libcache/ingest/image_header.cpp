@@ -2,7 +2,7 @@
 // buffer size: these functions see untrusted bytes and must never read past them or throw.
 #include <cstring>
 
-#include "image_decode.h"
+#include "dscache/ingest/image_decode.h"
 
 namespace dscache {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "dscache/manifest.h"
-#include "idx.h"
-#include "image_decode.h"
+#include "dscache/ingest/idx.h"
+#include "dscache/ingest/image_decode.h"
 
 namespace dscache {
 

@@ -1,6 +1,6 @@
 // Decoding (OpenCV imdecode on in-memory bytes), JPEG reduced-scale decoding and the three
 // resize policies. No global state is read or written here besides what OpenCV itself keeps.
-#include "image_decode.h"
+#include "dscache/ingest/image_decode.h"
 
 #include <algorithm>
 #include <climits>

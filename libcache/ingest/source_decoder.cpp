@@ -1,4 +1,4 @@
-#include "source_decoder.h"
+#include "dscache/ingest/source_decoder.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "source_list.h"
+#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 

@@ -1,4 +1,4 @@
-#include "idx.h"
+#include "dscache/ingest/idx.h"
 
 #include <sys/stat.h>
 #include <zlib.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "idx.h"
+#include "dscache/ingest/idx.h"
 
 namespace dscache {
 
