@@ -1,0 +1,57 @@
+// The build's parallel stages: read + decode + resize each source entry (any thread), handed to
+// a serial consumer in source order (a oneTBB parallel_pipeline).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dscache/ingest/image_decode.h"
+#include "dscache/ingest/source_list.h"
+#include "dscache/manifest.h"
+
+namespace dscache {
+
+// A unit of work flowing through the pipeline; reused through a pool to avoid per-sample
+// allocations. Owned by the pipeline; the consumer sees it only during its call.
+struct Token {
+  uint64_t index = 0;           // source entry
+  std::vector<uint8_t> file;    // encoded bytes, grows to the largest file seen
+  std::vector<uint8_t> pixels;  // decoded sample
+  uint32_t height = 0;          // its size (the ragged layout varies per sample)
+  uint32_t width = 0;
+  uint64_t checksum = 0;  // XXH64 of the sample's bytes, when ok
+  bool ok = false;
+  std::string reason;  // why not ok, for the skip report
+};
+
+// Decodes one source entry with the build's recipe. Thread-safe; holds references to `src`,
+// which must outlive it.
+class SampleDecoder {
+ public:
+  // `recipe` is resolved (idx sizes and channels filled in); `ragged` selects the ragged
+  // layout (recipe.max_side), otherwise recipe.height x recipe.width.
+  SampleDecoder(const SourceListing& src, const BuildRecipe& recipe, bool ragged);
+
+  // Fills t's pixels, size, checksum and ok/reason for entry t->index. Never throws for a bad
+  // file: it becomes ok = false with a reason.
+  void decode(Token* t) const;
+
+  // Bytes of one fixed-layout sample (0 for ragged: tokens grow as needed).
+  size_t fixed_bytes() const;
+
+ private:
+  const SourceListing& src_;
+  BuildRecipe recipe_;
+  bool ragged_;
+  DecodeOptions dopt_;
+};
+
+// Runs entries [start, end) through `decoder` on `threads` threads and calls `consume` for each
+// in source order, from one thread at a time. When `consume` returns false no more entries are
+// started and no further token is passed to it.
+void run_decode_pipeline(const SampleDecoder& decoder, uint64_t start, uint64_t end, int threads,
+                         const std::function<bool(const Token&)>& consume);
+
+}  // namespace dscache

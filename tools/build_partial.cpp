@@ -1,0 +1,115 @@
+#include "build_partial.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "build_pipeline.h"
+#include "dscache/atomic_file.h"
+#include "dscache/error.h"
+
+namespace dscache {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+bool is_replaceable(const std::string& output) {
+  if (path_exists(output + "/manifest.json")) return true;
+  std::error_code ec;
+  return fs::is_directory(output, ec) && fs::is_empty(output, ec);
+}
+
+}  // namespace
+
+bool path_exists(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+std::string partial_dir_for(const std::string& output) {
+  fs::path p = fs::path(output);
+  return (p.parent_path() / ("." + p.filename().string() + ".partial")).string();
+}
+
+bool check_output(const std::string& output, const std::string& partial, bool force,
+                  bool resume) {
+  const bool replace = path_exists(output);
+  if (replace && !force) {
+    throw OutputExistsError(ErrorKind::kInvalidArgument, output,
+                            "already exists; pass --force to replace it");
+  }
+  if (replace && !is_replaceable(output)) {
+    throw OutputExistsError(ErrorKind::kInvalidArgument, output,
+                            "exists and is not a dscache cache (no manifest.json); refusing to "
+                            "replace it");
+  }
+  if (path_exists(partial) && !resume) {
+    if (!force) {
+      throw OutputExistsError(ErrorKind::kInvalidArgument, partial,
+                              "an interrupted build is here: pass --resume to continue it or "
+                              "--force to start over");
+    }
+    fs::remove_all(partial);
+  }
+  return replace;
+}
+
+json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage) {
+  return json{{"source_kind", src.kind},
+              {"source_root", src.root},
+              {"source_labels", src.labels_path},
+              {"source_entries", src.entries.size()},
+              {"source_digest", src.digest},
+              {"classes", src.classes},
+              {"storage", to_string(storage)},
+              {"height", r.height},
+              {"width", r.width},
+              {"channels", r.channels},
+              {"resize", to_string(r.resize)},
+              {"reduced_decode", r.reduced_decode},
+              {"max_pixels", r.max_pixels},
+              {"shard_bytes", r.shard_bytes},
+              {"layout", r.max_side > 0 ? "ragged" : "fixed"},
+              {"max_side", r.max_side}};
+}
+
+void open_partial(const std::string& partial, const json& fp) {
+  const std::string fp_path = partial + "/" + kFingerprintFile;
+  if (path_exists(partial)) {
+    std::ifstream in(fp_path);
+    json old;
+    try {
+      old = json::parse(in);
+    } catch (const std::exception&) {
+      old = json();
+    }
+    if (old != fp) {
+      throw Error(ErrorKind::kInvalidArgument, partial,
+                  "the interrupted build here used other options or another source (or the "
+                  "source changed); pass --force to start over");
+    }
+    return;
+  }
+  fs::create_directories(fs::path(partial).parent_path());
+  if (::mkdir(partial.c_str(), 0755) != 0) throw_errno(partial, "cannot create directory");
+  const std::string text = fp.dump(2);
+  write_file_atomic(fp_path, text.data(), text.size());
+}
+
+void publish(const std::string& partial, const std::string& output, bool replace) {
+  if (replace) {
+    if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, output.c_str(), RENAME_EXCHANGE) != 0) {
+      throw_errno(output, "cannot swap the new cache into place");
+    }
+    fs::remove_all(partial);  // now holds the old cache
+  } else if (::rename(partial.c_str(), output.c_str()) != 0) {
+    throw_errno(output, "cannot rename the new cache into place");
+  }
+  fsync_directory(fs::path(output).parent_path().string());
+}
+
+}  // namespace dscache
