@@ -1,0 +1,569 @@
+#!/usr/bin/python3
+"""Shared code of the `dscache` CLI tests (test_build.py, test_inspect.py, test_verify.py,
+test_bench.py): checks, a pure-Python XXH64, running the binary, fixture writers, cache readers
+and checkers (fixed and ragged layouts), and main(), the runner each test file calls.
+
+A test file is run as `test_X.py CASE` (env DSCACHE = the built binary, DSCACHE_SOURCE_ROOT = the
+repo root). Each case generates its fixtures (real PNG/JPEG files written with OpenCV or PIL, idx
+files written with numpy) in a fresh temporary directory, runs the binary and checks its output
+with numpy, h5py and OpenCV. Exit 0 = pass, 1 = fail, 2 = unknown case. numpy, h5py, cv2 and PIL
+are declared test dependencies: a missing one fails the case, it is never a skip.
+"""
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+from pathlib import Path
+
+import cv2
+import h5py
+import numpy as np
+
+DSCACHE = os.environ.get("DSCACHE", "")
+TIMEOUT_S = 120
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def check_eq(actual, expected, what):
+    if actual != expected:
+        raise Failure(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# XXH64 (seed 0 by default), pure Python, so the suite needs no xxhash module.
+
+_M64 = (1 << 64) - 1
+_P1, _P2, _P3 = 11400714785074694791, 14029467366897019727, 1609587929392839161
+_P4, _P5 = 9650029242287828579, 2870177450012600261
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _round(acc, lane):
+    acc = (acc + lane * _P2) & _M64
+    return (_rotl(acc, 31) * _P1) & _M64
+
+
+def _merge(h, v):
+    h ^= _round(0, v)
+    return (h * _P1 + _P4) & _M64
+
+
+def xxh64(data, seed=0):
+    data = bytes(data)
+    n, i = len(data), 0
+    if n >= 32:
+        v1, v2 = (seed + _P1 + _P2) & _M64, (seed + _P2) & _M64
+        v3, v4 = seed & _M64, (seed - _P1) & _M64
+        lanes = struct.unpack_from("<%dQ" % (4 * (n // 32)), data, 0)
+        for j in range(0, len(lanes), 4):
+            v1 = _round(v1, lanes[j])
+            v2 = _round(v2, lanes[j + 1])
+            v3 = _round(v3, lanes[j + 2])
+            v4 = _round(v4, lanes[j + 3])
+        i = 32 * (n // 32)
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M64
+        for v in (v1, v2, v3, v4):
+            h = _merge(h, v)
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        h ^= _round(0, struct.unpack_from("<Q", data, i)[0])
+        h = (_rotl(h, 27) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        h ^= (struct.unpack_from("<I", data, i)[0] * _P1) & _M64
+        h = (_rotl(h, 23) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _M64
+        h = (_rotl(h, 11) * _P1) & _M64
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    h ^= h >> 29
+    h = (h * _P3) & _M64
+    h ^= h >> 32
+    return h
+
+
+def _xxh64_selftest():
+    # Reference values from the xxHash project (seed 0).
+    check(xxh64(b"") == 0xEF46DB3751D8E999, "xxh64 self-test ''")
+    check(xxh64(b"a") == 0xD24EC4F1A98C6E5B, "xxh64 self-test 'a'")
+    check(xxh64(b"abc") == 0x44BC2CF5AD770999, "xxh64 self-test 'abc'")
+
+
+def file_xxh64(path):
+    return "%016x" % xxh64(Path(path).read_bytes())
+
+
+# --------------------------------------------------------------------------------------------
+# Running the binary.
+
+def run(args, expect_rc=0, env_extra=None, cwd=None, timeout=TIMEOUT_S):
+    """Runs dscache with args; raises with stdout/stderr when the exit code is not expect_rc."""
+    cmd = [DSCACHE] + [str(a) for a in args]
+    env = dict(os.environ)
+    env.pop("DSCACHE_TEST_KILL_AFTER_SHARDS", None)
+    if env_extra:
+        env.update(env_extra)
+    try:
+        p = subprocess.run(cmd, capture_output=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise Failure(f"command timed out after {timeout}s: {' '.join(cmd)}") from e
+    p.stdout = p.stdout.decode("utf-8", "replace")
+    p.stderr = p.stderr.decode("utf-8", "replace")
+    if expect_rc is not None and p.returncode != expect_rc:
+        raise Failure(
+            f"command: {' '.join(cmd)}\nexpected exit {expect_rc}, got {p.returncode}\n"
+            f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}")
+    return p
+
+
+def run_json(args, expect_rc=0):
+    p = run(args, expect_rc)
+    try:
+        return json.loads(p.stdout)
+    except ValueError as e:
+        raise Failure(f"{' '.join(map(str, args))}: stdout is not JSON: {p.stdout!r}") from e
+
+
+def build(src, out, *opts, expect_rc=0, env_extra=None, timeout=TIMEOUT_S):
+    return run(["build", src, out] + list(opts), expect_rc, env_extra=env_extra, timeout=timeout)
+
+
+def partial_dir(out):
+    out = Path(out)
+    return out.parent / ("." + out.name + ".partial")
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures.
+
+def rand_rgb(seed, h, w, c=3):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, c), dtype=np.uint8)
+
+
+def smooth_rgb(seed, h, w):
+    """A smooth picture (gradients + a blob): JPEG-friendly, not constant."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    out = np.empty((h, w, 3), np.uint8)
+    for ch in range(3):
+        a, b, c = rng.uniform(-1, 1, 3)
+        v = 128 + 100 * np.sin(a * x / 7 + b * y / 5 + c * 3)
+        out[..., ch] = np.clip(v, 0, 255).astype(np.uint8)
+    return out
+
+
+def write_img(path, rgb, params=None):
+    """Writes an RGB (or HxW grey) uint8/uint16 array with OpenCV; format from the extension."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arr = rgb if rgb.ndim == 2 else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    ok = cv2.imwrite(str(path), arr, params or [])
+    check(ok, f"fixture: cv2.imwrite failed for {path}")
+    return path
+
+
+def write_bytes(path, data):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def encode(ext, rgb):
+    arr = rgb if rgb.ndim == 2 else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    ok, buf = cv2.imencode(ext, arr)
+    check(ok, f"fixture: cv2.imencode({ext}) failed")
+    return buf.tobytes()
+
+
+def imread_rgb(path, flags=cv2.IMREAD_COLOR):
+    img = cv2.imread(str(path), flags)
+    check(img is not None, f"fixture/reference: cv2.imread cannot read {path}")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def imread_grey(path):
+    img = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
+    check(img is not None, f"reference: cv2.imread cannot read {path}")
+    return img
+
+
+def png_chunk(kind, payload):
+    return (struct.pack(">I", len(payload)) + kind + payload
+            + struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF))
+
+
+def huge_png_bytes(w, h):
+    """A syntactically valid PNG whose header claims w x h RGB pixels (the data is tiny)."""
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * 64)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", idat)
+            + png_chunk(b"IEND", b""))
+
+
+def make_simple_folder(root, classes, per_class, size, seed=0, ext=".png"):
+    """classes x per_class random images of size (h, w); returns the relative paths in order."""
+    h, w = size
+    rels = []
+    for ci, cls in enumerate(classes):
+        for k in range(per_class):
+            rel = f"{cls}/img{k:03d}{ext}"
+            write_img(Path(root) / rel, rand_rgb(seed * 100003 + ci * 1009 + k, h, w))
+            rels.append(rel)
+    return rels
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and checking a cache.
+
+BASE_FILES = {"manifest.json", "labels.npy", "checksums.npy", "sources.jsonl", "skipped.jsonl"}
+
+
+def load_manifest(out):
+    p = Path(out) / "manifest.json"
+    check(p.is_file(), f"{p} missing")
+    return json.loads(p.read_text())
+
+
+def read_jsonl(path):
+    lines = Path(path).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def class_counts_list(m):
+    cc = m["class_counts"]
+    if isinstance(cc, dict):
+        return [cc.get(name, 0) for name in m["classes"]]
+    return list(cc)
+
+
+def load_shard(path):
+    """Returns (images, labels or None) of one shard, npy or h5."""
+    path = Path(path)
+    if path.suffix == ".npy":
+        arr = np.load(path, mmap_mode="r")
+        check(isinstance(arr, np.memmap), f"{path}: numpy.load(mmap_mode='r') gave {type(arr)}")
+        return np.array(arr), None
+    with h5py.File(path, "r") as f:
+        return f["images"][...], f["labels"][...]
+
+
+def load_images(out, m=None):
+    m = m or load_manifest(out)
+    parts = [load_shard(Path(out) / s["file"])[0] for s in m["shards"]]
+    return np.concatenate(parts) if parts else np.zeros([0] + m["shape"], np.uint8)
+
+
+def load_labels(out):
+    lab = np.load(Path(out) / "labels.npy")
+    check(lab.dtype == np.dtype("<i8"), f"labels.npy dtype {lab.dtype}, want int64")
+    return lab
+
+
+def check_cache(out, storage="npy"):
+    """Structural checks every built cache must pass; returns (manifest, images, labels)."""
+    out = Path(out)
+    m = load_manifest(out)
+    check_eq(m.get("format_version"), 1, "manifest format_version")
+    check_eq(m.get("layout"), "fixed", "manifest layout")
+    check_eq(m.get("storage"), storage, "manifest storage")
+    check_eq(m.get("dtype"), "uint8", "manifest dtype")
+    H, W, C = m["shape"]
+    check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
+    count = m["count"]
+    check_eq(len(class_counts_list(m)), len(m["classes"]), "len(class_counts)")
+    check_eq(sum(class_counts_list(m)), count, "sum(class_counts)")
+    check(isinstance(m.get("tool_version"), str) and m["tool_version"], "manifest tool_version")
+    check(isinstance(m.get("created_utc"), str) and m["created_utc"], "manifest created_utc")
+    for key in ("height", "width", "channels", "resize", "reduced_decode", "max_pixels",
+                "shard_bytes"):
+        check(key in m["recipe"], f"manifest recipe lacks {key}: {m['recipe']}")
+    check_eq([m["recipe"]["height"], m["recipe"]["width"], m["recipe"]["channels"]], [H, W, C],
+             "recipe height/width/channels vs shape")
+    for key in ("kind", "root", "labels", "entries", "digest"):
+        check(key in m["source"], f"manifest source lacks {key}: {m['source']}")
+    check(os.path.isabs(m["source"]["root"]), f"source.root not absolute: {m['source']['root']}")
+    if isinstance(m["source"]["entries"], int):
+        check_eq(m["source"]["entries"], count + m["skipped"], "source.entries vs count+skipped")
+
+    # Shards: names, ranges, sizes, checksums.
+    ext = ".npy" if storage == "npy" else ".h5"
+    per_shard = max(1, m["recipe"]["shard_bytes"] // (H * W * C))
+    first = 0
+    for k, s in enumerate(m["shards"]):
+        check_eq(s["file"], f"images-{k:05d}{ext}", f"shards[{k}].file")
+        check_eq(s["first"], first, f"shards[{k}].first")
+        want = min(per_shard, count - first)
+        check_eq(s["count"], want, f"shards[{k}].count (per_shard {per_shard})")
+        p = out / s["file"]
+        check_eq(s["bytes"], p.stat().st_size, f"shards[{k}].bytes vs file size")
+        check(re.fullmatch(r"[0-9a-fA-F]{16}", s["xxh64"]) is not None,
+              f"shards[{k}].xxh64 not 16 hex digits: {s['xxh64']!r}")
+        check_eq(s["xxh64"].lower(), file_xxh64(p), f"shards[{k}].xxh64 vs file")
+        first += s["count"]
+    check_eq(first, count, "sum of shard counts")
+    for k in range(len(m["shards"]), len(m["shards"]) + 2):
+        check(not (out / f"images-{k:05d}{ext}").exists(), f"stray shard images-{k:05d}{ext}")
+
+    # Side files.
+    files = m["files"]
+    for key, name in (("labels", "labels.npy"), ("checksums", "checksums.npy"),
+                      ("sources", "sources.jsonl"), ("skips", "skipped.jsonl")):
+        ent = files[key]
+        check_eq(ent["file"], name, f"files.{key}.file")
+        p = out / name
+        check(p.is_file(), f"{name} missing")
+        check_eq(ent["bytes"], p.stat().st_size, f"files.{key}.bytes")
+        check_eq(ent["xxh64"].lower(), file_xxh64(p), f"files.{key}.xxh64")
+    expected_files = BASE_FILES | {s["file"] for s in m["shards"]}
+    actual_files = {p.name for p in out.iterdir()}
+    check_eq(sorted(actual_files), sorted(expected_files), "files in the cache directory")
+    check(not partial_dir(out).exists(), f"{partial_dir(out)} left behind after success")
+
+    images = []
+    for s in m["shards"]:
+        imgs, _ = load_shard(out / s["file"])
+        check_eq(imgs.dtype, np.dtype(np.uint8), f"{s['file']} dtype")
+        check_eq(list(imgs.shape), [s["count"], H, W, C], f"{s['file']} shape")
+        images.append(imgs)
+    images = np.concatenate(images) if images else np.zeros((0, H, W, C), np.uint8)
+    labels = load_labels(out)
+    check_eq(labels.shape, (count,), "labels.npy shape")
+    if count:
+        check(labels.min() >= 0 and labels.max() < len(m["classes"]), f"labels out of range {labels}")
+    check_eq(np.bincount(labels, minlength=len(m["classes"])).tolist(), class_counts_list(m),
+             "class_counts vs labels.npy")
+    sums = np.load(out / "checksums.npy")
+    check_eq(sums.dtype, np.dtype("<u8"), "checksums.npy dtype")
+    check_eq(sums.shape, (count,), "checksums.npy shape")
+    for i in range(count):
+        want = xxh64(np.ascontiguousarray(images[i]).tobytes())
+        check(int(sums[i]) == want,
+              f"checksums.npy[{i}] = {int(sums[i]):016x}, xxh64 of sample = {want:016x}")
+    sources = read_jsonl(out / "sources.jsonl")
+    check_eq(len(sources), count, "lines in sources.jsonl")
+    check(all(isinstance(s, str) for s in sources), "sources.jsonl lines must be JSON strings")
+    skips = read_jsonl(out / "skipped.jsonl")
+    check_eq(len(skips), m["skipped"], "lines in skipped.jsonl vs manifest skipped")
+    for s in skips:
+        check(isinstance(s, dict) and isinstance(s.get("source"), str)
+              and isinstance(s.get("reason"), str) and s["reason"].strip(),
+              f"skipped.jsonl entry {s!r} needs non-empty source and reason")
+    return m, images, labels
+
+
+def cache_files(out):
+    return sorted(p.name for p in Path(out).iterdir())
+
+
+def compare_caches(a, b, what):
+    """All files byte-identical except manifest.json, which must be equal but for created_utc."""
+    fa, fb = cache_files(a), cache_files(b)
+    check_eq(fa, fb, f"{what}: file lists")
+    for name in fa:
+        if name == "manifest.json":
+            ma, mb = load_manifest(a), load_manifest(b)
+            ma.pop("created_utc", None)
+            mb.pop("created_utc", None)
+            if ma != mb:
+                diff = [k for k in sorted(set(ma) | set(mb)) if ma.get(k) != mb.get(k)]
+                raise Failure(f"{what}: manifest.json differs in {diff}: "
+                              + "; ".join(f"{k}: {ma.get(k)!r} vs {mb.get(k)!r}" for k in diff))
+        else:
+            da, db = (Path(a) / name).read_bytes(), (Path(b) / name).read_bytes()
+            if da != db:
+                pos = next((i for i in range(min(len(da), len(db))) if da[i] != db[i]),
+                           min(len(da), len(db)))
+                raise Failure(f"{what}: {name} differs (sizes {len(da)} vs {len(db)}, "
+                              f"first difference at byte {pos})")
+
+
+def summary_mentions_skipped(stdout, n):
+    for line in stdout.splitlines():
+        if re.search(r"skip", line, re.I) and re.search(r"(?<!\d)%d(?!\d)" % n, line):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and checking a ragged cache.
+
+def npy_header(path):
+    """(dict text, data offset) of a .npy file, checking it is format 1.0."""
+    raw = Path(path).read_bytes()[:65536]
+    check(raw[:6] == b"\x93NUMPY", f"{path}: not a .npy file")
+    check_eq((raw[6], raw[7]), (1, 0), f"{Path(path).name}: npy format version")
+    hl = struct.unpack_from("<H", raw, 8)[0]
+    return raw[10:10 + hl].decode("latin-1"), 10 + hl
+
+
+def check_side_files(out, m):
+    for key, name in (("labels", "labels.npy"), ("checksums", "checksums.npy"),
+                      ("sources", "sources.jsonl"), ("skips", "skipped.jsonl"),
+                      ("index", "ragged-index.npy")):
+        check(key in m["files"], f"manifest files lacks {key}: {sorted(m['files'])}")
+        ent = m["files"][key]
+        check_eq(ent["file"], name, f"files.{key}.file")
+        p = Path(out) / name
+        check(p.is_file(), f"{name} missing")
+        check_eq(ent["bytes"], p.stat().st_size, f"files.{key}.bytes")
+        check_eq(ent["xxh64"].lower(), file_xxh64(p), f"files.{key}.xxh64")
+
+
+def check_ragged_cache(out, storage="npy", max_side=None, channels=3):
+    """Structural checks of a ragged cache; returns (manifest, [sample arrays], labels, index)."""
+    out = Path(out)
+    m = load_manifest(out)
+    check_eq(m.get("format_version"), 1, "manifest format_version")
+    check_eq(m.get("layout"), "ragged", "manifest layout")
+    check_eq(m.get("storage"), storage, "manifest storage")
+    check_eq(m.get("dtype"), "uint8", "manifest dtype")
+    check_eq(m.get("shape"), [0, 0, channels], "ragged manifest shape")
+    C = channels
+    check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
+    if max_side is not None:
+        check_eq(m["recipe"].get("max_side"), max_side, "recipe.max_side")
+    check(isinstance(m["recipe"].get("max_side"), int) and m["recipe"]["max_side"] > 0,
+          f"recipe.max_side must be > 0: {m['recipe']}")
+    count = m["count"]
+    check_eq(sum(class_counts_list(m)), count, "sum(class_counts)")
+    check_side_files(out, m)
+    ext = ".npy" if storage == "npy" else ".h5"
+    expected_files = BASE_FILES | {"ragged-index.npy"} | {s["file"] for s in m["shards"]}
+    check_eq(sorted(p.name for p in out.iterdir()), sorted(expected_files),
+             "files in the ragged cache directory")
+    check(not partial_dir(out).exists(), f"{partial_dir(out)} left behind after success")
+
+    idx = np.load(out / "ragged-index.npy")
+    check_eq(idx.dtype, np.dtype("<i8"), "ragged-index.npy dtype")
+    check_eq(idx.shape, (count, 3), "ragged-index.npy shape")
+    check(idx.flags["C_CONTIGUOUS"], "ragged-index.npy not C order")
+    check(count == 0 or (idx[:, 1].min() >= 1 and idx[:, 2].min() >= 1),
+          "ragged-index.npy: a sample with h or w < 1")
+    if max_side is not None and count:
+        shorter = np.minimum(idx[:, 1], idx[:, 2])
+        check(shorter.max() <= max_side, f"a sample's shorter side {shorter.max()} > {max_side}")
+    labels = load_labels(out)
+    check_eq(labels.shape, (count,), "labels.npy shape")
+    sums = np.load(out / "checksums.npy")
+    check_eq(sums.dtype, np.dtype("<u8"), "checksums.npy dtype")
+    check_eq(sums.shape, (count,), "checksums.npy shape")
+
+    samples = []
+    first = 0
+    for k, s in enumerate(m["shards"]):
+        check_eq(s["file"], f"images-{k:05d}{ext}", f"shards[{k}].file")
+        check_eq(s["first"], first, f"shards[{k}].first")
+        check(s["count"] >= 1, f"shards[{k}] is empty")
+        p = out / s["file"]
+        check_eq(s["bytes"], p.stat().st_size, f"shards[{k}].bytes vs file size")
+        check_eq(s["xxh64"].lower(), file_xxh64(p), f"shards[{k}].xxh64 vs file")
+        rows = idx[s["first"]:s["first"] + s["count"]]
+        sizes = rows[:, 1] * rows[:, 2] * C
+        want_off = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        check_eq(rows[:, 0].tolist(), want_off.tolist(),
+                 f"{s['file']}: index offsets (samples back to back from 0)")
+        nbytes = int(sizes.sum())
+        if storage == "npy":
+            text, data_off = npy_header(p)
+            check_eq(text.rstrip(" \n"),
+                     "{'descr': '|u1', 'fortran_order': False, 'shape': (%d,), }" % nbytes,
+                     f"{s['file']} npy dict text")
+            check_eq(data_off % 64, 0, f"{s['file']} data offset % 64")
+            check_eq(p.stat().st_size, data_off + nbytes, f"{s['file']} size = offset + bytes")
+            data = np.load(p, mmap_mode="r")
+            check(isinstance(data, np.memmap), f"{p}: numpy.load(mmap_mode='r') gave {type(data)}")
+            check_eq(data.offset, data_off, f"{s['file']} numpy data offset")
+        else:
+            with h5py.File(p, "r") as f:
+                ds = f["images"]
+                check_eq(ds.dtype, np.dtype(np.uint8), f"{s['file']} images dtype")
+                co = ds.attrs.get("channel_order")
+                co = co.decode() if isinstance(co, bytes) else str(co)
+                check_eq(co, "RGB" if C == 3 else "L", f"{s['file']} channel_order attr")
+                data = ds[...]
+                lab = f["labels"][...]
+            check_eq(lab.dtype, np.dtype("int64"), f"{s['file']} labels dtype")
+            check_eq(lab.tolist(), labels[s["first"]:s["first"] + s["count"]].tolist(),
+                     f"{s['file']} labels")
+        check_eq(data.dtype, np.dtype(np.uint8), f"{s['file']} dtype")
+        check_eq(data.shape, (nbytes,), f"{s['file']} 1-d shape (sum of h*w*C)")
+        for j, (off, h, w) in enumerate(rows.tolist()):
+            samples.append(np.array(data[off:off + h * w * C]).reshape(h, w, C))
+        first += s["count"]
+    check_eq(first, count, "sum of shard counts")
+    for i, smp in enumerate(samples):
+        want = xxh64(smp.tobytes())
+        check(int(sums[i]) == want,
+              f"checksums.npy[{i}] = {int(sums[i]):016x}, xxh64 of sample = {want:016x}")
+    check_eq(len(read_jsonl(out / "sources.jsonl")), count, "lines in sources.jsonl")
+    return m, samples, labels, idx
+
+
+# (h, w) of PNG fixtures: tall, wide, smaller than S, exactly S, far from square.
+RAGGED_PNG_SIZES = [(60, 40), (30, 100), (20, 50), (24, 70), (17, 13), (97, 53), (25, 25),
+                    (200, 31), (41, 77), (3, 200), (24, 24), (90, 26)]
+
+
+def make_ragged_folder(src, sizes=RAGGED_PNG_SIZES, seed=0, jpeg=True):
+    """PNGs of the given sizes split over classes a/b/c (+ one big JPEG); returns {rel: (h, w)}."""
+    made = {}
+    for k, (h, w) in enumerate(sizes):
+        rel = f"{'abc'[k % 3]}/p{k:02d}.png"
+        write_img(Path(src) / rel, rand_rgb(seed * 1000 + k, h, w))
+        made[rel] = (h, w)
+    if jpeg:
+        write_img(Path(src) / "b/zphoto.jpg", smooth_rgb(seed * 1000 + 999, 300, 200))
+        made["b/zphoto.jpg"] = (300, 200)
+    return made
+
+
+# --------------------------------------------------------------------------------------------
+# The runner.
+
+def main(cases, argv):
+    """Runs the case argv[1] of `cases` (name -> function(tmp Path)) in a fresh temp dir.
+
+    Returns the exit status: 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage).
+    """
+    if len(argv) != 2 or argv[1] not in cases:
+        print(f"usage: {argv[0]} CASE\ncases: {' '.join(cases)}", file=sys.stderr)
+        return 2
+    if not DSCACHE or not os.access(DSCACHE, os.X_OK):
+        print(f"DSCACHE={DSCACHE!r} is not an executable dscache binary", file=sys.stderr)
+        return 1
+    name = argv[1]
+    t0 = time.monotonic()
+    try:
+        _xxh64_selftest()
+        with tempfile.TemporaryDirectory(prefix=f"dscache-cli-{name}-") as d:
+            cases[name](Path(d))
+    except Exception:  # noqa: BLE001 - any error fails the case with its traceback
+        traceback.print_exc()
+        print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)", file=sys.stderr)
+        return 1
+    print(f"PASS {name} ({time.monotonic() - t0:.1f}s)")
+    return 0

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Tests of `dscache bench`: --json and text output, usage errors, a corrupt cache, a
+moved source and --source NEWDIR.
+
+Usage: test_bench.py CASE   (env DSCACHE = the built binary, DSCACHE_SOURCE_ROOT = the repo root)
+Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures, cache checkers and the runner are
+in cli_helpers.py.
+"""
+
+import re
+import shutil
+import sys
+
+from cli_helpers import build, check, check_cache, check_eq, main, make_simple_folder, run, run_json
+
+
+BENCH_ROWS = ["memcpy ceiling", "loader, global shuffle", "loader, windowed shuffle",
+              "per-sample decode (seed)", "lazy cache, first pass", "lazy cache, second pass"]
+BENCH_ARGS = ["--seconds", "0.2", "--decode-samples", "100"]
+
+
+def make_bench_cache(tmp, n=300):
+    src, out = tmp / "src", tmp / "cache"
+    classes = ["a", "b", "c"]
+    make_simple_folder(src, classes, n // len(classes), (32, 32), seed=21)
+    build(src, out, "--size", "32", "--quiet")
+    check_cache(out)
+    return src, out
+
+
+def is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def check_bench_json(j, n, what):
+    check_eq(j.get("samples"), n, f"{what}: samples")
+    check_eq(j.get("sample_bytes"), 32 * 32 * 3, f"{what}: sample_bytes")
+    for key in ("memcpy_gbps", "loader_gbps", "loader_samples_per_s", "decode_samples_per_s",
+                "lazy_first_samples_per_s", "lazy_second_samples_per_s"):
+        check(is_num(j.get(key)) and j[key] > 0, f"{what}: {key} = {j.get(key)!r}, want > 0")
+    rows = j.get("rows")
+    check(isinstance(rows, list) and rows, f"{what}: rows = {rows!r}")
+    names = [r.get("name") for r in rows]
+    for want in BENCH_ROWS:
+        check(want in names, f"{what}: no row named {want!r} in {names}")
+    for r in rows:
+        for key in ("threads", "samples_per_s", "gbps"):
+            check(is_num(r.get(key)) and r[key] > 0, f"{what}: row {r.get('name')!r} {key} = "
+                  f"{r.get(key)!r}, want > 0")
+    rss = j.get("rss")
+    check(isinstance(rss, dict), f"{what}: rss = {rss!r}")
+    for key in ("anon_start_mib", "anon_before_mib", "anon_after_mib", "file_after_mib",
+                "buffers_mib"):
+        check(is_num(rss.get(key)) and rss[key] >= 0, f"{what}: rss.{key} = {rss.get(key)!r}")
+    check(rss["anon_after_mib"] > 0, f"{what}: rss.anon_after_mib = {rss['anon_after_mib']}")
+    check(rss["buffers_mib"] > 0, f"{what}: rss.buffers_mib = {rss['buffers_mib']}")
+
+
+def case_bench_json(tmp):
+    _, out = make_bench_cache(tmp)
+    lazy = tmp / "lazy.bin"
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--lazy-file", lazy])
+    check_bench_json(j, 300, "bench --json")
+    check(not lazy.exists() or lazy.stat().st_size > 0, "bench --lazy-file left an empty file")
+    # Human output: a header and one table line per row.
+    p = run(["bench", out, *BENCH_ARGS])
+    lines = p.stdout.splitlines()
+    check(any("samples/s" in l and "GB/s" in l for l in lines),
+          f"bench: no table header with samples/s and GB/s:\n{p.stdout}")
+    for want in BENCH_ROWS:
+        row = [l for l in lines if l.startswith(want)]
+        check(row, f"bench: no table line for {want!r}:\n{p.stdout}")
+        nums = re.findall(r"[0-9]+(?:\.[0-9]+)?", row[0][len(want):])
+        check(len(nums) >= 3, f"bench: table line for {want!r} lacks numbers: {row[0]!r}")
+    check(re.search(r"RSS", p.stdout), f"bench: no RSS line:\n{p.stdout}")
+    check("300" in lines[0], f"bench: first line does not give the sample count: {lines[0]!r}")
+    # Bad values are usage errors.
+    for bad in (["--seconds", "0"], ["--decode-samples", "0"], ["--bogus"]):
+        p = run(["bench", out, *bad], expect_rc=2)
+        check(p.stderr.strip(), f"bench {bad}: no message on stderr")
+    run(["bench"], expect_rc=2)
+
+
+def case_bench_corrupt(tmp):
+    _, out = make_bench_cache(tmp, n=120)
+    bad = tmp / "trunc"
+    shutil.copytree(out, bad)
+    f = bad / "images-00000.npy"
+    f.write_bytes(f.read_bytes()[:-1000])
+    p = run(["bench", bad, "--json", *BENCH_ARGS], expect_rc=5)
+    check("images-00000.npy" in p.stderr,
+          f"bench on a truncated shard: stderr does not name images-00000.npy: {p.stderr!r}")
+    check(not p.stdout.strip().startswith("{"), f"bench on a corrupt cache printed JSON: "
+          f"{p.stdout!r}")
+    p = run(["bench", bad, *BENCH_ARGS], expect_rc=5)
+    check("images-00000.npy" in p.stderr, f"bench (text): stderr does not name the shard: "
+          f"{p.stderr!r}")
+    missing = tmp / "no_such_cache"
+    p = run(["bench", missing, "--json", *BENCH_ARGS], expect_rc=1)
+    check("no_such_cache" in p.stderr, f"bench of a missing dir: stderr does not name it: "
+          f"{p.stderr!r}")
+    run(["bench", out, "--json", *BENCH_ARGS])  # the original is fine
+
+
+def case_bench_moved_source(tmp):
+    src, out = make_bench_cache(tmp, n=150)
+    moved = tmp / "moved_src"
+    src.rename(moved)
+    p = run(["bench", out, "--json", *BENCH_ARGS], expect_rc=None)
+    check(p.returncode != 0, f"bench with a moved source: exit 0\n{p.stdout}")
+    check(p.returncode not in (-6, -11, 134, 139), f"bench crashed: exit {p.returncode}")
+    check("--source" in p.stderr and str(src) in p.stderr,
+          f"bench with a moved source: stderr should name the missing root and --source: "
+          f"{p.stderr!r}")
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--source", moved])
+    check_bench_json(j, 150, "bench --source NEWDIR")
+    check("note" not in j, f"bench --source NEWDIR: unexpected note {j.get('note')!r}")
+
+
+CASES = {
+    "bench_json": case_bench_json,
+    "bench_corrupt": case_bench_corrupt,
+    "bench_moved_source": case_bench_moved_source,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main(CASES, sys.argv))
