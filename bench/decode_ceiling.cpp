@@ -24,10 +24,10 @@
 
 #include <sys/resource.h>
 
-#include <opencv2/core.hpp>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
+#include <opencv2/core.hpp>
 
 #include "dscache/ingest/image_decode.h"
 
@@ -106,7 +106,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.dir.empty()) usage("DIR is required");
   if (a.height == 0) usage("--size is required");
-  if (a.threads == 0) a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (a.threads == 0)
+    a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return a;
 }
 
@@ -181,7 +182,8 @@ int main(int argc, char** argv) {
                                 bytes[i].data(), bytes[i].size(), opt, out.data());
                             if (res.ok) {
                               ok.fetch_add(1, std::memory_order_relaxed);
-                              if (res.reduction > 1) reduced.fetch_add(1, std::memory_order_relaxed);
+                              if (res.reduction > 1)
+                                reduced.fetch_add(1, std::memory_order_relaxed);
                             } else {
                               failed.fetch_add(1, std::memory_order_relaxed);
                             }
@@ -200,7 +202,8 @@ int main(int argc, char** argv) {
       "\"cpu_seconds\":%.6f,\"images_per_s\":%.3f}\n",
       files.size(), static_cast<unsigned long long>(total_bytes), a.repeat, a.threads, a.height,
       a.width, a.reduced_decode ? "true" : "false", static_cast<unsigned long long>(ok.load()),
-      static_cast<unsigned long long>(failed.load()), static_cast<unsigned long long>(reduced.load()),
-      seconds, cpu, seconds > 0 ? decoded / seconds : 0.0);
+      static_cast<unsigned long long>(failed.load()),
+      static_cast<unsigned long long>(reduced.load()), seconds, cpu,
+      seconds > 0 ? decoded / seconds : 0.0);
   return failed.load() == 0 ? 0 : 1;
 }

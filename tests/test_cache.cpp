@@ -147,11 +147,9 @@ TEST_SUITE("unit") {
       std::vector<uint64_t> shard_counts;
     };
     const Case cases[] = {
-        {Layout::kFixed, 3, {4, 4, 2}},
-        {Layout::kFixed, 1, {5}},
+        {Layout::kFixed, 3, {4, 4, 2}},  {Layout::kFixed, 1, {5}},
         {Layout::kFixed, 3, {3, 0, 3}},  // an empty shard in the middle
-        {Layout::kRagged, 3, {4, 4, 2}},
-        {Layout::kRagged, 1, {2, 0, 5}},
+        {Layout::kRagged, 3, {4, 4, 2}}, {Layout::kRagged, 1, {2, 0, 5}},
     };
     for (const Storage storage : storages()) {
       for (const Case& c : cases) {
@@ -220,11 +218,11 @@ TEST_SUITE("unit") {
         uint64_t resident;
       };
       const Case cases[] = {
-          {0, s0 + s1 + s2},        // 0 = everything
-          {s0, s0},                 // exactly the first shard
-          {s0 + s1 - 1, s0},        // the second does not fit: it and the rest stay mapped
+          {0, s0 + s1 + s2},  // 0 = everything
+          {s0, s0},           // exactly the first shard
+          {s0 + s1 - 1, s0},  // the second does not fit: it and the rest stay mapped
           {s0 + s1 + s2, s0 + s1 + s2},
-          {s0 - 1, 0},              // not even the first
+          {s0 - 1, 0},  // not even the first
       };
       for (const Case& c : cases) {
         CAPTURE(c.budget);
@@ -305,8 +303,7 @@ TEST_SUITE("unit") {
           if (i >= 4 && i < 8) {
             expect_error([&] { cache->view(i); }, ErrorKind::kUnsupported, "images-00001.h5");
           } else {
-            CHECK(std::memcmp(cache->view(i).data, f.samples[i].data(), f.samples[i].size()) ==
-                  0);
+            CHECK(std::memcmp(cache->view(i).data, f.samples[i].data(), f.samples[i].size()) == 0);
           }
         }
       }
@@ -493,8 +490,8 @@ TEST_SUITE("unit") {
       const char* file;
       uint64_t at_from_end;  // which byte, counted from the end (inside the data)
     };
-    for (const Case& c : {Case{"images-00001.npy", 5}, Case{"sources.jsonl", 3},
-                          Case{"checksums.npy", 1}}) {
+    for (const Case& c :
+         {Case{"images-00001.npy", 5}, Case{"sources.jsonl", 3}, Case{"checksums.npy", 1}}) {
       CAPTURE(c.file);
       TempDir dir;
       const Fixture f = write_cache(dir.path(), Spec{});

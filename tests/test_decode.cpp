@@ -216,9 +216,9 @@ cv::Mat smooth_image(int w, int h) {
   cv::Mat img(h, w, CV_8UC3);
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
-      img.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(128 + 100 * std::sin(x / 57.0)),
-                                          uint8_t(128 + 100 * std::cos(y / 43.0)),
-                                          uint8_t((x + y) * 255 / (w + h)));
+      img.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(uint8_t(128 + 100 * std::sin(x / 57.0)),
+                    uint8_t(128 + 100 * std::cos(y / 43.0)), uint8_t((x + y) * 255 / (w + h)));
     }
   }
   for (int i = 0; i < 12; ++i) {
@@ -396,8 +396,7 @@ TEST_CASE("read_image_header on hand-built headers") {
       {"jpeg sof0 after dqt", make_flat_jpeg(60000, 40000, {0}, false), ImageFormat::kJpeg, true,
        60000, 40000},
       {"jpeg dnl height 0", make_flat_jpeg(640, 0, {0}, false), ImageFormat::kJpeg, false, 0, 0},
-      {"png ihdr truncated", prefix(make_png(5, 6, 8, 0, {}), 20), ImageFormat::kPng, false, 0,
-       0},
+      {"png ihdr truncated", prefix(make_png(5, 6, 8, 0, {}), 20), ImageFormat::kPng, false, 0, 0},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -718,8 +717,8 @@ TEST_CASE("resize policies: geometry of a half red, half blue image") {
 
 TEST_CASE("jpeg reduced decode picks the largest safe factor") {
   struct Case {
-    int w, h;             // source
-    uint32_t th, tw;      // target rows, columns
+    int w, h;         // source
+    uint32_t th, tw;  // target rows, columns
     ResizePolicy policy;
     bool reduced;
     int expected;
@@ -770,7 +769,8 @@ TEST_CASE("jpeg reduced decode is close to the full decode, and faster") {
       CHECK(reduced.result.reduction == 8);
       CHECK(full.result.reduction == 1);
       const double mad = mean_abs_diff(reduced.pixels, full.pixels);
-      MESSAGE("1600x1200 -> 128x128 policy " << std::string(dscache::to_string(policy)) << " channels " << c
+      MESSAGE("1600x1200 -> 128x128 policy " << std::string(dscache::to_string(policy))
+                                             << " channels " << c
                                              << ": mean |reduced - full| = " << mad);
       CHECK(mad < 3.0);
     }
@@ -787,7 +787,8 @@ TEST_CASE("jpeg reduced decode is close to the full decode, and faster") {
       reduction = dscache::decode_image(jpeg.data(), jpeg.size(), o, out.data()).reduction;
     }
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-               .count() / n;
+               .count() /
+           n;
   };
   const double full_ms = time_ms(false), reduced_ms = time_ms(true);
   MESSAGE("1600x1200 jpeg -> 224x224 crop: full " << full_ms << " ms, reduced (1/" << reduction

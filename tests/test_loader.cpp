@@ -252,7 +252,8 @@ TEST_SUITE("loader") {
       return p;
     };
     o.allocator.release = [&](void* p) {
-      auto it = std::find_if(live.begin(), live.end(), [&](const Region& r) { return r.base == p; });
+      auto it =
+          std::find_if(live.begin(), live.end(), [&](const Region& r) { return r.base == p; });
       REQUIRE(it != live.end());  // only what allocate returned, and only once
       live.erase(it);
       std::free(p);

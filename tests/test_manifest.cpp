@@ -67,7 +67,8 @@ Manifest ragged_manifest() {
   m.storage = dscache::Storage::kNpy;
   m.height = 0;
   m.width = 0;
-  for (size_t i = 0; i < m.shards.size(); ++i) m.shards[i].file = "images-0000" + std::to_string(i) + ".npy";
+  for (size_t i = 0; i < m.shards.size(); ++i)
+    m.shards[i].file = "images-0000" + std::to_string(i) + ".npy";
   m.index = {"ragged-index.npy", 60128, 0x4444444444444444ULL};
   m.recipe.height = 0;
   m.recipe.width = 0;
@@ -240,7 +241,8 @@ TEST_SUITE("unit") {
          "recipe.max_side is -5"},
         {"fixed with an index", false,
          [](Json& j) {
-           j["files"]["index"] = {{"file", "ragged-index.npy"}, {"bytes", 1}, {"xxh64", "0000000000000000"}};
+           j["files"]["index"] = {
+               {"file", "ragged-index.npy"}, {"bytes", 1}, {"xxh64", "0000000000000000"}};
          },
          "files.index is present"},
         {"fixed with zero height", false, [](Json& j) { j["shape"][0] = 0; },
@@ -263,8 +265,8 @@ TEST_SUITE("unit") {
     TempDir dir;
     Manifest bad = ragged_manifest();
     bad.index = {};
-    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad),
-                         doctest::Contains("files.index"), Error);
+    CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad), doctest::Contains("files.index"),
+                         Error);
     bad = ragged_manifest();
     bad.height = 8;
     CHECK_THROWS_WITH_AS(dscache::write_manifest(dir.path(), bad), doctest::Contains("shape[0]"),

@@ -89,7 +89,6 @@ void expect_error(F&& f, ErrorKind kind, const std::string& path,
   }
 }
 
-
 // Ragged samples of varied sizes, written back to back.
 struct RaggedSamples {
   std::vector<uint8_t> bytes;  // all samples back to back
@@ -103,7 +102,8 @@ RaggedSamples random_ragged(uint32_t channels, uint64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   RaggedSamples s;
   for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t h = 1 + static_cast<uint32_t>(rng() % 11), w = 1 + static_cast<uint32_t>(rng() % 13);
+    const uint32_t h = 1 + static_cast<uint32_t>(rng() % 11),
+                   w = 1 + static_cast<uint32_t>(rng() % 13);
     s.heights.push_back(h);
     s.widths.push_back(w);
     s.offsets.push_back(s.bytes.size());
@@ -120,8 +120,8 @@ dscache::ShardEntry write_ragged(Storage storage, const std::string& path, uint3
                                  const RaggedSamples& s, uint64_t capacity_bytes) {
   auto w = dscache::RaggedShardWriter::create(storage, path, channels, capacity_bytes);
   for (size_t i = 0; i < s.labels.size(); ++i) {
-    const uint64_t off = w->append(s.bytes.data() + s.offsets[i], s.heights[i], s.widths[i],
-                                   s.labels[i]);
+    const uint64_t off =
+        w->append(s.bytes.data() + s.offsets[i], s.heights[i], s.widths[i], s.labels[i]);
     CHECK(off == s.offsets[i]);
     CHECK(w->count() == i + 1);
     CHECK(w->bytes() == s.offsets[i] + uint64_t{s.heights[i]} * s.widths[i] * channels);
@@ -345,7 +345,6 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
     }
   }
 
-
   TEST_CASE("ragged: write, commit, locate and read back bytes for every storage") {
     for (const StorageCase& sc : storage_cases()) {
       for (const uint32_t channels : {3u, 1u}) {
@@ -389,15 +388,18 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
         }
         std::vector<uint8_t> out(16);
         const uint64_t total = s.bytes.size();
-        for (const auto& r : {std::pair<uint64_t, uint64_t>{total, 1}, {total - 3, 4},
-                              {~0ULL, 2}, {1, ~0ULL}}) {
+        for (const auto& r :
+             {std::pair<uint64_t, uint64_t>{total, 1}, {total - 3, 4}, {~0ULL, 2}, {1, ~0ULL}}) {
           CHECK_THROWS_WITH_AS(
               dscache::read_shard_bytes(sc.storage, path, loc, r.first, r.second, out.data()),
               doctest::Contains("InvalidArgument"), Error);
         }
         // A ragged shard is not a fixed one, and the other way round.
-        expect_error([&] { dscache::locate_shard(sc.storage, path, SampleShape{2, 2, channels}); },
-                     ErrorKind::kCorruption, path);
+        expect_error(
+            [&] {
+              dscache::locate_shard(sc.storage, path, SampleShape{2, 2, channels});
+            },
+            ErrorKind::kCorruption, path);
         const std::string fixed = dir.file("fixed");
         write_shard(sc.storage, fixed, SampleShape{2, 2, 1}, random_samples({2, 2, 1}, 3, 1), 3);
         expect_error([&] { dscache::locate_ragged_shard(sc.storage, fixed); },
@@ -690,8 +692,7 @@ with h5py.File(path, "r") as f:
     const Samples s = random_samples(shape, n, 3);
     const std::string path = dir.file("chunked.h5");
     write_chunked_images_h5(path, {n, shape.height, shape.width, shape.channels},
-                                           {3, shape.height, shape.width, shape.channels},
-                                           s.bytes.data());
+                            {3, shape.height, shape.width, shape.channels}, s.bytes.data());
     const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, path, shape);
     CHECK_FALSE(loc.contiguous);
     CHECK(loc.count == n);

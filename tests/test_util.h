@@ -201,13 +201,13 @@ inline WrittenCache write_test_cache(const std::string& dir, const CacheSpec& sp
     }
     ShardEntry e;
     if (ragged) {
-      auto w = RaggedShardWriter::create(spec.storage, path, spec.channels,
-                                         bytes + spec.spare_bytes);
+      auto w =
+          RaggedShardWriter::create(spec.storage, path, spec.channels, bytes + spec.spare_bytes);
       for (uint64_t j = 0; j < n; ++j) {
         const int64_t label = static_cast<int64_t>(rng() % spec.classes.size());
         const uint64_t off = w->append(batch[j].data(), shapes[j].height, shapes[j].width, label);
-        f.index.insert(f.index.end(), {static_cast<int64_t>(off), shapes[j].height,
-                                       shapes[j].width});
+        f.index.insert(f.index.end(),
+                       {static_cast<int64_t>(off), shapes[j].height, shapes[j].width});
         f.labels.push_back(label);
       }
       e = w->commit();
@@ -236,8 +236,7 @@ inline WrittenCache write_test_cache(const std::string& dir, const CacheSpec& sp
   for (int64_t l : f.labels) ++m.class_counts[static_cast<size_t>(l)];
   write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(), f.labels.size() * 8);
   m.labels = hash_file(dir + "/labels.npy");
-  write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
-                 checksums.size() * 8);
+  write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(), checksums.size() * 8);
   m.checksums = hash_file(dir + "/checksums.npy");
   m.sources = write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
   m.skips = write_file_atomic(dir + "/skipped.jsonl", "", 0);

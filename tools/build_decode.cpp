@@ -40,9 +40,10 @@ void SampleDecoder::decode(Token* t) const {
                   t->pixels.data());
     t->ok = true;
   } else if (read_whole_file(e.path, t->file, t->reason)) {
-    DecodeResult d = ragged_ ? decode_image_ragged(t->file.data(), t->file.size(), dopt_,
-                                                   r.max_side, &t->pixels, &t->height, &t->width)
-                             : decode_image(t->file.data(), t->file.size(), dopt_, t->pixels.data());
+    DecodeResult d = ragged_
+                         ? decode_image_ragged(t->file.data(), t->file.size(), dopt_, r.max_side,
+                                               &t->pixels, &t->height, &t->width)
+                         : decode_image(t->file.data(), t->file.size(), dopt_, t->pixels.data());
     t->ok = d.ok;
     t->reason = d.reason;
   } else {

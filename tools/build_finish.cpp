@@ -60,8 +60,7 @@ Manifest finish_cache(const std::string& partial, const SourceListing& src, cons
   for (int64_t l : writer.labels()) ++m.class_counts[static_cast<size_t>(l)];
   m.shards = writer.shards();
   m.labels = write_npy(partial, "labels.npy", "<i8", writer.labels().data(), {m.count}, 8);
-  m.checksums =
-      write_npy(partial, "checksums.npy", "<u8", writer.checksums().data(), {m.count}, 8);
+  m.checksums = write_npy(partial, "checksums.npy", "<u8", writer.checksums().data(), {m.count}, 8);
   if (ragged) {
     m.index = write_npy(partial, "ragged-index.npy", "<i8", writer.ragged_index().data(),
                         {m.count, 3}, 8);

@@ -14,7 +14,6 @@ namespace dscache {
 // manifest.json last (a directory without it is not a cache) and syncs the directory. The
 // writer's shards must all be committed. Returns the manifest written.
 Manifest finish_cache(const std::string& partial, const SourceListing& src,
-                      const BuildRecipe& recipe, Storage storage, bool ragged,
-                      BuildWriter& writer);
+                      const BuildRecipe& recipe, Storage storage, bool ragged, BuildWriter& writer);
 
 }  // namespace dscache

@@ -35,8 +35,7 @@ std::string partial_dir_for(const std::string& output) {
   return (p.parent_path() / ("." + p.filename().string() + ".partial")).string();
 }
 
-bool check_output(const std::string& output, const std::string& partial, bool force,
-                  bool resume) {
+bool check_output(const std::string& output, const std::string& partial, bool force, bool resume) {
   const bool replace = path_exists(output);
   if (replace && !force) {
     throw OutputExistsError(ErrorKind::kInvalidArgument, output,

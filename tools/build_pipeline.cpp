@@ -74,8 +74,9 @@ BuildSummary run_build(const BuildOptions& opt) {
                  static_cast<unsigned long long>(writer.shard_count()));
   }
 
-  int threads = opt.threads > 0 ? opt.threads
-                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = opt.threads > 0
+                    ? opt.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const uint64_t end = src.entries.size();
   bool failed = false;  // --strict met a bad file
   std::string fail_source, fail_reason;
@@ -114,9 +115,9 @@ BuildSummary run_build(const BuildOptions& opt) {
   }
   if (writer.count() == 0) {
     fs::remove_all(partial);
-    throw Error(ErrorKind::kInvalidArgument, src.root,
-                "no sample could be decoded (" + std::to_string(writer.skipped()) +
-                    " entries skipped)");
+    throw Error(
+        ErrorKind::kInvalidArgument, src.root,
+        "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
   }
 
   const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, writer);

@@ -28,11 +28,11 @@ struct BuildOptions {
 };
 
 struct BuildSummary {
-  uint64_t count = 0;     // samples in the cache
-  uint64_t skipped = 0;   // source entries skipped
-  uint64_t resumed = 0;   // samples taken over from an interrupted build
-  double seconds = 0;     // wall time of this run
-  std::string output;     // absolute path of the cache
+  uint64_t count = 0;    // samples in the cache
+  uint64_t skipped = 0;  // source entries skipped
+  uint64_t resumed = 0;  // samples taken over from an interrupted build
+  double seconds = 0;    // wall time of this run
+  std::string output;    // absolute path of the cache
 };
 
 // --strict met a file it cannot decode. Nothing was kept.

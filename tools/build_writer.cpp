@@ -108,13 +108,12 @@ void BuildWriter::add_ragged(const Token& t, const SourceEntry& e) {
     commit_shard(t.index);  // this sample opens the next shard
   }
   if (!ragged_) {
-    ragged_ = RaggedShardWriter::create(storage_,
-                                        dir_ + "/" + shard_file_name(storage_, shard_index_),
-                                        shape_.channels, std::max(ragged_bytes_, bytes));
+    ragged_ =
+        RaggedShardWriter::create(storage_, dir_ + "/" + shard_file_name(storage_, shard_index_),
+                                  shape_.channels, std::max(ragged_bytes_, bytes));
   }
   uint64_t offset = ragged_->append(t.pixels.data(), t.height, t.width, e.label);
-  index_.insert(index_.end(),
-                {static_cast<int64_t>(offset), int64_t{t.height}, int64_t{t.width}});
+  index_.insert(index_.end(), {static_cast<int64_t>(offset), int64_t{t.height}, int64_t{t.width}});
   labels_.push_back(e.label);
   checksums_.push_back(t.checksum);
   sources_.push_back(e.name);

@@ -38,8 +38,8 @@ std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h) 
       ::close(fd);
       if (n < 0) throw_errno(path, "read");
       throw Error(ErrorKind::kCorruption, path,
-                  "truncated: holds " + std::to_string(h.data_offset + got) + " bytes, header needs " +
-                      std::to_string(h.data_offset + out.size()));
+                  "truncated: holds " + std::to_string(h.data_offset + got) +
+                      " bytes, header needs " + std::to_string(h.data_offset + out.size()));
     }
     got += static_cast<size_t>(n);
   }
@@ -50,9 +50,9 @@ std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h) 
 std::vector<uint8_t> read_npy_vector_2d(const std::string& path, uint64_t rows, uint64_t cols) {
   NpyHeader h = read_npy_header(path);
   if (h.descr != "<i8" || h.shape.size() != 2 || h.shape[0] != rows || h.shape[1] != cols) {
-    throw Error(ErrorKind::kCorruption, path,
-                "expected a (" + std::to_string(rows) + ", " + std::to_string(cols) +
-                    ") <i8 array");
+    throw Error(
+        ErrorKind::kCorruption, path,
+        "expected a (" + std::to_string(rows) + ", " + std::to_string(cols) + ") <i8 array");
   }
   return read_npy_data(path, h);
 }
@@ -129,9 +129,9 @@ std::vector<int64_t> CacheView::ragged_index() const {
 void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
                             uint32_t* width) {
   if (i >= m_.count) {
-    throw Error(ErrorKind::kInvalidArgument, dir_,
-                "sample " + std::to_string(i) + " out of range (count " +
-                    std::to_string(m_.count) + ")");
+    throw Error(
+        ErrorKind::kInvalidArgument, dir_,
+        "sample " + std::to_string(i) + " out of range (count " + std::to_string(m_.count) + ")");
   }
   const ShardEntry& s = shard_of(i);
   size_t k = static_cast<size_t>(&s - m_.shards.data());

@@ -24,9 +24,9 @@ void parse_size(const std::string& text, const std::string& option, uint32_t* he
                 uint32_t* width) {
   auto x = text.find_first_of("xX");
   uint64_t h = 0, w = 0;
-  bool ok = x == std::string::npos ? parse_u64(text, &h) && (w = h, true)
-                                   : parse_u64(text.substr(0, x), &h) &&
-                                         parse_u64(text.substr(x + 1), &w);
+  bool ok = x == std::string::npos
+                ? parse_u64(text, &h) && (w = h, true)
+                : parse_u64(text.substr(0, x), &h) && parse_u64(text.substr(x + 1), &w);
   if (!ok || h == 0 || w == 0 || h > 65535 || w > 65535) {
     throw UsageError(option + " '" + text + "': expected N or HxW with 1 <= N <= 65535");
   }
@@ -40,18 +40,25 @@ uint64_t parse_bytes(const std::string& text, const std::string& option) {
   uint64_t v = 0;
   std::string unit = text.substr(i);
   uint64_t mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1ull << 10;
-  else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
-  else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
-  else if (unit == "T" || unit == "TiB") mult = 1ull << 40;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k")
+    mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1ull << 30;
+  else if (unit == "T" || unit == "TiB")
+    mult = 1ull << 40;
   if (mult == 0 || !parse_u64(text.substr(0, i), &v) || v == 0 || v > (UINT64_MAX / mult)) {
-    throw UsageError(option + " '" + text + "': expected a positive byte count such as 1G, 512M, 65536");
+    throw UsageError(option + " '" + text +
+                     "': expected a positive byte count such as 1G, 512M, 65536");
   }
   return v * mult;
 }
 
-bool parse_cache_args(int argc, char** argv, const boost::program_options::options_description& desc,
+bool parse_cache_args(int argc, char** argv,
+                      const boost::program_options::options_description& desc,
                       const std::string& command, std::string* cache,
                       boost::program_options::variables_map* vm) {
   namespace po = boost::program_options;

@@ -1,8 +1,8 @@
 // Small helpers shared by the subcommands: option parsing of sizes and byte counts.
 #pragma once
 
-#include <cstdint>
 #include <boost/program_options.hpp>
+#include <cstdint>
 
 #include <stdexcept>
 #include <string>
@@ -18,7 +18,8 @@ class UsageError : public std::runtime_error {
 // Parses a subcommand that takes one positional CACHE plus the options in `desc`. Returns
 // false when --help was asked for (the help is then printed). Throws po::error or UsageError
 // (no CACHE, naming `command`).
-bool parse_cache_args(int argc, char** argv, const boost::program_options::options_description& desc,
+bool parse_cache_args(int argc, char** argv,
+                      const boost::program_options::options_description& desc,
                       const std::string& command, std::string* cache,
                       boost::program_options::variables_map* vm);
 

@@ -1,9 +1,9 @@
 // `dscache bench CACHE [--source DIR] [--json]`: measures serving speed in one run.
 #include <boost/program_options.hpp>
 
-#include <opencv2/core.hpp>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
+#include <opencv2/core.hpp>
 
 #include <unistd.h>
 
@@ -23,11 +23,11 @@
 #include "commands.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
+#include "dscache/ingest/source_decoder.h"
+#include "dscache/ingest/source_list.h"
 #include "dscache/lazy_cache.h"
 #include "dscache/loader.h"
 #include "dscache/sampler.h"
-#include "dscache/ingest/source_decoder.h"
-#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -97,16 +97,15 @@ int cmd_bench(int argc, char** argv) {
   uint32_t batch = 256;
   double seconds = 2.0;
   uint64_t decode_samples = 3000;
-  desc.add_options()
-      ("help,h", "show this help")
-      ("source", po::value(&source), "source root (default: the one recorded in the manifest)")
-      ("threads", po::value(&threads)->default_value(0), "threads for 'all' rows (0 = all cores)")
-      ("batch", po::value(&batch)->default_value(256), "Loader batch size")
-      ("seconds", po::value(&seconds)->default_value(2.0), "minimum time per Loader row")
-      ("decode-samples", po::value(&decode_samples)->default_value(3000),
-       "samples decoded for the per-sample decode row (and the lazy cache's passes)")
-      ("lazy-file", po::value(&lazy_file), "lazy cache file (default: a temp file, removed)")
-      ("json", "machine-readable output");
+  desc.add_options()("help,h", "show this help")(
+      "source", po::value(&source), "source root (default: the one recorded in the manifest)")(
+      "threads", po::value(&threads)->default_value(0), "threads for 'all' rows (0 = all cores)")(
+      "batch", po::value(&batch)->default_value(256), "Loader batch size")(
+      "seconds", po::value(&seconds)->default_value(2.0), "minimum time per Loader row")(
+      "decode-samples", po::value(&decode_samples)->default_value(3000),
+      "samples decoded for the per-sample decode row (and the lazy cache's passes)")(
+      "lazy-file", po::value(&lazy_file), "lazy cache file (default: a temp file, removed)")(
+      "json", "machine-readable output");
   po::variables_map vm;
   try {
     if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return kExitOk;
@@ -154,31 +153,32 @@ int cmd_bench(int argc, char** argv) {
     // nothing else: no threads handing batches over, no labels).
     std::vector<uint64_t> shuffled = epoch_order(n, SamplerOptions{}, 1, 0);
     for (bool random_order : {false, true})
-    for (int t : {1, all_threads}) {
-      if (t == 1 && all_threads == 1 && !rows.empty()) break;
-      std::atomic<uint64_t> copied{0};
-      auto t0 = Clock::now();
-      tbb::task_arena arena(t);
-      do {
-        arena.execute([&] {
-          tbb::parallel_for(tbb::blocked_range<uint64_t>(0, n, std::max<uint64_t>(1, n / t)),
-                            [&](const tbb::blocked_range<uint64_t>& r) {
-            thread_local std::vector<uint8_t> buf;
-            buf.resize(size_t{ring_batches} * batch * sb / static_cast<size_t>(t));
-            const uint64_t slots = std::max<uint64_t>(1, buf.size() / sb);
-            uint64_t k = 0;
-            for (uint64_t i = r.begin(); i != r.end(); ++i) {
-              const uint64_t src = random_order ? shuffled[i] : i;
-              std::memcpy(buf.data() + (k++ % slots) * sb, cache->view(src).data, sb);
-            }
-            copied += r.size();
+      for (int t : {1, all_threads}) {
+        if (t == 1 && all_threads == 1 && !rows.empty()) break;
+        std::atomic<uint64_t> copied{0};
+        auto t0 = Clock::now();
+        tbb::task_arena arena(t);
+        do {
+          arena.execute([&] {
+            tbb::parallel_for(
+                tbb::blocked_range<uint64_t>(0, n, std::max<uint64_t>(1, n / t)),
+                [&](const tbb::blocked_range<uint64_t>& r) {
+                  thread_local std::vector<uint8_t> buf;
+                  buf.resize(size_t{ring_batches} * batch * sb / static_cast<size_t>(t));
+                  const uint64_t slots = std::max<uint64_t>(1, buf.size() / sb);
+                  uint64_t k = 0;
+                  for (uint64_t i = r.begin(); i != r.end(); ++i) {
+                    const uint64_t src = random_order ? shuffled[i] : i;
+                    std::memcpy(buf.data() + (k++ % slots) * sb, cache->view(src).data, sb);
+                  }
+                  copied += r.size();
+                });
           });
-        });
-      } while (seconds_since(t0) < seconds);
-      double s = seconds_since(t0);
-      rows.push_back({random_order ? "memcpy, shuffled order" : "memcpy ceiling", t, copied / s,
-                      copied * double(sb) / s / 1e9});
-    }
+        } while (seconds_since(t0) < seconds);
+        double s = seconds_since(t0);
+        rows.push_back({random_order ? "memcpy, shuffled order" : "memcpy ceiling", t, copied / s,
+                        copied * double(sb) / s / 1e9});
+      }
 
     // The Loader: global and windowed shuffle at 1 worker and all.
     LoaderOptions lo;
@@ -194,7 +194,8 @@ int cmd_bench(int argc, char** argv) {
         lo.workers = static_cast<uint32_t>(t);
         Loader loader(cache, lo);
         double sps = run_epochs(loader, seconds, nullptr);
-        std::string name = sh == Shuffle::kGlobal ? "loader, global shuffle" : "loader, windowed shuffle";
+        std::string name =
+            sh == Shuffle::kGlobal ? "loader, global shuffle" : "loader, windowed shuffle";
         rows.push_back({name, t, sps, sps * sb / 1e9});
         if (sh == Shuffle::kGlobal && t == all_threads) {
           loader_sps = sps;
@@ -231,12 +232,12 @@ int cmd_bench(int argc, char** argv) {
       arena.execute([&] {
         tbb::parallel_for(tbb::blocked_range<uint64_t>(0, k, 16),
                           [&](const tbb::blocked_range<uint64_t>& r) {
-          std::vector<uint8_t> out(sb);
-          std::string reason;
-          for (uint64_t i = r.begin(); i != r.end(); ++i) {
-            if (!decode_into(i, out.data(), &reason)) ++failed;
-          }
-        });
+                            std::vector<uint8_t> out(sb);
+                            std::string reason;
+                            for (uint64_t i = r.begin(); i != r.end(); ++i) {
+                              if (!decode_into(i, out.data(), &reason)) ++failed;
+                            }
+                          });
       });
       decode_sps = k / seconds_since(t0);
       if (failed > 0) {
@@ -259,10 +260,8 @@ int cmd_bench(int argc, char** argv) {
       for (uint64_t i = 0; i < k; ++i) labels[i] = cache->label(i);
       LazyCacheOptions lzo;
       lzo.source_digest = m.source.digest;
-      auto lazy = LazyCache::open(
-          path, k, SampleShape{m.height, m.width, m.channels}, labels,
-          decode_into,
-          lzo);
+      auto lazy = LazyCache::open(path, k, SampleShape{m.height, m.width, m.channels}, labels,
+                                  decode_into, lzo);
       LoaderOptions llo = lo;
       llo.sampler.shuffle = Shuffle::kGlobal;
       llo.workers = static_cast<uint32_t>(all_threads);
@@ -290,7 +289,9 @@ int cmd_bench(int argc, char** argv) {
     if (as_json) {
       json jr = json::array();
       for (const Row& r : rows) {
-        jr.push_back({{"name", r.name}, {"threads", r.threads}, {"samples_per_s", r.samples_per_s},
+        jr.push_back({{"name", r.name},
+                      {"threads", r.threads},
+                      {"samples_per_s", r.samples_per_s},
                       {"gbps", r.gbps}});
       }
       json out{{"cache", dir},
@@ -324,9 +325,10 @@ int cmd_bench(int argc, char** argv) {
         std::printf("%-28s %7d %14.0f %9.3f %9.2fx\n", r.name.c_str(), r.threads, r.samples_per_s,
                     r.gbps, memcpy_gbps > 0 ? r.gbps / memcpy_gbps : 0.0);
       }
-      std::printf("RSS anon: %.1f MiB before the loaders, %.1f MiB after (buffers %.1f MiB); "
-                  "RSS file (mapped cache pages): %.1f MiB\n",
-                  rss_before.anon_mib, rss_after.anon_mib, buffers_mib, rss_after.file_mib);
+      std::printf(
+          "RSS anon: %.1f MiB before the loaders, %.1f MiB after (buffers %.1f MiB); "
+          "RSS file (mapped cache pages): %.1f MiB\n",
+          rss_before.anon_mib, rss_after.anon_mib, buffers_mib, rss_after.file_mib);
       if (!decode_note.empty()) std::printf("note: %s\n", decode_note.c_str());
     }
     return kExitOk;

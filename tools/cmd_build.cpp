@@ -36,28 +36,27 @@ int cmd_build(int argc, char** argv) {
   std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed";
   BuildOptions opt;
   uint32_t channels = 3;
-  desc.add_options()
-      ("help,h", "show this help")
-      ("size", po::value(&size), "output size: N (square) or HxW; required unless idx")
-      ("resize", po::value(&resize)->default_value("crop"),
-       "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")
-      ("channels", po::value(&channels), "3 (RGB, default) or 1 (grey; default for idx)")
-      ("storage", po::value(&storage)->default_value("npy"), "shard format: npy or hdf5")
-      ("layout", po::value(&layout)->default_value("fixed"),
-       "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")
-      ("max-side", po::value(&opt.recipe.max_side), "ragged: limit on the shorter side")
-      ("shard-size", po::value(&shard_size)->default_value("1G"),
-       "cap on image bytes per shard (K, M, G suffixes)")
-      ("threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")
-      ("max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
-       "skip images whose header claims more pixels")
-      ("no-reduced-decode", "always decode JPEGs at full size before resizing")
-      ("labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")
-      ("classes", po::value(&classes), "comma-separated class names for integer labels")
-      ("strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")
-      ("force", "replace an existing cache at OUTPUT / discard an interrupted build")
-      ("resume", "continue an interrupted build of OUTPUT from its finished shards")
-      ("quiet,q", "no progress output");
+  desc.add_options()("help,h", "show this help")(
+      "size", po::value(&size), "output size: N (square) or HxW; required unless idx")(
+      "resize", po::value(&resize)->default_value("crop"),
+      "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")(
+      "channels", po::value(&channels), "3 (RGB, default) or 1 (grey; default for idx)")(
+      "storage", po::value(&storage)->default_value("npy"), "shard format: npy or hdf5")(
+      "layout", po::value(&layout)->default_value("fixed"),
+      "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")(
+      "max-side", po::value(&opt.recipe.max_side), "ragged: limit on the shorter side")(
+      "shard-size", po::value(&shard_size)->default_value("1G"),
+      "cap on image bytes per shard (K, M, G suffixes)")(
+      "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
+      "max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
+      "skip images whose header claims more pixels")(
+      "no-reduced-decode", "always decode JPEGs at full size before resizing")(
+      "labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")(
+      "classes", po::value(&classes), "comma-separated class names for integer labels")(
+      "strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")(
+      "force", "replace an existing cache at OUTPUT / discard an interrupted build")(
+      "resume", "continue an interrupted build of OUTPUT from its finished shards")(
+      "quiet,q", "no progress output");
   po::options_description hidden;
   hidden.add_options()("source", po::value(&opt.source))("output", po::value(&opt.output));
   po::options_description all;
@@ -137,9 +136,8 @@ int cmd_build(int argc, char** argv) {
     BuildSummary s = run_build(opt);
     std::printf("built %llu samples (%llu skipped%s) in %.1f s, %.0f images/s -> %s\n",
                 static_cast<unsigned long long>(s.count),
-                static_cast<unsigned long long>(s.skipped),
-                s.skipped ? ", see skipped.jsonl" : "", s.seconds,
-                s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
+                static_cast<unsigned long long>(s.skipped), s.skipped ? ", see skipped.jsonl" : "",
+                s.seconds, s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
                 s.output.c_str());
     return kExitOk;
   } catch (const BadSourceError& e) {

@@ -48,12 +48,19 @@ json summary_json(CacheView& c) {
       {"skipped", m.skipped},
       {"skips", skips},
       {"source",
-       {{"kind", m.source.kind}, {"root", m.source.root}, {"labels", m.source.labels},
-        {"entries", m.source.entries}, {"digest", hex64(m.source.digest)}}},
+       {{"kind", m.source.kind},
+        {"root", m.source.root},
+        {"labels", m.source.labels},
+        {"entries", m.source.entries},
+        {"digest", hex64(m.source.digest)}}},
       {"recipe",
-       {{"height", m.recipe.height}, {"width", m.recipe.width}, {"channels", m.recipe.channels},
-        {"resize", to_string(m.recipe.resize)}, {"reduced_decode", m.recipe.reduced_decode},
-        {"max_pixels", m.recipe.max_pixels}, {"shard_bytes", m.recipe.shard_bytes},
+       {{"height", m.recipe.height},
+        {"width", m.recipe.width},
+        {"channels", m.recipe.channels},
+        {"resize", to_string(m.recipe.resize)},
+        {"reduced_decode", m.recipe.reduced_decode},
+        {"max_pixels", m.recipe.max_pixels},
+        {"shard_bytes", m.recipe.shard_bytes},
         {"max_side", m.recipe.max_side}}},
       {"tool_version", m.tool_version},
       {"created_utc", m.created_utc},
@@ -139,7 +146,8 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
   int rows = static_cast<int>((n + cols - 1) / cols);
   // Ragged samples are fitted into 128x128 cells; fixed ones are scaled up to at least 96 px.
   const bool ragged = m.layout == Layout::kRagged;
-  int scale = ragged ? 1 : std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
+  int scale =
+      ragged ? 1 : std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
   int cw = ragged ? 128 : static_cast<int>(m.width) * scale;
   int ch = ragged ? 128 : static_cast<int>(m.height) * scale;
   int strip = 16, pad = 4;
@@ -153,7 +161,8 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
     int y = pad + static_cast<int>(k / cols) * (ch + strip + pad);
     if (ragged) {
       double s = std::min(double(cw) / img.cols, double(ch) / img.rows);
-      int w = std::max(1, static_cast<int>(img.cols * s)), h = std::max(1, static_cast<int>(img.rows * s));
+      int w = std::max(1, static_cast<int>(img.cols * s)),
+          h = std::max(1, static_cast<int>(img.rows * s));
       cv::Mat fit;
       cv::resize(img, fit, cv::Size(w, h), 0, 0, s < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
       fit.copyTo(sheet(cv::Rect(x + (cw - w) / 2, y + (ch - h) / 2, w, h)));
@@ -165,7 +174,8 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
     std::string text = m.classes.at(static_cast<size_t>(labels[i]));
     double fs = 0.4;
     int base = 0;
-    while (text.size() > 1 && cv::getTextSize(text, cv::FONT_HERSHEY_SIMPLEX, fs, 1, &base).width > cw) {
+    while (text.size() > 1 &&
+           cv::getTextSize(text, cv::FONT_HERSHEY_SIMPLEX, fs, 1, &base).width > cw) {
       text.pop_back();
     }
     cv::putText(sheet, text, cv::Point(x + 1, y + ch + 12), cv::FONT_HERSHEY_SIMPLEX, fs,
@@ -178,24 +188,25 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
 
 int cmd_inspect(int argc, char** argv) {
   po::options_description desc(
-      "Usage: dscache inspect CACHE [options]\n\nSummarize a cache, or show its samples.\n\nOptions");
+      "Usage: dscache inspect CACHE [options]\n\nSummarize a cache, or show its "
+      "samples.\n\nOptions");
   std::string dir, out;
   int64_t sample = -1, grid = 0;
-  desc.add_options()
-      ("help,h", "show this help")
-      ("json", "machine-readable output")
-      ("sample", po::value(&sample), "print sample I's label and source (with --out: write it)")
-      ("grid", po::value(&grid), "with --out: write a contact sheet of N samples")
-      ("out", po::value(&out), "PNG file for --sample or --grid");
+  desc.add_options()("help,h", "show this help")("json", "machine-readable output")(
+      "sample", po::value(&sample), "print sample I's label and source (with --out: write it)")(
+      "grid", po::value(&grid), "with --out: write a contact sheet of N samples")(
+      "out", po::value(&out), "PNG file for --sample or --grid");
   bool as_json = false;
   try {
     po::variables_map vm;
     if (!parse_cache_args(argc, argv, desc, "inspect", &dir, &vm)) return kExitOk;
     as_json = vm.count("json") > 0;
     if (vm.count("sample") && sample < 0) throw UsageError("--sample must be >= 0");
-    if (vm.count("grid") && (grid <= 0 || grid > 10000)) throw UsageError("--grid must be 1..10000");
+    if (vm.count("grid") && (grid <= 0 || grid > 10000))
+      throw UsageError("--grid must be 1..10000");
     if (vm.count("grid") && out.empty()) throw UsageError("--grid needs --out FILE.png");
-    if (vm.count("grid") && vm.count("sample")) throw UsageError("use --sample or --grid, not both");
+    if (vm.count("grid") && vm.count("sample"))
+      throw UsageError("use --sample or --grid, not both");
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache inspect: %s\n", e.what());
     return kExitUsage;
@@ -219,7 +230,10 @@ int cmd_inspect(int argc, char** argv) {
       const std::string& cls = m.classes.at(static_cast<size_t>(labels[i]));
       if (!out.empty()) write_png(out, sample_image(c, i));
       if (as_json) {
-        json j{{"index", i}, {"label", labels[i]}, {"class", cls}, {"source", sources[i]},
+        json j{{"index", i},
+               {"label", labels[i]},
+               {"class", cls},
+               {"source", sources[i]},
                {"shard", c.shard_of(i).file}};
         if (!out.empty()) j["out"] = out;
         std::printf("%s\n", j.dump(2).c_str());

@@ -1,9 +1,9 @@
 // `dscache verify CACHE [--source] [--json] [--threads N]`
 #include <boost/program_options.hpp>
 
-#include <opencv2/core.hpp>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
+#include <opencv2/core.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -26,8 +26,8 @@ using json = nlohmann::json;
 namespace {
 
 struct Problem {
-  std::string file;      // cache file (or source path) concerned
-  int64_t sample = -1;   // sample index, or -1 for a whole file
+  std::string file;     // cache file (or source path) concerned
+  int64_t sample = -1;  // sample index, or -1 for a whole file
   std::string reason;
 };
 
@@ -53,8 +53,9 @@ class Checker {
       return false;
     }
     if (actual.bytes != bytes) {
-      add(name, -1, "size is " + std::to_string(actual.bytes) + " bytes, manifest says " +
-                        std::to_string(bytes));
+      add(name, -1,
+          "size is " + std::to_string(actual.bytes) + " bytes, manifest says " +
+              std::to_string(bytes));
       return false;
     }
     if (actual.xxh64 != hash) add(name, -1, "file checksum differs from the manifest");
@@ -103,8 +104,9 @@ class Checker {
         continue;
       }
       if (loc.count != s.count) {
-        add(s.file, -1, "holds " + std::to_string(loc.count) + " samples, manifest says " +
-                            std::to_string(s.count));
+        add(s.file, -1,
+            "holds " + std::to_string(loc.count) + " samples, manifest says " +
+                std::to_string(s.count));
         continue;
       }
       if (sums.empty() && m_.count > 0) continue;  // nothing to compare samples against
@@ -146,9 +148,9 @@ class Checker {
       }
       for (uint64_t i = s.first; i < s.first + s.count; ++i) {
         const int64_t* row = &index[3 * i];
-        uint64_t bytes = row[1] > 0 && row[2] > 0
-                             ? static_cast<uint64_t>(row[1]) * static_cast<uint64_t>(row[2]) * m_.channels
-                             : 0;
+        uint64_t bytes = row[1] > 0 && row[2] > 0 ? static_cast<uint64_t>(row[1]) *
+                                                        static_cast<uint64_t>(row[2]) * m_.channels
+                                                  : 0;
         if (row[0] < 0 || bytes == 0 || static_cast<uint64_t>(row[0]) + bytes > loc.count) {
           add(m_.index.file, static_cast<int64_t>(i), "index row points outside " + s.file);
           continue;
@@ -186,17 +188,18 @@ class Checker {
     arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
                         [&](const tbb::blocked_range<uint64_t>& r) {
-        std::vector<uint8_t> pixels;
-        std::string reason;
-        for (uint64_t i = r.begin(); i != r.end(); ++i) {
-          if (!dec->decode(i, &pixels, &reason)) {
-            add(dec->path(i), static_cast<int64_t>(i), "source no longer decodes: " + reason);
-          } else if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
-            add(dec->path(i), static_cast<int64_t>(i),
-                "source decodes to different pixels than stored");
-          }
-        }
-      });
+                          std::vector<uint8_t> pixels;
+                          std::string reason;
+                          for (uint64_t i = r.begin(); i != r.end(); ++i) {
+                            if (!dec->decode(i, &pixels, &reason)) {
+                              add(dec->path(i), static_cast<int64_t>(i),
+                                  "source no longer decodes: " + reason);
+                            } else if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
+                              add(dec->path(i), static_cast<int64_t>(i),
+                                  "source decodes to different pixels than stored");
+                            }
+                          }
+                        });
     });
   }
 
@@ -214,11 +217,10 @@ int cmd_verify(int argc, char** argv) {
       "Check every file and every sample checksum against the manifest.\n\nOptions");
   std::string dir;
   int threads = 0;
-  desc.add_options()
-      ("help,h", "show this help")
-      ("source", "also re-decode the source files and compare with the stored samples")
-      ("threads", po::value(&threads)->default_value(0), "decode threads for --source (0 = all)")
-      ("json", "machine-readable output");
+  desc.add_options()("help,h", "show this help")(
+      "source", "also re-decode the source files and compare with the stored samples")(
+      "threads", po::value(&threads)->default_value(0), "decode threads for --source (0 = all)")(
+      "json", "machine-readable output");
   po::variables_map vm;
   try {
     if (!parse_cache_args(argc, argv, desc, "verify", &dir, &vm)) return kExitOk;

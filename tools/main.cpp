@@ -8,14 +8,15 @@
 namespace {
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: dscache <command> [options]\n\n"
-               "commands:\n"
-               "  build SOURCE OUTPUT   decode a dataset once into npy/HDF5 shards\n"
-               "  inspect CACHE         summarize a cache; show or export samples\n"
-               "  verify CACHE          check every file and sample checksum\n"
-               "  bench CACHE           measure serving speed against memcpy and per-sample decode\n\n"
-               "'dscache <command> --help' shows a command's options.\n");
+  std::fprintf(
+      out,
+      "usage: dscache <command> [options]\n\n"
+      "commands:\n"
+      "  build SOURCE OUTPUT   decode a dataset once into npy/HDF5 shards\n"
+      "  inspect CACHE         summarize a cache; show or export samples\n"
+      "  verify CACHE          check every file and sample checksum\n"
+      "  bench CACHE           measure serving speed against memcpy and per-sample decode\n\n"
+      "'dscache <command> --help' shows a command's options.\n");
 }
 
 }  // namespace

@@ -57,16 +57,18 @@ IdxImages read_idx_images(const std::string& path) {
   if (be32(data.data()) != 0x00000803) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%08x", be32(data.data()));
-    throw Error(ErrorKind::kCorruption, path,
-                std::string("not an idx3 ubyte images file (magic ") + hex + ", expected 0x00000803)");
+    throw Error(
+        ErrorKind::kCorruption, path,
+        std::string("not an idx3 ubyte images file (magic ") + hex + ", expected 0x00000803)");
   }
   IdxImages img;
   img.count = be32(data.data() + 4);
   img.rows = be32(data.data() + 8);
   img.cols = be32(data.data() + 12);
   if (img.rows == 0 || img.cols == 0 || img.rows > 65536 || img.cols > 65536) {
-    throw Error(ErrorKind::kCorruption, path,
-                "implausible image size " + std::to_string(img.rows) + "x" + std::to_string(img.cols));
+    throw Error(
+        ErrorKind::kCorruption, path,
+        "implausible image size " + std::to_string(img.rows) + "x" + std::to_string(img.cols));
   }
   uint64_t need = uint64_t{img.count} * img.rows * img.cols;
   if (data.size() - 16 != need) {

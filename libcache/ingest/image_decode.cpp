@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -60,8 +60,10 @@ Plan plan_resize(uint64_t w, uint64_t h, const DecodeOptions& opt) {
       break;
     case ResizePolicy::kCrop: {  // cover the target, then cut the middle out
       double s = std::max(double(th) / double(h), double(tw) / double(w));
-      p.new_w = static_cast<int>(std::max<double>(tw, std::min<double>(INT_MAX, std::round(w * s))));
-      p.new_h = static_cast<int>(std::max<double>(th, std::min<double>(INT_MAX, std::round(h * s))));
+      p.new_w =
+          static_cast<int>(std::max<double>(tw, std::min<double>(INT_MAX, std::round(w * s))));
+      p.new_h =
+          static_cast<int>(std::max<double>(th, std::min<double>(INT_MAX, std::round(h * s))));
       p.src_roi = cv::Rect((p.new_w - tw) / 2, (p.new_h - th) / 2, tw, th);
       p.dst_roi = cv::Rect(0, 0, tw, th);
       break;
@@ -99,10 +101,14 @@ int choose_reduction(uint32_t w, uint32_t h, const DecodeOptions& opt) {
 int imread_flags(uint32_t channels, int reduction) {
   const bool color = channels == 3;
   switch (reduction) {
-    case 2: return color ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_REDUCED_GRAYSCALE_2;
-    case 4: return color ? cv::IMREAD_REDUCED_COLOR_4 : cv::IMREAD_REDUCED_GRAYSCALE_4;
-    case 8: return color ? cv::IMREAD_REDUCED_COLOR_8 : cv::IMREAD_REDUCED_GRAYSCALE_8;
-    default: return color ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE;
+    case 2:
+      return color ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_REDUCED_GRAYSCALE_2;
+    case 4:
+      return color ? cv::IMREAD_REDUCED_COLOR_4 : cv::IMREAD_REDUCED_GRAYSCALE_4;
+    case 8:
+      return color ? cv::IMREAD_REDUCED_COLOR_8 : cv::IMREAD_REDUCED_GRAYSCALE_8;
+    default:
+      return color ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE;
   }
 }
 
@@ -177,8 +183,8 @@ bool jpeg_has_eoi(const uint8_t* d, size_t n) {
       ++p;
       continue;
     }
-    if (m == 0xD9) return true;                      // EOI before any scan
-    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {     // markers without a length
+    if (m == 0xD9) return true;                   // EOI before any scan
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // markers without a length
       p += 2;
       continue;
     }
@@ -237,8 +243,8 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   }
 #endif
   if (size > size_t{INT_MAX}) {
-    r.reason = "file is " + std::to_string(size) + " bytes, over the " +
-               std::to_string(INT_MAX) + " OpenCV can decode from memory";
+    r.reason = "file is " + std::to_string(size) + " bytes, over the " + std::to_string(INT_MAX) +
+               " OpenCV can decode from memory";
     return r;
   }
   if (hdr.format == ImageFormat::kJpeg && opt.reduced_decode && hdr.dims_known) {
@@ -267,8 +273,8 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
     if (!r.reason.empty()) return r;
   }
   if (img->type() != CV_8UC(static_cast<int>(opt.channels))) {
-    r.reason = "OpenCV decoded " + fmt + " to an unexpected pixel type " +
-               cv::typeToString(img->type());
+    r.reason =
+        "OpenCV decoded " + fmt + " to an unexpected pixel type " + cv::typeToString(img->type());
     return r;
   }
   r.ok = true;
@@ -302,8 +308,8 @@ void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* ou
     return;
   }
   const double s = double(max_side) / double(shorter);
-  *out_h = src_h == shorter ? max_side
-                            : static_cast<uint32_t>(std::max(1.0, std::round(src_h * s)));
+  *out_h =
+      src_h == shorter ? max_side : static_cast<uint32_t>(std::max(1.0, std::round(src_h * s)));
   *out_w = src_w == shorter && src_h != shorter
                ? max_side
                : static_cast<uint32_t>(std::max(1.0, std::round(src_w * s)));

@@ -36,14 +36,13 @@ class Bytes {
   }
   bool le32(size_t pos, uint32_t* v) const {
     if (!has(pos, 4)) return false;
-    *v = uint32_t{data_[pos]} | (uint32_t{data_[pos + 1]} << 8) |
-         (uint32_t{data_[pos + 2]} << 16) | (uint32_t{data_[pos + 3]} << 24);
+    *v = uint32_t{data_[pos]} | (uint32_t{data_[pos + 1]} << 8) | (uint32_t{data_[pos + 2]} << 16) |
+         (uint32_t{data_[pos + 3]} << 24);
     return true;
   }
   bool le24(size_t pos, uint32_t* v) const {
     if (!has(pos, 3)) return false;
-    *v = uint32_t{data_[pos]} | (uint32_t{data_[pos + 1]} << 8) |
-         (uint32_t{data_[pos + 2]} << 16);
+    *v = uint32_t{data_[pos]} | (uint32_t{data_[pos + 1]} << 8) | (uint32_t{data_[pos + 2]} << 16);
     return true;
   }
 
@@ -76,8 +75,8 @@ bool jpeg_dims(const Bytes& b, ImageHeaderInfo* info) {
     if (marker == 0xD9 || marker == 0xDA) return false;                  // EOI, SOS
     uint32_t len = 0;
     if (!b.be16(pos, &len) || len < 2) return false;
-    bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
-               marker != 0xCC;
+    bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (sof) {
       uint32_t h = 0, w = 0;
       if (len < 7 || !b.be16(pos + 3, &h) || !b.be16(pos + 5, &w)) return false;
@@ -241,18 +240,30 @@ bool sunraster_dims(const Bytes& b, ImageHeaderInfo* info) {
 
 const char* to_string(ImageFormat f) {
   switch (f) {
-    case ImageFormat::kUnknown: return "unknown";
-    case ImageFormat::kJpeg: return "jpeg";
-    case ImageFormat::kPng: return "png";
-    case ImageFormat::kGif: return "gif";
-    case ImageFormat::kBmp: return "bmp";
-    case ImageFormat::kTiff: return "tiff";
-    case ImageFormat::kWebp: return "webp";
-    case ImageFormat::kPnm: return "pnm";
-    case ImageFormat::kJpeg2000: return "jpeg2000";
-    case ImageFormat::kHdr: return "hdr";
-    case ImageFormat::kSunRaster: return "sunraster";
-    case ImageFormat::kOpenExr: return "openexr";
+    case ImageFormat::kUnknown:
+      return "unknown";
+    case ImageFormat::kJpeg:
+      return "jpeg";
+    case ImageFormat::kPng:
+      return "png";
+    case ImageFormat::kGif:
+      return "gif";
+    case ImageFormat::kBmp:
+      return "bmp";
+    case ImageFormat::kTiff:
+      return "tiff";
+    case ImageFormat::kWebp:
+      return "webp";
+    case ImageFormat::kPnm:
+      return "pnm";
+    case ImageFormat::kJpeg2000:
+      return "jpeg2000";
+    case ImageFormat::kHdr:
+      return "hdr";
+    case ImageFormat::kSunRaster:
+      return "sunraster";
+    case ImageFormat::kOpenExr:
+      return "openexr";
   }
   return "unknown";
 }
@@ -279,8 +290,7 @@ ImageFormat sniff_format(const uint8_t* data, size_t size) {
     uint8_t c = b.u8(2);
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '#') return ImageFormat::kPnm;
   }
-  if (b.starts(0, "\xFF\x4F\xFF\x51", 4) ||
-      b.starts(0, "\x00\x00\x00\x0CjP  \r\n\x87\n", 12)) {
+  if (b.starts(0, "\xFF\x4F\xFF\x51", 4) || b.starts(0, "\x00\x00\x00\x0CjP  \r\n\x87\n", 12)) {
     return ImageFormat::kJpeg2000;
   }
   if (b.starts(0, "#?RADIANCE", 10) || b.starts(0, "#?RGBE", 6)) return ImageFormat::kHdr;
@@ -296,16 +306,35 @@ ImageHeaderInfo read_image_header(const uint8_t* data, size_t size) {
   Bytes b(data, size);
   bool ok = false;
   switch (info.format) {
-    case ImageFormat::kJpeg: ok = jpeg_dims(b, &info); break;
-    case ImageFormat::kPng: ok = png_dims(b, &info); break;
-    case ImageFormat::kGif: ok = gif_dims(b, &info); break;
-    case ImageFormat::kBmp: ok = bmp_dims(b, &info); break;
-    case ImageFormat::kTiff: ok = tiff_dims(b, &info); break;
-    case ImageFormat::kWebp: ok = webp_dims(b, &info); break;
-    case ImageFormat::kPnm: ok = pnm_dims(b, &info); break;
-    case ImageFormat::kJpeg2000: ok = jpeg2000_dims(b, &info); break;
-    case ImageFormat::kSunRaster: ok = sunraster_dims(b, &info); break;
-    default: break;
+    case ImageFormat::kJpeg:
+      ok = jpeg_dims(b, &info);
+      break;
+    case ImageFormat::kPng:
+      ok = png_dims(b, &info);
+      break;
+    case ImageFormat::kGif:
+      ok = gif_dims(b, &info);
+      break;
+    case ImageFormat::kBmp:
+      ok = bmp_dims(b, &info);
+      break;
+    case ImageFormat::kTiff:
+      ok = tiff_dims(b, &info);
+      break;
+    case ImageFormat::kWebp:
+      ok = webp_dims(b, &info);
+      break;
+    case ImageFormat::kPnm:
+      ok = pnm_dims(b, &info);
+      break;
+    case ImageFormat::kJpeg2000:
+      ok = jpeg2000_dims(b, &info);
+      break;
+    case ImageFormat::kSunRaster:
+      ok = sunraster_dims(b, &info);
+      break;
+    default:
+      break;
   }
   if (!ok) {
     info.width = info.height = 0;

@@ -43,7 +43,8 @@ FileStat stat_follow(const std::string& path) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::vector<std::string> sorted_children(const std::string& dir) {
@@ -133,8 +134,9 @@ SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
                 "no class folders: expected one sub-folder per class");
   }
   if (!opt.class_names.empty()) {
-    throw Error(ErrorKind::kInvalidArgument, root,
-                "--classes applies to list and idx sources; a folder's classes are its sub-folders");
+    throw Error(
+        ErrorKind::kInvalidArgument, root,
+        "--classes applies to list and idx sources; a folder's classes are its sub-folders");
   }
   return out;
 }
@@ -235,7 +237,8 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
       for (auto& r : rows) names.insert(r.second);
       out.classes.assign(names.begin(), names.end());
     }
-    for (size_t i = 0; i < out.classes.size(); ++i) by_name[out.classes[i]] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < out.classes.size(); ++i)
+      by_name[out.classes[i]] = static_cast<int64_t>(i);
   }
   for (auto& [p, l] : rows) {
     SourceEntry e;
@@ -246,7 +249,8 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     } else {
       auto it = by_name.find(l);
       if (it == by_name.end()) {
-        throw Error(ErrorKind::kInvalidArgument, list_path, "label '" + l + "' is not in --classes");
+        throw Error(ErrorKind::kInvalidArgument, list_path,
+                    "label '" + l + "' is not in --classes");
       }
       e.label = it->second;
     }
@@ -262,11 +266,12 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
   SourceListing out;
   out.kind = "idx";
   out.root = images_path;
-  out.labels_path = opt.labels_file.empty() ? idx_labels_sibling(images_path)
-                                            : absolute_path(opt.labels_file);
+  out.labels_path =
+      opt.labels_file.empty() ? idx_labels_sibling(images_path) : absolute_path(opt.labels_file);
   if (out.labels_path.empty()) {
-    throw Error(ErrorKind::kNotFound, images_path,
-                "no labels file beside it (expected ...-labels-idx1-ubyte[.gz]); pass --labels FILE");
+    throw Error(
+        ErrorKind::kNotFound, images_path,
+        "no labels file beside it (expected ...-labels-idx1-ubyte[.gz]); pass --labels FILE");
   }
   auto images = std::make_shared<IdxImages>(read_idx_images(images_path));
   auto labels = read_idx_labels(out.labels_path);

@@ -24,8 +24,6 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-
-
 }  // namespace
 
 struct AtomicFile::HashState {

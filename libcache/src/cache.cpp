@@ -32,10 +32,10 @@ struct RaggedRow {
 };
 
 struct ShardState {
-  ShardEntry entry;             // as the manifest lists it
-  std::string path;             // DIR/file
-  ShardLocation loc;            // from the shard's own header
-  uint64_t data_bytes = 0;      // image bytes (fixed: count * sample bytes; ragged: loc.count)
+  ShardEntry entry;               // as the manifest lists it
+  std::string path;               // DIR/file
+  ShardLocation loc;              // from the shard's own header
+  uint64_t data_bytes = 0;        // image bytes (fixed: count * sample bytes; ragged: loc.count)
   const uint8_t* data = nullptr;  // sample 0 / byte 0, mapped or resident; null: read via HDF5
   detail::MappedRegion mapping;   // the whole file, when mapped
   detail::MappedRegion copy;      // private copy of the data, when resident
@@ -91,12 +91,12 @@ struct Cache::Impl {
   std::string dir;
   Manifest manifest;
   CacheOptions options;
-  SampleShape shape;                // fixed: the sample shape; ragged: (0, 0, C)
-  std::vector<ShardState> shards;   // manifest order
-  std::vector<int64_t> labels;      // (count,)
-  std::vector<RaggedRow> index;     // ragged: (count,)
-  uint64_t resident = 0;            // bytes copied into private memory
-  uint64_t block = 1;               // locality_block()
+  SampleShape shape;               // fixed: the sample shape; ragged: (0, 0, C)
+  std::vector<ShardState> shards;  // manifest order
+  std::vector<int64_t> labels;     // (count,)
+  std::vector<RaggedRow> index;    // ragged: (count,)
+  uint64_t resident = 0;           // bytes copied into private memory
+  uint64_t block = 1;              // locality_block()
 
   ~Impl() {
     for (ShardState& s : shards) {

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "dscache/checksum.h"
 #include "dscache/atomic_file.h"
+#include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "io_util.h"
 
@@ -175,7 +175,6 @@ void validate_existing(int fd, const std::string& path, const Geometry& want, ui
                     "); delete it or use another path");
   }
 }
-
 
 // Removes the temp file unless released; closes its fd unless taken.
 class TempGuard {

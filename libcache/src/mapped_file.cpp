@@ -104,7 +104,8 @@ void MappedRegion::protect_read_only() {
 std::string real_path(const std::string& path) {
   char* resolved = ::realpath(path.c_str(), nullptr);
   if (resolved == nullptr) {
-    if (errno == ENOENT || errno == ENOTDIR) throw Error(ErrorKind::kNotFound, path, "no such file");
+    if (errno == ENOENT || errno == ENOTDIR)
+      throw Error(ErrorKind::kNotFound, path, "no such file");
     throw_errno(path, "realpath");
   }
   std::string s(resolved);

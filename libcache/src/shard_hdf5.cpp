@@ -137,10 +137,10 @@ class Hdf5Builder {
                         h5_temp_, "create file"),
                   H5Fclose);
       {
-        Handle space(check(H5Screate_simple(static_cast<int>(image_dims.size()),
-                                            image_dims.data(), nullptr),
-                           h5_temp_, "create dataspace"),
-                     H5Sclose);
+        Handle space(
+            check(H5Screate_simple(static_cast<int>(image_dims.size()), image_dims.data(), nullptr),
+                  h5_temp_, "create dataspace"),
+            H5Sclose);
         Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), h5_temp_, "create property list"),
                     H5Pclose);
         check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), h5_temp_, "set layout", 0);
@@ -262,7 +262,8 @@ class Hdf5ShardWriter : public ShardWriter {
       : builder_(path, shape.channels), shape_(shape), capacity_(capacity) {}
 
   void append(const uint8_t* sample, int64_t label) override {
-    if (builder_.committed()) fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
+    if (builder_.committed())
+      fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
     if (builder_.count() >= capacity_) {
       fail(ErrorKind::kInvalidArgument, builder_.path(),
            "shard is full (capacity " + std::to_string(capacity_) + " samples)");
@@ -288,7 +289,8 @@ class Hdf5RaggedWriter : public RaggedShardWriter {
       : builder_(path, channels), channels_(channels), capacity_bytes_(capacity_bytes) {}
 
   uint64_t append(const uint8_t* sample, uint32_t height, uint32_t width, int64_t label) override {
-    if (builder_.committed()) fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
+    if (builder_.committed())
+      fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
     const uint64_t n = ragged_sample_bytes(builder_.path(), height, width, channels_,
                                            builder_.bytes(), capacity_bytes_);
     const uint64_t offset = builder_.bytes();
@@ -414,8 +416,9 @@ ShardLocation locate_hdf5_ragged_shard(const std::string& path) {
   hsize_t dims[1] = {0};
   if (rank != 1 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 1) {
     fail(ErrorKind::kCorruption, path,
-         "'images' has " + std::to_string(rank) + " dimensions, expected 1 (bytes,) for a ragged "
-         "shard");
+         "'images' has " + std::to_string(rank) +
+             " dimensions, expected 1 (bytes,) for a ragged "
+             "shard");
   }
   ShardLocation loc;
   loc.count = dims[0];

@@ -64,9 +64,9 @@ class NpyShardWriter : public ShardWriter {
     if (committed_)
       throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "commit called twice");
     // A smaller count never needs a longer dict, so padding to the capacity's size always fits.
-    ShardEntry e = commit_npy_shard(
-        file_, initial_header_, format_npy_header("|u1", npy_shape(count_, shape_), header_size_),
-        count_);
+    ShardEntry e =
+        commit_npy_shard(file_, initial_header_,
+                         format_npy_header("|u1", npy_shape(count_, shape_), header_size_), count_);
     committed_ = true;
     return e;
   }
@@ -167,8 +167,7 @@ ShardLocation locate_npy_ragged_shard(const std::string& path) {
   if (expected != size) {
     throw Error(ErrorKind::kCorruption, path,
                 "file holds " + std::to_string(size) + " bytes, header says " +
-                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) +
-                    " image bytes)");
+                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) + " image bytes)");
   }
   ShardLocation loc;
   loc.count = h.shape[0];

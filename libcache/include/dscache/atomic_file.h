@@ -17,7 +17,7 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  void write(const void* data, size_t size);          // appends; updates size and checksum
+  void write(const void* data, size_t size);  // appends; updates size and checksum
   void pwrite(const void* data, size_t size, uint64_t offset);  // overwrite; invalidates checksum
   uint64_t size() const { return size_; }
   // fsync, rename into place, fsync the directory. Returns name (basename), size, XXH64 of the

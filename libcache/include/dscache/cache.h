@@ -27,7 +27,7 @@ enum class AccessHint {
 struct CacheOptions {
   MemoryMode memory = MemoryMode::kPageCache;  // see MemoryMode; default kPageCache
   uint64_t memory_budget = 0;  // kInProcess: most bytes copied into private memory, 0 = all
-  AccessHint hint = AccessHint::kRandom;       // madvise hint for mapped shards
+  AccessHint hint = AccessHint::kRandom;  // madvise hint for mapped shards
   bool verify_checksums = false;  // hash every file against the manifest at open (reads it all)
 };
 

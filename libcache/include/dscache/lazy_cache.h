@@ -34,9 +34,9 @@ class LazyCache : public SampleSource {
   // Opens `path`, creating it (full size, sparse) when missing. `labels` has `count` entries.
   // Throws InvalidArgument (bad argument, or a file made for another count, shape or digest),
   // Corruption (damaged or wrong-size file), Unsupported (newer format version), IOError.
-  static std::shared_ptr<LazyCache> open(const std::string& path, uint64_t count,
-                                         SampleShape shape, std::vector<int64_t> labels,
-                                         DecodeFn decode, const LazyCacheOptions& options = {});
+  static std::shared_ptr<LazyCache> open(const std::string& path, uint64_t count, SampleShape shape,
+                                         std::vector<int64_t> labels, DecodeFn decode,
+                                         const LazyCacheOptions& options = {});
   ~LazyCache() override;
 
   uint64_t filled() const;  // slots filled so far (this and earlier runs, other processes)

@@ -24,24 +24,24 @@ struct BufferAllocator {
 };
 
 struct LoaderOptions {
-  uint32_t batch_size = 256;         // samples per batch
-  bool drop_last = false;            // drop this rank's last short batch
-  SamplerOptions sampler;            // shuffle mode, window, rank, world size, rank tail;
-                                     // kWindowed with block 0 uses source->locality_block()
-  TransformOptions transform;        // crop/resize/flip; default: samples as stored
-  uint32_t workers = 2;              // threads filling batches; >= 1
-  uint32_t prefetch = 4;             // batches buffered ahead; >= 1 (buffers = prefetch + 1)
-  BufferAllocator allocator;         // image buffers; both empty = aligned host memory
+  uint32_t batch_size = 256;   // samples per batch
+  bool drop_last = false;      // drop this rank's last short batch
+  SamplerOptions sampler;      // shuffle mode, window, rank, world size, rank tail;
+                               // kWindowed with block 0 uses source->locality_block()
+  TransformOptions transform;  // crop/resize/flip; default: samples as stored
+  uint32_t workers = 2;        // threads filling batches; >= 1
+  uint32_t prefetch = 4;       // batches buffered ahead; >= 1 (buffers = prefetch + 1)
+  BufferAllocator allocator;   // image buffers; both empty = aligned host memory
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
 // start_epoch(), restore() or the Loader's destruction.
 struct Batch {
-  uint64_t index = 0;          // batch number within this rank's epoch
-  uint32_t size = 0;           // samples in the batch (< batch_size only for the last one)
-  uint32_t height = 0;         // image rows
-  uint32_t width = 0;          // image columns
-  uint32_t channels = 0;       // 1 or 3
+  uint64_t index = 0;                 // batch number within this rank's epoch
+  uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
+  uint32_t height = 0;                // image rows
+  uint32_t width = 0;                 // image columns
+  uint32_t channels = 0;              // 1 or 3
   const uint8_t* images = nullptr;    // size*height*width*channels bytes, NHWC, 64-byte aligned
   const int64_t* labels = nullptr;    // size labels
   const uint64_t* indices = nullptr;  // size sample indices into the source

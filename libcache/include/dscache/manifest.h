@@ -8,8 +8,8 @@
 namespace dscache {
 
 // Stored in the manifest as the strings in the comments; never renamed.
-enum class Storage { kNpy, kHdf5 };            // "npy", "hdf5"
-enum class Layout { kFixed, kRagged };         // "fixed", "ragged"
+enum class Storage { kNpy, kHdf5 };                 // "npy", "hdf5"
+enum class Layout { kFixed, kRagged };              // "fixed", "ragged"
 enum class ResizePolicy { kStretch, kCrop, kPad };  // "stretch", "crop", "pad"
 
 const char* to_string(Storage s);
@@ -41,22 +41,22 @@ struct ShardEntry {
 
 // Where the samples came from, so a cache can be traced back and re-checked.
 struct SourceRecord {
-  std::string kind;     // "folder", "list" or "idx"
-  std::string root;     // absolute path of the folder, list file or idx images file
-  std::string labels;   // idx only: absolute path of the idx labels file; empty otherwise
-  uint64_t entries = 0; // entries the source listed (built + skipped)
-  uint64_t digest = 0;  // XXH64 over every entry's relative path, size and mtime (ns)
+  std::string kind;      // "folder", "list" or "idx"
+  std::string root;      // absolute path of the folder, list file or idx images file
+  std::string labels;    // idx only: absolute path of the idx labels file; empty otherwise
+  uint64_t entries = 0;  // entries the source listed (built + skipped)
+  uint64_t digest = 0;   // XXH64 over every entry's relative path, size and mtime (ns)
 };
 
 // The options that determine the bytes of every sample; a resumed build must match them.
 struct BuildRecipe {
-  uint32_t height = 0;                         // output rows
-  uint32_t width = 0;                          // output columns
-  uint32_t channels = 3;                       // 3 (RGB) or 1 (grey)
-  ResizePolicy resize = ResizePolicy::kCrop;   // how the aspect ratio is reconciled
-  bool reduced_decode = true;                  // JPEG DCT-domain downscale when >= 2x target
-  uint64_t max_pixels = 0;                     // larger images (per header) are skipped
-  uint64_t shard_bytes = 0;                    // cap on image bytes per shard
+  uint32_t height = 0;                        // output rows
+  uint32_t width = 0;                         // output columns
+  uint32_t channels = 3;                      // 3 (RGB) or 1 (grey)
+  ResizePolicy resize = ResizePolicy::kCrop;  // how the aspect ratio is reconciled
+  bool reduced_decode = true;                 // JPEG DCT-domain downscale when >= 2x target
+  uint64_t max_pixels = 0;                    // larger images (per header) are skipped
+  uint64_t shard_bytes = 0;                   // cap on image bytes per shard
   uint32_t max_side = 0;  // ragged layout: shorter side scaled down to at most this; 0 = fixed
 };
 

@@ -10,12 +10,12 @@ namespace dscache {
 
 // A parsed .npy header. Plain value type.
 struct NpyHeader {
-  int major = 1;                  // format major version (1, 2 or 3)
-  int minor = 0;                  // format minor version (0)
-  std::string descr;              // NumPy type string, e.g. "|u1", "<i8", "<u8"
-  bool fortran_order = false;     // true for column-major data (we never write it)
-  std::vector<uint64_t> shape;    // array dimensions, outermost first
-  uint64_t data_offset = 0;       // bytes from file start to the first array byte
+  int major = 1;                // format major version (1, 2 or 3)
+  int minor = 0;                // format minor version (0)
+  std::string descr;            // NumPy type string, e.g. "|u1", "<i8", "<u8"
+  bool fortran_order = false;   // true for column-major data (we never write it)
+  std::vector<uint64_t> shape;  // array dimensions, outermost first
+  uint64_t data_offset = 0;     // bytes from file start to the first array byte
 
   uint64_t item_size() const;      // bytes per element, from descr
   uint64_t element_count() const;  // product of shape (1 for a 0-d array)

@@ -23,9 +23,9 @@ class SampleSource {
  public:
   virtual ~SampleSource() = default;
 
-  virtual uint64_t size() const = 0;         // number of samples
-  virtual Layout layout() const = 0;         // kFixed: every sample has shape(); kRagged: varies
-  virtual SampleShape shape() const = 0;     // kFixed: the sample shape; kRagged: (0, 0, C)
+  virtual uint64_t size() const = 0;      // number of samples
+  virtual Layout layout() const = 0;      // kFixed: every sample has shape(); kRagged: varies
+  virtual SampleShape shape() const = 0;  // kFixed: the sample shape; kRagged: (0, 0, C)
   virtual int64_t label(uint64_t i) const = 0;
   // Samples stored next to each other come in runs of this many (a shard's worth for a built
   // cache); the windowed shuffle keeps its reads inside a few such runs.

@@ -48,9 +48,9 @@ std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uin
 class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream);
-  uint64_t next();                   // 64 uniform bits
-  uint64_t below(uint64_t bound);    // uniform in [0, bound), bound > 0 (Lemire, unbiased)
-  double uniform();                  // uniform in [0, 1), 53 bits
+  uint64_t next();                 // 64 uniform bits
+  uint64_t below(uint64_t bound);  // uniform in [0, bound), bound > 0 (Lemire, unbiased)
+  double uniform();                // uniform in [0, 1), 53 bits
 
  private:
   uint64_t state_;

@@ -43,8 +43,8 @@ struct CropBox {
 // drawn from Rng(seed, stream_id("xform", epoch, sample)): the first draw's top bit is the flip
 // (used only when options.flip), the rest feed kRandomResized (torchvision's 10 attempts, then
 // the centred fallback at the nearest allowed ratio).
-CropBox choose_crop(const TransformOptions& options, uint32_t src_h, uint32_t src_w,
-                    uint64_t seed, uint64_t epoch, uint64_t sample);
+CropBox choose_crop(const TransformOptions& options, uint32_t src_h, uint32_t src_w, uint64_t seed,
+                    uint64_t epoch, uint64_t sample);
 
 // Resizes `box` of `src` (bilinear with half-pixel centres like cv::INTER_LINEAR; along an axis
 // shrunk by 2x or more, the mean over each output pixel's footprint like cv::INTER_AREA) into

@@ -1,4 +1,5 @@
-// Image decoding for `dscache build`, `verify --source` and the lazy cache: bytes in, HWC uint8 out.
+// Image decoding for `dscache build`, `verify --source` and the lazy cache: bytes in, HWC uint8
+// out.
 //
 // Everything works on bytes already in memory (never on paths) and depends only on its
 // arguments: the same bytes and options give the same output bytes on every call, from any
@@ -54,9 +55,9 @@ ImageHeaderInfo read_image_header(const uint8_t* data, size_t size);
 
 // What decode_image and resize_pixels produce. Validated on every call.
 struct DecodeOptions {
-  uint32_t height = 0;    // output rows; required, > 0
-  uint32_t width = 0;     // output columns; required, > 0
-  uint32_t channels = 3;  // 3 = RGB, 1 = grey; default 3
+  uint32_t height = 0;                        // output rows; required, > 0
+  uint32_t width = 0;                         // output columns; required, > 0
+  uint32_t channels = 3;                      // 3 = RGB, 1 = grey; default 3
   ResizePolicy resize = ResizePolicy::kCrop;  // stretch, center-crop (default) or pad (black)
   bool reduced_decode = true;  // JPEG only: decode at 1/2, 1/4 or 1/8 scale (libjpeg DCT
                                // scaling) when that still leaves at least the pixels the resize
@@ -73,7 +74,7 @@ struct DecodeResult {
   ImageFormat format = ImageFormat::kUnknown;  // sniffed from the bytes
   uint32_t source_width = 0;   // source columns as stored (header, else decoded); 0 if unknown
   uint32_t source_height = 0;  // source rows as stored (header, else decoded); 0 if unknown
-  int reduction = 1;  // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
+  int reduction = 1;           // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
 };
 
 // Decodes `size` bytes of an image file and writes opt.height * opt.width * opt.channels bytes,
@@ -81,8 +82,7 @@ struct DecodeResult {
 // written when ok is false). Orientation, palettes, grey, alpha (dropped), 16-bit (reduced to
 // 8-bit) and CMYK are handled as OpenCV's imdecode does. Never throws for bad image data;
 // throws Error(kInvalidArgument) for invalid options.
-DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
-                          uint8_t* out);
+DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt, uint8_t* out);
 
 // Ragged layout: the output size for a src_h x src_w image: unchanged when its shorter side is
 // at most max_side, otherwise scaled (aspect kept, rounded) so the shorter side is max_side.

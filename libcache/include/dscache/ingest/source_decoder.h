@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "dscache/manifest.h"
 #include "dscache/ingest/idx.h"
 #include "dscache/ingest/image_decode.h"
+#include "dscache/manifest.h"
 
 namespace dscache {
 

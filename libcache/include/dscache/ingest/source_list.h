@@ -12,11 +12,11 @@ namespace dscache {
 
 // One sample-to-be. Plain value type.
 struct SourceEntry {
-  std::string path;        // absolute path to read (folder and list sources); empty for idx
-  std::string name;        // what sources.jsonl records: relative path, or "<idx file>#<i>"
-  int64_t label = 0;       // class index
-  uint64_t size = 0;       // file size at listing time (0 when missing)
-  int64_t mtime_ns = 0;    // modification time at listing time (0 when missing)
+  std::string path;      // absolute path to read (folder and list sources); empty for idx
+  std::string name;      // what sources.jsonl records: relative path, or "<idx file>#<i>"
+  int64_t label = 0;     // class index
+  uint64_t size = 0;     // file size at listing time (0 when missing)
+  int64_t mtime_ns = 0;  // modification time at listing time (0 when missing)
 };
 
 struct SourceOptions {
@@ -26,13 +26,13 @@ struct SourceOptions {
 
 // Everything the build needs to know about its input. Owns the idx pixels for idx sources.
 struct SourceListing {
-  std::string kind;                  // "folder", "list" or "idx"
-  std::string root;                  // absolute folder, list file or idx images file
-  std::string labels_path;           // idx only
-  std::vector<std::string> classes;  // class names, label i names classes[i]
-  std::vector<SourceEntry> entries;  // in build order
+  std::string kind;                      // "folder", "list" or "idx"
+  std::string root;                      // absolute folder, list file or idx images file
+  std::string labels_path;               // idx only
+  std::vector<std::string> classes;      // class names, label i names classes[i]
+  std::vector<SourceEntry> entries;      // in build order
   std::shared_ptr<const IdxImages> idx;  // idx only
-  uint64_t digest = 0;               // XXH64 over entries' name, size and mtime
+  uint64_t digest = 0;                   // XXH64 over entries' name, size and mtime
 };
 
 // Lists `source`. Throws Error: NotFound (missing source), InvalidArgument (bad list line,
