@@ -98,7 +98,7 @@ class CacheInfo:
             self.no_paths_reason = f"source file {missing[0]} is missing (pass --source DIR)"
             self.paths = None
 
-    def _resolve(self, name):  # as tools/source_list.cpp source_entry_path
+    def _resolve(self, name):  # as libcache/ingest/source_list.cpp source_entry_path
         if self.kind == "folder":
             return os.path.join(self.root, name)
         if name.startswith("/"):
