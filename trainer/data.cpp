@@ -1,0 +1,138 @@
+// The run's data: sources, Loaders and the normalization measured on the training data.
+#include "data.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dscache/cache.h"
+#include "lazy_source.h"
+
+namespace dscache {
+namespace train {
+
+namespace {
+
+// A built cache, or (with a lazy-cache file) an image folder or list decoded on first use.
+LazySource open_source(const std::string& path, const std::string& lazy_file,
+                       const TrainOptions& o) {
+  if (!lazy_file.empty()) return open_lazy_source({path, lazy_file, o.image_size, o.channels});
+  auto cache = Cache::open(path);
+  return {cache, cache->manifest().classes};
+}
+
+}  // namespace
+
+Normalization measure_normalization(const SampleSource& cache, NormalizeKind kind,
+                                    uint64_t max_samples) {
+  const uint32_t c = cache.shape().channels;
+  Normalization n;
+  if (kind == NormalizeKind::kHalf) {
+    n.mean.assign(c, 0.5);
+    n.std.assign(c, 0.5);
+    return n;
+  }
+  const uint64_t count = cache.size();
+  const uint64_t m = std::min<uint64_t>(count, max_samples);
+  std::vector<double> sum(c, 0), sq(c, 0);
+  uint64_t pixels = 0;
+  std::vector<uint8_t> buf;
+  for (uint64_t j = 0; j < m; ++j) {
+    const uint64_t i = j * count / m;  // evenly spread, deterministic
+    SampleShape s = cache.shape();
+    if (cache.layout() == Layout::kFixed) {
+      buf.resize(s.bytes());
+      cache.copy_sample(i, buf.data());
+    } else {
+      const ImageView v = cache.view(i);
+      s = {v.height, v.width, v.channels};
+      buf.assign(v.data, v.data + s.bytes());
+    }
+    const uint64_t px = uint64_t{s.height} * s.width;
+    for (uint64_t p = 0; p < px; ++p) {
+      for (uint32_t ch = 0; ch < c; ++ch) {
+        const double v = buf[p * c + ch];
+        sum[ch] += v;
+        sq[ch] += v * v;
+      }
+    }
+    pixels += px;
+  }
+  for (uint32_t ch = 0; ch < c; ++ch) {
+    const double mean = pixels ? sum[ch] / pixels : 0;
+    const double var = pixels ? std::max(0.0, sq[ch] / pixels - mean * mean) : 0;
+    n.mean.push_back(mean / 255.0);
+    n.std.push_back(std::max(1e-3, std::sqrt(var) / 255.0));
+  }
+  return n;
+}
+
+TrainData open_data(const TrainOptions& o, int rank, int world_size,
+                    const BufferAllocator& allocator) {
+  TrainData d;
+  LazySource train = open_source(o.train, o.lazy_cache, o);
+  d.train = train.source;
+  d.info.classes = train.classes;
+  d.info.count = d.train->size();
+  d.info.layout = d.train->layout();
+  d.info.height = d.train->shape().height;
+  d.info.width = d.train->shape().width;
+  d.info.channels = d.train->shape().channels;
+  const DataInfo& m = d.info;
+  if (m.layout == Layout::kRagged && o.image_size == 0) {
+    throw UsageError("--image-size: required for a ragged cache (" + o.train + ")");
+  }
+  if (m.classes.size() < 2) {
+    throw UsageError("--train: " + o.train + " has " + std::to_string(m.classes.size()) +
+                     " class(es); classification needs at least 2");
+  }
+  LoaderOptions lo;
+  lo.batch_size = o.batch;
+  lo.workers = o.workers;
+  lo.prefetch = o.prefetch;
+  lo.sampler.shuffle = Shuffle::kGlobal;
+  LoaderOptions vo = lo;
+  vo.sampler.shuffle = Shuffle::kNone;  // validation: rank 0 alone, every sample once
+  // kPad: every rank gets as many samples (a few repeated), so all ranks take the same number of
+  // optimizer steps and a window holds world_size times this rank's samples.
+  lo.sampler.rank = static_cast<uint32_t>(rank);
+  lo.sampler.world_size = static_cast<uint32_t>(world_size);
+  lo.sampler.tail = RankTail::kPad;
+  if (o.image_size > 0) {
+    // Evaluation: centre crop. Training (built caches): random-resized crop + flip, torchvision's
+    // recipe; a lazy source is already decoded to image_size x image_size.
+    vo.transform.crop = CropMode::kCenter;
+    vo.transform.height = vo.transform.width = o.image_size;
+    if (o.lazy_cache.empty()) {
+      lo.transform.crop = CropMode::kRandomResized;
+      lo.transform.flip = true;
+      lo.transform.height = lo.transform.width = o.image_size;
+    }
+  }
+  lo.allocator = allocator;
+  vo.allocator = allocator;
+  d.train_loader = std::make_unique<Loader>(d.train, lo);
+  if (!o.val.empty() && rank == 0) {
+    const LazySource val = open_source(o.val, o.val_lazy_cache, o);
+    d.val = val.source;
+    const SampleShape vs = d.val->shape();
+    if (vs.channels != m.channels) {
+      throw UsageError("--val: " + o.val + " has " + std::to_string(vs.channels) +
+                       " channels, the training data " + std::to_string(m.channels));
+    }
+    if (val.classes != m.classes) {
+      throw UsageError("--val: " + o.val + " has other classes than the training data (" +
+                       std::to_string(val.classes.size()) + " vs " +
+                       std::to_string(m.classes.size()) + ")");
+    }
+    if (o.image_size == 0 &&
+        (d.val->layout() != Layout::kFixed || vs.height != m.height || vs.width != m.width)) {
+      throw UsageError("--val: " + o.val + " has another sample shape than the training " +
+                       "cache; give --image-size to crop both");
+    }
+    d.val_loader = std::make_unique<Loader>(d.val, vo);
+  }
+  return d;
+}
+
+}  // namespace train
+}  // namespace dscache
