@@ -18,8 +18,12 @@ namespace {
 // ...) with ones that take the device type; 1.13 (Debian) has only the old ones.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 bool autocast_enabled(torch::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
-void set_autocast_enabled(torch::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
-torch::ScalarType autocast_dtype(torch::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+void set_autocast_enabled(torch::DeviceType d, bool on) {
+  at::autocast::set_autocast_enabled(d, on);
+}
+torch::ScalarType autocast_dtype(torch::DeviceType d) {
+  return at::autocast::get_autocast_dtype(d);
+}
 void set_autocast_dtype(torch::DeviceType d, torch::ScalarType t) {
   at::autocast::set_autocast_dtype(d, t);
 }
@@ -79,10 +83,10 @@ bool grads_finite(const std::vector<torch::Tensor>& params) {
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   if (!(options.init_scale > 0) || !(options.growth_factor > 1) ||
-      !(options.backoff_factor > 0 && options.backoff_factor < 1) ||
-      options.growth_interval < 1) {
-    throw std::invalid_argument("GradScaler: need init_scale > 0, growth_factor > 1, "
-                                "0 < backoff_factor < 1, growth_interval >= 1");
+      !(options.backoff_factor > 0 && options.backoff_factor < 1) || options.growth_interval < 1) {
+    throw std::invalid_argument(
+        "GradScaler: need init_scale > 0, growth_factor > 1, "
+        "0 < backoff_factor < 1, growth_interval >= 1");
   }
 }
 
@@ -116,7 +120,8 @@ bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
   return !found_inf_;
 }
 
-bool GradScaler::step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
+bool GradScaler::step(torch::optim::Optimizer& optimizer,
+                      const std::vector<torch::Tensor>& params) {
   const bool finite = unscale(params);
   if (finite) optimizer.step();
   update(!finite);

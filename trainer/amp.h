@@ -28,9 +28,9 @@ class AutocastGuard {
 };
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;    // first scale, 2^16
-  double growth_factor = 2.0;     // scale *= this after growth_interval clean steps
-  double backoff_factor = 0.5;    // scale *= this on a step with inf/NaN gradients
+  double init_scale = 65536.0;     // first scale, 2^16
+  double growth_factor = 2.0;      // scale *= this after growth_interval clean steps
+  double backoff_factor = 0.5;     // scale *= this on a step with inf/NaN gradients
   int64_t growth_interval = 2000;  // consecutive finite steps before growth
 };
 

@@ -37,8 +37,8 @@ DistEnv dist_env_from_environment() {
   env_int("RANK", 0, 1 << 20, &e.rank);
   env_int("LOCAL_RANK", 0, 1 << 16, &e.local_rank);
   if (e.rank >= e.world_size) {
-    throw UsageError("RANK=" + std::to_string(e.rank) + " is not below WORLD_SIZE=" +
-                     std::to_string(e.world_size));
+    throw UsageError("RANK=" + std::to_string(e.rank) +
+                     " is not below WORLD_SIZE=" + std::to_string(e.world_size));
   }
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
   const bool have_port = env_int("MASTER_PORT", 1, 65535, &e.master_port);
@@ -63,9 +63,8 @@ class GlooCommunicator : public Communicator {
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     auto opts = c10d::ProcessGroupGloo::Options::create();
     const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    opts->devices.push_back(loopback
-                                ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                : c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, opts);
   }
 

@@ -16,9 +16,9 @@ namespace train {
 // What torchrun (or a Slurm/Kubernetes launcher) sets: RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR, MASTER_PORT. All absent = a single process.
 struct DistEnv {
-  int rank = 0;         // RANK; default 0
-  int world_size = 1;   // WORLD_SIZE; default 1
-  int local_rank = 0;   // LOCAL_RANK: the CUDA device index on this node; default 0
+  int rank = 0;        // RANK; default 0
+  int world_size = 1;  // WORLD_SIZE; default 1
+  int local_rank = 0;  // LOCAL_RANK: the CUDA device index on this node; default 0
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0's TCPStore listens
   int master_port = 29500;                // MASTER_PORT
 };

@@ -8,9 +8,9 @@
 #include <iterator>
 
 #include "dscache/checksum.h"
-#include "dscache/lazy_cache.h"
 #include "dscache/ingest/image_decode.h"
 #include "dscache/ingest/source_list.h"
+#include "dscache/lazy_cache.h"
 #endif
 
 namespace dscache {
@@ -21,14 +21,16 @@ namespace train {
 bool lazy_source_supported() { return true; }
 
 LazySource open_lazy_source(const LazySourceOptions& o) {
-  if (o.size == 0) throw Error(ErrorKind::kInvalidArgument, "", "--image-size: required with --lazy-cache");
+  if (o.size == 0)
+    throw Error(ErrorKind::kInvalidArgument, "", "--image-size: required with --lazy-cache");
   if (o.channels != 1 && o.channels != 3) {
     throw Error(ErrorKind::kInvalidArgument, "", "--channels: 1 or 3");
   }
   auto listing = std::make_shared<SourceListing>(list_source(o.source, SourceOptions{}));
   if (listing->kind == "idx") {
-    throw Error(ErrorKind::kInvalidArgument, o.source,
-                "--lazy-cache is for image folders and lists; build idx files with `dscache build`");
+    throw Error(
+        ErrorKind::kInvalidArgument, o.source,
+        "--lazy-cache is for image folders and lists; build idx files with `dscache build`");
   }
   if (listing->entries.empty()) throw Error(ErrorKind::kNotFound, o.source, "no images listed");
   DecodeOptions dec;
@@ -54,8 +56,9 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
     return r.ok;
   };
   LazySource s;
-  s.source = LazyCache::open(o.cache_file, listing->entries.size(),
-                             SampleShape{o.size, o.size, o.channels}, std::move(labels), decode, lo);
+  s.source =
+      LazyCache::open(o.cache_file, listing->entries.size(),
+                      SampleShape{o.size, o.size, o.channels}, std::move(labels), decode, lo);
   s.classes = listing->classes;
   return s;
 }

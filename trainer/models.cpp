@@ -37,8 +37,8 @@ class BasicBlock : public nn::Module {
     conv2_ = register_module("conv2", conv(out, out, 3, 1, 1));
     bn2_ = register_module("bn2", nn::BatchNorm2d(out));
     if (stride != 1 || in != out) {
-      downsample_ = register_module("downsample",
-                                    nn::Sequential(conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
+      downsample_ = register_module(
+          "downsample", nn::Sequential(conv(in, out, 1, stride, 0), nn::BatchNorm2d(out)));
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
@@ -58,8 +58,8 @@ class BasicBlock : public nn::Module {
 
 ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
     : small_input_(small_input) {
-  conv1_ = register_module("conv1", small_input ? conv(channels, 64, 3, 1, 1)
-                                                : conv(channels, 64, 7, 2, 3));
+  conv1_ = register_module("conv1",
+                           small_input ? conv(channels, 64, 3, 1, 1) : conv(channels, 64, 7, 2, 3));
   bn1_ = register_module("bn1", nn::BatchNorm2d(64));
   const int64_t widths[4] = {64, 128, 256, 512};
   int64_t in = 64;

@@ -13,18 +13,24 @@ namespace train {
 const char* to_string(ModelKind v) { return v == ModelKind::kCnn ? "cnn" : "resnet18"; }
 const char* to_string(Precision v) {
   switch (v) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
   }
   return "?";
 }
 const char* to_string(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
 const char* to_string(ScheduleKind v) {
   switch (v) {
-    case ScheduleKind::kConstant: return "constant";
-    case ScheduleKind::kCosine: return "cosine";
-    case ScheduleKind::kStep: return "step";
+    case ScheduleKind::kConstant:
+      return "constant";
+    case ScheduleKind::kCosine:
+      return "cosine";
+    case ScheduleKind::kStep:
+      return "step";
   }
   return "?";
 }
@@ -112,23 +118,25 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("weight-decay") && !(o.weight_decay >= 0)) {
     throw UsageError("--weight-decay: must be a number >= 0");
   }
-  o.model = pick<ModelKind>("model", model, {{"cnn", ModelKind::kCnn},
-                                             {"resnet18", ModelKind::kResnet18}});
-  o.precision = pick<Precision>("precision", precision, {{"fp32", Precision::kFp32},
-                                                         {"bf16", Precision::kBf16},
-                                                         {"fp16", Precision::kFp16}});
-  o.loss_scaling = pick<LossScaling>("loss-scaling", loss_scaling, {{"auto", LossScaling::kAuto},
-                                                                    {"on", LossScaling::kOn},
-                                                                    {"off", LossScaling::kOff}});
-  o.optimizer = pick<OptimizerKind>("optimizer", optimizer, {{"sgd", OptimizerKind::kSgd},
-                                                             {"adamw", OptimizerKind::kAdamW}});
-  o.schedule = pick<ScheduleKind>("schedule", schedule, {{"constant", ScheduleKind::kConstant},
-                                                         {"cosine", ScheduleKind::kCosine},
-                                                         {"step", ScheduleKind::kStep}});
-  o.device = pick<DeviceKind>("device", device, {{"cpu", DeviceKind::kCpu},
-                                                 {"cuda", DeviceKind::kCuda}});
-  o.normalize = pick<NormalizeKind>("normalize", normalize, {{"dataset", NormalizeKind::kDataset},
-                                                             {"half", NormalizeKind::kHalf}});
+  o.model = pick<ModelKind>("model", model,
+                            {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});
+  o.precision = pick<Precision>(
+      "precision", precision,
+      {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}});
+  o.loss_scaling = pick<LossScaling>(
+      "loss-scaling", loss_scaling,
+      {{"auto", LossScaling::kAuto}, {"on", LossScaling::kOn}, {"off", LossScaling::kOff}});
+  o.optimizer = pick<OptimizerKind>(
+      "optimizer", optimizer, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
+  o.schedule = pick<ScheduleKind>("schedule", schedule,
+                                  {{"constant", ScheduleKind::kConstant},
+                                   {"cosine", ScheduleKind::kCosine},
+                                   {"step", ScheduleKind::kStep}});
+  o.device =
+      pick<DeviceKind>("device", device, {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}});
+  o.normalize =
+      pick<NormalizeKind>("normalize", normalize,
+                          {{"dataset", NormalizeKind::kDataset}, {"half", NormalizeKind::kHalf}});
   if (vm.count("accum-steps") && vm.count("effective-batch")) {
     throw UsageError("--accum-steps and --effective-batch: give one, not both");
   }

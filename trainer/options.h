@@ -29,14 +29,14 @@ const char* to_string(NormalizeKind v);
 
 // Everything one training run needs. Defaults are what `dscache-train --train DIR` does.
 struct TrainOptions {
-  std::string train;                   // training cache directory (required)
-  std::string val;                     // validation cache directory; "" = none
-  ModelKind model = ModelKind::kCnn;   // --model cnn|resnet18; default cnn
-  uint32_t epochs = 1;                 // passes over the training cache; default 1
-  uint64_t max_steps = 0;              // stop after this many optimizer steps; 0 = no limit
-  uint32_t batch = 64;                 // micro-batch: samples per forward/backward; default 64
-  uint32_t accum_steps = 1;            // micro-batches per optimizer step (K); default 1
-  uint64_t effective_batch = 0;        // if > 0: accum_steps = effective_batch / batch (must divide)
+  std::string train;                  // training cache directory (required)
+  std::string val;                    // validation cache directory; "" = none
+  ModelKind model = ModelKind::kCnn;  // --model cnn|resnet18; default cnn
+  uint32_t epochs = 1;                // passes over the training cache; default 1
+  uint64_t max_steps = 0;             // stop after this many optimizer steps; 0 = no limit
+  uint32_t batch = 64;                // micro-batch: samples per forward/backward; default 64
+  uint32_t accum_steps = 1;           // micro-batches per optimizer step (K); default 1
+  uint64_t effective_batch = 0;       // if > 0: accum_steps = effective_batch / batch (must divide)
   Precision precision = Precision::kFp32;  // forward+loss precision under autocast; default fp32
   LossScaling loss_scaling = LossScaling::kAuto;  // dynamic loss scaling; auto = fp16 only
   OptimizerKind optimizer = OptimizerKind::kSgd;  // default sgd
@@ -55,19 +55,19 @@ struct TrainOptions {
   DeviceKind device = DeviceKind::kCpu;  // default cpu
   bool channels_last = false;            // NHWC memory format for activations and conv weights
   NormalizeKind normalize = NormalizeKind::kDataset;  // see NormalizeKind
-  uint32_t image_size = 0;   // crop/resize side for ragged caches (required there); 0 = stored
-  std::string lazy_cache;    // LazyCache file: --train is then an image folder or list, decoded
-                             // on first use to image_size x image_size; "" = --train is a cache
+  uint32_t image_size = 0;     // crop/resize side for ragged caches (required there); 0 = stored
+  std::string lazy_cache;      // LazyCache file: --train is then an image folder or list, decoded
+                               // on first use to image_size x image_size; "" = --train is a cache
   std::string val_lazy_cache;  // the same for --val: an image folder or list decoded into this
                                // file; "" = --val is a cache
-  uint32_t channels = 3;     // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
-  std::string output;        // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
-  bool resume = false;       // continue from OUTPUT/checkpoint.pt if it exists
-  uint64_t log_every = 50;   // optimizer steps between "step" lines in metrics.jsonl; 0 = none
+  uint32_t channels = 3;       // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
+  std::string output;          // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
+  bool resume = false;         // continue from OUTPUT/checkpoint.pt if it exists
+  uint64_t log_every = 50;     // optimizer steps between "step" lines in metrics.jsonl; 0 = none
   uint64_t checkpoint_every = 0;  // optimizer steps between checkpoints (plus every epoch end);
                                   // 0 = epoch ends only
-  bool flush_denormal = true;  // CPU: flush denormal floats to zero (much faster); default on
-  bool progress = true;      // a progress line on stderr when it is a TTY
+  bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on
+  bool progress = true;           // a progress line on stderr when it is a TTY
 };
 
 // A bad command line or option value; main() maps it to exit code 2.

@@ -4,8 +4,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,8 +42,7 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
 
-Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t classes,
-                  uint64_t seed) {
+Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t classes, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Dataset d;
   d.height = h;
@@ -55,7 +54,8 @@ Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t class
     const int64_t label = static_cast<int64_t>(rng() % classes);
     d.labels.push_back(label);
     // Class k: a bright square at a class-specific position, on noise.
-    const uint32_t cy = static_cast<uint32_t>((label * 5) % h), cx = static_cast<uint32_t>((label * 3) % w);
+    const uint32_t cy = static_cast<uint32_t>((label * 5) % h),
+                   cx = static_cast<uint32_t>((label * 3) % w);
     uint8_t* img = d.images.data() + i * h * w * c;
     for (uint32_t y = 0; y < h; ++y) {
       for (uint32_t x = 0; x < w; ++x) {

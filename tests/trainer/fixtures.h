@@ -32,8 +32,7 @@ struct Dataset {
 
 // `n` samples of h x w x c: each class is a distinct blob pattern plus noise, so a model can
 // learn something, but every pixel is seeded data.
-Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t classes,
-                  uint64_t seed);
+Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t classes, uint64_t seed);
 
 // Writes `d` as a complete fixed-layout npy cache in `dir` (created), `shard_samples` per shard.
 void write_cache(const std::string& dir, const Dataset& d, uint64_t shard_samples = 1000);

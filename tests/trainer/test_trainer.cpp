@@ -25,10 +25,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,8 +71,7 @@ double rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Te
   return std::sqrt(num / den);
 }
 
-std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cache,
-                                            uint32_t batch) {
+std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cache, uint32_t batch) {
   dscache::LoaderOptions lo;
   lo.batch_size = batch;
   lo.sampler.shuffle = dscache::Shuffle::kGlobal;
@@ -82,425 +81,433 @@ std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cach
 }  // namespace
 
 TEST_SUITE("unit") {
+  TEST_CASE(
+      "accumulation: K micro-batches of b equal one batch of K*b (cnn, fp32), last window short") {
+    at::set_num_threads(2);
+    TempDir tmp;
+    // 53 samples, b = 8: 7 micro-batches (6 x 8 + 5). Windows of K = 3: 24, 24, 5 samples.
+    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
+    trainer_test::write_cache(tmp.path() + "/c", d, 20);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const Normalization norm = measure_normalization(*cache, NormalizeKind::kDataset);
+    const BatchConverter conv(norm, torch::kCPU, false);
+    const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
 
-TEST_CASE("accumulation: K micro-batches of b equal one batch of K*b (cnn, fp32), last window short") {
-  at::set_num_threads(2);
-  TempDir tmp;
-  // 53 samples, b = 8: 7 micro-batches (6 x 8 + 5). Windows of K = 3: 24, 24, 5 samples.
-  const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
-  trainer_test::write_cache(tmp.path() + "/c", d, 20);
-  auto cache = dscache::Cache::open(tmp.path() + "/c");
-  const Normalization norm = measure_normalization(*cache, NormalizeKind::kDataset);
-  const BatchConverter conv(norm, torch::kCPU, false);
-  const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
+    struct Case {
+      uint32_t b, k;
+      std::vector<int64_t> windows;
+    };
+    for (const Case& c : {Case{8, 3, {24, 24, 5}}, Case{8, 1, {8, 8, 8, 8, 8, 8, 5}},
+                          Case{5, 4, {20, 20, 13}}, Case{8, 7, {53}}}) {
+      CAPTURE(c.b);
+      CAPTURE(c.k);
+      torch::manual_seed(3);
+      auto model = make_model(ModelKind::kCnn, 3, 4, 12, 12);
+      const auto params = model->parameters();
+      auto micro = loader_for(cache, c.b);
+      auto big = loader_for(cache, c.b * c.k);
+      micro->start_epoch(7, 0);
+      big->start_epoch(7, 0);
+      const auto windows =
+          window_sample_counts(micro->batches_per_epoch(), micro->samples_per_epoch(), c.b, c.k);
+      CHECK(windows == c.windows);
+      for (size_t w = 0; w < windows.size(); ++w) {
+        CAPTURE(w);
+        zero_grads(params);
+        for (uint32_t i = 0; i < c.k; ++i) {
+          const dscache::Batch* b = micro->next();
+          if (!b) break;
+          forward_backward(*model, conv.images(*b), conv.labels(*b), windows[w], fp32, nullptr);
+        }
+        const auto accumulated = grads_of(params);
+        zero_grads(params);
+        const dscache::Batch* b = big->next();
+        REQUIRE(b != nullptr);
+        REQUIRE(static_cast<int64_t>(b->size) == windows[w]);
+        forward_backward(*model, conv.images(*b), conv.labels(*b), b->size, fp32, nullptr);
+        const auto whole = grads_of(params);
+        CHECK(rel_diff(accumulated, whole) < 1e-5);
+      }
+      CHECK(micro->next() == nullptr);
+      CHECK(big->next() == nullptr);
+    }
+  }
 
-  struct Case {
-    uint32_t b, k;
-    std::vector<int64_t> windows;
-  };
-  for (const Case& c : {Case{8, 3, {24, 24, 5}}, Case{8, 1, {8, 8, 8, 8, 8, 8, 5}},
-                        Case{5, 4, {20, 20, 13}}, Case{8, 7, {53}}}) {
-    CAPTURE(c.b);
-    CAPTURE(c.k);
+  TEST_CASE(
+      "accumulation: dividing by the nominal K instead of the true count is detectably wrong") {
+    // The last window of 53 samples in windows of 3 x 8 holds 5: a loss scaled by 1/(K*b) = 1/24
+    // gives gradients 5/24 of the truth, far outside the 1e-5 the test above demands.
+    at::set_num_threads(2);
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
+    trainer_test::write_cache(tmp.path() + "/c", d, 20);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const BatchConverter conv(measure_normalization(*cache, NormalizeKind::kHalf), torch::kCPU,
+                              false);
+    const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
     torch::manual_seed(3);
     auto model = make_model(ModelKind::kCnn, 3, 4, 12, 12);
     const auto params = model->parameters();
-    auto micro = loader_for(cache, c.b);
-    auto big = loader_for(cache, c.b * c.k);
-    micro->start_epoch(7, 0);
-    big->start_epoch(7, 0);
-    const auto windows = window_sample_counts(micro->batches_per_epoch(),
-                                              micro->samples_per_epoch(), c.b, c.k);
-    CHECK(windows == c.windows);
-    for (size_t w = 0; w < windows.size(); ++w) {
-      CAPTURE(w);
-      zero_grads(params);
-      for (uint32_t i = 0; i < c.k; ++i) {
-        const dscache::Batch* b = micro->next();
-        if (!b) break;
-        forward_backward(*model, conv.images(*b), conv.labels(*b), windows[w], fp32, nullptr);
-      }
-      const auto accumulated = grads_of(params);
-      zero_grads(params);
-      const dscache::Batch* b = big->next();
-      REQUIRE(b != nullptr);
-      REQUIRE(static_cast<int64_t>(b->size) == windows[w]);
-      forward_backward(*model, conv.images(*b), conv.labels(*b), b->size, fp32, nullptr);
-      const auto whole = grads_of(params);
-      CHECK(rel_diff(accumulated, whole) < 1e-5);
-    }
-    CHECK(micro->next() == nullptr);
-    CHECK(big->next() == nullptr);
+    auto micro = loader_for(cache, 8);
+    micro->restore({7, 0, 6});  // the last (short) batch
+    const dscache::Batch* b = micro->next();
+    REQUIRE(b->size == 5);
+    const auto x = conv.images(*b), y = conv.labels(*b);
+    zero_grads(params);
+    forward_backward(*model, x, y, 24, fp32, nullptr);
+    const auto nominal = grads_of(params);
+    zero_grads(params);
+    forward_backward(*model, x, y, 5, fp32, nullptr);
+    const auto exact = grads_of(params);
+    CHECK(rel_diff(nominal, exact) == doctest::Approx(1.0 - 5.0 / 24.0).epsilon(1e-4));
   }
-}
 
-TEST_CASE("accumulation: dividing by the nominal K instead of the true count is detectably wrong") {
-  // The last window of 53 samples in windows of 3 x 8 holds 5: a loss scaled by 1/(K*b) = 1/24
-  // gives gradients 5/24 of the truth, far outside the 1e-5 the test above demands.
-  at::set_num_threads(2);
-  TempDir tmp;
-  const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
-  trainer_test::write_cache(tmp.path() + "/c", d, 20);
-  auto cache = dscache::Cache::open(tmp.path() + "/c");
-  const BatchConverter conv(measure_normalization(*cache, NormalizeKind::kHalf), torch::kCPU, false);
-  const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
-  torch::manual_seed(3);
-  auto model = make_model(ModelKind::kCnn, 3, 4, 12, 12);
-  const auto params = model->parameters();
-  auto micro = loader_for(cache, 8);
-  micro->restore({7, 0, 6});  // the last (short) batch
-  const dscache::Batch* b = micro->next();
-  REQUIRE(b->size == 5);
-  const auto x = conv.images(*b), y = conv.labels(*b);
-  zero_grads(params);
-  forward_backward(*model, x, y, 24, fp32, nullptr);
-  const auto nominal = grads_of(params);
-  zero_grads(params);
-  forward_backward(*model, x, y, 5, fp32, nullptr);
-  const auto exact = grads_of(params);
-  CHECK(rel_diff(nominal, exact) == doctest::Approx(1.0 - 5.0 / 24.0).epsilon(1e-4));
-}
-
-TEST_CASE("batch conversion: NHWC uint8 → normalized NCHW float, channels-last keeps NHWC strides") {
-  TempDir tmp;
-  const Dataset d = trainer_test::synthetic(4, 5, 6, 3, 2, 1);
-  trainer_test::write_cache(tmp.path() + "/c", d);
-  auto cache = dscache::Cache::open(tmp.path() + "/c");
-  Normalization norm{{0.1, 0.2, 0.3}, {0.5, 0.25, 0.125}};
-  auto loader = loader_for(cache, 4);
-  dscache::LoaderOptions lo;
-  lo.batch_size = 4;
-  lo.sampler.shuffle = dscache::Shuffle::kNone;
-  dscache::Loader plain(cache, lo);
-  plain.start_epoch(0, 0);
-  const dscache::Batch* b = plain.next();
-  REQUIRE(b);
-  for (bool cl : {false, true}) {
-    const torch::Tensor x = BatchConverter(norm, torch::kCPU, cl).images(*b);
-    CHECK((x.sizes() == torch::IntArrayRef({4, 3, 5, 6})));
-    CHECK((x.scalar_type() == torch::kFloat));
-    CHECK(x.is_contiguous(cl ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous));
-    for (int n : {0, 3}) {
-      for (int ch = 0; ch < 3; ++ch) {
-        const int yy = 4, xx = 2;
-        const double raw = d.images[((n * 5 + yy) * 6 + xx) * 3 + ch];
-        const double want = (raw / 255.0 - norm.mean[ch]) / norm.std[ch];
-        CHECK(x[n][ch][yy][xx].item<double>() == doctest::Approx(want).epsilon(1e-5));
+  TEST_CASE(
+      "batch conversion: NHWC uint8 → normalized NCHW float, channels-last keeps NHWC strides") {
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(4, 5, 6, 3, 2, 1);
+    trainer_test::write_cache(tmp.path() + "/c", d);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    Normalization norm{{0.1, 0.2, 0.3}, {0.5, 0.25, 0.125}};
+    auto loader = loader_for(cache, 4);
+    dscache::LoaderOptions lo;
+    lo.batch_size = 4;
+    lo.sampler.shuffle = dscache::Shuffle::kNone;
+    dscache::Loader plain(cache, lo);
+    plain.start_epoch(0, 0);
+    const dscache::Batch* b = plain.next();
+    REQUIRE(b);
+    for (bool cl : {false, true}) {
+      const torch::Tensor x = BatchConverter(norm, torch::kCPU, cl).images(*b);
+      CHECK((x.sizes() == torch::IntArrayRef({4, 3, 5, 6})));
+      CHECK((x.scalar_type() == torch::kFloat));
+      CHECK(x.is_contiguous(cl ? torch::MemoryFormat::ChannelsLast
+                               : torch::MemoryFormat::Contiguous));
+      for (int n : {0, 3}) {
+        for (int ch = 0; ch < 3; ++ch) {
+          const int yy = 4, xx = 2;
+          const double raw = d.images[((n * 5 + yy) * 6 + xx) * 3 + ch];
+          const double want = (raw / 255.0 - norm.mean[ch]) / norm.std[ch];
+          CHECK(x[n][ch][yy][xx].item<double>() == doctest::Approx(want).epsilon(1e-5));
+        }
       }
     }
+    const torch::Tensor y = BatchConverter(norm, torch::kCPU, false).labels(*b);
+    CHECK((y.scalar_type() == torch::kInt64));
+    CHECK(y[3].item<int64_t>() == d.labels[3]);
+    CHECK(y.data_ptr<int64_t>() != b->labels);  // a copy: valid after the Loader reuses its buffer
   }
-  const torch::Tensor y = BatchConverter(norm, torch::kCPU, false).labels(*b);
-  CHECK((y.scalar_type() == torch::kInt64));
-  CHECK(y[3].item<int64_t>() == d.labels[3]);
-  CHECK(y.data_ptr<int64_t>() != b->labels);  // a copy: valid after the Loader reuses its buffer
-}
 
-TEST_CASE("tensor_allocator: Loader buffers held as torch tensors serve the same batches") {
-  TempDir tmp;
-  const Dataset d = trainer_test::synthetic(37, 5, 6, 3, 2, 4);
-  trainer_test::write_cache(tmp.path() + "/c", d);
-  auto cache = dscache::Cache::open(tmp.path() + "/c");
-  dscache::LoaderOptions lo;
-  lo.batch_size = 8;
-  lo.prefetch = 2;
-  auto epoch = [&](const dscache::LoaderOptions& o) {
-    dscache::Loader loader(cache, o);
-    loader.start_epoch(3, 1);
-    std::vector<std::vector<uint8_t>> out;
-    while (const dscache::Batch* b = loader.next()) {
-      CHECK(reinterpret_cast<uintptr_t>(b->images) % 64 == 0);
-      out.emplace_back(b->images, b->images + size_t{b->size} * 5 * 6 * 3);
+  TEST_CASE("tensor_allocator: Loader buffers held as torch tensors serve the same batches") {
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(37, 5, 6, 3, 2, 4);
+    trainer_test::write_cache(tmp.path() + "/c", d);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    dscache::LoaderOptions lo;
+    lo.batch_size = 8;
+    lo.prefetch = 2;
+    auto epoch = [&](const dscache::LoaderOptions& o) {
+      dscache::Loader loader(cache, o);
+      loader.start_epoch(3, 1);
+      std::vector<std::vector<uint8_t>> out;
+      while (const dscache::Batch* b = loader.next()) {
+        CHECK(reinterpret_cast<uintptr_t>(b->images) % 64 == 0);
+        out.emplace_back(b->images, b->images + size_t{b->size} * 5 * 6 * 3);
+      }
+      return out;
+    };
+    const auto plain = epoch(lo);
+    lo.allocator = tensor_allocator(/*pinned=*/false);
+    const auto held = epoch(lo);
+    CHECK(held.size() == 5);
+    CHECK(held == plain);
+    // Page-locked memory needs CUDA: a CPU-only LibTorch refuses it rather than pretending.
+    if (!torch::cuda::is_available()) {
+      lo.allocator = tensor_allocator(/*pinned=*/true);
+      CHECK_THROWS(dscache::Loader(cache, lo));
     }
-    return out;
-  };
-  const auto plain = epoch(lo);
-  lo.allocator = tensor_allocator(/*pinned=*/false);
-  const auto held = epoch(lo);
-  CHECK(held.size() == 5);
-  CHECK(held == plain);
-  // Page-locked memory needs CUDA: a CPU-only LibTorch refuses it rather than pretending.
-  if (!torch::cuda::is_available()) {
-    lo.allocator = tensor_allocator(/*pinned=*/true);
-    CHECK_THROWS(dscache::Loader(cache, lo));
   }
-}
 
-TEST_CASE("autocast guard: bf16 conv/linear inside on CPU, fp32 outside, nesting restores") {
-  at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
-  REQUIRE_FALSE(at::autocast::is_cpu_enabled());
-  torch::manual_seed(0);
-  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
-  torch::nn::Linear lin(8, 2);
-  const torch::Tensor img = torch::randn({2, 3, 6, 6});
-  const torch::Tensor vec = torch::randn({2, 8});
-  CHECK((conv(img).scalar_type() == torch::kFloat));
-  {
-    AutocastGuard outer(torch::kCPU, torch::kBFloat16);
-    CHECK(at::autocast::is_cpu_enabled());
-    CHECK((conv(img).scalar_type() == torch::kBFloat16));
-    CHECK((lin(vec).scalar_type() == torch::kBFloat16));
+  TEST_CASE("autocast guard: bf16 conv/linear inside on CPU, fp32 outside, nesting restores") {
+    at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
+    REQUIRE_FALSE(at::autocast::is_cpu_enabled());
+    torch::manual_seed(0);
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
+    torch::nn::Linear lin(8, 2);
+    const torch::Tensor img = torch::randn({2, 3, 6, 6});
+    const torch::Tensor vec = torch::randn({2, 8});
+    CHECK((conv(img).scalar_type() == torch::kFloat));
     {
-      AutocastGuard fp32_region(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
-      CHECK_FALSE(at::autocast::is_cpu_enabled());
-      CHECK((lin(vec).scalar_type() == torch::kFloat));
-    }
-    CHECK(at::autocast::is_cpu_enabled());
-    CHECK((lin(vec).scalar_type() == torch::kBFloat16));
-    {
-      AutocastGuard inner(torch::kCPU, torch::kBFloat16);
+      AutocastGuard outer(torch::kCPU, torch::kBFloat16);
+      CHECK(at::autocast::is_cpu_enabled());
       CHECK((conv(img).scalar_type() == torch::kBFloat16));
+      CHECK((lin(vec).scalar_type() == torch::kBFloat16));
+      {
+        AutocastGuard fp32_region(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
+        CHECK_FALSE(at::autocast::is_cpu_enabled());
+        CHECK((lin(vec).scalar_type() == torch::kFloat));
+      }
+      CHECK(at::autocast::is_cpu_enabled());
+      CHECK((lin(vec).scalar_type() == torch::kBFloat16));
+      {
+        AutocastGuard inner(torch::kCPU, torch::kBFloat16);
+        CHECK((conv(img).scalar_type() == torch::kBFloat16));
+      }
+      CHECK(at::autocast::is_cpu_enabled());  // the inner guard put back the outer's state
     }
-    CHECK(at::autocast::is_cpu_enabled());  // the inner guard put back the outer's state
-  }
-  CHECK_FALSE(at::autocast::is_cpu_enabled());
-  CHECK((at::autocast::get_autocast_cpu_dtype() == torch::kBFloat16));
-  CHECK((conv(img).scalar_type() == torch::kFloat));
-  CHECK((lin(vec).scalar_type() == torch::kFloat));
-  // Survives an exception (1.13 accepts only bf16 as the CPU autocast dtype, so the dtype
-  // restore is seen only as "still bf16").
-  try {
-    AutocastGuard g(torch::kCPU, torch::kBFloat16);
-    CHECK(at::autocast::is_cpu_enabled());
-    throw std::runtime_error("x");
-  } catch (const std::runtime_error&) {
-  }
-  CHECK_FALSE(at::autocast::is_cpu_enabled());
-  CHECK((lin(vec).scalar_type() == torch::kFloat));
-}
-
-TEST_CASE("autocast: a bf16 micro-step keeps fp32 master weights and fp32 gradients") {
-  torch::manual_seed(1);
-  auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
-  const auto params = model->parameters();
-  const torch::Tensor x = torch::randn({6, 1, 8, 8});
-  const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2});
-  forward_backward(*model, x, y, 6, amp_config(Precision::kFp32, DeviceKind::kCpu), nullptr);
-  const auto g32 = grads_of(params);
-  zero_grads(params);
-  const MicroResult r =
-      forward_backward(*model, x, y, 6, amp_config(Precision::kBf16, DeviceKind::kCpu), nullptr);
-  CHECK(std::isfinite(r.loss_sum.item<double>()));
-  CHECK(r.correct.item<int64_t>() >= 0);
-  for (const auto& p : params) {
-    CHECK((p.scalar_type() == torch::kFloat));
-    CHECK((p.grad().scalar_type() == torch::kFloat));
-  }
-  const auto g16 = grads_of(params);
-  CHECK(rel_diff(g16, g32) > 0);  // bf16 really ran
-  // ... and computed the same gradient up to bf16's 8-bit mantissa: cosine similarity near 1.
-  double dot = 0, n16 = 0, n32 = 0;
-  for (size_t i = 0; i < g16.size(); ++i) {
-    dot += (g16[i].to(torch::kDouble) * g32[i].to(torch::kDouble)).sum().item<double>();
-    n16 += g16[i].to(torch::kDouble).pow(2).sum().item<double>();
-    n32 += g32[i].to(torch::kDouble).pow(2).sum().item<double>();
-  }
-  CHECK(dot / std::sqrt(n16 * n32) > 0.99);
-  CHECK_FALSE(at::autocast::is_cpu_enabled());
-}
-
-TEST_CASE("GradScaler: unscale is exact, inf skips the step and backs off, growth after the interval") {
-  torch::manual_seed(0);
-  torch::nn::Linear lin(4, 3);
-  auto params = lin->parameters();
-  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
-
-  SUBCASE("defaults") {
-    GradScaler s;
-    CHECK(s.scale_value() == 65536.0);
-    CHECK(s.growth_tracker() == 0);
-  }
-  SUBCASE("unscale exact") {
-    GradScaler s;
-    std::vector<torch::Tensor> want;
-    for (auto& p : params) {
-      want.push_back(torch::randn(p.sizes()));
-      p.mutable_grad() = want.back() * 65536.0;
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
+    CHECK((at::autocast::get_autocast_cpu_dtype() == torch::kBFloat16));
+    CHECK((conv(img).scalar_type() == torch::kFloat));
+    CHECK((lin(vec).scalar_type() == torch::kFloat));
+    // Survives an exception (1.13 accepts only bf16 as the CPU autocast dtype, so the dtype
+    // restore is seen only as "still bf16").
+    try {
+      AutocastGuard g(torch::kCPU, torch::kBFloat16);
+      CHECK(at::autocast::is_cpu_enabled());
+      throw std::runtime_error("x");
+    } catch (const std::runtime_error&) {
     }
-    CHECK(s.unscale(params));
-    CHECK(s.unscale(params));  // a second call in the same step does not divide again
-    for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i].grad(), want[i]));
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
+    CHECK((lin(vec).scalar_type() == torch::kFloat));
   }
-  SUBCASE("injected inf: step skipped, scale halved, tracker reset") {
-    GradScaler s(GradScalerOptions{1024.0, 2.0, 0.5, 3});
-    for (int i = 0; i < 2; ++i) {  // two clean steps first
-      for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes()) * s.scale_value();
-      CHECK(s.step(opt, params));
+
+  TEST_CASE("autocast: a bf16 micro-step keeps fp32 master weights and fp32 gradients") {
+    torch::manual_seed(1);
+    auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
+    const auto params = model->parameters();
+    const torch::Tensor x = torch::randn({6, 1, 8, 8});
+    const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+    forward_backward(*model, x, y, 6, amp_config(Precision::kFp32, DeviceKind::kCpu), nullptr);
+    const auto g32 = grads_of(params);
+    zero_grads(params);
+    const MicroResult r =
+        forward_backward(*model, x, y, 6, amp_config(Precision::kBf16, DeviceKind::kCpu), nullptr);
+    CHECK(std::isfinite(r.loss_sum.item<double>()));
+    CHECK(r.correct.item<int64_t>() >= 0);
+    for (const auto& p : params) {
+      CHECK((p.scalar_type() == torch::kFloat));
+      CHECK((p.grad().scalar_type() == torch::kFloat));
     }
-    CHECK(s.growth_tracker() == 2);
-    std::vector<torch::Tensor> before;
-    for (auto& p : params) before.push_back(p.detach().clone());
-    for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
-    params[0].mutable_grad()[0][1] = std::numeric_limits<float>::infinity();
-    CHECK_FALSE(s.step(opt, params));
-    for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], before[i]));
-    CHECK(s.scale_value() == 512.0);
-    CHECK(s.growth_tracker() == 0);
-    params[1].mutable_grad()[0] = std::nan("");
-    CHECK_FALSE(s.step(opt, params));
-    CHECK(s.scale_value() == 256.0);
+    const auto g16 = grads_of(params);
+    CHECK(rel_diff(g16, g32) > 0);  // bf16 really ran
+    // ... and computed the same gradient up to bf16's 8-bit mantissa: cosine similarity near 1.
+    double dot = 0, n16 = 0, n32 = 0;
+    for (size_t i = 0; i < g16.size(); ++i) {
+      dot += (g16[i].to(torch::kDouble) * g32[i].to(torch::kDouble)).sum().item<double>();
+      n16 += g16[i].to(torch::kDouble).pow(2).sum().item<double>();
+      n32 += g32[i].to(torch::kDouble).pow(2).sum().item<double>();
+    }
+    CHECK(dot / std::sqrt(n16 * n32) > 0.99);
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
   }
-  SUBCASE("growth after growth_interval consecutive finite steps") {
-    GradScaler s(GradScalerOptions{8.0, 2.0, 0.5, 3});
-    for (int i = 0; i < 2; ++i) {
+
+  TEST_CASE(
+      "GradScaler: unscale is exact, inf skips the step and backs off, growth after the interval") {
+    torch::manual_seed(0);
+    torch::nn::Linear lin(4, 3);
+    auto params = lin->parameters();
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+
+    SUBCASE("defaults") {
+      GradScaler s;
+      CHECK(s.scale_value() == 65536.0);
+      CHECK(s.growth_tracker() == 0);
+    }
+    SUBCASE("unscale exact") {
+      GradScaler s;
+      std::vector<torch::Tensor> want;
+      for (auto& p : params) {
+        want.push_back(torch::randn(p.sizes()));
+        p.mutable_grad() = want.back() * 65536.0;
+      }
+      CHECK(s.unscale(params));
+      CHECK(s.unscale(params));  // a second call in the same step does not divide again
+      for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i].grad(), want[i]));
+    }
+    SUBCASE("injected inf: step skipped, scale halved, tracker reset") {
+      GradScaler s(GradScalerOptions{1024.0, 2.0, 0.5, 3});
+      for (int i = 0; i < 2; ++i) {  // two clean steps first
+        for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes()) * s.scale_value();
+        CHECK(s.step(opt, params));
+      }
+      CHECK(s.growth_tracker() == 2);
+      std::vector<torch::Tensor> before;
+      for (auto& p : params) before.push_back(p.detach().clone());
+      for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
+      params[0].mutable_grad()[0][1] = std::numeric_limits<float>::infinity();
+      CHECK_FALSE(s.step(opt, params));
+      for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], before[i]));
+      CHECK(s.scale_value() == 512.0);
+      CHECK(s.growth_tracker() == 0);
+      params[1].mutable_grad()[0] = std::nan("");
+      CHECK_FALSE(s.step(opt, params));
+      CHECK(s.scale_value() == 256.0);
+    }
+    SUBCASE("growth after growth_interval consecutive finite steps") {
+      GradScaler s(GradScalerOptions{8.0, 2.0, 0.5, 3});
+      for (int i = 0; i < 2; ++i) {
+        for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
+        CHECK(s.step(opt, params));
+        CHECK(s.scale_value() == 8.0);
+      }
       for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
       CHECK(s.step(opt, params));
-      CHECK(s.scale_value() == 8.0);
+      CHECK(s.scale_value() == 16.0);
+      CHECK(s.growth_tracker() == 0);
     }
-    for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
-    CHECK(s.step(opt, params));
-    CHECK(s.scale_value() == 16.0);
-    CHECK(s.growth_tracker() == 0);
+    SUBCASE("state round trip through an archive") {
+      GradScaler s(GradScalerOptions{64.0, 2.0, 0.5, 100});
+      for (int i = 0; i < 5; ++i) s.update(false);
+      s.update(true);
+      s.update(false);
+      torch::serialize::OutputArchive out;
+      s.save(out);
+      std::ostringstream bytes;
+      out.save_to(bytes);
+      torch::serialize::InputArchive in;
+      std::istringstream is(bytes.str());
+      in.load_from(is);
+      GradScaler t;
+      t.load(in);
+      CHECK(t.scale_value() == 32.0);
+      CHECK(t.growth_tracker() == 1);
+    }
+    SUBCASE("scaled micro-steps then unscale give the unscaled gradient") {
+      torch::manual_seed(2);
+      auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
+      const auto mp = model->parameters();
+      const torch::Tensor x = torch::randn({4, 1, 8, 8});
+      const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 1});
+      const AmpConfig a = amp_config(Precision::kFp32, DeviceKind::kCpu);
+      forward_backward(*model, x, y, 4, a, nullptr);
+      const auto plain = grads_of(mp);
+      zero_grads(mp);
+      GradScaler s;
+      forward_backward(*model, x.slice(0, 0, 2), y.slice(0, 0, 2), 4, a, &s);
+      forward_backward(*model, x.slice(0, 2, 4), y.slice(0, 2, 4), 4, a, &s);
+      CHECK(s.unscale(mp));
+      CHECK(rel_diff(grads_of(mp), plain) < 1e-5);
+    }
   }
-  SUBCASE("state round trip through an archive") {
-    GradScaler s(GradScalerOptions{64.0, 2.0, 0.5, 100});
-    for (int i = 0; i < 5; ++i) s.update(false);
-    s.update(true);
-    s.update(false);
-    torch::serialize::OutputArchive out;
-    s.save(out);
-    std::ostringstream bytes;
-    out.save_to(bytes);
-    torch::serialize::InputArchive in;
-    std::istringstream is(bytes.str());
-    in.load_from(is);
-    GradScaler t;
-    t.load(in);
-    CHECK(t.scale_value() == 32.0);
-    CHECK(t.growth_tracker() == 1);
-  }
-  SUBCASE("scaled micro-steps then unscale give the unscaled gradient") {
-    torch::manual_seed(2);
-    auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
-    const auto mp = model->parameters();
-    const torch::Tensor x = torch::randn({4, 1, 8, 8});
-    const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 1});
-    const AmpConfig a = amp_config(Precision::kFp32, DeviceKind::kCpu);
-    forward_backward(*model, x, y, 4, a, nullptr);
-    const auto plain = grads_of(mp);
-    zero_grads(mp);
-    GradScaler s;
-    forward_backward(*model, x.slice(0, 0, 2), y.slice(0, 0, 2), 4, a, &s);
-    forward_backward(*model, x.slice(0, 2, 4), y.slice(0, 2, 4), 4, a, &s);
-    CHECK(s.unscale(mp));
-    CHECK(rel_diff(grads_of(mp), plain) < 1e-5);
-  }
-}
 
-TEST_CASE("grads_finite: one reduction sees inf and NaN anywhere") {
-  auto a = torch::zeros({3}, torch::requires_grad());
-  auto b = torch::zeros({2, 2}, torch::requires_grad());
-  a.mutable_grad() = torch::ones({3});
-  b.mutable_grad() = torch::ones({2, 2});
-  CHECK(grads_finite({a, b}));
-  b.mutable_grad()[1][1] = -std::numeric_limits<float>::infinity();
-  CHECK_FALSE(grads_finite({a, b}));
-  b.mutable_grad()[1][1] = std::nan("");
-  CHECK_FALSE(grads_finite({a, b}));
-  b.mutable_grad()[1][1] = 3.0e38f;  // finite values whose float sum would overflow
-  a.mutable_grad()[0] = 3.0e38f;
-  CHECK(grads_finite({a, b}));
-}
-
-TEST_CASE("LR schedule per optimizer step: warm-up, constant, cosine, step") {
-  TrainOptions o;
-  o.lr = 0.1;
-  o.warmup_steps = 4;
-  struct Row {
-    ScheduleKind kind;
-    uint64_t step;
-    double want;
-  };
-  const double pi = M_PI;
-  for (const Row& r : {Row{ScheduleKind::kConstant, 0, 0.025}, Row{ScheduleKind::kConstant, 3, 0.1},
-                       Row{ScheduleKind::kConstant, 50, 0.1}, Row{ScheduleKind::kCosine, 4, 0.1},
-                       Row{ScheduleKind::kCosine, 9, 0.1 * 0.5 * (1 + std::cos(pi * 5 / 20))},
-                       Row{ScheduleKind::kCosine, 24, 0.0}, Row{ScheduleKind::kStep, 4, 0.1},
-                       Row{ScheduleKind::kStep, 10, 0.01}, Row{ScheduleKind::kStep, 16, 0.001}}) {
-    o.schedule = r.kind;
-    o.step_size = 6;
-    CAPTURE(r.step);
-    CHECK(lr_at(o, r.step, 24) == doctest::Approx(r.want).epsilon(1e-12));
+  TEST_CASE("grads_finite: one reduction sees inf and NaN anywhere") {
+    auto a = torch::zeros({3}, torch::requires_grad());
+    auto b = torch::zeros({2, 2}, torch::requires_grad());
+    a.mutable_grad() = torch::ones({3});
+    b.mutable_grad() = torch::ones({2, 2});
+    CHECK(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = -std::numeric_limits<float>::infinity();
+    CHECK_FALSE(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = std::nan("");
+    CHECK_FALSE(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = 3.0e38f;  // finite values whose float sum would overflow
+    a.mutable_grad()[0] = 3.0e38f;
+    CHECK(grads_finite({a, b}));
   }
-}
 
-TEST_CASE("models: output shapes; resnet18 picks its stem by input size") {
-  torch::NoGradGuard ng;
-  struct Row {
-    ModelKind kind;
-    int64_t c, classes, h, w;
-  };
-  for (const Row& r : {Row{ModelKind::kCnn, 1, 10, 28, 28}, Row{ModelKind::kCnn, 3, 5, 13, 9},
-                       Row{ModelKind::kResnet18, 3, 10, 32, 32},
-                       Row{ModelKind::kResnet18, 1, 7, 96, 80}}) {
-    auto m = make_model(r.kind, r.c, r.classes, r.h, r.w);
-    m->eval();
-    CHECK(m->forward(torch::randn({2, r.c, r.h, r.w})).sizes() ==
-          torch::IntArrayRef({2, r.classes}));
+  TEST_CASE("LR schedule per optimizer step: warm-up, constant, cosine, step") {
+    TrainOptions o;
+    o.lr = 0.1;
+    o.warmup_steps = 4;
+    struct Row {
+      ScheduleKind kind;
+      uint64_t step;
+      double want;
+    };
+    const double pi = M_PI;
+    for (const Row& r :
+         {Row{ScheduleKind::kConstant, 0, 0.025}, Row{ScheduleKind::kConstant, 3, 0.1},
+          Row{ScheduleKind::kConstant, 50, 0.1}, Row{ScheduleKind::kCosine, 4, 0.1},
+          Row{ScheduleKind::kCosine, 9, 0.1 * 0.5 * (1 + std::cos(pi * 5 / 20))},
+          Row{ScheduleKind::kCosine, 24, 0.0}, Row{ScheduleKind::kStep, 4, 0.1},
+          Row{ScheduleKind::kStep, 10, 0.01}, Row{ScheduleKind::kStep, 16, 0.001}}) {
+      o.schedule = r.kind;
+      o.step_size = 6;
+      CAPTURE(r.step);
+      CHECK(lr_at(o, r.step, 24) == doctest::Approx(r.want).epsilon(1e-12));
+    }
   }
-  auto cifar = make_model(ModelKind::kResnet18, 3, 10, 32, 32);
-  auto imagenet = make_model(ModelKind::kResnet18, 3, 10, 224, 224);
-  CHECK((cifar->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef({64, 3, 3, 3})));
-  CHECK((imagenet->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef({64, 3, 7, 7})));
-  CHECK(imagenet->named_parameters().contains("layer4.1.bn2.weight"));
-  int64_t n = 0;
-  for (const auto& p : imagenet->parameters()) n += p.numel();
-  CHECK(n == 11181642);  // torchvision resnet18(num_classes=10)
-  auto cnn = make_model(ModelKind::kCnn, 1, 10, 28, 28);
-  CHECK((cnn->named_parameters()["fc1.weight"].sizes() == torch::IntArrayRef({128, 64 * 7 * 7})));
-}
 
-TEST_CASE("options: every bad value is refused naming its field") {
-  struct Row {
-    std::vector<std::string> args;
-    std::string field;
-  };
-  const std::vector<Row> rows = {
-      {{}, "--train"},
-      {{"--train", "x", "--batch", "0"}, "--batch"},
-      {{"--train", "x", "--epochs", "0"}, "--epochs"},
-      {{"--train", "x", "--model", "vgg"}, "--model"},
-      {{"--train", "x", "--precision", "fp8"}, "--precision"},
-      {{"--train", "x", "--precision", "fp16"}, "--precision"},
-      {{"--train", "x", "--optimizer", "lamb"}, "--optimizer"},
-      {{"--train", "x", "--schedule", "poly"}, "--schedule"},
-      {{"--train", "x", "--device", "tpu"}, "--device"},
-      {{"--train", "x", "--lr", "-1"}, "--lr"},
-      {{"--train", "x", "--lr", "0"}, "--lr"},
-      {{"--train", "x", "--momentum", "1.5"}, "--momentum"},
-      {{"--train", "x", "--weight-decay", "-0.1"}, "--weight-decay"},
-      {{"--train", "x", "--clip-grad", "-1"}, "--clip-grad"},
-      {{"--train", "x", "--batch", "32", "--effective-batch", "100"}, "--effective-batch"},
-      {{"--train", "x", "--accum-steps", "2", "--effective-batch", "64"}, "--accum-steps"},
-      {{"--train", "x", "--accum-steps", "0"}, "--accum-steps"},
-      {{"--train", "x", "--resume"}, "--resume"},
-      {{"--train", "x", "--checkpoint-every", "5"}, "--checkpoint-every"},
-      {{"--train", "x", "--batch", "lots"}, "batch"},
-      {{"--train", "x", "--frobnicate"}, "frobnicate"},
-      {{"--train", "x", "--lazy-cache", "f.bin"}, "--image-size"},
-      {{"--train", "x", "--lazy-cache", "f.bin", "--image-size", "8", "--channels", "2"}, "--channels"},
-  };
-  for (const Row& r : rows) {
-    CAPTURE(r.field);
+  TEST_CASE("models: output shapes; resnet18 picks its stem by input size") {
+    torch::NoGradGuard ng;
+    struct Row {
+      ModelKind kind;
+      int64_t c, classes, h, w;
+    };
+    for (const Row& r :
+         {Row{ModelKind::kCnn, 1, 10, 28, 28}, Row{ModelKind::kCnn, 3, 5, 13, 9},
+          Row{ModelKind::kResnet18, 3, 10, 32, 32}, Row{ModelKind::kResnet18, 1, 7, 96, 80}}) {
+      auto m = make_model(r.kind, r.c, r.classes, r.h, r.w);
+      m->eval();
+      CHECK(m->forward(torch::randn({2, r.c, r.h, r.w})).sizes() ==
+            torch::IntArrayRef({2, r.classes}));
+    }
+    auto cifar = make_model(ModelKind::kResnet18, 3, 10, 32, 32);
+    auto imagenet = make_model(ModelKind::kResnet18, 3, 10, 224, 224);
+    CHECK((cifar->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef({64, 3, 3, 3})));
+    CHECK((imagenet->named_parameters()["conv1.weight"].sizes() ==
+           torch::IntArrayRef({64, 3, 7, 7})));
+    CHECK(imagenet->named_parameters().contains("layer4.1.bn2.weight"));
+    int64_t n = 0;
+    for (const auto& p : imagenet->parameters()) n += p.numel();
+    CHECK(n == 11181642);  // torchvision resnet18(num_classes=10)
+    auto cnn = make_model(ModelKind::kCnn, 1, 10, 28, 28);
+    CHECK((cnn->named_parameters()["fc1.weight"].sizes() == torch::IntArrayRef({128, 64 * 7 * 7})));
+  }
+
+  TEST_CASE("options: every bad value is refused naming its field") {
+    struct Row {
+      std::vector<std::string> args;
+      std::string field;
+    };
+    const std::vector<Row> rows = {
+        {{}, "--train"},
+        {{"--train", "x", "--batch", "0"}, "--batch"},
+        {{"--train", "x", "--epochs", "0"}, "--epochs"},
+        {{"--train", "x", "--model", "vgg"}, "--model"},
+        {{"--train", "x", "--precision", "fp8"}, "--precision"},
+        {{"--train", "x", "--precision", "fp16"}, "--precision"},
+        {{"--train", "x", "--optimizer", "lamb"}, "--optimizer"},
+        {{"--train", "x", "--schedule", "poly"}, "--schedule"},
+        {{"--train", "x", "--device", "tpu"}, "--device"},
+        {{"--train", "x", "--lr", "-1"}, "--lr"},
+        {{"--train", "x", "--lr", "0"}, "--lr"},
+        {{"--train", "x", "--momentum", "1.5"}, "--momentum"},
+        {{"--train", "x", "--weight-decay", "-0.1"}, "--weight-decay"},
+        {{"--train", "x", "--clip-grad", "-1"}, "--clip-grad"},
+        {{"--train", "x", "--batch", "32", "--effective-batch", "100"}, "--effective-batch"},
+        {{"--train", "x", "--accum-steps", "2", "--effective-batch", "64"}, "--accum-steps"},
+        {{"--train", "x", "--accum-steps", "0"}, "--accum-steps"},
+        {{"--train", "x", "--resume"}, "--resume"},
+        {{"--train", "x", "--checkpoint-every", "5"}, "--checkpoint-every"},
+        {{"--train", "x", "--batch", "lots"}, "batch"},
+        {{"--train", "x", "--frobnicate"}, "frobnicate"},
+        {{"--train", "x", "--lazy-cache", "f.bin"}, "--image-size"},
+        {{"--train", "x", "--lazy-cache", "f.bin", "--image-size", "8", "--channels", "2"},
+         "--channels"},
+    };
+    for (const Row& r : rows) {
+      CAPTURE(r.field);
+      bool help = false;
+      std::string message;
+      try {
+        TrainOptions o = parse_options(r.args, &help, nullptr);
+        resolve_and_validate(&o);
+      } catch (const UsageError& e) {
+        message = e.what();
+      }
+      CAPTURE(message);
+      CHECK(message.find(r.field) != std::string::npos);
+    }
     bool help = false;
-    std::string message;
-    try {
-      TrainOptions o = parse_options(r.args, &help, nullptr);
-      resolve_and_validate(&o);
-    } catch (const UsageError& e) {
-      message = e.what();
-    }
-    CAPTURE(message);
-    CHECK(message.find(r.field) != std::string::npos);
+    TrainOptions o = parse_options(
+        {"--train", "x", "--batch", "32", "--effective-batch", "256", "--optimizer", "adamw"},
+        &help, nullptr);
+    resolve_and_validate(&o);
+    CHECK(o.accum_steps == 8);
+    CHECK(o.lr == 1e-3);
+    CHECK(o.weight_decay == 0.01);
   }
-  bool help = false;
-  TrainOptions o = parse_options({"--train", "x", "--batch", "32", "--effective-batch", "256",
-                                  "--optimizer", "adamw"},
-                                 &help, nullptr);
-  resolve_and_validate(&o);
-  CHECK(o.accum_steps == 8);
-  CHECK(o.lr == 1e-3);
-  CHECK(o.weight_decay == 0.01);
-}
 
 }  // TEST_SUITE unit
 
@@ -516,7 +523,8 @@ std::string train_exe() {
 
 // Named parameters and buffers of a model.pt written by dscache-train.
 std::map<std::string, torch::Tensor> load_weights(const std::string& path, ModelKind kind,
-                                                  int64_t c, int64_t classes, int64_t h, int64_t w) {
+                                                  int64_t c, int64_t classes, int64_t h,
+                                                  int64_t w) {
   auto m = make_model(kind, c, classes, h, w);
   torch::serialize::InputArchive a;
   a.load_from(path);
@@ -538,360 +546,471 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
 }  // namespace
 
 TEST_SUITE("cli") {
-
-// Two runs in a_dir and b_dir ended with the same weights and buffers, bit for bit, and their
-// metrics.jsonl hold the same `lines` lines (so no replayed step was logged twice).
-void check_same_result(const std::string& a_dir, const std::string& b_dir, ModelKind kind,
-                       int64_t c, int64_t classes, int64_t h, int64_t w, size_t lines) {
-  const auto wa = load_weights(a_dir + "/model.pt", kind, c, classes, h, w);
-  const auto wb = load_weights(b_dir + "/model.pt", kind, c, classes, h, w);
-  REQUIRE(wa.size() == wb.size());
-  for (const auto& [name, t] : wa) {
-    CAPTURE(name);
-    CHECK(torch::equal(t, wb.at(name)));
-  }
-  const auto ma = read_metrics(a_dir + "/metrics.jsonl");
-  const auto mb = read_metrics(b_dir + "/metrics.jsonl");
-  REQUIRE(ma.size() == mb.size());
-  CHECK(ma.size() == lines);
-  for (size_t i = 0; i < ma.size(); ++i) {
-    CAPTURE(i);
-    CHECK(ma[i]["kind"] == mb[i]["kind"]);
-    CHECK(ma[i]["step"] == mb[i]["step"]);
-    CHECK(ma[i]["loss"].get<double>() == mb[i]["loss"].get<double>());
-    if (ma[i]["kind"] == "epoch" && !ma[i]["val_acc"].is_null()) {
-      CHECK(ma[i]["val_acc"].get<double>() == mb[i]["val_acc"].get<double>());
+  // Two runs in a_dir and b_dir ended with the same weights and buffers, bit for bit, and their
+  // metrics.jsonl hold the same `lines` lines (so no replayed step was logged twice).
+  void check_same_result(const std::string& a_dir, const std::string& b_dir, ModelKind kind,
+                         int64_t c, int64_t classes, int64_t h, int64_t w, size_t lines) {
+    const auto wa = load_weights(a_dir + "/model.pt", kind, c, classes, h, w);
+    const auto wb = load_weights(b_dir + "/model.pt", kind, c, classes, h, w);
+    REQUIRE(wa.size() == wb.size());
+    for (const auto& [name, t] : wa) {
+      CAPTURE(name);
+      CHECK(torch::equal(t, wb.at(name)));
+    }
+    const auto ma = read_metrics(a_dir + "/metrics.jsonl");
+    const auto mb = read_metrics(b_dir + "/metrics.jsonl");
+    REQUIRE(ma.size() == mb.size());
+    CHECK(ma.size() == lines);
+    for (size_t i = 0; i < ma.size(); ++i) {
+      CAPTURE(i);
+      CHECK(ma[i]["kind"] == mb[i]["kind"]);
+      CHECK(ma[i]["step"] == mb[i]["step"]);
+      CHECK(ma[i]["loss"].get<double>() == mb[i]["loss"].get<double>());
+      if (ma[i]["kind"] == "epoch" && !ma[i]["val_acc"].is_null()) {
+        CHECK(ma[i]["val_acc"].get<double>() == mb[i]["val_acc"].get<double>());
+      }
     }
   }
-}
 
-// Runs `args + --output A` to the end, `args + --output B` killed by the SIGKILL hook after
-// `kill_after` optimizer steps, then `args + --output B --resume`; the final weights (and
-// buffers) must be equal and metrics.jsonl must hold the same lines (no replayed step twice).
-void check_resume(const std::string& work, const std::vector<std::string>& args, int kill_after,
-                  ModelKind kind, int64_t c, int64_t classes, int64_t h, int64_t w,
-                  size_t lines, bool scaling) {
-  const std::string a_dir = work + "/a", b_dir = work + "/b", log = work + "/log.txt";
-  std::system(("rm -rf '" + a_dir + "' '" + b_dir + "' '" + log + "'").c_str());
-  auto with_output = [&](const std::string& out) {
-    std::vector<std::string> a = {train_exe()};
-    a.insert(a.end(), args.begin(), args.end());
-    a.insert(a.end(), {"--output", out, "--no-progress"});
-    return a;
-  };
-  int st = trainer_test::run_process(with_output(a_dir), {}, log);
-  INFO(trainer_test::read_file(log));
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-  st = trainer_test::run_process(
-      with_output(b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)}, log);
-  REQUIRE(WIFSIGNALED(st));
-  REQUIRE(WTERMSIG(st) == SIGKILL);
-  CHECK_FALSE(std::ifstream(b_dir + "/model.pt").good());
-  auto resumed = with_output(b_dir);
-  resumed.push_back("--resume");
-  st = trainer_test::run_process(resumed, {}, log);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-
-  check_same_result(a_dir, b_dir, kind, c, classes, h, w, lines);
-  const auto ma = read_metrics(a_dir + "/metrics.jsonl");
-  CHECK(ma.front()["scale"].get<double>() == (scaling ? 65536.0 : 1.0));
-}
-
-TEST_CASE("resume after SIGKILL ends with the same weights as an uninterrupted run (cnn)") {
-  TempDir tmp;
-  // 200 samples, batch 16 → 13 batches/epoch; K = 2 → 7 windows per epoch (the last of 1 batch
-  // of 8 samples); 2 epochs = 14 optimizer steps; checkpoints every 4 steps and at epoch ends.
-  trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5), 64);
-  trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
-  struct Case {
-    std::string name;
-    std::vector<std::string> extra;
-    int kill_after;
-  };
-  const std::vector<Case> cases = {
-      {"sgd fp32, killed mid-epoch 1", {"--schedule", "cosine", "--warmup-steps", "3"}, 5},
-      {"sgd fp32, killed in epoch 2", {"--clip-grad", "1.0"}, 10},
-      {"adamw bf16 with loss scaling, killed after an epoch-end checkpoint",
-       {"--optimizer", "adamw", "--precision", "bf16", "--loss-scaling", "on", "--schedule",
-        "step"},
-       7},
-  };
-  for (const Case& c : cases) {
-    CAPTURE(c.name);
-    std::vector<std::string> args = {"--train", tmp.path() + "/train", "--val",
-                                     tmp.path() + "/val", "--epochs", "2", "--batch", "16",
-                                     "--accum-steps", "2", "--threads", "2", "--seed", "9",
-                                     "--checkpoint-every", "4", "--log-every", "1"};
-    args.insert(args.end(), c.extra.begin(), c.extra.end());
-    const bool scaling = std::find(c.extra.begin(), c.extra.end(), "--loss-scaling") != c.extra.end();
-    check_resume(tmp.path(), args, c.kill_after, ModelKind::kCnn, 3, 4, 12, 12, 14 + 2, scaling);
-  }
-}
-
-TEST_CASE("resume after SIGKILL: resnet18 (BatchNorm buffers), channels-last, effective batch") {
-  TempDir tmp;
-  // 48 samples of 8x8, batch 8, effective batch 16 → 3 windows per epoch, 2 epochs.
-  trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(48, 8, 8, 3, 3, 7));
-  const std::vector<std::string> args = {
-      "--train", tmp.path() + "/train", "--model", "resnet18", "--epochs", "2", "--batch", "8",
-      "--effective-batch", "16", "--threads", "2", "--seed", "4", "--checkpoint-every", "2",
-      "--log-every", "1", "--channels-last", "--lr", "0.01"};
-  check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
-}
-
-TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
-  TempDir tmp;
-  // 200 samples: 100 per rank, batch 8, K = 2 → 7 windows (the last: 4 samples per rank); one
-  // process with batch 16 sees the same windows (positions r, r+2, ... of the epoch's order).
-  trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
-  auto args = [&](const std::string& batch, const std::string& out) {
-    return std::vector<std::string>{train_exe(), "--train", tmp.path() + "/train", "--batch",
-                                    batch, "--accum-steps", "2", "--threads", "1", "--seed", "3",
-                                    "--epochs", "2", "--output", out, "--no-progress",
-                                    "--log-every", "1"};
-  };
-  const std::string log = tmp.path() + "/log.txt";
-  int st = trainer_test::run_process(args("16", tmp.path() + "/single"), {}, log);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-  const std::string port = std::to_string(trainer_test::free_port());
-  std::vector<int> pids;
-  for (int r = 0; r < 2; ++r) {
-    pids.push_back(trainer_test::spawn_process(
-        args("8", tmp.path() + "/ddp"),
-        {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-        log));
-  }
-  for (int pid : pids) {
-    st = trainer_test::wait_process(pid);
+  // Runs `args + --output A` to the end, `args + --output B` killed by the SIGKILL hook after
+  // `kill_after` optimizer steps, then `args + --output B --resume`; the final weights (and
+  // buffers) must be equal and metrics.jsonl must hold the same lines (no replayed step twice).
+  void check_resume(const std::string& work, const std::vector<std::string>& args, int kill_after,
+                    ModelKind kind, int64_t c, int64_t classes, int64_t h, int64_t w, size_t lines,
+                    bool scaling) {
+    const std::string a_dir = work + "/a", b_dir = work + "/b", log = work + "/log.txt";
+    std::system(("rm -rf '" + a_dir + "' '" + b_dir + "' '" + log + "'").c_str());
+    auto with_output = [&](const std::string& out) {
+      std::vector<std::string> a = {train_exe()};
+      a.insert(a.end(), args.begin(), args.end());
+      a.insert(a.end(), {"--output", out, "--no-progress"});
+      return a;
+    };
+    int st = trainer_test::run_process(with_output(a_dir), {}, log);
     INFO(trainer_test::read_file(log));
     REQUIRE(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 0);
-  }
-  const auto w1 = load_weights(tmp.path() + "/single/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
-  const auto w2 = load_weights(tmp.path() + "/ddp/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
-  for (const auto& [name, t] : w1) {
-    CAPTURE(name);
-    CHECK(torch::allclose(t, w2.at(name), 1e-4, 1e-6));
-  }
-  const auto m1 = read_metrics(tmp.path() + "/single/metrics.jsonl");
-  const auto m2 = read_metrics(tmp.path() + "/ddp/metrics.jsonl");
-  REQUIRE(m1.size() == m2.size());  // rank 1 wrote nothing of its own
-  for (size_t i = 0; i < m1.size(); ++i) {
-    CHECK(m1[i]["step"] == m2[i]["step"]);
-    CHECK(m1[i]["loss"].get<double>() == doctest::Approx(m2[i]["loss"].get<double>()).epsilon(1e-4));
-  }
-}
+    REQUIRE(WEXITSTATUS(st) == 0);
+    st = trainer_test::run_process(
+        with_output(b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)}, log);
+    REQUIRE(WIFSIGNALED(st));
+    REQUIRE(WTERMSIG(st) == SIGKILL);
+    CHECK_FALSE(std::ifstream(b_dir + "/model.pt").good());
+    auto resumed = with_output(b_dir);
+    resumed.push_back("--resume");
+    st = trainer_test::run_process(resumed, {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
 
-TEST_CASE("data parallel resume: 2 Gloo ranks killed after a checkpoint and resumed equal an uninterrupted pair") {
-  TempDir tmp;
-  // 200 samples over 2 ranks, batch 8, K = 2 → 7 windows per epoch, 2 epochs = 14 steps;
-  // checkpoints every 4 steps; both ranks SIGKILL themselves after step 6 (the checkpoint of
-  // step 4 is the newest), then both resume from the shared output directory.
-  trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
-  trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
-  const std::string log = tmp.path() + "/log.txt";
-  // Starts both ranks with `extra_env` and returns their wait statuses.
-  auto run_pair = [&](const std::string& out, bool resume, const std::string& extra_env) {
-    std::vector<std::string> args = {train_exe(), "--train", tmp.path() + "/train", "--val",
-                                     tmp.path() + "/val", "--batch", "8", "--accum-steps", "2",
-                                     "--threads", "1", "--seed", "5", "--epochs", "2",
-                                     "--optimizer", "adamw", "--schedule", "cosine",
-                                     "--checkpoint-every", "4", "--log-every", "1",
-                                     "--output", out, "--no-progress"};
-    if (resume) args.push_back("--resume");
+    check_same_result(a_dir, b_dir, kind, c, classes, h, w, lines);
+    const auto ma = read_metrics(a_dir + "/metrics.jsonl");
+    CHECK(ma.front()["scale"].get<double>() == (scaling ? 65536.0 : 1.0));
+  }
+
+  TEST_CASE("resume after SIGKILL ends with the same weights as an uninterrupted run (cnn)") {
+    TempDir tmp;
+    // 200 samples, batch 16 → 13 batches/epoch; K = 2 → 7 windows per epoch (the last of 1 batch
+    // of 8 samples); 2 epochs = 14 optimizer steps; checkpoints every 4 steps and at epoch ends.
+    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5),
+                              64);
+    trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
+    struct Case {
+      std::string name;
+      std::vector<std::string> extra;
+      int kill_after;
+    };
+    const std::vector<Case> cases = {
+        {"sgd fp32, killed mid-epoch 1", {"--schedule", "cosine", "--warmup-steps", "3"}, 5},
+        {"sgd fp32, killed in epoch 2", {"--clip-grad", "1.0"}, 10},
+        {"adamw bf16 with loss scaling, killed after an epoch-end checkpoint",
+         {"--optimizer", "adamw", "--precision", "bf16", "--loss-scaling", "on", "--schedule",
+          "step"},
+         7},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      std::vector<std::string> args = {"--train",
+                                       tmp.path() + "/train",
+                                       "--val",
+                                       tmp.path() + "/val",
+                                       "--epochs",
+                                       "2",
+                                       "--batch",
+                                       "16",
+                                       "--accum-steps",
+                                       "2",
+                                       "--threads",
+                                       "2",
+                                       "--seed",
+                                       "9",
+                                       "--checkpoint-every",
+                                       "4",
+                                       "--log-every",
+                                       "1"};
+      args.insert(args.end(), c.extra.begin(), c.extra.end());
+      const bool scaling =
+          std::find(c.extra.begin(), c.extra.end(), "--loss-scaling") != c.extra.end();
+      check_resume(tmp.path(), args, c.kill_after, ModelKind::kCnn, 3, 4, 12, 12, 14 + 2, scaling);
+    }
+  }
+
+  TEST_CASE("resume after SIGKILL: resnet18 (BatchNorm buffers), channels-last, effective batch") {
+    TempDir tmp;
+    // 48 samples of 8x8, batch 8, effective batch 16 → 3 windows per epoch, 2 epochs.
+    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(48, 8, 8, 3, 3, 7));
+    const std::vector<std::string> args = {"--train",
+                                           tmp.path() + "/train",
+                                           "--model",
+                                           "resnet18",
+                                           "--epochs",
+                                           "2",
+                                           "--batch",
+                                           "8",
+                                           "--effective-batch",
+                                           "16",
+                                           "--threads",
+                                           "2",
+                                           "--seed",
+                                           "4",
+                                           "--checkpoint-every",
+                                           "2",
+                                           "--log-every",
+                                           "1",
+                                           "--channels-last",
+                                           "--lr",
+                                           "0.01"};
+    check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
+  }
+
+  TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
+    TempDir tmp;
+    // 200 samples: 100 per rank, batch 8, K = 2 → 7 windows (the last: 4 samples per rank); one
+    // process with batch 16 sees the same windows (positions r, r+2, ... of the epoch's order).
+    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    auto args = [&](const std::string& batch, const std::string& out) {
+      return std::vector<std::string>{train_exe(),
+                                      "--train",
+                                      tmp.path() + "/train",
+                                      "--batch",
+                                      batch,
+                                      "--accum-steps",
+                                      "2",
+                                      "--threads",
+                                      "1",
+                                      "--seed",
+                                      "3",
+                                      "--epochs",
+                                      "2",
+                                      "--output",
+                                      out,
+                                      "--no-progress",
+                                      "--log-every",
+                                      "1"};
+    };
+    const std::string log = tmp.path() + "/log.txt";
+    int st = trainer_test::run_process(args("16", tmp.path() + "/single"), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
     const std::string port = std::to_string(trainer_test::free_port());
     std::vector<int> pids;
     for (int r = 0; r < 2; ++r) {
-      std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                      "LOCAL_RANK=" + std::to_string(r),
-                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
-      if (!extra_env.empty()) env.push_back(extra_env);
-      pids.push_back(trainer_test::spawn_process(args, env, log));
+      pids.push_back(trainer_test::spawn_process(
+          args("8", tmp.path() + "/ddp"),
+          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+          log));
     }
-    std::vector<int> statuses;
-    for (int pid : pids) statuses.push_back(trainer_test::wait_process(pid));
-    return statuses;
-  };
-  const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
-  for (int st : run_pair(a_dir, false, "")) {
-    INFO(trainer_test::read_file(log));
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-  }
-  for (int st : run_pair(b_dir, false, "DSCACHE_TEST_KILL_AFTER_STEPS=6")) {
-    INFO(trainer_test::read_file(log));
-    REQUIRE(WIFSIGNALED(st));
-    CHECK(WTERMSIG(st) == SIGKILL);
-  }
-  CHECK_FALSE(std::filesystem::exists(b_dir + "/model.pt"));
-  REQUIRE(std::filesystem::exists(b_dir + "/checkpoint.pt"));
-  for (int st : run_pair(b_dir, true, "")) {
-    INFO(trainer_test::read_file(log));
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-  }
-  check_same_result(a_dir, b_dir, ModelKind::kCnn, 3, 4, 12, 12, 14 + 2);
-  CHECK(read_metrics(a_dir + "/metrics.jsonl").back()["val_acc"].is_number());  // rank 0 validated
-}
-
-TEST_CASE("--lazy-cache: train from an image folder, decoded once into a reusable cache file") {
-  if (!lazy_source_supported()) {
-    MESSAGE("built without the tools' decode module: --lazy-cache reports Unsupported");
-    return;
-  }
-  TempDir tmp;
-  // 3 classes of PPM images of 10x10, each class dominated by one colour channel: 16 per class
-  // to train on, 5 per class (other pixels) to validate on.
-  std::mt19937 rng(1);
-  auto write_images = [&](const std::string& root, int per_class) {
-    for (int c = 0; c < 3; ++c) {
-      const std::string dir = root + "/c" + std::to_string(c);
-      std::filesystem::create_directories(dir);
-      for (int i = 0; i < per_class; ++i) {
-        std::string px;
-        for (int p = 0; p < 100; ++p) {
-          for (int ch = 0; ch < 3; ++ch) px += static_cast<char>((ch == c ? 200 : 40) + rng() % 40);
-        }
-        std::ofstream(dir + "/" + std::to_string(i) + ".ppm", std::ios::binary)
-            << "P6\n10 10\n255\n" << px;
-      }
+    for (int pid : pids) {
+      st = trainer_test::wait_process(pid);
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      CHECK(WEXITSTATUS(st) == 0);
     }
-  };
-  write_images(tmp.path() + "/imgs", 16);
-  write_images(tmp.path() + "/val", 5);
-  const std::string lazy = tmp.path() + "/lazy.bin", val_lazy = tmp.path() + "/val.bin";
-  const std::string log = tmp.path() + "/log.txt";
-  auto args = [&](const std::string& out, const std::string& size) {
-    return std::vector<std::string>{train_exe(), "--train", tmp.path() + "/imgs", "--lazy-cache",
-                                    lazy, "--val", tmp.path() + "/val", "--val-lazy-cache",
-                                    val_lazy, "--image-size", size, "--epochs", "4", "--batch",
-                                    "8", "--threads", "2", "--output", out, "--no-progress"};
-  };
-  int st = trainer_test::run_process(args(tmp.path() + "/o1", "8"), {}, log);
-  INFO(trainer_test::read_file(log));
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-  CHECK(std::filesystem::exists(lazy));
-  CHECK(std::filesystem::exists(val_lazy));
-  const auto val_file_size = std::filesystem::file_size(val_lazy);
-  // Second run: served from the files; same samples, so the same weights byte for byte.
-  st = trainer_test::run_process(args(tmp.path() + "/o2", "8"), {}, log);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
-  CHECK(trainer_test::read_file(tmp.path() + "/o1/model.pt") ==
-        trainer_test::read_file(tmp.path() + "/o2/model.pt"));
-  CHECK(std::filesystem::file_size(val_lazy) == val_file_size);  // nothing decoded again
-  const auto m = read_metrics(tmp.path() + "/o1/metrics.jsonl");
-  const auto m2 = read_metrics(tmp.path() + "/o2/metrics.jsonl");
-  REQUIRE(!m.empty());
-  CHECK(m.back()["train_acc"].get<double>() > 0.9);  // the colours are easy to tell apart
-  REQUIRE(m.back()["val_acc"].is_number());
-  CHECK(m.back()["val_acc"].get<double>() > 0.9);     // validated on the 15 decoded images
-  CHECK(m.back()["val_acc"].get<double>() == m2.back()["val_acc"].get<double>());
-  // The same file for another decode size is refused, not mixed.
-  st = trainer_test::run_process(args(tmp.path() + "/o3", "6"), {}, log);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 1);
-  CHECK(trainer_test::read_file(log).find("another source or shape") != std::string::npos);
-}
+    const auto w1 = load_weights(tmp.path() + "/single/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
+    const auto w2 = load_weights(tmp.path() + "/ddp/model.pt", ModelKind::kCnn, 3, 4, 12, 12);
+    for (const auto& [name, t] : w1) {
+      CAPTURE(name);
+      CHECK(torch::allclose(t, w2.at(name), 1e-4, 1e-6));
+    }
+    const auto m1 = read_metrics(tmp.path() + "/single/metrics.jsonl");
+    const auto m2 = read_metrics(tmp.path() + "/ddp/metrics.jsonl");
+    REQUIRE(m1.size() == m2.size());  // rank 1 wrote nothing of its own
+    for (size_t i = 0; i < m1.size(); ++i) {
+      CHECK(m1[i]["step"] == m2[i]["step"]);
+      CHECK(m1[i]["loss"].get<double>() ==
+            doctest::Approx(m2[i]["loss"].get<double>()).epsilon(1e-4));
+    }
+  }
 
-TEST_CASE("dscache-train: usage errors exit 2, a missing cache exits 1, help exits 0") {
-  TempDir tmp;
-  trainer_test::write_cache(tmp.path() + "/c", trainer_test::synthetic(20, 8, 8, 1, 2, 1));
-  trainer_test::write_cache(tmp.path() + "/rgb", trainer_test::synthetic(20, 8, 8, 3, 2, 1));
-  struct Row {
-    std::vector<std::string> args;
-    int code;
-    std::string needle;
-  };
-  const std::string c = tmp.path() + "/c";
-  std::vector<Row> rows = {
-      {{"--help"}, 0, "--accum-steps"},
-      {{}, 2, "--train"},
-      {{"--train", c, "--batch", "0"}, 2, "--batch"},
-      {{"--train", c, "--precision", "fp16"}, 2, "--precision"},
-      {{"--train", c, "--device", "cuda"}, 2, "--device cuda"},
-      {{"--train", c, "--val", tmp.path() + "/rgb"}, 2, "--val"},
-      {{"--train", tmp.path() + "/nope"}, 1, "nope"},
-      {{"--train", c, "--val", tmp.path() + "/imgs", "--val-lazy-cache", tmp.path() + "/v.bin"},
-       2,
-       "--image-size"},
-      {{"--train", c, "--val-lazy-cache", tmp.path() + "/v.bin", "--image-size", "8"},
-       2,
-       "needs --val"},
-      // fp32 with an absurd LR: five non-finite steps in a row stop the run with a clear error.
-      {{"--train", c, "--batch", "2", "--epochs", "5", "--lr", "1e12", "--momentum", "0"},
-       1,
-       "inf/NaN for 5 consecutive steps"},
-  };
-  // A checkpoint from other settings is refused naming the option, not silently mixed in.
-  const std::string out = tmp.path() + "/out";
-  REQUIRE(trainer_test::run_process({train_exe(), "--train", c, "--batch", "4", "--output", out,
-                                     "--no-progress"},
-                                    {}, tmp.path() + "/first.txt") == 0);
-  rows.push_back({{"--train", c, "--batch", "8", "--output", out, "--resume"}, 2, "--batch 4"});
-  for (const Row& r : rows) {
-    std::vector<std::string> argv = {train_exe()};
-    argv.insert(argv.end(), r.args.begin(), r.args.end());
+  TEST_CASE(
+      "data parallel resume: 2 Gloo ranks killed after a checkpoint and resumed equal an "
+      "uninterrupted pair") {
+    TempDir tmp;
+    // 200 samples over 2 ranks, batch 8, K = 2 → 7 windows per epoch, 2 epochs = 14 steps;
+    // checkpoints every 4 steps; both ranks SIGKILL themselves after step 6 (the checkpoint of
+    // step 4 is the newest), then both resume from the shared output directory.
+    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
     const std::string log = tmp.path() + "/log.txt";
-    std::remove(log.c_str());
-    const int st = trainer_test::run_process(argv, {}, log);
-    const std::string text = trainer_test::read_file(log);
-    CAPTURE(text);
-    REQUIRE(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == r.code);
-    CHECK(text.find(r.needle) != std::string::npos);
+    // Starts both ranks with `extra_env` and returns their wait statuses.
+    auto run_pair = [&](const std::string& out, bool resume, const std::string& extra_env) {
+      std::vector<std::string> args = {train_exe(),
+                                       "--train",
+                                       tmp.path() + "/train",
+                                       "--val",
+                                       tmp.path() + "/val",
+                                       "--batch",
+                                       "8",
+                                       "--accum-steps",
+                                       "2",
+                                       "--threads",
+                                       "1",
+                                       "--seed",
+                                       "5",
+                                       "--epochs",
+                                       "2",
+                                       "--optimizer",
+                                       "adamw",
+                                       "--schedule",
+                                       "cosine",
+                                       "--checkpoint-every",
+                                       "4",
+                                       "--log-every",
+                                       "1",
+                                       "--output",
+                                       out,
+                                       "--no-progress"};
+      if (resume) args.push_back("--resume");
+      const std::string port = std::to_string(trainer_test::free_port());
+      std::vector<int> pids;
+      for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                        "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + port};
+        if (!extra_env.empty()) env.push_back(extra_env);
+        pids.push_back(trainer_test::spawn_process(args, env, log));
+      }
+      std::vector<int> statuses;
+      for (int pid : pids) statuses.push_back(trainer_test::wait_process(pid));
+      return statuses;
+    };
+    const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
+    for (int st : run_pair(a_dir, false, "")) {
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    for (int st : run_pair(b_dir, false, "DSCACHE_TEST_KILL_AFTER_STEPS=6")) {
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFSIGNALED(st));
+      CHECK(WTERMSIG(st) == SIGKILL);
+    }
+    CHECK_FALSE(std::filesystem::exists(b_dir + "/model.pt"));
+    REQUIRE(std::filesystem::exists(b_dir + "/checkpoint.pt"));
+    for (int st : run_pair(b_dir, true, "")) {
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    check_same_result(a_dir, b_dir, ModelKind::kCnn, 3, 4, 12, 12, 14 + 2);
+    CHECK(
+        read_metrics(a_dir + "/metrics.jsonl").back()["val_acc"].is_number());  // rank 0 validated
   }
-}
+
+  TEST_CASE("--lazy-cache: train from an image folder, decoded once into a reusable cache file") {
+    if (!lazy_source_supported()) {
+      MESSAGE("built without the tools' decode module: --lazy-cache reports Unsupported");
+      return;
+    }
+    TempDir tmp;
+    // 3 classes of PPM images of 10x10, each class dominated by one colour channel: 16 per class
+    // to train on, 5 per class (other pixels) to validate on.
+    std::mt19937 rng(1);
+    auto write_images = [&](const std::string& root, int per_class) {
+      for (int c = 0; c < 3; ++c) {
+        const std::string dir = root + "/c" + std::to_string(c);
+        std::filesystem::create_directories(dir);
+        for (int i = 0; i < per_class; ++i) {
+          std::string px;
+          for (int p = 0; p < 100; ++p) {
+            for (int ch = 0; ch < 3; ++ch)
+              px += static_cast<char>((ch == c ? 200 : 40) + rng() % 40);
+          }
+          std::ofstream(dir + "/" + std::to_string(i) + ".ppm", std::ios::binary)
+              << "P6\n10 10\n255\n"
+              << px;
+        }
+      }
+    };
+    write_images(tmp.path() + "/imgs", 16);
+    write_images(tmp.path() + "/val", 5);
+    const std::string lazy = tmp.path() + "/lazy.bin", val_lazy = tmp.path() + "/val.bin";
+    const std::string log = tmp.path() + "/log.txt";
+    auto args = [&](const std::string& out, const std::string& size) {
+      return std::vector<std::string>{train_exe(),
+                                      "--train",
+                                      tmp.path() + "/imgs",
+                                      "--lazy-cache",
+                                      lazy,
+                                      "--val",
+                                      tmp.path() + "/val",
+                                      "--val-lazy-cache",
+                                      val_lazy,
+                                      "--image-size",
+                                      size,
+                                      "--epochs",
+                                      "4",
+                                      "--batch",
+                                      "8",
+                                      "--threads",
+                                      "2",
+                                      "--output",
+                                      out,
+                                      "--no-progress"};
+    };
+    int st = trainer_test::run_process(args(tmp.path() + "/o1", "8"), {}, log);
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    CHECK(std::filesystem::exists(lazy));
+    CHECK(std::filesystem::exists(val_lazy));
+    const auto val_file_size = std::filesystem::file_size(val_lazy);
+    // Second run: served from the files; same samples, so the same weights byte for byte.
+    st = trainer_test::run_process(args(tmp.path() + "/o2", "8"), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    CHECK(trainer_test::read_file(tmp.path() + "/o1/model.pt") ==
+          trainer_test::read_file(tmp.path() + "/o2/model.pt"));
+    CHECK(std::filesystem::file_size(val_lazy) == val_file_size);  // nothing decoded again
+    const auto m = read_metrics(tmp.path() + "/o1/metrics.jsonl");
+    const auto m2 = read_metrics(tmp.path() + "/o2/metrics.jsonl");
+    REQUIRE(!m.empty());
+    CHECK(m.back()["train_acc"].get<double>() > 0.9);  // the colours are easy to tell apart
+    REQUIRE(m.back()["val_acc"].is_number());
+    CHECK(m.back()["val_acc"].get<double>() > 0.9);  // validated on the 15 decoded images
+    CHECK(m.back()["val_acc"].get<double>() == m2.back()["val_acc"].get<double>());
+    // The same file for another decode size is refused, not mixed.
+    st = trainer_test::run_process(args(tmp.path() + "/o3", "6"), {}, log);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 1);
+    CHECK(trainer_test::read_file(log).find("another source or shape") != std::string::npos);
+  }
+
+  TEST_CASE("dscache-train: usage errors exit 2, a missing cache exits 1, help exits 0") {
+    TempDir tmp;
+    trainer_test::write_cache(tmp.path() + "/c", trainer_test::synthetic(20, 8, 8, 1, 2, 1));
+    trainer_test::write_cache(tmp.path() + "/rgb", trainer_test::synthetic(20, 8, 8, 3, 2, 1));
+    struct Row {
+      std::vector<std::string> args;
+      int code;
+      std::string needle;
+    };
+    const std::string c = tmp.path() + "/c";
+    std::vector<Row> rows = {
+        {{"--help"}, 0, "--accum-steps"},
+        {{}, 2, "--train"},
+        {{"--train", c, "--batch", "0"}, 2, "--batch"},
+        {{"--train", c, "--precision", "fp16"}, 2, "--precision"},
+        {{"--train", c, "--device", "cuda"}, 2, "--device cuda"},
+        {{"--train", c, "--val", tmp.path() + "/rgb"}, 2, "--val"},
+        {{"--train", tmp.path() + "/nope"}, 1, "nope"},
+        {{"--train", c, "--val", tmp.path() + "/imgs", "--val-lazy-cache", tmp.path() + "/v.bin"},
+         2,
+         "--image-size"},
+        {{"--train", c, "--val-lazy-cache", tmp.path() + "/v.bin", "--image-size", "8"},
+         2,
+         "needs --val"},
+        // fp32 with an absurd LR: five non-finite steps in a row stop the run with a clear error.
+        {{"--train", c, "--batch", "2", "--epochs", "5", "--lr", "1e12", "--momentum", "0"},
+         1,
+         "inf/NaN for 5 consecutive steps"},
+    };
+    // A checkpoint from other settings is refused naming the option, not silently mixed in.
+    const std::string out = tmp.path() + "/out";
+    REQUIRE(trainer_test::run_process(
+                {train_exe(), "--train", c, "--batch", "4", "--output", out, "--no-progress"}, {},
+                tmp.path() + "/first.txt") == 0);
+    rows.push_back({{"--train", c, "--batch", "8", "--output", out, "--resume"}, 2, "--batch 4"});
+    for (const Row& r : rows) {
+      std::vector<std::string> argv = {train_exe()};
+      argv.insert(argv.end(), r.args.begin(), r.args.end());
+      const std::string log = tmp.path() + "/log.txt";
+      std::remove(log.c_str());
+      const int st = trainer_test::run_process(argv, {}, log);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      REQUIRE(WIFEXITED(st));
+      CHECK(WEXITSTATUS(st) == r.code);
+      CHECK(text.find(r.needle) != std::string::npos);
+    }
+  }
 
 }  // TEST_SUITE cli
 
 TEST_SUITE("slow") {
-
-TEST_CASE("convergence: cnn on Fashion-MNIST reaches >= 0.80 validation accuracy in fp32 and bf16") {
-  const char* dir = std::getenv("DSCACHE_FASHION_MNIST");
-  const std::string root = dir ? dir : "/usr/share/datasets/fashion-mnist";
-  TempDir tmp;
-  // 6000 training images from the training set, 2000 validation images from the test set.
-  trainer_test::write_cache(tmp.path() + "/train",
-                            trainer_test::read_idx_gz(root + "/train-images-idx3-ubyte.gz",
-                                                      root + "/train-labels-idx1-ubyte.gz", 0,
-                                                      6000));
-  trainer_test::write_cache(tmp.path() + "/val",
-                            trainer_test::read_idx_gz(root + "/t10k-images-idx3-ubyte.gz",
-                                                      root + "/t10k-labels-idx1-ubyte.gz", 0,
-                                                      2000));
-  for (const std::string precision : {"fp32", "bf16"}) {
-    CAPTURE(precision);
-    const std::string out = tmp.path() + "/out-" + precision;
-    const std::string log = tmp.path() + "/log-" + precision + ".txt";
-    const auto t0 = std::chrono::steady_clock::now();
-    const int st = trainer_test::run_process(
-        {train_exe(), "--train", tmp.path() + "/train", "--val", tmp.path() + "/val", "--epochs",
-         "2", "--batch", "32", "--accum-steps", "2", "--optimizer", "adamw", "--lr", "2e-3",
-         "--schedule", "cosine", "--warmup-steps", "10", "--precision", precision, "--threads",
-         "2", "--output", out, "--log-every", "20", "--no-progress"},
-        {}, log);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string text = trainer_test::read_file(log);
-    CAPTURE(text);
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-    const auto metrics = read_metrics(out + "/metrics.jsonl");
-    REQUIRE(!metrics.empty());
-    const auto& last = metrics.back();
-    REQUIRE(last["kind"] == "epoch");
-    MESSAGE(precision << ": val_acc " << last["val_acc"].get<double>() << ", "
-                      << last["samples_per_s"].get<double>() << " samples/s, " << secs
-                      << " s in all");
-    CHECK(last["val_acc"].get<double>() >= 0.80);
-    CHECK(last["skipped_steps"].get<int64_t>() == 0);
+  TEST_CASE(
+      "convergence: cnn on Fashion-MNIST reaches >= 0.80 validation accuracy in fp32 and bf16") {
+    const char* dir = std::getenv("DSCACHE_FASHION_MNIST");
+    const std::string root = dir ? dir : "/usr/share/datasets/fashion-mnist";
+    TempDir tmp;
+    // 6000 training images from the training set, 2000 validation images from the test set.
+    trainer_test::write_cache(
+        tmp.path() + "/train",
+        trainer_test::read_idx_gz(root + "/train-images-idx3-ubyte.gz",
+                                  root + "/train-labels-idx1-ubyte.gz", 0, 6000));
+    trainer_test::write_cache(
+        tmp.path() + "/val",
+        trainer_test::read_idx_gz(root + "/t10k-images-idx3-ubyte.gz",
+                                  root + "/t10k-labels-idx1-ubyte.gz", 0, 2000));
+    for (const std::string precision : {"fp32", "bf16"}) {
+      CAPTURE(precision);
+      const std::string out = tmp.path() + "/out-" + precision;
+      const std::string log = tmp.path() + "/log-" + precision + ".txt";
+      const auto t0 = std::chrono::steady_clock::now();
+      const int st = trainer_test::run_process({train_exe(),
+                                                "--train",
+                                                tmp.path() + "/train",
+                                                "--val",
+                                                tmp.path() + "/val",
+                                                "--epochs",
+                                                "2",
+                                                "--batch",
+                                                "32",
+                                                "--accum-steps",
+                                                "2",
+                                                "--optimizer",
+                                                "adamw",
+                                                "--lr",
+                                                "2e-3",
+                                                "--schedule",
+                                                "cosine",
+                                                "--warmup-steps",
+                                                "10",
+                                                "--precision",
+                                                precision,
+                                                "--threads",
+                                                "2",
+                                                "--output",
+                                                out,
+                                                "--log-every",
+                                                "20",
+                                                "--no-progress"},
+                                               {}, log);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+      const auto metrics = read_metrics(out + "/metrics.jsonl");
+      REQUIRE(!metrics.empty());
+      const auto& last = metrics.back();
+      REQUIRE(last["kind"] == "epoch");
+      MESSAGE(precision << ": val_acc " << last["val_acc"].get<double>() << ", "
+                        << last["samples_per_s"].get<double>() << " samples/s, " << secs
+                        << " s in all");
+      CHECK(last["val_acc"].get<double>() >= 0.80);
+      CHECK(last["skipped_steps"].get<int64_t>() == 0);
+    }
   }
-}
 
 }  // TEST_SUITE slow
