@@ -122,6 +122,8 @@ void check_equal(const Manifest& a, const Manifest& b) {
   CHECK(a.recipe.max_pixels == b.recipe.max_pixels);
   CHECK(a.recipe.shard_bytes == b.recipe.shard_bytes);
   CHECK(a.recipe.max_side == b.recipe.max_side);
+  CHECK(a.recipe.shuffled == b.recipe.shuffled);
+  CHECK(a.recipe.shuffle_seed == b.recipe.shuffle_seed);
   CHECK(a.tool_version == b.tool_version);
   CHECK(a.created_utc == b.created_utc);
 }
@@ -211,6 +213,28 @@ TEST_SUITE("unit") {
     CHECK(m.recipe.max_side == 0);
     CHECK(m.index.file.empty());
     check_equal(m, full_manifest());
+  }
+
+  TEST_CASE("recipe.shuffle_seed: only when shuffled, any 64-bit seed, absent = source order") {
+    const Json plain = Json::parse(dscache::to_json(full_manifest()));
+    CHECK_FALSE(plain["recipe"].contains("shuffle_seed"));
+    CHECK_FALSE(dscache::manifest_from_json(plain.dump(), "p.json").recipe.shuffled);
+    for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
+      Manifest m = full_manifest();
+      m.recipe.shuffled = true;
+      m.recipe.shuffle_seed = seed;
+      const std::string text = dscache::to_json(m);
+      CHECK(Json::parse(text)["recipe"]["shuffle_seed"].get<uint64_t>() == seed);
+      const Manifest back = dscache::manifest_from_json(text, "s.json");
+      CHECK(back.recipe.shuffled);
+      check_equal(back, m);
+    }
+    for (const Json bad : {Json(-1), Json("7"), Json(1.5)}) {
+      Json j = plain;
+      j["recipe"]["shuffle_seed"] = bad;
+      CHECK_THROWS_WITH_AS(dscache::manifest_from_json(j.dump(), "bad.json"),
+                           doctest::Contains("recipe.shuffle_seed"), dscache::Error);
+    }
   }
 
   TEST_CASE("ragged and fixed layout rules are enforced, naming the field") {

@@ -310,6 +310,22 @@ TEST_SUITE("sampler") {
     CHECK(sum / 100000 == doctest::Approx(0.5).epsilon(0.01));
   }
 
+  TEST_CASE("build_order: a permutation fixed by (n, seed) alone") {
+    for (uint64_t n : {0, 1, 2, 3, 10, 257, 5000}) {
+      const std::vector<uint64_t> a = dscache::build_order(n, 7);
+      CHECK(is_permutation_of_iota(a, n));
+      CHECK(a == dscache::build_order(n, 7));
+    }
+    const std::vector<uint64_t> a = dscache::build_order(1000, 7);
+    CHECK(a != dscache::build_order(1000, 8));
+    // Its own stream: not epoch 0's global shuffle of the same seed.
+    CHECK(a != epoch_order(1000, with(Shuffle::kGlobal), 7, 0));
+    // Shuffled, not nearly sorted: few elements stay where they were.
+    uint64_t fixed_points = 0;
+    for (uint64_t i = 0; i < a.size(); ++i) fixed_points += a[i] == i;
+    CHECK(fixed_points < 10);
+  }
+
   // Golden orders. These were computed once from this implementation and hard-coded after
   // checking that each is a valid permutation (the CHECKs below re-verify that). They guard
   // reproducibility: if one fails, a code change altered the shuffle a saved run depends on — a
@@ -328,6 +344,10 @@ TEST_SUITE("sampler") {
     CHECK(global == std::vector<uint64_t>{8, 12, 7, 9, 5, 10, 11, 6, 14, 15, 13, 4, 1, 0, 2, 3});
     CHECK(windowed == std::vector<uint64_t>{12, 11, 8, 15, 14, 13, 10, 9, 4, 0, 6, 3, 7, 2, 1, 5});
     CHECK(first_draw == 3099274490537926758ull);
+    const std::vector<uint64_t> build = dscache::build_order(16, 2024);
+    REQUIRE(is_permutation_of_iota(build, 16));
+    INFO("golden build: " << join(build));
+    CHECK(build == std::vector<uint64_t>{9, 1, 8, 3, 12, 10, 4, 6, 5, 14, 0, 13, 15, 7, 2, 11});
   }
 
 }  // TEST_SUITE

@@ -28,15 +28,15 @@ size_t SampleDecoder::fixed_bytes() const {
 }
 
 void SampleDecoder::decode(Token* t) const {
-  const SourceEntry& e = src_.entries[t->index];
+  const SourceEntry& e = src_.entries[t->entry];
   const BuildRecipe& r = recipe_;
   t->reason.clear();
   if (src_.idx && ragged_) {
-    resize_pixels_ragged(src_.idx->image(t->index), src_.idx->rows, src_.idx->cols, 1, r.channels,
+    resize_pixels_ragged(src_.idx->image(t->entry), src_.idx->rows, src_.idx->cols, 1, r.channels,
                          r.max_side, &t->pixels, &t->height, &t->width);
     t->ok = true;
   } else if (src_.idx) {
-    resize_pixels(src_.idx->image(t->index), src_.idx->rows, src_.idx->cols, 1, dopt_,
+    resize_pixels(src_.idx->image(t->entry), src_.idx->rows, src_.idx->cols, 1, dopt_,
                   t->pixels.data());
     t->ok = true;
   } else if (read_whole_file(e.path, t->file, t->reason)) {
@@ -55,7 +55,8 @@ void SampleDecoder::decode(Token* t) const {
   }
 }
 
-void run_decode_pipeline(const SampleDecoder& decoder, uint64_t start, uint64_t end, int threads,
+void run_decode_pipeline(const SampleDecoder& decoder, const std::vector<uint64_t>& order,
+                         uint64_t start, uint64_t end, int threads,
                          const std::function<bool(const Token&)>& consume) {
   cv::setNumThreads(0);  // our threads are the parallelism; OpenCV's own pool would oversubscribe
 
@@ -82,7 +83,8 @@ void run_decode_pipeline(const SampleDecoder& decoder, uint64_t start, uint64_t 
                                          }
                                          Token* t = nullptr;
                                          pool.try_pop(t);  // never empty: at most ntokens in flight
-                                         t->index = next++;
+                                         t->index = next;
+                                         t->entry = order[next++];
                                          return t;
                                        }) &
             tbb::make_filter<Token*, Token*>(tbb::filter_mode::parallel,

@@ -16,7 +16,8 @@ namespace dscache {
 // A unit of work flowing through the pipeline; reused through a pool to avoid per-sample
 // allocations. Owned by the pipeline; the consumer sees it only during its call.
 struct Token {
-  uint64_t index = 0;           // source entry
+  uint64_t index = 0;           // position in the cache's order (what shards and resume count)
+  uint64_t entry = 0;           // the source entry stored there (== index unless --shuffle)
   std::vector<uint8_t> file;    // encoded bytes, grows to the largest file seen
   std::vector<uint8_t> pixels;  // decoded sample
   uint32_t height = 0;          // its size (the ragged layout varies per sample)
@@ -34,8 +35,8 @@ class SampleDecoder {
   // layout (recipe.max_side), otherwise recipe.height x recipe.width.
   SampleDecoder(const SourceListing& src, const BuildRecipe& recipe, bool ragged);
 
-  // Fills t's pixels, size, checksum and ok/reason for entry t->index. Never throws for a bad
-  // file: it becomes ok = false with a reason.
+  // Fills t's pixels, size, checksum and ok/reason for source entry t->entry. Never throws for a
+  // bad file: it becomes ok = false with a reason.
   void decode(Token* t) const;
 
   // Bytes of one fixed-layout sample (0 for ragged: tokens grow as needed).
@@ -48,10 +49,12 @@ class SampleDecoder {
   DecodeOptions dopt_;
 };
 
-// Runs entries [start, end) through `decoder` on `threads` threads and calls `consume` for each
-// in source order, from one thread at a time. When `consume` returns false no more entries are
+// Runs positions [start, end) of `order` (position k holds source entry order[k]) through
+// `decoder` on `threads` threads and calls `consume` for each in that order, from one thread at a
+// time. When `consume` returns false no more entries are
 // started and no further token is passed to it.
-void run_decode_pipeline(const SampleDecoder& decoder, uint64_t start, uint64_t end, int threads,
+void run_decode_pipeline(const SampleDecoder& decoder, const std::vector<uint64_t>& order,
+                         uint64_t start, uint64_t end, int threads,
                          const std::function<bool(const Token&)>& consume);
 
 }  // namespace dscache

@@ -58,22 +58,24 @@ bool check_output(const std::string& output, const std::string& partial, bool fo
 }
 
 json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage) {
-  return json{{"source_kind", src.kind},
-              {"source_root", src.root},
-              {"source_labels", src.labels_path},
-              {"source_entries", src.entries.size()},
-              {"source_digest", src.digest},
-              {"classes", src.classes},
-              {"storage", to_string(storage)},
-              {"height", r.height},
-              {"width", r.width},
-              {"channels", r.channels},
-              {"resize", to_string(r.resize)},
-              {"reduced_decode", r.reduced_decode},
-              {"max_pixels", r.max_pixels},
-              {"shard_bytes", r.shard_bytes},
-              {"layout", r.max_side > 0 ? "ragged" : "fixed"},
-              {"max_side", r.max_side}};
+  json fp{{"source_kind", src.kind},
+          {"source_root", src.root},
+          {"source_labels", src.labels_path},
+          {"source_entries", src.entries.size()},
+          {"source_digest", src.digest},
+          {"classes", src.classes},
+          {"storage", to_string(storage)},
+          {"height", r.height},
+          {"width", r.width},
+          {"channels", r.channels},
+          {"resize", to_string(r.resize)},
+          {"reduced_decode", r.reduced_decode},
+          {"max_pixels", r.max_pixels},
+          {"shard_bytes", r.shard_bytes},
+          {"layout", r.max_side > 0 ? "ragged" : "fixed"},
+          {"max_side", r.max_side}};
+  if (r.shuffled) fp["shuffle_seed"] = r.shuffle_seed;  // absent otherwise, as before --shuffle
+  return fp;
 }
 
 void open_partial(const std::string& partial, const json& fp) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 #include <thread>
 
 #include "build_decode.h"
@@ -15,6 +16,7 @@
 #include "build_partial.h"
 #include "build_writer.h"
 #include "dscache/ingest/source_list.h"
+#include "dscache/sampler.h"
 #include "progress.h"
 
 namespace dscache {
@@ -83,25 +85,35 @@ BuildSummary run_build(const BuildOptions& opt) {
   Progress progress(end, opt.quiet);
   size_t skips_printed = 0;
 
-  run_decode_pipeline(SampleDecoder(src, r, ragged), start, end, threads, [&](const Token& t) {
-    const SourceEntry& e = src.entries[t.index];
-    if (t.ok) {
-      writer.add_sample(t, e);
-    } else if (opt.strict) {
-      failed = true;
-      fail_source = e.path.empty() ? e.name : e.path;
-      fail_reason = t.reason;
-    } else {
-      writer.add_skip(e, t.reason);
-      if (!opt.quiet && skips_printed < kSkipsShown) {
-        std::fprintf(stderr, "skipped %s: %s\n", (e.path.empty() ? e.name : e.path).c_str(),
-                     t.reason.c_str());
-        ++skips_printed;
-      }
-    }
-    progress.update(t.index + 1, writer.skipped());
-    return !failed;
-  });
+  // The cache's order: the source order, or with --shuffle a seeded permutation of it (the same
+  // whatever the thread count, and for a resumed build).
+  std::vector<uint64_t> order;
+  if (r.shuffled) {
+    order = build_order(end, r.shuffle_seed);
+  } else {
+    order.resize(end);
+    std::iota(order.begin(), order.end(), uint64_t{0});
+  }
+  run_decode_pipeline(
+      SampleDecoder(src, r, ragged), order, start, end, threads, [&](const Token& t) {
+        const SourceEntry& e = src.entries[t.entry];
+        if (t.ok) {
+          writer.add_sample(t, e);
+        } else if (opt.strict) {
+          failed = true;
+          fail_source = e.path.empty() ? e.name : e.path;
+          fail_reason = t.reason;
+        } else {
+          writer.add_skip(e, t.reason);
+          if (!opt.quiet && skips_printed < kSkipsShown) {
+            std::fprintf(stderr, "skipped %s: %s\n", (e.path.empty() ? e.name : e.path).c_str(),
+                         t.reason.c_str());
+            ++skips_printed;
+          }
+        }
+        progress.update(t.index + 1, writer.skipped());
+        return !failed;
+      });
 
   if (failed) {
     fs::remove_all(partial);

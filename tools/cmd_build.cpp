@@ -1,7 +1,9 @@
 // `dscache build SOURCE OUTPUT [options]`
 #include <boost/program_options.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -33,7 +35,8 @@ int cmd_build(int argc, char** argv) {
       "SOURCE: a folder with one sub-folder per class, a .csv/.tsv list (path,label),\n"
       "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
-  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed";
+  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed",
+                    shuffle;
   BuildOptions opt;
   uint32_t channels = 3;
   desc.add_options()("help,h", "show this help")(
@@ -48,6 +51,8 @@ int cmd_build(int argc, char** argv) {
       "shard-size", po::value(&shard_size)->default_value("1G"),
       "cap on image bytes per shard (K, M, G suffixes)")(
       "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
+      "shuffle", po::value(&shuffle),
+      "store samples in a seeded permutation of the source order (SEED: 0..2^64-1)")(
       "max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
       "skip images whose header claims more pixels")(
       "no-reduced-decode", "always decode JPEGs at full size before resizing")(
@@ -118,6 +123,17 @@ int cmd_build(int argc, char** argv) {
       throw UsageError("--threads " + std::to_string(opt.threads) + ": expected 0..1024");
     }
     if (opt.recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
+    if (vm.count("shuffle")) {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long seed = std::strtoull(shuffle.c_str(), &end, 10);
+      if (shuffle.empty() || shuffle.find_first_not_of("0123456789") != std::string::npos ||
+          *end != '\0' || errno == ERANGE) {
+        throw UsageError("--shuffle '" + shuffle + "': expected a seed, an integer 0..2^64-1");
+      }
+      opt.recipe.shuffled = true;
+      opt.recipe.shuffle_seed = seed;
+    }
     opt.recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
     if (!classes.empty()) opt.class_names = split_commas(classes);
     opt.strict = vm.count("strict") > 0;

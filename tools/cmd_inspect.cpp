@@ -61,7 +61,8 @@ json summary_json(CacheView& c) {
         {"reduced_decode", m.recipe.reduced_decode},
         {"max_pixels", m.recipe.max_pixels},
         {"shard_bytes", m.recipe.shard_bytes},
-        {"max_side", m.recipe.max_side}}},
+        {"max_side", m.recipe.max_side},
+        {"shuffle_seed", m.recipe.shuffled ? json(m.recipe.shuffle_seed) : json(nullptr)}}},
       {"tool_version", m.tool_version},
       {"created_utc", m.created_utc},
   };
@@ -90,6 +91,13 @@ void print_summary(CacheView& c) {
               to_string(m.recipe.resize), m.recipe.reduced_decode ? "on" : "off",
               static_cast<unsigned long long>(m.recipe.max_pixels),
               format_bytes(m.recipe.shard_bytes).c_str());
+  if (m.recipe.shuffled) {
+    std::printf(
+        "order      shuffled at build time (--shuffle %llu); sources.jsonl maps each sample\n",
+        static_cast<unsigned long long>(m.recipe.shuffle_seed));
+  } else {
+    std::printf("order      source order\n");
+  }
   std::printf("built      %s by dscache %s (format %d)\n", m.created_utc.c_str(),
               m.tool_version.c_str(), m.format_version);
   std::printf("classes    %zu\n", m.classes.size());

@@ -258,6 +258,7 @@ std::string to_json(const Manifest& m) {
   recipe["max_pixels"] = m.recipe.max_pixels;
   recipe["shard_bytes"] = m.recipe.shard_bytes;
   recipe["max_side"] = m.recipe.max_side;
+  if (m.recipe.shuffled) recipe["shuffle_seed"] = m.recipe.shuffle_seed;
   j["recipe"] = std::move(recipe);
   j["tool_version"] = m.tool_version;
   j["created_utc"] = m.created_utc;
@@ -419,6 +420,10 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.recipe.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
   // Optional: caches written before the ragged layout existed have no max_side (= 0, fixed).
   if (recipe.contains("max_side")) m.recipe.max_side = r.u32(recipe, "recipe", "max_side");
+  if (recipe.contains("shuffle_seed")) {
+    m.recipe.shuffled = true;
+    m.recipe.shuffle_seed = r.u64(recipe, "recipe", "shuffle_seed");
+  }
   if (ragged && m.recipe.max_side == 0) {
     r.fail("recipe.max_side is 0, expected > 0 for the ragged layout");
   }

@@ -23,6 +23,7 @@ __extension__ typedef unsigned __int128 u128;
 constexpr uint64_t kTagGlobal = 0x676c6f62616cull;  // "global": kGlobal permutation
 constexpr uint64_t kTagBlocks = 0x626c6f636b73ull;  // "blocks": kWindowed block order
 constexpr uint64_t kTagWindow = 0x77696e646f77ull;  // "window": kWindowed per-window shuffle
+constexpr uint64_t kTagBuild = 0x6275696c64ull;     // "build": build_order
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
 
@@ -181,6 +182,14 @@ std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uin
     mine.push_back(order[pos < n ? pos : (pos - n) % n]);
   }
   return mine;
+}
+
+std::vector<uint64_t> build_order(uint64_t n, uint64_t seed) {
+  std::vector<uint64_t> order(n);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  Rng rng(seed, stream_id(kTagBuild, n));
+  shuffle(order.data(), n, rng);
+  return order;
 }
 
 }  // namespace dscache

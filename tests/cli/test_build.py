@@ -25,7 +25,7 @@ from PIL import Image
 from cli_helpers import (
     BASE_FILES, build, cache_files, check, check_cache, check_eq, check_ragged_cache,
     class_counts_list, compare_caches, encode, huge_png_bytes, imread_grey, imread_rgb,
-    load_manifest, load_shard, main, make_ragged_folder, make_simple_folder, partial_dir,
+    load_images, load_labels, load_manifest, load_shard, main, make_ragged_folder, make_simple_folder, partial_dir,
     rand_rgb, read_jsonl, run, run_json, smooth_rgb, summary_mentions_skipped, write_bytes,
     write_img,
 )
@@ -954,6 +954,88 @@ def case_ragged_resume_threads(tmp):
     check(not out2.exists(), "--resume with another --max-side produced a cache")
 
 
+def case_shuffle_build(tmp):
+    """--shuffle SEED: a seeded permutation of the source order, the same samples (each still
+    named in sources.jsonl), identical for any thread count, resumable, verifiable."""
+    src = tmp / "src"
+    make_mixed_folder(src)  # 4 class folders, 41 files, one of them bad
+    opts = ["--size", "24", "--shard-size", str(24 * 24 * 3 * 7), "--quiet"]
+    plain = tmp / "plain"
+    build(src, plain, *opts)
+    mp = load_manifest(plain)
+    check("shuffle_seed" not in mp["recipe"], "an unshuffled build records no shuffle_seed")
+    names_p = read_jsonl(plain / "sources.jsonl")
+    imgs_p, labs_p = load_images(plain, mp), load_labels(plain)
+    by_name = {n: (imgs_p[i], labs_p[i]) for i, n in enumerate(names_p)}
+
+    outs = []
+    for t in (1, 2):
+        out = tmp / f"shuf_t{t}"
+        build(src, out, *opts, "--shuffle", "7", "--threads", str(t))
+        outs.append(out)
+        time.sleep(1.05)  # so a timestamp inside a file would differ
+    compare_caches(outs[0], outs[1], "--shuffle 7: --threads 1 vs 2")
+    out = outs[0]
+    m, _, _ = check_cache(out)
+    check_eq(m["recipe"].get("shuffle_seed"), 7, "recipe.shuffle_seed")
+    check_eq((m["count"], m["skipped"]), (mp["count"], mp["skipped"]), "count, skipped")
+    check_eq(m["class_counts"], mp["class_counts"], "class_counts")
+    names = read_jsonl(out / "sources.jsonl")
+    check_eq(sorted(names), sorted(names_p), "the same source files, each once")
+    check(names != names_p, "--shuffle 7 stored the samples in source order")
+    imgs, labs = load_images(out, m), load_labels(out)
+    for i, n in enumerate(names):
+        check(np.array_equal(imgs[i], by_name[n][0]), f"sample {i} ({n}): pixels differ")
+        check_eq(int(labs[i]), int(by_name[n][1]), f"sample {i} ({n}): label")
+    # A class-sorted source no longer comes in runs of one class.
+    runs = 1 + sum(1 for a, b in zip(labs, labs[1:]) if a != b)
+    check(runs > 10, f"labels still come in {runs} runs of one class")
+    other = tmp / "shuf_seed8"
+    build(src, other, *opts, "--shuffle", "8")
+    check(read_jsonl(other / "sources.jsonl") != names, "seeds 7 and 8 gave the same order")
+    p = run(["verify", out, "--source"])
+    check("OK" in p.stdout, f"verify --source: {p.stdout!r}")
+    r = run(["inspect", out])
+    check("--shuffle 7" in r.stdout, f"inspect does not show the shuffle: {r.stdout}")
+
+    # Killed after 2 shards, resumed: identical to the uninterrupted build.
+    killed = tmp / "killed"
+    build(src, killed, *opts, "--shuffle", "7", expect_rc=-9,
+          env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "2"})
+    check(partial_dir(killed).is_dir(), "no partial dir after the kill")
+    p = build(src, killed, *opts, "--shuffle", "8", "--resume", expect_rc=1)
+    check("other options" in p.stderr, f"another seed resumed: {p.stderr}")
+    run(["build", src, killed] + opts + ["--shuffle", "7", "--resume"])
+    compare_caches(killed, out, "--shuffle 7: resumed vs uninterrupted")
+
+    # Usage: a seed is a non-negative integer.
+    for bad in ("-1", "x", "", "18446744073709551616", "1.5"):
+        p = build(src, tmp / "bad", *opts, "--shuffle", bad, expect_rc=2)
+        check("--shuffle" in p.stderr, f"--shuffle {bad!r}: stderr does not name it: {p.stderr}")
+
+
+def case_shuffle_idx(tmp):
+    """--shuffle on an idx source: sample i holds image k of the idx file, k from its name."""
+    rng = np.random.default_rng(3)
+    imgs = rng.integers(0, 256, (50, 8, 8), dtype=np.uint8)
+    labels = (np.arange(50) // 5).astype(np.uint8)  # class-sorted, 10 classes
+    (tmp / "train-images-idx3-ubyte").write_bytes(idx_bytes(imgs))
+    (tmp / "train-labels-idx1-ubyte").write_bytes(idx_bytes(labels))
+    out = tmp / "out"
+    build(tmp / "train-images-idx3-ubyte", out, "--shuffle", "123", "--quiet")
+    m = load_manifest(out)
+    got, lab = load_images(out, m), load_labels(out)
+    names = read_jsonl(out / "sources.jsonl")
+    ks = [int(n.rsplit("#", 1)[1]) for n in names]
+    check_eq(sorted(ks), list(range(50)), "every idx image once")
+    check(ks != list(range(50)), "not shuffled")
+    for i, k in enumerate(ks):
+        check(np.array_equal(got[i][..., 0], imgs[k]), f"sample {i}: not idx image {k}")
+        check_eq(int(lab[i]), int(labels[k]), f"sample {i}: label of idx image {k}")
+    p = run(["verify", out, "--source"])
+    check("OK" in p.stdout, f"verify --source: {p.stdout!r}")
+
+
 CASES = {
     "folder_basic": case_folder_basic,
     "folder_symlinks": case_folder_symlinks,
@@ -978,6 +1060,8 @@ CASES = {
     "ragged_hdf5": case_ragged_hdf5,
     "ragged_usage": case_ragged_usage,
     "ragged_resume_threads": case_ragged_resume_threads,
+    "shuffle_build": case_shuffle_build,
+    "shuffle_idx": case_shuffle_idx,
 }
 
 

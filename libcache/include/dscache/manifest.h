@@ -58,6 +58,8 @@ struct BuildRecipe {
   uint64_t max_pixels = 0;                    // larger images (per header) are skipped
   uint64_t shard_bytes = 0;                   // cap on image bytes per shard
   uint32_t max_side = 0;  // ragged layout: shorter side scaled down to at most this; 0 = fixed
+  bool shuffled = false;  // samples stored in build_order(source entries, shuffle_seed) (sampler.h)
+  uint64_t shuffle_seed = 0;  // the --shuffle seed; meaningful only when shuffled
 };
 
 struct Manifest {

@@ -43,6 +43,11 @@ uint64_t samples_per_rank(uint64_t n, const SamplerOptions& options);
 std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uint64_t seed,
                                   uint64_t epoch);
 
+// The order `dscache build --shuffle SEED` stores a source's `n` listed entries in: position k of
+// the cache holds entry order[k]. A Fisher–Yates permutation drawn from
+// Rng(seed, stream_id("build", n)) (docs/FORMAT.md); fixed forever, like epoch_order.
+std::vector<uint64_t> build_order(uint64_t n, uint64_t seed);
+
 // A small counter-based generator (SplitMix64 stream): the same (seed, stream) always yields the
 // same numbers. Used for shuffles and per-sample random transforms.
 class Rng {
@@ -59,7 +64,8 @@ class Rng {
 // The stream number of one use of randomness: a fixed 64-bit hash of (tag, a, b), so that, e.g.,
 // Rng(seed, stream_id(kTag, epoch, sample)) draws the same numbers on every run and platform.
 // Tags in use (never change them; orders are part of reproducibility): "global" (epoch
-// permutation), "blocks" and "window" (kWindowed), "xform" (per-sample transforms).
+// permutation), "blocks" and "window" (kWindowed), "xform" (per-sample transforms), "build"
+// (build_order).
 uint64_t stream_id(uint64_t tag, uint64_t a, uint64_t b = 0);
 
 }  // namespace dscache
