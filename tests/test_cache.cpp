@@ -192,6 +192,56 @@ TEST_SUITE("unit") {
     }
   }
 
+  TEST_CASE("kPread serves every fixed sample by pread; views are Unsupported; ragged refused") {
+    for (const Storage storage : storages()) {
+      const std::string storage_s = storage_name(storage);
+      CAPTURE(storage_s);
+      TempDir dir;
+      Spec spec;
+      spec.storage = storage;
+      spec.shard_counts = {4, 0, 3, 5};
+      const Fixture f = write_cache(dir.path(), spec);
+      CacheOptions o;
+      o.memory = MemoryMode::kPread;
+      const auto cache = Cache::open(dir.path(), o);
+      CHECK(cache->memory_mode() == MemoryMode::kPread);
+      CHECK(cache->resident_bytes() == 0);
+      check_serves(*cache, f, /*views=*/false);
+      expect_error([&] { cache->view(0); }, ErrorKind::kUnsupported, "pread mode");
+      // The reads use the descriptors opened at open(): a renamed directory still serves.
+      const std::string moved = dir.path() + "-moved";
+      REQUIRE(::rename(dir.path().c_str(), moved.c_str()) == 0);
+      check_serves(*cache, f, /*views=*/false);
+      REQUIRE(::rename(moved.c_str(), dir.path().c_str()) == 0);
+    }
+    TempDir dir;
+    Spec spec;
+    spec.layout = Layout::kRagged;
+    write_cache(dir.path(), spec);
+    CacheOptions o;
+    o.memory = MemoryMode::kPread;
+    expect_error([&] { Cache::open(dir.path(), o); }, ErrorKind::kInvalidArgument,
+                 "kPread serves the fixed layout only");
+  }
+
+  TEST_CASE("kAuto: page cache when the shards fit in available memory, pread otherwise") {
+    using dscache::choose_memory_mode;
+    CHECK(choose_memory_mode(100, 100, Layout::kFixed) == MemoryMode::kPageCache);
+    CHECK(choose_memory_mode(101, 100, Layout::kFixed) == MemoryMode::kPread);
+    CHECK(choose_memory_mode(0, 0, Layout::kFixed) == MemoryMode::kPageCache);
+    CHECK(choose_memory_mode(UINT64_MAX, 1, Layout::kRagged) == MemoryMode::kPageCache);
+    // This machine has memory to spare for a few hundred bytes: the default opens mapped.
+    const uint64_t avail = dscache::available_memory_bytes();
+    CHECK(avail > (uint64_t{16} << 20));
+    TempDir dir;
+    const Fixture f = write_cache(dir.path(), Spec{});
+    const auto cache = Cache::open(dir.path());
+    CHECK(cache->memory_mode() == MemoryMode::kPageCache);
+    check_serves(*cache, f);
+    CHECK(std::string(dscache::to_string(MemoryMode::kAuto)) == "auto");
+    CHECK(std::string(dscache::to_string(MemoryMode::kPread)) == "pread");
+  }
+
   TEST_CASE("every access hint serves the same bytes") {
     TempDir dir;
     const Fixture f = write_cache(dir.path(), Spec{});

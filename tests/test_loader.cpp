@@ -347,6 +347,37 @@ TEST_SUITE("loader") {
     }
   }
 
+  TEST_CASE("a cache open in pread mode yields the same batches as a mapped one") {
+    for (const Storage storage : storages()) {
+      TempDir dir;
+      Spec spec;
+      spec.storage = storage;
+      spec.shard_counts = {30, 30, 37};
+      const Built built = build_cache(dir.path(), spec);
+      dscache::CacheOptions po;
+      po.memory = dscache::MemoryMode::kPread;
+      const auto pread = Cache::open(dir.path(), po);
+      REQUIRE(pread->memory_mode() == dscache::MemoryMode::kPread);
+      for (const CropMode crop : {CropMode::kNone, CropMode::kCenter, CropMode::kRandomResized}) {
+        LoaderOptions o = small_options(10);
+        o.workers = 2;
+        o.sampler.shuffle = Shuffle::kGlobal;
+        o.transform.crop = crop;
+        o.transform.flip = true;
+        if (crop != CropMode::kNone) {
+          o.transform.height = 4;
+          o.transform.width = 4;
+        }
+        Loader mapped(built.cache, o), read(pread, o);
+        mapped.start_epoch(5, 1);
+        read.start_epoch(5, 1);
+        const auto want = drain(mapped);
+        CHECK(want.size() == 10);
+        CHECK(drain(read) == want);
+      }
+    }
+  }
+
   TEST_CASE("crop none with flip serves each sample as stored or mirrored, as choose_crop says") {
     TempDir dir;
     const Built built = build_cache(dir.path(), Spec{});

@@ -92,7 +92,7 @@ int cmd_bench(int argc, char** argv) {
       "Measure, in one run: the memcpy ceiling for the cache's bytes, the Loader (global and\n"
       "windowed shuffle, 1 and all threads), the per-sample decode of the sources, and the lazy\n"
       "cache's first and second pass.\n\nOptions");
-  std::string dir, source, lazy_file;
+  std::string dir, source, lazy_file, memory = "auto";
   int threads = 0;
   uint32_t batch = 256;
   double seconds = 2.0;
@@ -105,7 +105,9 @@ int cmd_bench(int argc, char** argv) {
       "decode-samples", po::value(&decode_samples)->default_value(3000),
       "samples decoded for the per-sample decode row (and the lazy cache's passes)")(
       "lazy-file", po::value(&lazy_file), "lazy cache file (default: a temp file, removed)")(
-      "json", "machine-readable output");
+      "memory", po::value(&memory)->default_value("auto"),
+      "how the Loader rows read the cache: auto (mapped when it fits in available memory, "
+      "else pread), page-cache or pread")("json", "machine-readable output");
   po::variables_map vm;
   try {
     if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return kExitOk;
@@ -113,6 +115,9 @@ int cmd_bench(int argc, char** argv) {
     if (threads < 0) throw UsageError("--threads must be >= 0");
     if (seconds <= 0) throw UsageError("--seconds must be positive");
     if (decode_samples == 0) throw UsageError("--decode-samples must be >= 1");
+    if (memory != "auto" && memory != "page-cache" && memory != "pread") {
+      throw UsageError("--memory '" + memory + "': expected auto, page-cache or pread");
+    }
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache bench: %s\n", e.what());
     return kExitUsage;
@@ -127,11 +132,21 @@ int cmd_bench(int argc, char** argv) {
 
   try {
     Rss rss_start = read_rss();
-    auto cache = Cache::open(dir);
+    // The memcpy rows copy from mappings; the Loader rows read as --memory says.
+    CacheOptions mapped_options;
+    mapped_options.memory = MemoryMode::kPageCache;
+    auto cache = Cache::open(dir, mapped_options);
     const Manifest& m = cache->manifest();
     if (m.layout != Layout::kFixed) {
       throw Error(ErrorKind::kUnsupported, dir, "bench measures fixed-layout caches");
     }
+    CacheOptions serve_options;
+    serve_options.memory = memory == "pread"        ? MemoryMode::kPread
+                           : memory == "page-cache" ? MemoryMode::kPageCache
+                                                    : MemoryMode::kAuto;
+    const uint64_t available = available_memory_bytes();
+    auto serving = Cache::open(dir, serve_options);
+    const std::string mode_name = to_string(serving->memory_mode());
     const uint64_t n = cache->size();
     const uint64_t sb = m.sample_bytes();
     const double total_gb = double(n) * sb / 1e9;
@@ -192,7 +207,7 @@ int cmd_bench(int argc, char** argv) {
         lo.sampler.shuffle = sh;
         lo.sampler.block = cache->locality_block();
         lo.workers = static_cast<uint32_t>(t);
-        Loader loader(cache, lo);
+        Loader loader(serving, lo);
         double sps = run_epochs(loader, seconds, nullptr);
         std::string name =
             sh == Shuffle::kGlobal ? "loader, global shuffle" : "loader, windowed shuffle";
@@ -300,6 +315,9 @@ int cmd_bench(int argc, char** argv) {
                {"cache_gb", total_gb},
                {"threads", all_threads},
                {"batch", batch},
+               {"memory_mode", mode_name},
+               {"memory_requested", memory},
+               {"available_memory_bytes", available},
                {"memcpy_gbps", memcpy_gbps},
                {"memcpy_shuffled_gbps", shuffled_gbps},
                {"loader_gbps", loader_gbps},
@@ -320,6 +338,8 @@ int cmd_bench(int argc, char** argv) {
       std::printf("cache %s: %llu samples of %llu bytes (%.3f GB), batch %u, %d threads\n",
                   dir.c_str(), static_cast<unsigned long long>(n),
                   static_cast<unsigned long long>(sb), total_gb, batch, all_threads);
+      std::printf("loader reads: %s (--memory %s; %.3f GB of samples, %.3f GB available)\n",
+                  mode_name.c_str(), memory.c_str(), total_gb, double(available) / 1e9);
       std::printf("%-28s %7s %14s %9s %10s\n", "", "threads", "samples/s", "GB/s", "vs memcpy");
       for (const Row& r : rows) {
         std::printf("%-28s %7d %14.0f %9.3f %9.2fx\n", r.name.c_str(), r.threads, r.samples_per_s,

@@ -17,6 +17,7 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/npy.h"
+#include "io_util.h"
 #include "mapped_file.h"
 #include "shard_impl.h"
 
@@ -39,7 +40,8 @@ struct ShardState {
   const uint8_t* data = nullptr;  // sample 0 / byte 0, mapped or resident; null: read via HDF5
   detail::MappedRegion mapping;   // the whole file, when mapped
   detail::MappedRegion copy;      // private copy of the data, when resident
-  int fd = -1;                    // kept open for HDF5 reads, which survive a rename of DIR
+  int fd = -1;                    // kept open for HDF5 and pread reads (survive a rename of DIR)
+  bool pread = false;             // kPread: copy_sample preads from fd
   std::string read_path;          // what HDF5 opens: /proc/self/fd/N when available, else path
 };
 
@@ -91,12 +93,13 @@ struct Cache::Impl {
   std::string dir;
   Manifest manifest;
   CacheOptions options;
-  SampleShape shape;               // fixed: the sample shape; ragged: (0, 0, C)
-  std::vector<ShardState> shards;  // manifest order
-  std::vector<int64_t> labels;     // (count,)
-  std::vector<RaggedRow> index;    // ragged: (count,)
-  uint64_t resident = 0;           // bytes copied into private memory
-  uint64_t block = 1;              // locality_block()
+  SampleShape shape;                         // fixed: the sample shape; ragged: (0, 0, C)
+  std::vector<ShardState> shards;            // manifest order
+  std::vector<int64_t> labels;               // (count,)
+  std::vector<RaggedRow> index;              // ragged: (count,)
+  uint64_t resident = 0;                     // bytes copied into private memory
+  uint64_t block = 1;                        // locality_block()
+  MemoryMode mode = MemoryMode::kPageCache;  // in force (kAuto resolved)
 
   ~Impl() {
     for (ShardState& s : shards) {
@@ -295,9 +298,38 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   read_labels(c);
   if (ragged) read_ragged_index(c);
 
-  // 4. Map or copy. kInProcess copies whole shards, in order, while the total stays within the
+  // 4. The mode: kAuto compares the shards' bytes with what memory is available.
+  c.mode = options.memory;
+  if (c.mode == MemoryMode::kAuto) {
+    uint64_t data = 0;
+    for (const ShardState& s : c.shards) data += s.data_bytes;
+    c.mode = choose_memory_mode(data, available_memory_bytes(), m.layout);
+  }
+  if (c.mode == MemoryMode::kPread && ragged) {
+    throw Error(ErrorKind::kInvalidArgument, dir,
+                "CacheOptions.memory kPread serves the fixed layout only (ragged samples are "
+                "cropped from views); use kPageCache or kAuto");
+  }
+  if (c.mode == MemoryMode::kPread) {
+    for (ShardState& s : c.shards) {
+      if (s.data_bytes == 0) continue;
+      s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (s.fd < 0) throw_errno(s.path, "open");
+      if (s.loc.contiguous) {
+        s.pread = true;
+        // Shuffled sample-sized reads: kernel read-ahead would only fetch pages nobody asked for.
+        ::posix_fadvise(s.fd, 0, 0, POSIX_FADV_RANDOM);
+      } else {
+        const std::string fd_path = "/proc/self/fd/" + std::to_string(s.fd);
+        s.read_path = ::access(fd_path.c_str(), R_OK) == 0 ? fd_path : s.path;
+      }
+    }
+    return std::shared_ptr<Cache>(new Cache(std::move(impl)));
+  }
+
+  // 5. Map or copy. kInProcess copies whole shards, in order, while the total stays within the
   //    budget; the rest stay mapped. Nothing is evicted later, so views stay valid.
-  bool budget_left = options.memory == MemoryMode::kInProcess;
+  bool budget_left = c.mode == MemoryMode::kInProcess;
   for (ShardState& s : c.shards) {
     if (s.data_bytes == 0) continue;  // nothing to serve; never map zero bytes
     if (budget_left) {
@@ -329,6 +361,7 @@ Cache::~Cache() = default;
 const Manifest& Cache::manifest() const { return impl_->manifest; }
 const std::string& Cache::dir() const { return impl_->dir; }
 uint64_t Cache::resident_bytes() const { return impl_->resident; }
+MemoryMode Cache::memory_mode() const { return impl_->mode; }
 uint64_t Cache::size() const { return impl_->manifest.count; }
 Layout Cache::layout() const { return impl_->manifest.layout; }
 SampleShape Cache::shape() const { return impl_->shape; }
@@ -348,6 +381,11 @@ void Cache::copy_sample(uint64_t i, uint8_t* out) const {
   const Impl& c = *impl_;
   c.check_index(i);
   const ShardState& s = c.find_shard(i);
+  if (s.pread) {
+    detail::pread_all(s.fd, out, static_cast<size_t>(c.sample_shape(i).bytes()),
+                      s.loc.data_offset + c.data_offset(s, i), s.path, ErrorKind::kCorruption);
+    return;
+  }
   if (s.data == nullptr) {
     c.read_through_hdf5(s, i, out);
     return;
@@ -359,6 +397,12 @@ ImageView Cache::view(uint64_t i) const {
   const Impl& c = *impl_;
   c.check_index(i);
   const ShardState& s = c.find_shard(i);
+  if (c.mode == MemoryMode::kPread) {
+    throw Error(ErrorKind::kUnsupported, s.path,
+                "sample " + std::to_string(i) +
+                    " cannot be viewed in place: the cache is open in pread mode; use "
+                    "copy_sample()");
+  }
   if (s.data == nullptr) {
     throw Error(ErrorKind::kUnsupported, s.path,
                 "sample " + std::to_string(i) +

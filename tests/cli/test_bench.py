@@ -117,10 +117,32 @@ def case_bench_moved_source(tmp):
     check("note" not in j, f"bench --source NEWDIR: unexpected note {j.get('note')!r}")
 
 
+def case_bench_memory_mode(tmp):
+    """--memory: the Loader rows read through mmap or pread, and the output says which."""
+    _, out = make_bench_cache(tmp)
+    results = {}
+    for requested, want in (("auto", "page-cache"), ("page-cache", "page-cache"),
+                            ("pread", "pread")):
+        j = run_json(["bench", out, "--json", *BENCH_ARGS, "--memory", requested])
+        check_bench_json(j, 300, f"--memory {requested}")
+        check_eq(j.get("memory_requested"), requested, f"--memory {requested}: memory_requested")
+        # A 0.9 MB cache fits in any machine's memory: auto keeps it mapped.
+        check_eq(j.get("memory_mode"), want, f"--memory {requested}: memory_mode")
+        check(is_num(j.get("available_memory_bytes")) and j["available_memory_bytes"] > 1 << 20,
+              f"available_memory_bytes = {j.get('available_memory_bytes')!r}")
+        results[requested] = j
+    p = run(["bench", out, *BENCH_ARGS, "--memory", "pread"])
+    check(re.search(r"loader reads: pread \(--memory pread", p.stdout),
+          f"text output does not say pread: {p.stdout}")
+    p = run(["bench", out, "--memory", "mmap"], expect_rc=2)
+    check("--memory" in p.stderr, f"bad --memory not named: {p.stderr}")
+
+
 CASES = {
     "bench_json": case_bench_json,
     "bench_corrupt": case_bench_corrupt,
     "bench_moved_source": case_bench_moved_source,
+    "bench_memory_mode": case_bench_memory_mode,
 }
 
 

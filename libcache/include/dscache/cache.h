@@ -14,6 +14,11 @@ namespace dscache {
 enum class MemoryMode {
   kPageCache,  // mmap the shards; the kernel's page cache holds what was read (shared, evictable)
   kInProcess,  // copy shards into private memory, up to memory_budget; the rest stays mapped
+  kPread,      // nothing mapped: copy_sample() preads each sample into the caller's buffer, so
+               // serving does not depend on the page cache holding the cache (caches larger
+               // than memory); view() is Unsupported; fixed layout only
+  kAuto,       // kPageCache when the shards' bytes fit in available_memory_bytes(), else kPread
+               // (ragged caches always kPageCache). The default.
 };
 
 // How the mapped shards will be read; passed to madvise().
@@ -25,7 +30,7 @@ enum class AccessHint {
 
 // Open-time options. Per-epoch choices (seed, epoch) belong to the Loader.
 struct CacheOptions {
-  MemoryMode memory = MemoryMode::kPageCache;  // see MemoryMode; default kPageCache
+  MemoryMode memory = MemoryMode::kAuto;  // see MemoryMode; default kAuto
   uint64_t memory_budget = 0;  // kInProcess: most bytes copied into private memory, 0 = all
   AccessHint hint = AccessHint::kRandom;  // madvise hint for mapped shards
   bool verify_checksums = false;  // hash every file against the manifest at open (reads it all)
@@ -46,6 +51,8 @@ class Cache : public SampleSource {
   const std::string& dir() const;
   // Bytes of sample data copied into this process (kInProcess, or compressed HDF5 shards).
   uint64_t resident_bytes() const;
+  // The mode in force: options.memory, with kAuto resolved at open.
+  MemoryMode memory_mode() const;
 
   uint64_t size() const override;
   Layout layout() const override;
@@ -57,7 +64,8 @@ class Cache : public SampleSource {
   // shard, including chunked/compressed HDF5 (read through the HDF5 library, serialized).
   void copy_sample(uint64_t i, uint8_t* out) const override;
   // A pointer into a mapping or a private copy; valid until the Cache is destroyed. Throws
-  // Error(kUnsupported) for a chunked/compressed HDF5 shard that is not resident.
+  // Error(kUnsupported) for a chunked/compressed HDF5 shard that is not resident, and in kPread
+  // mode (the Loader then copies samples instead).
   ImageView view(uint64_t i) const override;
   // Geometry of sample i: shape() for the fixed layout, the index's (h, w, C) for ragged.
   SampleShape sample_shape(uint64_t i) const;
@@ -68,5 +76,18 @@ class Cache : public SampleSource {
   explicit Cache(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// "page-cache", "in-process", "pread", "auto".
+const char* to_string(MemoryMode mode);
+
+// Memory this process may still fill without evicting its own pages: MemAvailable from
+// /proc/meminfo, lowered to the room left under the process's memory cgroup limit (v2
+// memory.max - memory.current, or v1 memory.limit_in_bytes - memory.usage_in_bytes) when it has
+// one. What MemoryMode::kAuto compares a cache's size with.
+uint64_t available_memory_bytes();
+
+// kAuto's rule, on its own: kPageCache when `data_bytes` <= `available`, else kPread; ragged
+// caches always kPageCache (their crops read views).
+MemoryMode choose_memory_mode(uint64_t data_bytes, uint64_t available, Layout layout);
 
 }  // namespace dscache
