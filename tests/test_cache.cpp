@@ -2,12 +2,14 @@
 // the ragged layout, corruption, concurrency.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -18,6 +20,7 @@
 #include "dscache/cache.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/loader.h"
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
@@ -138,6 +141,50 @@ void make_chunked(Fixture& f, size_t k) {
 #endif
 
 }  // namespace
+
+// A memory cgroup this test made (v1 memory controller, or v2 with memory enabled), removed
+// on destruction. ok() is false where none can be made here (not root, no memory controller).
+class MemCgroup {
+ public:
+  explicit MemCgroup(uint64_t limit) {
+    const std::string name = "dscache-test-" + std::to_string(::getpid());
+    struct stat st;
+    if (::stat("/sys/fs/cgroup/memory/cgroup.procs", &st) == 0) {
+      dir_ = "/sys/fs/cgroup/memory/" + name;
+      limit_file_ = "memory.limit_in_bytes";
+    } else if (std::ifstream("/sys/fs/cgroup/cgroup.subtree_control")) {
+      std::string controllers;
+      std::getline(std::ifstream("/sys/fs/cgroup/cgroup.subtree_control"), controllers);
+      if (controllers.find("memory") == std::string::npos) return;
+      dir_ = "/sys/fs/cgroup/" + name;
+      limit_file_ = "memory.max";
+    } else {
+      return;
+    }
+    if (::mkdir(dir_.c_str(), 0755) != 0) {
+      dir_.clear();
+      return;
+    }
+    std::ofstream f(dir_ + "/" + limit_file_);
+    f << limit << std::flush;
+    ok_ = f.good();
+  }
+  ~MemCgroup() {
+    if (!dir_.empty()) ::rmdir(dir_.c_str());
+  }
+  bool ok() const { return ok_; }
+  // Moves the calling process into the cgroup.
+  bool join() const {
+    std::ofstream f(dir_ + "/cgroup.procs");
+    f << ::getpid() << std::flush;
+    return f.good();
+  }
+  std::string describe() const { return dir_ + "/" + limit_file_; }
+
+ private:
+  std::string dir_, limit_file_;
+  bool ok_ = false;
+};
 
 TEST_SUITE("unit") {
   TEST_CASE("fixed and ragged caches of every storage serve what was written") {
@@ -642,5 +689,58 @@ TEST_SUITE("unit") {
         check_serves(*cache, f);
       }
     }
+  }
+
+  // Registered in meson as its own test (cache_cgroup): it exits 77 (SKIP) where no memory
+  // cgroup can be made, and the main `cache` test excludes it.
+  TEST_CASE("in a memory cgroup smaller than the cache, kAuto preads and serves every sample") {
+    TempDir dir;
+    Spec spec;
+    spec.height = 64;
+    spec.width = 64;
+    spec.shard_counts = {1000, 1000, 1000, 1000};  // 49 MB of samples
+    const Fixture f = write_cache(dir.path(), spec);
+    const uint64_t limit = uint64_t{24} << 20;
+    MemCgroup cg(limit);
+    if (!cg.ok()) {
+      std::fprintf(stderr,
+                   "SKIP: no memory cgroup can be made here (needs root and a memory "
+                   "controller at /sys/fs/cgroup)\n");
+      std::exit(77);
+    }
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // In the child: exit codes say what went wrong (doctest's checks live in the parent).
+      if (!cg.join()) ::_exit(2);
+      const uint64_t avail = dscache::available_memory_bytes();
+      if (avail > limit) ::_exit(3);
+      const auto cache = Cache::open(dir.path());
+      if (cache->memory_mode() != MemoryMode::kPread) ::_exit(4);
+      dscache::LoaderOptions o;
+      o.batch_size = 64;
+      o.workers = 2;
+      o.sampler.shuffle = dscache::Shuffle::kGlobal;
+      dscache::Loader loader(cache, o);
+      loader.start_epoch(1, 0);
+      uint64_t seen = 0;
+      const uint64_t sb = cache->shape().bytes();
+      while (const dscache::Batch* b = loader.next()) {
+        for (uint32_t k = 0; k < b->size; ++k) {
+          const uint64_t i = b->indices[k];
+          if (std::memcmp(b->images + k * sb, f.samples[i].data(), sb) != 0) ::_exit(5);
+          if (b->labels[k] != f.labels[i]) ::_exit(6);
+          ++seen;
+        }
+      }
+      ::_exit(seen == f.samples.size() ? 0 : 7);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    INFO("cgroup " << cg.describe() << "; child status " << status
+                   << " (exit 2 join, 3 limit not seen, 4 not pread, 5/6 wrong sample, 7 count;"
+                      " signal 9: OOM-killed)");
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
 }
