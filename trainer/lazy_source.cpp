@@ -4,11 +4,11 @@
 #include "dscache/error.h"
 
 #ifdef DSCACHE_TRAIN_HAVE_LAZY
-#include <fstream>
-#include <iterator>
+#include <vector>
 
 #include "dscache/checksum.h"
 #include "dscache/ingest/image_decode.h"
+#include "dscache/ingest/source_decoder.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/lazy_cache.h"
 #endif
@@ -44,13 +44,14 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
   lo.source_digest = listing->digest ^ xxh64(recipe, sizeof recipe);
   auto decode = [listing, dec](uint64_t i, uint8_t* out, std::string* reason) {
     const std::string& path = listing->entries[i].path;
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      *reason = path + ": cannot open";
+    // The ingest library's reader: regular files only (a FIFO is an error, not a hang), and
+    // one buffer per thread instead of one allocation per sample.
+    thread_local std::vector<uint8_t> bytes;
+    std::string why;
+    if (!read_whole_file(path, bytes, why)) {
+      *reason = path + ": " + why;
       return false;
     }
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                                     std::istreambuf_iterator<char>());
     const DecodeResult r = decode_image(bytes.data(), bytes.size(), dec, out);
     if (!r.ok) *reason = path + ": " + r.reason;
     return r.ok;
