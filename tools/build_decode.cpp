@@ -10,11 +10,13 @@
 
 #include "dscache/checksum.h"
 #include "dscache/ingest/source_decoder.h"
+#include "dscache/jpeg.h"
 
 namespace dscache {
 
-SampleDecoder::SampleDecoder(const SourceListing& src, const BuildRecipe& r, bool ragged)
-    : src_(src), recipe_(r), ragged_(ragged) {
+SampleDecoder::SampleDecoder(const SourceListing& src, const BuildRecipe& r, bool ragged,
+                             Codec codec)
+    : src_(src), recipe_(r), ragged_(ragged), codec_(codec) {
   dopt_.height = ragged ? 1 : r.height;  // unused by the ragged decode
   dopt_.width = ragged ? 1 : r.width;
   dopt_.channels = r.channels;
@@ -49,8 +51,17 @@ void SampleDecoder::decode(Token* t) const {
   } else {
     t->ok = false;
   }
-  if (t->ok) {
-    size_t bytes = ragged_ ? size_t{t->height} * t->width * r.channels : t->pixels.size();
+  if (!t->ok) return;
+  if (!ragged_) {
+    t->height = r.height;
+    t->width = r.width;
+  }
+  const size_t bytes = size_t{t->height} * t->width * r.channels;
+  if (codec_ == Codec::kJpeg) {
+    jpeg_encode(t->pixels.data(), t->height, t->width, r.channels, static_cast<int>(r.quality),
+                &t->stored);
+    t->checksum = xxh64(t->stored.data(), t->stored.size());
+  } else {
     t->checksum = xxh64(t->pixels.data(), bytes);
   }
 }

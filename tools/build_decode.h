@@ -20,9 +20,10 @@ struct Token {
   uint64_t entry = 0;           // the source entry stored there (== index unless --shuffle)
   std::vector<uint8_t> file;    // encoded bytes, grows to the largest file seen
   std::vector<uint8_t> pixels;  // decoded sample
+  std::vector<uint8_t> stored;  // codec kJpeg: the sample as stored (its JPEG stream)
   uint32_t height = 0;          // its size (the ragged layout varies per sample)
   uint32_t width = 0;
-  uint64_t checksum = 0;  // XXH64 of the sample's bytes, when ok
+  uint64_t checksum = 0;  // XXH64 of the sample's stored bytes (pixels, or the JPEG), when ok
   bool ok = false;
   std::string reason;  // why not ok, for the skip report
 };
@@ -32,11 +33,12 @@ struct Token {
 class SampleDecoder {
  public:
   // `recipe` is resolved (idx sizes and channels filled in); `ragged` selects the ragged
-  // layout (recipe.max_side), otherwise recipe.height x recipe.width.
-  SampleDecoder(const SourceListing& src, const BuildRecipe& recipe, bool ragged);
+  // layout (recipe.max_side), otherwise recipe.height x recipe.width. With codec kJpeg each
+  // sample is also encoded at recipe.quality.
+  SampleDecoder(const SourceListing& src, const BuildRecipe& recipe, bool ragged, Codec codec);
 
-  // Fills t's pixels, size, checksum and ok/reason for source entry t->entry. Never throws for a
-  // bad file: it becomes ok = false with a reason.
+  // Fills t's pixels, size, stored bytes (kJpeg), checksum and ok/reason for source entry
+  // t->entry. Never throws for a bad file: it becomes ok = false with a reason.
   void decode(Token* t) const;
 
   // Bytes of one fixed-layout sample (0 for ragged: tokens grow as needed).
@@ -46,6 +48,7 @@ class SampleDecoder {
   const SourceListing& src_;
   BuildRecipe recipe_;
   bool ragged_;
+  Codec codec_;
   DecodeOptions dopt_;
 };
 

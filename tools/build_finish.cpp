@@ -46,8 +46,10 @@ FileEntry write_npy(const std::string& dir, const std::string& name, const std::
 }  // namespace
 
 Manifest finish_cache(const std::string& partial, const SourceListing& src, const BuildRecipe& r,
-                      Storage storage, bool ragged, BuildWriter& writer) {
+                      Storage storage, bool ragged, Codec codec, BuildWriter& writer) {
   Manifest m;
+  m.codec = codec;
+  m.format_version = format_version_for(codec);
   m.layout = ragged ? Layout::kRagged : Layout::kFixed;
   m.storage = storage;
   m.height = ragged ? 0 : r.height;
@@ -61,9 +63,9 @@ Manifest finish_cache(const std::string& partial, const SourceListing& src, cons
   m.shards = writer.shards();
   m.labels = write_npy(partial, "labels.npy", "<i8", writer.labels().data(), {m.count}, 8);
   m.checksums = write_npy(partial, "checksums.npy", "<u8", writer.checksums().data(), {m.count}, 8);
-  if (ragged) {
-    m.index = write_npy(partial, "ragged-index.npy", "<i8", writer.ragged_index().data(),
-                        {m.count, 3}, 8);
+  if (m.has_index()) {
+    m.index = write_npy(partial, codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
+                        "<i8", writer.index().data(), {m.count, writer.index_columns()}, 8);
   }
   std::string text;
   for (const auto& s : writer.sources()) text += json(s).dump() + "\n";

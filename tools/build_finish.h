@@ -1,4 +1,4 @@
-// The build's last step: the side files (labels, checksums, ragged index, sources, skips) and
+// The build's last step: the side files (labels, checksums, index, sources, skips) and
 // the manifest, written into the partial directory from what the writer recorded.
 #pragma once
 
@@ -14,6 +14,7 @@ namespace dscache {
 // manifest.json last (a directory without it is not a cache) and syncs the directory. The
 // writer's shards must all be committed. Returns the manifest written.
 Manifest finish_cache(const std::string& partial, const SourceListing& src,
-                      const BuildRecipe& recipe, Storage storage, bool ragged, BuildWriter& writer);
+                      const BuildRecipe& recipe, Storage storage, bool ragged, Codec codec,
+                      BuildWriter& writer);
 
 }  // namespace dscache

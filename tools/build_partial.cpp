@@ -57,7 +57,8 @@ bool check_output(const std::string& output, const std::string& partial, bool fo
   return replace;
 }
 
-json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage) {
+json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage,
+                       Codec codec) {
   json fp{{"source_kind", src.kind},
           {"source_root", src.root},
           {"source_labels", src.labels_path},
@@ -75,6 +76,10 @@ json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage s
           {"layout", r.max_side > 0 ? "ragged" : "fixed"},
           {"max_side", r.max_side}};
   if (r.shuffled) fp["shuffle_seed"] = r.shuffle_seed;  // absent otherwise, as before --shuffle
+  if (codec != Codec::kRaw) {                           // absent for raw, as before --codec
+    fp["codec"] = to_string(codec);
+    fp["quality"] = r.quality;
+  }
   return fp;
 }
 

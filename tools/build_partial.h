@@ -27,7 +27,7 @@ bool check_output(const std::string& output, const std::string& partial, bool fo
 
 // What makes two builds the same build: the source listing and every option that changes bytes.
 nlohmann::json build_fingerprint(const SourceListing& src, const BuildRecipe& recipe,
-                                 Storage storage);
+                                 Storage storage, Codec codec);
 
 // Creates `partial` holding `fingerprint`, or, when it exists, checks that its fingerprint is
 // this one (Error naming the directory otherwise).

@@ -16,6 +16,7 @@
 #include "build_partial.h"
 #include "build_writer.h"
 #include "dscache/ingest/source_list.h"
+#include "dscache/jpeg.h"
 #include "dscache/sampler.h"
 #include "progress.h"
 
@@ -62,12 +63,28 @@ BuildSummary run_build(const BuildOptions& opt) {
   }
   if (!ragged) r.max_side = 0;
   SampleShape shape{r.height, r.width, r.channels};
-  uint64_t per_shard = ragged ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
+  // Raw ragged and every JPEG cache write byte shards capped at shard_bytes; raw fixed shards
+  // hold a whole number of samples.
+  const bool byte_shards = ragged || opt.codec == Codec::kJpeg;
+  if (opt.codec == Codec::kJpeg) {
+    if (!jpeg_supported()) {
+      throw Error(ErrorKind::kUnsupported, "--codec",
+                  "jpeg: this dscache was built without JPEG support (meson feature jpeg)");
+    }
+    if (r.quality < 1 || r.quality > 100) {
+      throw Error(ErrorKind::kInvalidArgument, "--codec",
+                  "jpeg quality " + std::to_string(r.quality) + ": expected 1..100");
+    }
+  } else {
+    r.quality = 0;
+  }
+  uint64_t per_shard = byte_shards ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
 
   // The partial directory and its fingerprint: a resumed build must be the same build.
-  open_partial(partial, build_fingerprint(src, r, opt.storage));
+  open_partial(partial, build_fingerprint(src, r, opt.storage, opt.codec));
 
-  BuildWriter writer(partial, opt.storage, shape, per_shard, ragged ? r.shard_bytes : 0);
+  BuildWriter writer(partial, opt.storage, shape, per_shard, byte_shards ? r.shard_bytes : 0,
+                     opt.codec);
   uint64_t start = writer.adopt_finished();
   uint64_t resumed = writer.count();
   if (opt.resume && start > 0 && !opt.quiet) {
@@ -95,7 +112,7 @@ BuildSummary run_build(const BuildOptions& opt) {
     std::iota(order.begin(), order.end(), uint64_t{0});
   }
   run_decode_pipeline(
-      SampleDecoder(src, r, ragged), order, start, end, threads, [&](const Token& t) {
+      SampleDecoder(src, r, ragged, opt.codec), order, start, end, threads, [&](const Token& t) {
         const SourceEntry& e = src.entries[t.entry];
         if (t.ok) {
           writer.add_sample(t, e);
@@ -132,7 +149,7 @@ BuildSummary run_build(const BuildOptions& opt) {
         "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
   }
 
-  const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, writer);
+  const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, opt.codec, writer);
   publish(partial, output, replace);
 
   BuildSummary s;

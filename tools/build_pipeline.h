@@ -18,6 +18,7 @@ struct BuildOptions {
   bool channels_given = false;           // false: 3, or 1 for idx sources
   Storage storage = Storage::kNpy;       // shard format
   Layout layout = Layout::kFixed;        // fixed H x W, or ragged (recipe.max_side)
+  Codec codec = Codec::kRaw;             // raw pixels, or JPEG at recipe.quality
   int threads = 0;                       // decode threads; 0 = all cores
   bool strict = false;                   // first bad file aborts the build, nothing is kept
   bool force = false;                    // replace an existing cache at `output`

@@ -28,12 +28,13 @@ std::string sidecar_name(uint64_t shard) {
 }  // namespace
 
 BuildWriter::BuildWriter(std::string dir, Storage storage, SampleShape shape, uint64_t per_shard,
-                         uint64_t ragged_bytes)
+                         uint64_t ragged_bytes, Codec codec)
     : dir_(std::move(dir)),
       storage_(storage),
       shape_(shape),
       per_shard_(per_shard),
-      ragged_bytes_(ragged_bytes) {
+      ragged_bytes_(ragged_bytes),
+      codec_(codec) {
   const char* kill = std::getenv("DSCACHE_TEST_KILL_AFTER_SHARDS");
   if (kill != nullptr) kill_after_ = std::strtoull(kill, nullptr, 10);
 }
@@ -88,7 +89,7 @@ uint64_t BuildWriter::adopt_finished() {
 
 void BuildWriter::add_sample(const Token& t, const SourceEntry& e) {
   if (ragged_bytes_ > 0) {
-    add_ragged(t, e);
+    add_bytes(t, e);
     return;
   }
   if (!writer_) {
@@ -102,8 +103,9 @@ void BuildWriter::add_sample(const Token& t, const SourceEntry& e) {
   if (writer_->count() == per_shard_) commit_shard(t.index + 1);
 }
 
-void BuildWriter::add_ragged(const Token& t, const SourceEntry& e) {
-  const uint64_t bytes = uint64_t{t.height} * t.width * shape_.channels;
+void BuildWriter::add_bytes(const Token& t, const SourceEntry& e) {
+  const bool jpeg = codec_ == Codec::kJpeg;
+  const uint64_t bytes = jpeg ? t.stored.size() : uint64_t{t.height} * t.width * shape_.channels;
   if (ragged_ && ragged_->count() > 0 && ragged_->bytes() + bytes > ragged_bytes_) {
     commit_shard(t.index);  // this sample opens the next shard
   }
@@ -112,8 +114,15 @@ void BuildWriter::add_ragged(const Token& t, const SourceEntry& e) {
         RaggedShardWriter::create(storage_, dir_ + "/" + shard_file_name(storage_, shard_index_),
                                   shape_.channels, std::max(ragged_bytes_, bytes));
   }
-  uint64_t offset = ragged_->append(t.pixels.data(), t.height, t.width, e.label);
-  index_.insert(index_.end(), {static_cast<int64_t>(offset), int64_t{t.height}, int64_t{t.width}});
+  if (jpeg) {
+    const uint64_t offset = ragged_->append_bytes(t.stored.data(), bytes, e.label);
+    index_.insert(index_.end(), {static_cast<int64_t>(offset), static_cast<int64_t>(bytes),
+                                 int64_t{t.height}, int64_t{t.width}});
+  } else {
+    const uint64_t offset = ragged_->append(t.pixels.data(), t.height, t.width, e.label);
+    index_.insert(index_.end(),
+                  {static_cast<int64_t>(offset), int64_t{t.height}, int64_t{t.width}});
+  }
   labels_.push_back(e.label);
   checksums_.push_back(t.checksum);
   sources_.push_back(e.name);
@@ -148,7 +157,9 @@ void BuildWriter::commit_shard(uint64_t src_end) {
   }
   side["skips"] = std::move(skips);
   if (ragged_bytes_ > 0) {
-    side["index"] = std::vector<int64_t>(index_.begin() + 3 * shard_sample_begin_, index_.end());
+    side["index"] = std::vector<int64_t>(
+        index_.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin_),
+        index_.end());
   }
   std::string text = side.dump();
   write_file_atomic(dir_ + "/" + sidecar_name(shard_index_), text.data(), text.size());

@@ -25,11 +25,11 @@ struct Skip {
 // pipeline's serial stage, then the finishing code).
 class BuildWriter {
  public:
-  // Writes into `dir`. Fixed layout: `per_shard` samples of `shape` per shard. Ragged
-  // (`ragged_bytes` > 0): shards close before the sample that would take them past
-  // `ragged_bytes` image bytes.
+  // Writes into `dir`. Raw fixed layout: `per_shard` samples of `shape` per shard. Raw ragged
+  // (`ragged_bytes` > 0) and every JPEG cache (codec kJpeg, with `ragged_bytes` > 0): byte
+  // shards that close before the sample that would take them past `ragged_bytes` stored bytes.
   BuildWriter(std::string dir, Storage storage, SampleShape shape, uint64_t per_shard,
-              uint64_t ragged_bytes);
+              uint64_t ragged_bytes, Codec codec);
 
   // Takes over the finished shards of an interrupted build (checked by sidecar and XXH64).
   // Returns the source index to continue from. Removes anything past the last complete shard.
@@ -51,17 +51,21 @@ class BuildWriter {
   const std::vector<uint64_t>& checksums() const { return checksums_; }
   const std::vector<std::string>& sources() const { return sources_; }
   const std::vector<Skip>& skips() const { return skips_; }
-  const std::vector<int64_t>& ragged_index() const { return index_; }
+  // Raw ragged: (offset, height, width) per sample; JPEG: (offset, length, height, width).
+  const std::vector<int64_t>& index() const { return index_; }
+  uint64_t index_columns() const { return codec_ == Codec::kJpeg ? 4 : 3; }
   uint64_t shard_count() const { return shard_index_; }
 
  private:
-  void add_ragged(const Token& t, const SourceEntry& e);
+  // Appends one sample to a byte shard (raw ragged pixels, or a JPEG stream).
+  void add_bytes(const Token& t, const SourceEntry& e);
 
   std::string dir_;
   Storage storage_;
   SampleShape shape_;
   uint64_t per_shard_;
   uint64_t ragged_bytes_;
+  Codec codec_;
   uint64_t kill_after_ = 0;  // test hook: DSCACHE_TEST_KILL_AFTER_SHARDS
   std::unique_ptr<ShardWriter> writer_;
   std::unique_ptr<RaggedShardWriter> ragged_;
@@ -74,7 +78,7 @@ class BuildWriter {
   std::vector<uint64_t> checksums_;
   std::vector<std::string> sources_;
   std::vector<Skip> skips_;
-  std::vector<int64_t> index_;  // ragged: (offset, height, width) per sample
+  std::vector<int64_t> index_;  // see index()
 };
 
 }  // namespace dscache

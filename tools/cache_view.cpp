@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscache/error.h"
+#include "dscache/jpeg.h"
 #include "dscache/npy.h"
 
 namespace dscache {
@@ -119,14 +120,32 @@ const ShardEntry& CacheView::shard_of(uint64_t i) const {
   return *(it - 1);
 }
 
-std::vector<int64_t> CacheView::ragged_index() const {
-  auto raw = read_npy_vector_2d(path(m_.index.file), m_.count, 3);
+std::vector<int64_t> CacheView::index() const {
+  auto raw = read_npy_vector_2d(path(m_.index.file), m_.count, index_columns());
   std::vector<int64_t> out(raw.size() / 8);
   std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
 
 void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
+                            uint32_t* width) {
+  if (m_.codec != Codec::kJpeg) {
+    read_stored(i, out, height, width);
+    return;
+  }
+  std::vector<uint8_t> stored;
+  read_stored(i, &stored, height, width);
+  out->resize(size_t{*height} * *width * m_.channels);
+  JpegScratch scratch;
+  try {
+    jpeg_decode(stored.data(), stored.size(), *height, *width, m_.channels, out->data(), &scratch);
+  } catch (const Error& e) {
+    throw Error(e.kind(), path(shard_of(i).file),
+                "sample " + std::to_string(i) + ": " + e.reason());
+  }
+}
+
+void CacheView::read_stored(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
                             uint32_t* width) {
   if (i >= m_.count) {
     throw Error(
@@ -135,7 +154,7 @@ void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* hei
   }
   const ShardEntry& s = shard_of(i);
   size_t k = static_cast<size_t>(&s - m_.shards.data());
-  const bool ragged = m_.layout == Layout::kRagged;
+  const bool ragged = m_.has_index();  // byte shards located through the index
   SampleShape shape{m_.height, m_.width, m_.channels};
   auto it = located_.find(k);
   if (it == located_.end()) {
@@ -155,16 +174,22 @@ void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* hei
     read_shard_samples(m_.storage, path(s.file), it->second, shape, i - s.first, 1, out->data());
     return;
   }
-  if (index_.empty()) index_ = ragged_index();
-  const int64_t* row = &index_[3 * i];
-  uint64_t bytes = static_cast<uint64_t>(row[1]) * static_cast<uint64_t>(row[2]) * m_.channels;
-  if (row[0] < 0 || row[1] <= 0 || row[2] <= 0 ||
-      static_cast<uint64_t>(row[0]) + bytes > it->second.count) {
+  if (index_.empty()) index_ = index();
+  const uint64_t cols = index_columns();
+  const int64_t* row = &index_[cols * i];
+  const int64_t h = row[cols - 2], w = row[cols - 1];
+  const bool sides_ok = h > 0 && w > 0 && h <= UINT32_MAX && w <= UINT32_MAX;
+  // Raw: h*w*C (< 2^66 / 2^2 for sides < 2^32); JPEG: the stored length.
+  const uint64_t bytes = !sides_ok   ? 0
+                         : cols == 4 ? (row[1] > 0 ? static_cast<uint64_t>(row[1]) : 0)
+                                     : uint64_t(h) * uint64_t(w) * m_.channels;
+  const uint64_t data = it->second.count;
+  if (row[0] < 0 || bytes == 0 || bytes > data || static_cast<uint64_t>(row[0]) > data - bytes) {
     throw Error(ErrorKind::kCorruption, path(m_.index.file),
                 "row " + std::to_string(i) + " points outside " + s.file);
   }
-  *height = static_cast<uint32_t>(row[1]);
-  *width = static_cast<uint32_t>(row[2]);
+  *height = static_cast<uint32_t>(h);
+  *width = static_cast<uint32_t>(w);
   out->resize(bytes);
   read_shard_bytes(m_.storage, path(s.file), it->second, static_cast<uint64_t>(row[0]), bytes,
                    out->data());

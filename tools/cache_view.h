@@ -31,11 +31,17 @@ class CacheView {
   std::vector<std::string> sources() const;
   std::vector<SkipRecord> skips() const;
 
-  // Ragged layout: (offset in its shard's data, height, width) per sample, 3 values each.
-  std::vector<int64_t> ragged_index() const;
+  // Values per index row: 3 for raw ragged (offset in its shard's data, height, width), 4 for
+  // JPEG (offset, length, height, width).
+  uint64_t index_columns() const { return m_.codec == Codec::kJpeg ? 4 : 3; }
+  // The index (raw ragged layout, JPEG caches): index_columns() values per sample.
+  std::vector<int64_t> index() const;
 
-  // Copies sample i into *out (resized to its bytes) and sets its size. Any layout.
+  // Copies sample i's pixels into *out (resized to its bytes; JPEG samples are decoded) and sets
+  // its size. Any layout and codec.
   void read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height, uint32_t* width);
+  // Sample i's bytes as stored (the JPEG stream for codec jpeg), with its decoded size.
+  void read_stored(uint64_t i, std::vector<uint8_t>* out, uint32_t* height, uint32_t* width);
   // The shard holding sample i.
   const ShardEntry& shard_of(uint64_t i) const;
 
@@ -43,7 +49,7 @@ class CacheView {
   std::string dir_;
   Manifest m_;
   std::map<size_t, ShardLocation> located_;
-  std::vector<int64_t> index_;  // ragged index, loaded on first use
+  std::vector<int64_t> index_;  // the index, loaded on first use
 };
 
 struct NpyHeader;

@@ -26,6 +26,26 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// --codec raw | jpeg | jpeg:Q (Q 1..100, default 90).
+void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality) {
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  try {
+    *codec = parse_codec(name);
+  } catch (const Error&) {
+    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
+  }
+  *quality = *codec == Codec::kJpeg ? 90 : 0;
+  if (colon == std::string::npos) return;
+  const std::string q = text.substr(colon + 1);
+  if (*codec != Codec::kJpeg || q.empty() || q.size() > 3 ||
+      q.find_first_not_of("0123456789") != std::string::npos || std::stoul(q) < 1 ||
+      std::stoul(q) > 100) {
+    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
+  }
+  *quality = static_cast<uint32_t>(std::stoul(q));
+}
+
 }  // namespace
 
 int cmd_build(int argc, char** argv) {
@@ -36,7 +56,7 @@ int cmd_build(int argc, char** argv) {
       "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
   std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed",
-                    shuffle;
+                    shuffle, codec = "raw";
   BuildOptions opt;
   uint32_t channels = 3;
   desc.add_options()("help,h", "show this help")(
@@ -48,6 +68,9 @@ int cmd_build(int argc, char** argv) {
       "layout", po::value(&layout)->default_value("fixed"),
       "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")(
       "max-side", po::value(&opt.recipe.max_side), "ragged: limit on the shorter side")(
+      "codec", po::value(&codec)->default_value("raw"),
+      "how samples are stored: raw (pixels, served from memory at once) or jpeg[:Q] (JPEG at "
+      "quality Q, default 90: ~5-10x smaller, decoded when served)")(
       "shard-size", po::value(&shard_size)->default_value("1G"),
       "cap on image bytes per shard (K, M, G suffixes)")(
       "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
@@ -134,6 +157,7 @@ int cmd_build(int argc, char** argv) {
       opt.recipe.shuffled = true;
       opt.recipe.shuffle_seed = seed;
     }
+    parse_codec_option(codec, &opt.codec, &opt.recipe.quality);
     opt.recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
     if (!classes.empty()) opt.class_names = split_commas(classes);
     opt.strict = vm.count("strict") > 0;

@@ -28,8 +28,36 @@ uint64_t total_bytes(const Manifest& m) {
   return b;
 }
 
+// Sample bytes as stored (shards' data) and as decoded pixels, summed over the cache.
+struct Sizes {
+  uint64_t stored = 0;
+  uint64_t raw = 0;
+  double ratio() const { return raw == 0 ? 1.0 : static_cast<double>(stored) / raw; }
+};
+
+Sizes sample_sizes(const CacheView& c) {
+  const Manifest& m = c.manifest();
+  Sizes s;
+  if (!m.has_index()) {
+    s.raw = s.stored = m.count * m.sample_bytes();
+    return s;
+  }
+  const std::vector<int64_t> index = c.index();
+  const uint64_t cols = c.index_columns();
+  for (uint64_t i = 0; i < m.count; ++i) {
+    const int64_t* row = &index[cols * i];
+    const uint64_t h = static_cast<uint64_t>(std::max<int64_t>(0, row[cols - 2]));
+    const uint64_t w = static_cast<uint64_t>(std::max<int64_t>(0, row[cols - 1]));
+    const uint64_t raw = h * w * m.channels;
+    s.raw += raw;
+    s.stored += cols == 4 ? static_cast<uint64_t>(std::max<int64_t>(0, row[1])) : raw;
+  }
+  return s;
+}
+
 json summary_json(CacheView& c) {
   const Manifest& m = c.manifest();
+  const Sizes sizes = sample_sizes(c);
   json skips = json::array();
   for (const auto& s : c.skips()) skips.push_back({{"source", s.source}, {"reason", s.reason}});
   return json{
@@ -41,6 +69,12 @@ json summary_json(CacheView& c) {
       {"channel_order", m.channel_order},
       {"layout", to_string(m.layout)},
       {"storage", to_string(m.storage)},
+      {"codec", to_string(m.codec)},
+      {"quality", m.codec == Codec::kJpeg ? json(m.recipe.quality) : json(nullptr)},
+      {"stored_bytes", sizes.stored},
+      {"raw_bytes", sizes.raw},
+      {"stored_bytes_per_sample", m.count ? static_cast<double>(sizes.stored) / m.count : 0.0},
+      {"ratio_to_raw", sizes.ratio()},
       {"shards", m.shards.size()},
       {"bytes", total_bytes(m)},
       {"classes", m.classes},
@@ -84,6 +118,15 @@ void print_summary(CacheView& c) {
   }
   std::printf("storage    %s, %zu shard%s, %s in all\n", to_string(m.storage), m.shards.size(),
               m.shards.size() == 1 ? "" : "s", format_bytes(total_bytes(m)).c_str());
+  const Sizes sizes = sample_sizes(c);
+  const double per_sample = m.count ? static_cast<double>(sizes.stored) / m.count : 0.0;
+  if (m.codec == Codec::kJpeg) {
+    std::printf("codec      jpeg, quality %u: %.0f bytes per sample, %.3f of raw (%s vs %s)\n",
+                m.recipe.quality, per_sample, sizes.ratio(), format_bytes(sizes.stored).c_str(),
+                format_bytes(sizes.raw).c_str());
+  } else {
+    std::printf("codec      raw: %.0f bytes per sample\n", per_sample);
+  }
   std::printf("source     %s %s (%llu entries)\n", m.source.kind.c_str(), m.source.root.c_str(),
               static_cast<unsigned long long>(m.source.entries));
   if (!m.source.labels.empty()) std::printf("labels     %s\n", m.source.labels.c_str());

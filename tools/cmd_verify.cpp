@@ -18,6 +18,7 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/ingest/source_decoder.h"
+#include "dscache/jpeg.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -87,8 +88,8 @@ class Checker {
     } catch (const Error& e) {
       add(m_.labels.file, -1, e.reason());
     }
-    if (m_.layout == Layout::kRagged) {
-      check_ragged(sums);
+    if (m_.has_index()) {
+      check_indexed(sums);
       if (with_source) check_sources(sums, threads);
       return;
     }
@@ -127,43 +128,55 @@ class Checker {
     if (with_source) check_sources(sums, threads);
   }
 
-  // Ragged layout: index rows inside their shards, every sample's checksum.
-  void check_ragged(const std::vector<uint64_t>& sums) {
-    std::vector<int64_t> index;
-    try {
-      index = c_.ragged_index();
-    } catch (const Error& e) {
-      add(m_.index.file, -1, e.reason());
-      return;
-    }
+  // Raw ragged layout and JPEG caches: index rows inside their shards, every sample's checksum
+  // (of its stored bytes), and for JPEG every stream's header against its row's size.
+  void check_indexed(const std::vector<uint64_t>& sums) {
+    const bool jpeg = m_.codec == Codec::kJpeg;
     std::vector<uint8_t> buf;
-    for (const auto& s : m_.shards) {
-      if (!check_file(s.file, s.bytes, s.xxh64)) continue;
-      ShardLocation loc;
+    for (uint64_t i = 0; i < m_.count; ++i) {
+      const ShardEntry& s = c_.shard_of(i);
+      uint32_t h = 0, w = 0;
       try {
-        loc = locate_ragged_shard(m_.storage, c_.path(s.file));
+        c_.read_stored(i, &buf, &h, &w);
       } catch (const Error& e) {
-        add(s.file, -1, e.reason());
+        add(e.path() == c_.path(m_.index.file) ? m_.index.file : s.file, static_cast<int64_t>(i),
+            e.reason());
         continue;
       }
-      for (uint64_t i = s.first; i < s.first + s.count; ++i) {
-        const int64_t* row = &index[3 * i];
-        uint64_t bytes = row[1] > 0 && row[2] > 0 ? static_cast<uint64_t>(row[1]) *
-                                                        static_cast<uint64_t>(row[2]) * m_.channels
-                                                  : 0;
-        if (row[0] < 0 || bytes == 0 || static_cast<uint64_t>(row[0]) + bytes > loc.count) {
-          add(m_.index.file, static_cast<int64_t>(i), "index row points outside " + s.file);
-          continue;
+      ++samples_checked;
+      if (!sums.empty() && xxh64(buf.data(), buf.size()) != sums[i]) {
+        add(s.file, static_cast<int64_t>(i), "sample checksum mismatch");
+        continue;
+      }
+      if (!jpeg) continue;
+      try {
+        const JpegInfo info = jpeg_info(buf.data(), buf.size());
+        if (info.height != h || info.width != w) {
+          add(s.file, static_cast<int64_t>(i),
+              "JPEG is " + std::to_string(info.height) + "x" + std::to_string(info.width) +
+                  ", the index says " + std::to_string(h) + "x" + std::to_string(w));
         }
-        buf.resize(bytes);
-        read_shard_bytes(m_.storage, c_.path(s.file), loc, static_cast<uint64_t>(row[0]), bytes,
-                         buf.data());
-        if (!sums.empty() && xxh64(buf.data(), bytes) != sums[i]) {
-          add(s.file, static_cast<int64_t>(i), "sample checksum mismatch");
-        }
-        ++samples_checked;
+      } catch (const Error& e) {
+        add(s.file, static_cast<int64_t>(i), e.reason());
       }
     }
+    for (const auto& s : m_.shards) check_file(s.file, s.bytes, s.xxh64);
+  }
+
+  // Whether sample i's decoded source pixels give its stored checksum: of the pixels (raw), or of
+  // their JPEG encoding at the recipe's quality (deterministic for one libjpeg-turbo).
+  // False when the pixels cannot be what was stored (another size).
+  bool same_as_stored(uint64_t i, const std::vector<uint8_t>& pixels,
+                      std::vector<uint8_t>* encoded) {
+    if (m_.codec != Codec::kJpeg) return xxh64(pixels.data(), pixels.size()) == sums_[i];
+    uint32_t h = m_.height, w = m_.width;
+    if (m_.layout == Layout::kRagged) {  // jpeg-index.npy rows: offset, length, h, w
+      h = static_cast<uint32_t>(jpeg_index_[4 * i + 2]);
+      w = static_cast<uint32_t>(jpeg_index_[4 * i + 3]);
+    }
+    if (pixels.size() != size_t{h} * w * m_.channels) return false;
+    jpeg_encode(pixels.data(), h, w, m_.channels, static_cast<int>(m_.recipe.quality), encoded);
+    return xxh64(encoded->data(), encoded->size()) == sums_[i];
   }
 
   // Re-decodes every source with the recorded recipe and compares with the stored checksum.
@@ -176,6 +189,18 @@ class Checker {
       return;
     }
     if (sums.size() != m_.count) return;
+    sums_ = sums;
+    if (m_.codec == Codec::kJpeg && m_.layout == Layout::kRagged) {
+      try {
+        jpeg_index_ = c_.index();
+      } catch (const Error& e) {
+        return;  // reported by check_indexed
+      }
+      for (uint64_t i = 0; i < m_.count; ++i) {
+        const int64_t h = jpeg_index_[4 * i + 2], w = jpeg_index_[4 * i + 3];
+        if (h <= 0 || w <= 0 || h > UINT32_MAX || w > UINT32_MAX) return;  // reported already
+      }
+    }
     std::unique_ptr<SourceDecoder> dec;
     try {
       dec = std::make_unique<SourceDecoder>(m_, std::move(sources), m_.source.root);
@@ -188,13 +213,13 @@ class Checker {
     arena.execute([&] {
       tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
                         [&](const tbb::blocked_range<uint64_t>& r) {
-                          std::vector<uint8_t> pixels;
+                          std::vector<uint8_t> pixels, encoded;
                           std::string reason;
                           for (uint64_t i = r.begin(); i != r.end(); ++i) {
                             if (!dec->decode(i, &pixels, &reason)) {
                               add(dec->path(i), static_cast<int64_t>(i),
                                   "source no longer decodes: " + reason);
-                            } else if (xxh64(pixels.data(), pixels.size()) != sums[i]) {
+                            } else if (!same_as_stored(i, pixels, &encoded)) {
                               add(dec->path(i), static_cast<int64_t>(i),
                                   "source decodes to different pixels than stored");
                             }
@@ -207,6 +232,8 @@ class Checker {
   CacheView& c_;
   const Manifest& m_;
   std::mutex mu_;
+  std::vector<uint64_t> sums_;       // --source: checksums.npy
+  std::vector<int64_t> jpeg_index_;  // --source on a ragged JPEG cache: the samples' sizes
 };
 
 }  // namespace

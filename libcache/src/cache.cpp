@@ -16,6 +16,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/jpeg.h"
 #include "dscache/npy.h"
 #include "io_util.h"
 #include "mapped_file.h"
@@ -25,9 +26,10 @@ namespace dscache {
 
 namespace {
 
-// One ragged-index row: where sample i lies in its shard's data, and its size.
-struct RaggedRow {
+// One index row (raw ragged, or JPEG): where sample i lies in its shard's data, and its size.
+struct IndexRow {
   uint64_t offset = 0;  // byte offset inside the shard's data
+  uint64_t length = 0;  // stored bytes (raw ragged: height * width * C)
   uint32_t height = 0;
   uint32_t width = 0;
 };
@@ -96,7 +98,7 @@ struct Cache::Impl {
   SampleShape shape;                         // fixed: the sample shape; ragged: (0, 0, C)
   std::vector<ShardState> shards;            // manifest order
   std::vector<int64_t> labels;               // (count,)
-  std::vector<RaggedRow> index;              // ragged: (count,)
+  std::vector<IndexRow> index;               // raw ragged and JPEG: (count,)
   uint64_t resident = 0;                     // bytes copied into private memory
   uint64_t block = 1;                        // locality_block()
   MemoryMode mode = MemoryMode::kPageCache;  // in force (kAuto resolved)
@@ -123,26 +125,59 @@ struct Cache::Impl {
     return *(it - 1);
   }
 
+  bool jpeg() const { return manifest.codec == Codec::kJpeg; }
+
   SampleShape sample_shape(uint64_t i) const {
     if (manifest.layout == Layout::kFixed) return shape;
-    const RaggedRow& r = index[i];
+    const IndexRow& r = index[i];
     return SampleShape{r.height, r.width, shape.channels};
   }
 
   // Byte offset of sample i inside its shard's data.
   uint64_t data_offset(const ShardState& s, uint64_t i) const {
-    if (manifest.layout == Layout::kFixed) return (i - s.entry.first) * shape.bytes();
+    if (index.empty()) return (i - s.entry.first) * shape.bytes();
     return index[i].offset;
   }
+
+  // Bytes sample i occupies as stored.
+  uint64_t stored_bytes(uint64_t i) const {
+    return index.empty() ? shape.bytes() : index[i].length;
+  }
+
+  // Sample i's stored bytes: a pointer into a mapping or private copy, or (pread, HDF5) read into
+  // *buffer. Returns the pointer; the size is stored_bytes(i).
+  const uint8_t* stored(uint64_t i, std::vector<uint8_t>* buffer) const {
+    const ShardState& s = find_shard(i);
+    if (s.data != nullptr) return s.data + data_offset(s, i);
+    buffer->resize(static_cast<size_t>(stored_bytes(i)));
+    read_stored(s, i, buffer->data());
+    return buffer->data();
+  }
+
+  // Copies sample i's stored bytes from shard s into `out` (any mode).
+  void read_stored(const ShardState& s, uint64_t i, uint8_t* out) const {
+    if (s.pread) {
+      detail::pread_all(s.fd, out, static_cast<size_t>(stored_bytes(i)),
+                        s.loc.data_offset + data_offset(s, i), s.path, ErrorKind::kCorruption);
+    } else if (s.data == nullptr) {
+      read_through_hdf5(s, i, out);
+    } else {
+      std::memcpy(out, s.data + data_offset(s, i), static_cast<size_t>(stored_bytes(i)));
+    }
+  }
+
+  // Decodes JPEG sample i (crop `box`, or the whole image when box is null) into `out`; a bad
+  // stream is Corruption naming the shard and the sample.
+  void decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w, uint8_t* out) const;
 
   void read_through_hdf5(const ShardState& s, uint64_t i, uint8_t* out) const {
     // HDF5 calls are serialized inside the shard functions (detail::hdf5_mutex()).
     try {
-      if (manifest.layout == Layout::kFixed) {
+      if (index.empty()) {
         read_shard_samples(manifest.storage, s.read_path, s.loc, shape, i - s.entry.first, 1, out);
       } else {
-        read_shard_bytes(manifest.storage, s.read_path, s.loc, index[i].offset,
-                         sample_shape(i).bytes(), out);
+        read_shard_bytes(manifest.storage, s.read_path, s.loc, index[i].offset, index[i].length,
+                         out);
       }
     } catch (const Error& e) {
       if (e.path() == s.path) throw;
@@ -161,7 +196,7 @@ std::vector<FileEntry> named_files(const Manifest& m) {
   files.push_back(m.checksums);
   files.push_back(m.sources);
   files.push_back(m.skips);
-  if (m.layout == Layout::kRagged) files.push_back(m.index);
+  if (m.has_index()) files.push_back(m.index);
   return files;
 }
 
@@ -180,32 +215,52 @@ void read_labels(Cache::Impl& c) {
   }
 }
 
-// Reads ragged-index.npy and checks every row against its shard: inside the shard's data, sides
-// positive, and the samples of a shard back to back from offset 0 to the end of its data.
-void read_ragged_index(Cache::Impl& c) {
+// Reads the index (raw ragged: ragged-index.npy (count, 3) offset, h, w; JPEG:
+// jpeg-index.npy (count, 4) offset, length, h, w) and checks every row against its shard: inside
+// the shard's data, sides positive (and equal to the shape for a fixed JPEG cache), and the
+// samples of a shard back to back from offset 0 to the end of its data.
+void read_index(Cache::Impl& c) {
   const Manifest& m = c.manifest;
   const std::string path = c.dir + "/" + m.index.file;
-  const std::vector<int64_t> raw = read_i8_array(path, {m.count, 3}, m.index.bytes);
+  const bool jpeg = c.jpeg();
+  const uint64_t cols = jpeg ? 4 : 3;
+  const std::vector<int64_t> raw = read_i8_array(path, {m.count, cols}, m.index.bytes);
   c.index.resize(static_cast<size_t>(m.count));
   const uint64_t channels = c.shape.channels;
+  const int64_t max_side = std::numeric_limits<uint32_t>::max();
   for (const ShardState& s : c.shards) {
     const std::string& shard_name = s.entry.file;
     uint64_t next = 0;  // where the next sample of this shard must start
     for (uint64_t i = s.entry.first; i < s.entry.first + s.entry.count; ++i) {
-      const int64_t offset = raw[3 * i], h = raw[3 * i + 1], w = raw[3 * i + 2];
+      const int64_t* r = &raw[cols * i];
+      const int64_t offset = r[0], length = jpeg ? r[1] : 0, h = r[cols - 2], w = r[cols - 1];
       const std::string row = "row " + std::to_string(i) + " (" + shard_name + ")";
-      if (offset < 0 || h <= 0 || w <= 0 || h > std::numeric_limits<uint32_t>::max() ||
-          w > std::numeric_limits<uint32_t>::max()) {
+      if (offset < 0 || (jpeg && length <= 0) || h <= 0 || w <= 0 || h > max_side || w > max_side) {
+        std::string values = std::to_string(offset) + ", ";
+        if (jpeg) values += std::to_string(length) + ", ";
+        values += std::to_string(h) + ", " + std::to_string(w);
         throw Error(ErrorKind::kCorruption, path,
-                    row + " is (" + std::to_string(offset) + ", " + std::to_string(h) + ", " +
-                        std::to_string(w) + "): needs offset >= 0 and 0 < h, w < 2^32");
+                    row + " is (" + values + "): needs offset >= 0, " +
+                        (jpeg ? "length > 0, " : "") + "and 0 < h, w < 2^32");
       }
-      const uint64_t bytes = uint64_t(h) * uint64_t(w);  // < 2^64: both < 2^32
-      const uint64_t off = static_cast<uint64_t>(offset);
-      if (bytes > s.data_bytes / channels || off > s.data_bytes - bytes * channels) {
+      if (m.layout == Layout::kFixed && (uint64_t(h) != m.height || uint64_t(w) != m.width)) {
         throw Error(ErrorKind::kCorruption, path,
-                    row + ": sample at offset " + std::to_string(off) + " (" + std::to_string(h) +
-                        "x" + std::to_string(w) + "x" + std::to_string(channels) +
+                    row + " is " + std::to_string(h) + "x" + std::to_string(w) +
+                        ", the fixed layout's samples are " + std::to_string(m.height) + "x" +
+                        std::to_string(m.width));
+      }
+      const uint64_t off = static_cast<uint64_t>(offset);
+      uint64_t bytes = static_cast<uint64_t>(length);
+      if (!jpeg) {
+        const uint64_t pixels = uint64_t(h) * uint64_t(w);  // < 2^64: both < 2^32
+        bytes = pixels > s.data_bytes / channels ? s.data_bytes + 1 : pixels * channels;
+      }
+      if (bytes > s.data_bytes || off > s.data_bytes - bytes) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + ": sample at offset " + std::to_string(off) + " (" +
+                        (jpeg ? std::to_string(length) + " bytes"
+                              : std::to_string(h) + "x" + std::to_string(w) + "x" +
+                                    std::to_string(channels)) +
                         ") passes the end of the shard's " + std::to_string(s.data_bytes) +
                         " data bytes");
       }
@@ -214,9 +269,9 @@ void read_ragged_index(Cache::Impl& c) {
                     row + ": offset is " + std::to_string(off) + ", expected " +
                         std::to_string(next) + " (a shard's samples are back to back)");
       }
-      next = off + bytes * channels;
+      next = off + bytes;
       c.index[static_cast<size_t>(i)] =
-          RaggedRow{off, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
+          IndexRow{off, bytes, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
     }
     if (next != s.data_bytes) {
       throw Error(ErrorKind::kCorruption, path,
@@ -229,7 +284,7 @@ void read_ragged_index(Cache::Impl& c) {
 // kInProcess: copies a shard's data into private memory (through HDF5 when it is chunked).
 void make_resident(Cache::Impl& c, ShardState& s) {
   detail::MappedRegion copy = detail::MappedRegion::anonymous(s.data_bytes, s.path);
-  if (c.manifest.layout == Layout::kFixed) {
+  if (c.manifest.layout == Layout::kFixed && !c.jpeg()) {
     read_shard_samples(c.manifest.storage, s.path, s.loc, c.shape, 0, s.loc.count, copy.data());
   } else {
     read_shard_bytes(c.manifest.storage, s.path, s.loc, 0, s.loc.count, copy.data());
@@ -250,7 +305,13 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   c.manifest = read_manifest(dir);  // NotFound / Corruption / Unsupported
   const Manifest& m = c.manifest;
   const bool ragged = m.layout == Layout::kRagged;
+  const bool byte_shards = m.has_index();  // raw ragged or JPEG: 1-d byte shards + the index
   c.shape = SampleShape{m.height, m.width, m.channels};
+  if (c.jpeg() && !jpeg_supported()) {
+    throw Error(ErrorKind::kUnsupported, dir + "/manifest.json",
+                "the cache stores JPEG samples (codec jpeg), and this build of libcache has no "
+                "JPEG support (meson feature jpeg)");
+  }
 
   // 1. Every named file: inside the directory, regular, exactly the manifest's size. Nothing is
   //    mapped before all of them pass, so a short file is an error here, never a SIGBUS later.
@@ -274,7 +335,7 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
     ShardState& s = c.shards[k];
     s.entry = m.shards[k];
     s.path = dir + "/" + s.entry.file;
-    if (ragged) {
+    if (byte_shards) {
       s.loc = locate_ragged_shard(m.storage, s.path);
       s.data_bytes = s.loc.count;  // bytes; the index accounts for them in step 3
     } else {
@@ -294,21 +355,21 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
     c.block = std::max(c.block, s.entry.count);
   }
 
-  // 3. Labels and (ragged) the index, into memory.
+  // 3. Labels and (raw ragged, JPEG) the index, into memory.
   read_labels(c);
-  if (ragged) read_ragged_index(c);
+  if (byte_shards) read_index(c);
 
   // 4. The mode: kAuto compares the shards' bytes with what memory is available.
   c.mode = options.memory;
   if (c.mode == MemoryMode::kAuto) {
     uint64_t data = 0;
     for (const ShardState& s : c.shards) data += s.data_bytes;
-    c.mode = choose_memory_mode(data, available_memory_bytes(), m.layout);
+    c.mode = choose_memory_mode(data, available_memory_bytes(), m.layout, m.codec);
   }
-  if (c.mode == MemoryMode::kPread && ragged) {
+  if (c.mode == MemoryMode::kPread && ragged && !c.jpeg()) {
     throw Error(ErrorKind::kInvalidArgument, dir,
-                "CacheOptions.memory kPread serves the fixed layout only (ragged samples are "
-                "cropped from views); use kPageCache or kAuto");
+                "CacheOptions.memory kPread serves the raw fixed layout and JPEG caches only (raw "
+                "ragged samples are cropped from views); use kPageCache or kAuto");
   }
   if (c.mode == MemoryMode::kPread) {
     for (ShardState& s : c.shards) {
@@ -380,23 +441,63 @@ SampleShape Cache::sample_shape(uint64_t i) const {
 void Cache::copy_sample(uint64_t i, uint8_t* out) const {
   const Impl& c = *impl_;
   c.check_index(i);
-  const ShardState& s = c.find_shard(i);
-  if (s.pread) {
-    detail::pread_all(s.fd, out, static_cast<size_t>(c.sample_shape(i).bytes()),
-                      s.loc.data_offset + c.data_offset(s, i), s.path, ErrorKind::kCorruption);
+  if (c.jpeg()) {
+    const SampleShape shape = c.sample_shape(i);
+    c.decode(i, nullptr, shape.height, shape.width, out);
     return;
   }
-  if (s.data == nullptr) {
-    c.read_through_hdf5(s, i, out);
-    return;
+  c.read_stored(c.find_shard(i), i, out);
+}
+
+bool Cache::encoded() const { return impl_->jpeg(); }
+
+void Cache::decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                        uint8_t* out) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  if (!c.jpeg()) SampleSource::decode_crop(i, box, out_h, out_w, out);  // throws Unsupported
+  c.decode(i, &box, out_h, out_w, out);
+}
+
+void Cache::stored_sample(uint64_t i, std::vector<uint8_t>* out) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  out->resize(static_cast<size_t>(c.stored_bytes(i)));
+  c.read_stored(c.find_shard(i), i, out->data());
+}
+
+void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w,
+                         uint8_t* out) const {
+  // One decoder and read buffer per thread, reused by every sample it serves.
+  static thread_local JpegScratch scratch;
+  static thread_local std::vector<uint8_t> buffer;
+  const uint8_t* data = stored(i, &buffer);
+  const SampleShape s = sample_shape(i);
+  try {
+    if (box == nullptr) {
+      jpeg_decode(data, static_cast<size_t>(stored_bytes(i)), s.height, s.width, s.channels, out,
+                  &scratch);
+    } else {
+      jpeg_decode_crop(data, static_cast<size_t>(stored_bytes(i)), s.height, s.width, s.channels,
+                       *box, out_h, out_w, out, &scratch);
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kCorruption) throw;
+    throw Error(ErrorKind::kCorruption, find_shard(i).path,
+                "sample " + std::to_string(i) + ": " + e.reason());
   }
-  std::memcpy(out, s.data + c.data_offset(s, i), static_cast<size_t>(c.sample_shape(i).bytes()));
 }
 
 ImageView Cache::view(uint64_t i) const {
   const Impl& c = *impl_;
   c.check_index(i);
   const ShardState& s = c.find_shard(i);
+  if (c.jpeg()) {
+    throw Error(ErrorKind::kUnsupported, s.path,
+                "sample " + std::to_string(i) +
+                    " is stored as JPEG and cannot be viewed in place; use copy_sample() (decodes "
+                    "it) or decode_crop()");
+  }
   if (c.mode == MemoryMode::kPread) {
     throw Error(ErrorKind::kUnsupported, s.path,
                 "sample " + std::to_string(i) +

@@ -87,6 +87,7 @@ class Loader::Impl {
   uint32_t out_h_ = 0, out_w_ = 0, channels_ = 0;
   uint64_t sample_bytes_ = 0;
   bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
+  bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
   std::atomic<bool> view_unsupported_{false};  // fixed layout source without stable pointers
   uint64_t samples_per_epoch_ = 0;
   uint64_t batches_per_epoch_ = 0;
@@ -122,6 +123,7 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     options_.sampler.block = source_->locality_block();
   }
   layout_ = source_->layout();
+  encoded_ = source_->encoded();
   validate(options_.transform, layout_);
 
   const TransformOptions& t = options_.transform;
@@ -209,7 +211,12 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
     if (cancel.requested()) return;
     const uint64_t idx = order_[begin + k];
     uint8_t* out = slot.images.get() + k * sample_bytes_;
-    if (plain_copy_) {
+    if (encoded_) {
+      // Decoded in this worker, only as much as the crop needs (kNone: the whole sample).
+      const SampleShape s = source_->sample_shape(idx);
+      source_->decode_crop(idx, choose_crop(t, s.height, s.width, seed_, epoch_, idx), out_h_,
+                           out_w_, out);
+    } else if (plain_copy_) {
       source_->copy_sample(idx, out);
       if (t.flip && choose_crop(t, out_h_, out_w_, seed_, epoch_, idx).flip) {
         mirror_rows(out, out_h_, out_w_, channels_);

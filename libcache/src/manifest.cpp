@@ -47,6 +47,24 @@ const char* to_string(ResizePolicy r) {
   return "?";
 }
 
+const char* to_string(Codec c) {
+  switch (c) {
+    case Codec::kRaw:
+      return "raw";
+    case Codec::kJpeg:
+      return "jpeg";
+  }
+  return "?";
+}
+
+Codec parse_codec(const std::string& s) {
+  if (s == "raw") return Codec::kRaw;
+  if (s == "jpeg") return Codec::kJpeg;
+  throw Error(ErrorKind::kInvalidArgument, "", "unknown codec '" + s + "'");
+}
+
+int format_version_for(Codec c) { return c == Codec::kRaw ? 1 : 2; }
+
 Storage parse_storage(const std::string& s) {
   if (s == "npy") return Storage::kNpy;
   if (s == "hdf5") return Storage::kHdf5;
@@ -217,6 +235,7 @@ std::string to_json(const Manifest& m) {
   j["format_version"] = m.format_version;
   j["layout"] = to_string(m.layout);
   j["storage"] = to_string(m.storage);
+  if (m.format_version >= 2) j["codec"] = to_string(m.codec);
   j["dtype"] = m.dtype;
   j["shape"] = OrderedJson::array({m.height, m.width, m.channels});
   j["channel_order"] = m.channel_order;
@@ -239,7 +258,7 @@ std::string to_json(const Manifest& m) {
   files["checksums"] = file_json(m.checksums);
   files["sources"] = file_json(m.sources);
   files["skips"] = file_json(m.skips);
-  if (m.layout == Layout::kRagged) files["index"] = file_json(m.index);
+  if (m.has_index()) files["index"] = file_json(m.index);
   j["files"] = std::move(files);
   j["skipped"] = m.skipped;
   OrderedJson source;
@@ -259,6 +278,7 @@ std::string to_json(const Manifest& m) {
   recipe["shard_bytes"] = m.recipe.shard_bytes;
   recipe["max_side"] = m.recipe.max_side;
   if (m.recipe.shuffled) recipe["shuffle_seed"] = m.recipe.shuffle_seed;
+  if (m.codec != Codec::kRaw) recipe["quality"] = m.recipe.quality;
   j["recipe"] = std::move(recipe);
   j["tool_version"] = m.tool_version;
   j["created_utc"] = m.created_utc;
@@ -300,6 +320,19 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
     m.storage = parse_storage(storage);
   } catch (const Error&) {
     r.fail("storage is '" + storage + "', expected 'npy' or 'hdf5'");
+  }
+  // Version 2 added the codec; version 1 caches are raw.
+  if (m.format_version >= 2) {
+    const std::string codec = r.str(j, "", "codec");
+    try {
+      m.codec = parse_codec(codec);
+    } catch (const Error&) {
+      r.fail("codec is '" + codec + "', expected 'raw' or 'jpeg'");
+    }
+  }
+  if (m.format_version != format_version_for(m.codec)) {
+    r.fail("format_version is " + std::to_string(m.format_version) + ", expected " +
+           std::to_string(format_version_for(m.codec)) + " for codec '" + to_string(m.codec) + "'");
   }
   m.dtype = r.str(j, "", "dtype");
   if (m.dtype != "uint8") r.fail("dtype is '" + m.dtype + "', expected 'uint8'");
@@ -389,10 +422,13 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.sources = r.file_entry(files, "files", "sources");
   m.skips = r.file_entry(files, "files", "skips");
   if (files.contains("index")) {
-    if (!ragged) r.fail("files.index is present, but only the ragged layout has an index");
+    if (!m.has_index()) {
+      r.fail("files.index is present, but only the ragged layout and JPEG caches have an index");
+    }
     m.index = r.file_entry(files, "files", "index");
-  } else if (ragged) {
-    r.fail("files.index is missing (the ragged layout needs its index)");
+  } else if (m.has_index()) {
+    r.fail(ragged ? "files.index is missing (the ragged layout needs its index)"
+                  : "files.index is missing (a JPEG cache needs its index)");
   }
   m.skipped = r.u64(j, "", "skipped");
 
@@ -423,6 +459,12 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   if (recipe.contains("shuffle_seed")) {
     m.recipe.shuffled = true;
     m.recipe.shuffle_seed = r.u64(recipe, "recipe", "shuffle_seed");
+  }
+  if (m.codec == Codec::kJpeg) {
+    m.recipe.quality = r.u32(recipe, "recipe", "quality");
+    if (m.recipe.quality < 1 || m.recipe.quality > 100) {
+      r.fail("recipe.quality is " + std::to_string(m.recipe.quality) + ", expected 1..100");
+    }
   }
   if (ragged && m.recipe.max_side == 0) {
     r.fail("recipe.max_side is 0, expected > 0 for the ragged layout");

@@ -102,8 +102,8 @@ uint64_t available_memory_bytes() {
   return avail;
 }
 
-MemoryMode choose_memory_mode(uint64_t data_bytes, uint64_t available, Layout layout) {
-  if (layout == Layout::kRagged) return MemoryMode::kPageCache;
+MemoryMode choose_memory_mode(uint64_t data_bytes, uint64_t available, Layout layout, Codec codec) {
+  if (layout == Layout::kRagged && codec == Codec::kRaw) return MemoryMode::kPageCache;
   return data_bytes <= available ? MemoryMode::kPageCache : MemoryMode::kPread;
 }
 

@@ -48,12 +48,18 @@ uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t 
                     " is invalid (need H, W > 0)");
   }
   const uint64_t n = uint64_t{height} * width * channels;  // < 2^66 / 2^2: fits
+  check_ragged_room(path, n, used, capacity_bytes);
+  return n;
+}
+
+void check_ragged_room(const std::string& path, uint64_t n, uint64_t used,
+                       uint64_t capacity_bytes) {
+  if (n == 0) throw Error(ErrorKind::kInvalidArgument, path, "a sample of 0 bytes is invalid");
   if (used > capacity_bytes || n > capacity_bytes - used) {
     throw Error(ErrorKind::kInvalidArgument, path,
                 "shard is full (capacity " + std::to_string(capacity_bytes) + " bytes, holds " +
                     std::to_string(used) + ", sample needs " + std::to_string(n) + ")");
   }
-  return n;
 }
 
 void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {

@@ -293,8 +293,15 @@ class Hdf5RaggedWriter : public RaggedShardWriter {
       fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
     const uint64_t n = ragged_sample_bytes(builder_.path(), height, width, channels_,
                                            builder_.bytes(), capacity_bytes_);
+    return append_bytes(sample, n, label);
+  }
+
+  uint64_t append_bytes(const uint8_t* data, uint64_t n, int64_t label) override {
+    if (builder_.committed())
+      fail(ErrorKind::kInvalidArgument, builder_.path(), "append after commit");
+    check_ragged_room(builder_.path(), n, builder_.bytes(), capacity_bytes_);
     const uint64_t offset = builder_.bytes();
-    builder_.append(sample, n, label);
+    builder_.append(data, n, label);
     return offset;
   }
 

@@ -25,6 +25,8 @@ uint64_t file_size(const std::string& path);
 // for a zero side or when `used` + the sample would pass `capacity_bytes`.
 uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t width,
                              uint32_t channels, uint64_t used, uint64_t capacity_bytes);
+// The same check for `n` stored bytes: InvalidArgument for n == 0 or when it does not fit.
+void check_ragged_room(const std::string& path, uint64_t n, uint64_t used, uint64_t capacity_bytes);
 
 // Reads exactly `n` bytes at `offset` of the file at `path` (pread). Corruption when the file ends
 // first.

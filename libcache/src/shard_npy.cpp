@@ -100,7 +100,14 @@ class NpyRaggedWriter : public RaggedShardWriter {
       throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "append after commit");
     const uint64_t n =
         ragged_sample_bytes(file_.temp_path(), height, width, channels_, bytes_, capacity_bytes_);
-    file_.write(sample, n);
+    return append_bytes(sample, n, 0);
+  }
+
+  uint64_t append_bytes(const uint8_t* data, uint64_t n, int64_t /*label*/) override {
+    if (committed_)
+      throw Error(ErrorKind::kInvalidArgument, file_.temp_path(), "append after commit");
+    check_ragged_room(file_.temp_path(), n, bytes_, capacity_bytes_);
+    file_.write(data, n);
     const uint64_t offset = bytes_;
     bytes_ += n;
     ++count_;

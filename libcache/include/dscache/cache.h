@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dscache/manifest.h"
 #include "dscache/sample_source.h"
@@ -16,9 +17,9 @@ enum class MemoryMode {
   kInProcess,  // copy shards into private memory, up to memory_budget; the rest stays mapped
   kPread,      // nothing mapped: copy_sample() preads each sample into the caller's buffer, so
                // serving does not depend on the page cache holding the cache (caches larger
-               // than memory); view() is Unsupported; fixed layout only
+               // than memory); view() is Unsupported; raw fixed layout and JPEG caches only
   kAuto,       // kPageCache when the shards' bytes fit in available_memory_bytes(), else kPread
-               // (ragged caches always kPageCache). The default.
+               // (raw ragged caches always kPageCache). The default.
 };
 
 // How the mapped shards will be read; passed to madvise().
@@ -68,7 +69,15 @@ class Cache : public SampleSource {
   // mode (the Loader then copies samples instead).
   ImageView view(uint64_t i) const override;
   // Geometry of sample i: shape() for the fixed layout, the index's (h, w, C) for ragged.
-  SampleShape sample_shape(uint64_t i) const;
+  SampleShape sample_shape(uint64_t i) const override;
+  // Codec kJpeg: true (see SampleSource). copy_sample() then decodes the whole sample, view()
+  // throws Error(kUnsupported), and stored_sample() gives the JPEG bytes.
+  bool encoded() const override;
+  void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                   uint8_t* out) const override;
+  // Sample i's bytes exactly as stored (the JPEG stream for codec kJpeg; the HWC pixels for
+  // raw), which checksums.npy hashes. Replaces *out.
+  void stored_sample(uint64_t i, std::vector<uint8_t>* out) const;
 
   struct Impl;
 
@@ -86,8 +95,9 @@ const char* to_string(MemoryMode mode);
 // one. What MemoryMode::kAuto compares a cache's size with.
 uint64_t available_memory_bytes();
 
-// kAuto's rule, on its own: kPageCache when `data_bytes` <= `available`, else kPread; ragged
-// caches always kPageCache (their crops read views).
-MemoryMode choose_memory_mode(uint64_t data_bytes, uint64_t available, Layout layout);
+// kAuto's rule, on its own: kPageCache when `data_bytes` <= `available`, else kPread; raw
+// ragged caches always kPageCache (their crops read views).
+MemoryMode choose_memory_mode(uint64_t data_bytes, uint64_t available, Layout layout,
+                              Codec codec = Codec::kRaw);
 
 }  // namespace dscache

@@ -11,17 +11,24 @@ namespace dscache {
 enum class Storage { kNpy, kHdf5 };                 // "npy", "hdf5"
 enum class Layout { kFixed, kRagged };              // "fixed", "ragged"
 enum class ResizePolicy { kStretch, kCrop, kPad };  // "stretch", "crop", "pad"
+enum class Codec { kRaw, kJpeg };                   // "raw", "jpeg": how sample bytes are stored
 
 const char* to_string(Storage s);
 const char* to_string(Layout l);
 const char* to_string(ResizePolicy r);
+const char* to_string(Codec c);
 // Parse the strings above; throw Error(kInvalidArgument, "", "unknown storage 'x'") otherwise.
 Storage parse_storage(const std::string& s);
 Layout parse_layout(const std::string& s);
 ResizePolicy parse_resize_policy(const std::string& s);
+Codec parse_codec(const std::string& s);
 
-// The manifest format version this library writes; it reads versions <= this.
-constexpr int kFormatVersion = 1;
+// The newest manifest format version this library reads (it reads every version <= this). It
+// writes version 1 for raw caches and version 2 for JPEG caches (codec "jpeg"), so a reader from
+// before the codec existed refuses a JPEG cache instead of misreading it.
+constexpr int kFormatVersion = 2;
+// The version a cache with codec `c` is written with.
+int format_version_for(Codec c);
 
 // A file of the cache other than a shard.
 struct FileEntry {
@@ -60,35 +67,41 @@ struct BuildRecipe {
   uint32_t max_side = 0;  // ragged layout: shorter side scaled down to at most this; 0 = fixed
   bool shuffled = false;  // samples stored in build_order(source entries, shuffle_seed) (sampler.h)
   uint64_t shuffle_seed = 0;  // the --shuffle seed; meaningful only when shuffled
+  uint32_t quality = 0;       // codec kJpeg: the JPEG quality 1..100; 0 for raw
 };
 
 struct Manifest {
-  int format_version = kFormatVersion;  // see kFormatVersion
-  Layout layout = Layout::kFixed;       // sample layout
-  Storage storage = Storage::kNpy;      // shard file format
-  std::string dtype = "uint8";          // sample element type; only uint8 today
-  uint32_t height = 0;                  // sample rows (0 for the ragged layout)
-  uint32_t width = 0;                   // sample columns (0 for the ragged layout)
-  uint32_t channels = 0;                // 3 or 1
-  std::string channel_order = "RGB";    // "RGB" for 3 channels, "L" for 1
-  uint64_t count = 0;                   // samples in the cache
-  std::vector<std::string> classes;     // class names; label i names classes[i]
-  std::vector<uint64_t> class_counts;   // samples per class, same order as classes
-  std::vector<ShardEntry> shards;       // contiguous, in sample order, covering [0, count)
-  FileEntry labels;                     // labels.npy: (count,) int64
-  FileEntry checksums;                  // checksums.npy: (count,) uint64 XXH64 of each sample
-  FileEntry sources;                    // sources.jsonl: one JSON string per sample (its origin)
-  FileEntry skips;                      // skipped.jsonl: one JSON object per skipped entry
-  FileEntry index;                      // ragged only: ragged-index.npy (count, 3) int64
-                                        // (offset in its shard's data, height, width);
-                                        // file "" for the fixed layout
-  uint64_t skipped = 0;                 // number of source entries skipped
-  SourceRecord source;                  // where the samples came from
-  BuildRecipe recipe;                   // how they were made
-  std::string tool_version;             // dscache version that wrote the cache
-  std::string created_utc;              // ISO 8601 time the build finished
+  int format_version = 1;              // format_version_for(codec); see kFormatVersion
+  Layout layout = Layout::kFixed;      // sample layout
+  Storage storage = Storage::kNpy;     // shard file format
+  Codec codec = Codec::kRaw;           // kRaw: shards hold pixels; kJpeg: JPEG bytes per sample
+  std::string dtype = "uint8";         // sample element type (of decoded pixels); only uint8
+  uint32_t height = 0;                 // sample rows (0 for the ragged layout)
+  uint32_t width = 0;                  // sample columns (0 for the ragged layout)
+  uint32_t channels = 0;               // 3 or 1
+  std::string channel_order = "RGB";   // "RGB" for 3 channels, "L" for 1
+  uint64_t count = 0;                  // samples in the cache
+  std::vector<std::string> classes;    // class names; label i names classes[i]
+  std::vector<uint64_t> class_counts;  // samples per class, same order as classes
+  std::vector<ShardEntry> shards;      // contiguous, in sample order, covering [0, count)
+  FileEntry labels;                    // labels.npy: (count,) int64
+  FileEntry checksums;                 // checksums.npy: (count,) uint64 XXH64 of each sample
+  FileEntry sources;                   // sources.jsonl: one JSON string per sample (its origin)
+  FileEntry skips;                     // skipped.jsonl: one JSON object per skipped entry
+  FileEntry index;                     // raw ragged: ragged-index.npy (count, 3) int64
+                                       // (offset in its shard's data, height, width);
+                                       // jpeg (either layout): jpeg-index.npy (count, 4)
+                                       // int64 (offset, length, height, width);
+                                       // file "" for a raw fixed cache
+  uint64_t skipped = 0;                // number of source entries skipped
+  SourceRecord source;                 // where the samples came from
+  BuildRecipe recipe;                  // how they were made
+  std::string tool_version;            // dscache version that wrote the cache
+  std::string created_utc;             // ISO 8601 time the build finished
 
-  // Fixed layout: bytes per sample. Ragged: 0 (samples differ; see the index).
+  // True when the cache has an index file (raw ragged, or any JPEG cache).
+  bool has_index() const { return layout == Layout::kRagged || codec != Codec::kRaw; }
+  // Fixed layout: decoded bytes per sample. Ragged: 0 (samples differ; see the index).
   uint64_t sample_bytes() const { return uint64_t{height} * width * channels; }
 };
 

@@ -8,6 +8,8 @@
 
 namespace dscache {
 
+struct CropBox;  // transform.h
+
 // One sample in place. `data` points at height*width*channels bytes, HWC, row-major; it stays
 // valid while the object that returned it lives.
 struct ImageView {
@@ -36,6 +38,19 @@ class SampleSource {
   // Any layout: sample i in place, when the source can hand out a stable pointer (mapped or
   // resident data). Throws Error(kUnsupported) otherwise (e.g. compressed HDF5).
   virtual ImageView view(uint64_t i) const = 0;
+
+  // True when samples are stored encoded (a JPEG cache): view() is then Unsupported and the
+  // Loader calls decode_crop(), which decodes only what the crop needs.
+  virtual bool encoded() const { return false; }
+  // Geometry of sample i as decoded (from the cache's index; nothing is decoded). Every source
+  // answers; the default is shape() (fixed-layout sources).
+  virtual SampleShape sample_shape(uint64_t i) const;
+  // Encoded sources: `box` of sample i (in its full-size pixels) resized to out_h x out_w x C at
+  // `out`, mirrored when box.flip — within docs/FORMAT.md's tolerance of decoding it whole and
+  // calling crop_resize. A corrupt sample is Error(kCorruption) naming the shard and the sample.
+  // The default throws Error(kUnsupported).
+  virtual void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                           uint8_t* out) const;
 };
 
 }  // namespace dscache

@@ -40,9 +40,10 @@ class ShardWriter {
   virtual ShardEntry commit() = 0;
 };
 
-// Writes one shard of the ragged layout: a 1-d uint8 array of the samples' HWC bytes back to
-// back (npy: shape (bytes,); hdf5: `images` (bytes,) contiguous + `labels` (count,)). Same
-// temp-name/commit rules as ShardWriter. Not thread-safe.
+// Writes one shard of the ragged layout — or of any JPEG cache — : a 1-d uint8 array of the
+// samples' stored bytes (HWC pixels, or JPEG streams) back to back (npy: shape (bytes,); hdf5:
+// `images` (bytes,) contiguous + `labels` (count,)). Same temp-name/commit rules as ShardWriter.
+// Not thread-safe.
 class RaggedShardWriter {
  public:
   // `capacity_bytes`: most image bytes the shard will hold (sizes the npy header).
@@ -53,6 +54,9 @@ class RaggedShardWriter {
   // data. Throws InvalidArgument when it would pass capacity_bytes.
   virtual uint64_t append(const uint8_t* sample, uint32_t height, uint32_t width,
                           int64_t label) = 0;
+  // Appends `n` > 0 stored bytes as one sample (an encoded image: codec kJpeg); returns its byte
+  // offset. Same capacity rule as append().
+  virtual uint64_t append_bytes(const uint8_t* data, uint64_t n, int64_t label) = 0;
   virtual uint64_t count() const = 0;  // samples so far
   virtual uint64_t bytes() const = 0;  // image bytes so far
   virtual ShardEntry commit() = 0;     // as ShardWriter::commit

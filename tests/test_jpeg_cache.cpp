@@ -1,0 +1,415 @@
+// JPEG caches (codec "jpeg"): the format read by Cache in every storage and layout, served by the
+// Loader with serve-time decoding, in page-cache and pread modes, and corrupt samples named.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dscache/cache.h"
+#include "dscache/checksum.h"
+#include "dscache/error.h"
+#include "dscache/jpeg.h"
+#include "dscache/loader.h"
+#include "dscache/manifest.h"
+#include "dscache/npy.h"
+#include "dscache/shard.h"
+#include "test_util.h"
+
+namespace {
+
+using dscache::Cache;
+using dscache::CacheOptions;
+using dscache::Codec;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::Layout;
+using dscache::Manifest;
+using dscache::MemoryMode;
+using dscache::SampleShape;
+using dscache::Storage;
+using namespace dscache::test;
+
+// A smooth, photo-like image (gradients, a disc and mild noise) that JPEG compresses as it would
+// a photograph: the decoded pixels stay close to these.
+std::vector<uint8_t> photo_like(uint32_t h, uint32_t w, uint32_t c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const double cx = w * (0.3 + 0.4 * (rng() % 100) / 100.0), cy = h * 0.5, r = std::min(h, w) / 3.0;
+  std::vector<uint8_t> img(size_t{h} * w * c);
+  for (uint32_t y = 0; y < h; ++y) {
+    for (uint32_t x = 0; x < w; ++x) {
+      const bool in = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
+      for (uint32_t k = 0; k < c; ++k) {
+        double v = 40 + 150.0 * x / w + 40.0 * std::sin(y * 0.2 + k) + (in ? 50 : 0);
+        v += static_cast<double>(rng() % 7) - 3;
+        img[(size_t{y} * w + x) * c + k] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, v)));
+      }
+    }
+  }
+  return img;
+}
+
+struct JpegCache {
+  std::string dir;
+  Manifest manifest;
+  std::vector<std::vector<uint8_t>> pixels;  // what was encoded
+  std::vector<std::vector<uint8_t>> stored;  // the JPEG streams
+  std::vector<SampleShape> shapes;
+  std::vector<int64_t> labels;
+  std::vector<int64_t> index;  // (count, 4): offset, length, h, w
+};
+
+// Writes a JPEG cache of `counts[k]` samples in shard k, as `dscache build --codec jpeg:Q`
+// would: byte shards, jpeg-index.npy, checksums of the stored bytes, format_version 2.
+JpegCache write_jpeg_cache(const std::string& dir, Storage storage, Layout layout,
+                           const std::vector<uint64_t>& counts, uint32_t channels = 3,
+                           int quality = 90) {
+  JpegCache f;
+  f.dir = dir;
+  Manifest& m = f.manifest;
+  m.format_version = dscache::format_version_for(Codec::kJpeg);
+  m.codec = Codec::kJpeg;
+  m.layout = layout;
+  m.storage = storage;
+  m.channels = channels;
+  m.channel_order = channels == 3 ? "RGB" : "L";
+  const bool ragged = layout == Layout::kRagged;
+  if (!ragged) {
+    m.height = 24;
+    m.width = 40;
+  }
+  m.classes = {"a", "b", "c"};
+  m.class_counts.assign(3, 0);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> sums;
+  std::string sources;
+  uint64_t first = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    auto w = dscache::RaggedShardWriter::create(
+        storage, dir + "/" + dscache::shard_file_name(storage, k), channels, 1 << 24);
+    for (uint64_t j = 0; j < counts[k]; ++j) {
+      const uint64_t i = f.pixels.size();
+      SampleShape s{m.height, m.width, channels};
+      if (ragged) s = {static_cast<uint32_t>(9 + rng() % 40), static_cast<uint32_t>(9 + rng() % 40),
+                       channels};
+      std::vector<uint8_t> px = photo_like(s.height, s.width, channels, i);
+      std::vector<uint8_t> jpg;
+      dscache::jpeg_encode(px.data(), s.height, s.width, channels, quality, &jpg);
+      const int64_t label = static_cast<int64_t>(i % 3);
+      const uint64_t off = w->append_bytes(jpg.data(), jpg.size(), label);
+      f.index.insert(f.index.end(), {static_cast<int64_t>(off), static_cast<int64_t>(jpg.size()),
+                                     s.height, s.width});
+      sums.push_back(dscache::xxh64(jpg.data(), jpg.size()));
+      sources += "\"img/" + std::to_string(i) + ".png\"\n";
+      f.labels.push_back(label);
+      ++m.class_counts[static_cast<size_t>(label)];
+      f.pixels.push_back(std::move(px));
+      f.stored.push_back(std::move(jpg));
+      f.shapes.push_back(s);
+    }
+    dscache::ShardEntry e = w->commit();
+    e.first = first;
+    first += counts[k];
+    m.shards.push_back(e);
+  }
+  m.count = first;
+  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(),
+                          f.labels.size() * 8);
+  m.labels = dscache::hash_file(dir + "/labels.npy");
+  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, sums.data(), sums.size() * 8);
+  m.checksums = dscache::hash_file(dir + "/checksums.npy");
+  m.sources = dscache::write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
+  m.skips = dscache::write_file_atomic(dir + "/skipped.jsonl", "", 0);
+  dscache::write_npy_file(dir + "/jpeg-index.npy", "<i8", {m.count, 4}, f.index.data(),
+                          f.index.size() * 8);
+  m.index = dscache::hash_file(dir + "/jpeg-index.npy");
+  m.recipe.height = m.height;
+  m.recipe.width = m.width;
+  m.recipe.channels = channels;
+  m.recipe.max_side = ragged ? 48 : 0;
+  m.recipe.quality = static_cast<uint32_t>(quality);
+  m.source = {"folder", "/data/x", "", m.count, 0x1234};
+  m.tool_version = "test";
+  m.created_utc = "2024-01-01T00:00:00Z";
+  dscache::write_manifest(dir, m);
+  return f;
+}
+
+// Rewrites one file's manifest entry after the file changed (so only the change is tested).
+void refresh_entry(JpegCache& f, const std::string& name) {
+  const dscache::FileEntry h = dscache::hash_file(f.dir + "/" + name);
+  for (dscache::ShardEntry& s : f.manifest.shards) {
+    if (s.file == name) {
+      s.bytes = h.bytes;
+      s.xxh64 = h.xxh64;
+    }
+  }
+  dscache::write_manifest(f.dir, f.manifest);
+}
+
+double mean_abs_diff(const uint8_t* a, const uint8_t* b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += std::abs(int(a[i]) - int(b[i]));
+  return n ? s / n : 0;
+}
+
+// Every batch of one epoch, concatenated: images, labels, indices.
+struct Epoch {
+  std::vector<uint8_t> images;
+  std::vector<int64_t> labels;
+  std::vector<uint64_t> indices;
+};
+
+Epoch run_epoch(std::shared_ptr<const Cache> cache, const dscache::LoaderOptions& o,
+                uint64_t seed = 3, uint64_t epoch = 1) {
+  dscache::Loader loader(cache, o);
+  loader.start_epoch(seed, epoch);
+  Epoch e;
+  while (const dscache::Batch* b = loader.next()) {
+    const size_t bytes = size_t{b->size} * b->height * b->width * b->channels;
+    e.images.insert(e.images.end(), b->images, b->images + bytes);
+    e.labels.insert(e.labels.end(), b->labels, b->labels + b->size);
+    e.indices.insert(e.indices.end(), b->indices, b->indices + b->size);
+  }
+  return e;
+}
+
+template <typename F>
+void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
+  try {
+    f();
+    FAIL("no exception");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(e.kind() == kind);
+    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("jpeg cache") {
+  TEST_CASE("every storage and layout: the stored bytes, whole decodes and crops served") {
+    for (Storage storage : storages()) {
+      for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
+        CAPTURE(dscache::to_string(storage));
+        CAPTURE(dscache::to_string(layout));
+        TempDir tmp;
+        JpegCache f = write_jpeg_cache(tmp.path(), storage, layout, {5, 0, 4, 3});
+        auto cache = Cache::open(tmp.path(), CacheOptions{});
+        REQUIRE(cache->size() == 12);
+        CHECK(cache->encoded());
+        CHECK(cache->manifest().codec == Codec::kJpeg);
+        CHECK(cache->manifest().recipe.quality == 90);
+        for (uint64_t i = 0; i < cache->size(); ++i) {
+          CAPTURE(i);
+          CHECK(cache->label(i) == f.labels[i]);
+          const SampleShape s = cache->sample_shape(i);
+          CHECK(s.height == f.shapes[i].height);
+          CHECK(s.width == f.shapes[i].width);
+          std::vector<uint8_t> stored;
+          cache->stored_sample(i, &stored);
+          CHECK(stored == f.stored[i]);
+          // copy_sample decodes the whole image: exactly jpeg_decode, close to what was encoded.
+          std::vector<uint8_t> got(s.bytes()), want(s.bytes());
+          cache->copy_sample(i, got.data());
+          dscache::JpegScratch scratch;
+          dscache::jpeg_decode(stored.data(), stored.size(), s.height, s.width, s.channels,
+                               want.data(), &scratch);
+          CHECK(got == want);
+          CHECK(mean_abs_diff(got.data(), f.pixels[i].data(), got.size()) < 4.0);
+          expect_error([&] { cache->view(i); }, ErrorKind::kUnsupported, {"JPEG"});
+        }
+        // The Loader: crop none (fixed) serves whole decodes; random-resized crops equal
+        // decode_crop of the same box, in every worker count.
+        dscache::LoaderOptions o;
+        o.batch_size = 5;
+        o.workers = 2;
+        if (layout == Layout::kFixed) {
+          const Epoch e = run_epoch(cache, o);
+          REQUIRE(e.indices.size() == 12);
+          const size_t sb = f.shapes[0].bytes();
+          for (size_t k = 0; k < 12; ++k) {
+            std::vector<uint8_t> want(sb);
+            cache->copy_sample(e.indices[k], want.data());
+            CHECK(std::memcmp(e.images.data() + k * sb, want.data(), sb) == 0);
+            CHECK(e.labels[k] == f.labels[e.indices[k]]);
+          }
+        }
+        o.transform.crop = dscache::CropMode::kRandomResized;
+        o.transform.height = 16;
+        o.transform.width = 16;
+        o.transform.flip = true;
+        const Epoch a = run_epoch(cache, o);
+        o.workers = 1;
+        const Epoch b = run_epoch(cache, o);
+        CHECK(a.images == b.images);
+        CHECK(a.indices == b.indices);
+        const size_t sb = 16 * 16 * 3;
+        for (size_t k = 0; k < a.indices.size(); ++k) {
+          const uint64_t i = a.indices[k];
+          const SampleShape s = cache->sample_shape(i);
+          const dscache::CropBox box =
+              dscache::choose_crop(o.transform, s.height, s.width, 3, 1, i);
+          std::vector<uint8_t> want(sb);
+          cache->decode_crop(i, box, 16, 16, want.data());
+          CHECK(std::memcmp(a.images.data() + k * sb, want.data(), sb) == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("pread mode serves the same batches as the page cache") {
+    for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
+      TempDir tmp;
+      write_jpeg_cache(tmp.path(), Storage::kNpy, layout, {6, 6, 1});
+      CacheOptions mapped, pread;
+      mapped.memory = MemoryMode::kPageCache;
+      pread.memory = MemoryMode::kPread;
+      auto c1 = Cache::open(tmp.path(), mapped);
+      auto c2 = Cache::open(tmp.path(), pread);
+      CHECK(c2->memory_mode() == MemoryMode::kPread);
+      dscache::LoaderOptions o;
+      o.batch_size = 4;
+      o.transform.crop = dscache::CropMode::kCenter;
+      o.transform.height = 12;
+      o.transform.width = 20;
+      const Epoch a = run_epoch(c1, o), b = run_epoch(c2, o);
+      CHECK(a.indices == b.indices);
+      CHECK(a.images == b.images);
+      CHECK(a.images.size() == 13u * 12 * 20 * 3);
+    }
+  }
+
+  TEST_CASE("grey JPEG caches decode to one channel") {
+    TempDir tmp;
+    JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kFixed, {3}, 1, 75);
+    auto cache = Cache::open(tmp.path(), CacheOptions{});
+    CHECK(cache->shape().channels == 1);
+    std::vector<uint8_t> got(24 * 40);
+    cache->copy_sample(2, got.data());
+    CHECK(mean_abs_diff(got.data(), f.pixels[2].data(), got.size()) < 5.0);
+  }
+
+  TEST_CASE("a corrupt or cut JPEG sample is Corruption naming the shard and the sample") {
+    for (Storage storage : storages()) {
+      CAPTURE(dscache::to_string(storage));
+      TempDir tmp;
+      JpegCache f = write_jpeg_cache(tmp.path(), storage, Layout::kFixed, {4, 4});
+      // Sample 6 (shard 1): keep its length, but zero everything after its first 40 bytes, as a
+      // torn write would leave it. The file's manifest entry is refreshed: only the sample is bad.
+      const std::string shard = dscache::shard_file_name(storage, 1);
+      const uint64_t at = static_cast<uint64_t>(f.index[4 * 6]);
+      const uint64_t len = static_cast<uint64_t>(f.index[4 * 6 + 1]);
+      const dscache::ShardLocation loc =
+          dscache::locate_ragged_shard(storage, tmp.path() + "/" + shard);
+      REQUIRE(loc.contiguous);
+      std::string bytes = read_all(tmp.path() + "/" + shard);
+      for (uint64_t k = 40; k < len; ++k) bytes[loc.data_offset + at + k] = 0;
+      write_all(tmp.path() + "/" + shard, bytes);
+      refresh_entry(f, shard);
+
+      auto cache = Cache::open(tmp.path(), CacheOptions{});
+      std::vector<uint8_t> out(24 * 40 * 3);
+      cache->copy_sample(5, out.data());  // its neighbours are fine
+      cache->copy_sample(7, out.data());
+      expect_error([&] { cache->copy_sample(6, out.data()); }, ErrorKind::kCorruption,
+                   {shard, "sample 6"});
+      dscache::LoaderOptions o;
+      o.batch_size = 8;
+      o.sampler.shuffle = dscache::Shuffle::kNone;
+      dscache::Loader loader(cache, o);
+      loader.start_epoch(0, 0);
+      expect_error([&] { loader.next(); }, ErrorKind::kCorruption, {shard, "sample 6"});
+      // The shard's file hash was refreshed, so open succeeds; the per-sample checksum (what
+      // `dscache verify` compares) still tells the stored bytes changed.
+      std::vector<uint8_t> stored;
+      cache->stored_sample(6, &stored);
+      const std::vector<uint8_t> sums = [&] {
+        std::string s = read_all(tmp.path() + "/checksums.npy");
+        return std::vector<uint8_t>(s.end() - 8 * 8, s.end());
+      }();
+      uint64_t want = 0;
+      std::memcpy(&want, sums.data() + 6 * 8, 8);
+      CHECK(dscache::xxh64(stored.data(), stored.size()) != want);
+    }
+  }
+
+  TEST_CASE("index rows that disagree with the shards or the shape are Corruption") {
+    struct Mutation {
+      const char* what;
+      size_t row;
+      int col;
+      int64_t value;
+      const char* part;
+    };
+    const Mutation mutations[] = {
+        {"length 0", 2, 1, 0, "length > 0"},
+        {"offset gap", 3, 0, -1, "offset is"},  // value -1: add 1 to the offset
+        {"past the end", 7, 1, 1 << 20, "passes the end"},
+        {"height != fixed shape", 1, 2, 23, "fixed layout's samples are 24x40"},
+        {"width 0", 0, 3, 0, "0 < h, w"},
+    };
+    for (const Mutation& mu : mutations) {
+      CAPTURE(mu.what);
+      TempDir tmp;
+      JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kFixed, {4, 4});
+      std::vector<int64_t> index = f.index;
+      int64_t& cell = index[4 * mu.row + static_cast<size_t>(mu.col)];
+      cell = mu.value == -1 ? cell + 1 : mu.value;
+      dscache::write_npy_file(tmp.path() + "/jpeg-index.npy", "<i8", {8, 4}, index.data(),
+                              index.size() * 8);
+      f.manifest.index = dscache::hash_file(tmp.path() + "/jpeg-index.npy");
+      dscache::write_manifest(tmp.path(), f.manifest);
+      expect_error([&] { Cache::open(tmp.path(), CacheOptions{}); }, ErrorKind::kCorruption,
+                   {"jpeg-index.npy", mu.part});
+    }
+  }
+
+  TEST_CASE("manifest: codec and version agree, quality 1..100, the index is required") {
+    TempDir tmp;
+    JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kFixed, {2});
+    const std::string text = dscache::to_json(f.manifest);
+    CHECK(text.find("\"codec\": \"jpeg\"") != std::string::npos);
+    CHECK(text.find("\"format_version\": 2") != std::string::npos);
+    CHECK(text.find("\"quality\": 90") != std::string::npos);
+    const Manifest back = dscache::manifest_from_json(text, "m.json");
+    CHECK(back.codec == Codec::kJpeg);
+    CHECK(back.recipe.quality == 90);
+    CHECK(back.index.file == "jpeg-index.npy");
+
+    auto broken = [&](const std::string& from, const std::string& to) {
+      std::string t = text;
+      const size_t at = t.find(from);
+      REQUIRE(at != std::string::npos);
+      t.replace(at, from.size(), to);
+      return t;
+    };
+    expect_error(
+        [&] { dscache::manifest_from_json(broken("\"format_version\": 2", "\"format_version\": 1"),
+                                          "m.json"); },
+        ErrorKind::kCorruption, {"m.json"});
+    expect_error(
+        [&] { dscache::manifest_from_json(broken("\"quality\": 90", "\"quality\": 0"), "m.json"); },
+        ErrorKind::kCorruption, {"recipe.quality is 0"});
+    expect_error(
+        [&] { dscache::manifest_from_json(broken("\"codec\": \"jpeg\"", "\"codec\": \"webp\""),
+                                          "m.json"); },
+        ErrorKind::kCorruption, {"codec is 'webp'"});
+    expect_error(
+        [&] { dscache::manifest_from_json(broken("\"codec\": \"jpeg\"", "\"codec\": \"raw\""),
+                                          "m.json"); },
+        ErrorKind::kCorruption, {"format_version is 2, expected 1"});
+    // A raw manifest keeps version 1 and writes no codec key (readers before 2 read it).
+    Manifest raw = back;
+    raw.codec = Codec::kRaw;
+    raw.format_version = 1;
+    raw.index = {};
+    const std::string raw_text = dscache::to_json(raw);
+    CHECK(raw_text.find("codec") == std::string::npos);
+    CHECK(raw_text.find("quality") == std::string::npos);
+  }
+}
