@@ -13,6 +13,7 @@
 
 #include "dscache/error.h"
 #include "dscache/sampler.h"
+#include "resample.h"
 
 namespace dscache {
 
@@ -105,114 +106,6 @@ CropBox random_resized_box(const TransformOptions& o, uint32_t src_h, uint32_t s
   return box;
 }
 
-// Fixed-point resampling weights along one axis: output o reads taps [first, first + count)
-// of `index`/`weight`, with weights summing to exactly kOne (so flat areas stay flat).
-constexpr int kBits = 11;
-constexpr int32_t kOne = 1 << kBits;
-
-struct AxisTaps {
-  std::vector<uint32_t> first;  // per output: first tap
-  std::vector<uint32_t> count;  // per output: number of taps
-  std::vector<uint32_t> index;  // source coordinate (box-relative) of each tap
-  std::vector<int32_t> weight;  // weight of each tap, /kOne
-};
-
-void add_normalized(AxisTaps& t, const std::vector<std::pair<uint32_t, int64_t>>& raw,
-                    int64_t total) {
-  t.first.push_back(static_cast<uint32_t>(t.index.size()));
-  int32_t sum = 0;
-  size_t heaviest = t.index.size();
-  int32_t heaviest_w = -1;
-  for (const auto& [i, w] : raw) {
-    const int32_t q = static_cast<int32_t>((w * kOne + total / 2) / total);
-    if (q == 0) continue;
-    if (q > heaviest_w) {
-      heaviest_w = q;
-      heaviest = t.index.size();
-    }
-    t.index.push_back(i);
-    t.weight.push_back(q);
-    sum += q;
-  }
-  if (heaviest == t.index.size()) {  // every weight rounded to 0: cannot happen, be safe
-    t.index.push_back(raw.front().first);
-    t.weight.push_back(kOne);
-  } else {
-    t.weight[heaviest] += kOne - sum;  // rounding remainder goes to the heaviest tap
-  }
-  t.count.push_back(static_cast<uint32_t>(t.index.size()) - t.first.back());
-}
-
-// Bilinear with half-pixel centres (cv::INTER_LINEAR geometry) when in < 2*out; box filter over
-// each output pixel's exact footprint (cv::INTER_AREA) when shrinking by 2x or more. At exactly
-// 2x the two agree. All coordinates are exact rationals in units of 1/(2*out).
-AxisTaps make_taps(uint32_t in, uint32_t out) {
-  AxisTaps t;
-  std::vector<std::pair<uint32_t, int64_t>> raw;
-  const int64_t n_in = in, n_out = out;
-  for (int64_t o = 0; o < n_out; ++o) {
-    raw.clear();
-    if (n_in >= 2 * n_out) {
-      // Footprint [o*in, (o+1)*in) against source pixel i's [i*out, (i+1)*out).
-      const int64_t lo = o * n_in, hi = (o + 1) * n_in;
-      for (int64_t i = lo / n_out; i < n_in && i * n_out < hi; ++i) {
-        const int64_t overlap = std::min(hi, (i + 1) * n_out) - std::max(lo, i * n_out);
-        if (overlap > 0) raw.emplace_back(static_cast<uint32_t>(i), overlap);
-      }
-      add_normalized(t, raw, n_in);
-    } else {
-      // Source centre of output o: (o + 0.5) * in/out - 0.5 = ((2o + 1)*in - out) / (2*out).
-      const int64_t den = 2 * n_out;
-      int64_t num = (2 * o + 1) * n_in - n_out;
-      if (num < 0) num = 0;
-      int64_t i0 = num / den;
-      int64_t frac = num % den;
-      if (i0 >= n_in - 1) {
-        i0 = n_in - 1;
-        frac = 0;
-      }
-      raw.emplace_back(static_cast<uint32_t>(i0), den - frac);
-      if (frac > 0) raw.emplace_back(static_cast<uint32_t>(i0 + 1), frac);
-      add_normalized(t, raw, den);
-    }
-  }
-  return t;
-}
-
-// One output row from the vertically filtered row (values scaled by kOne): result scaled by
-// kOne^2, rounded half up. C = channels when known at compile time, else 0 and `channels`.
-template <size_t C>
-void horizontal_pass(const AxisTaps& tx, const int32_t* row, uint32_t out_w, bool flip,
-                     uint8_t* dst, size_t channels = C) {
-  const size_t c = C != 0 ? C : channels;
-  // Fits int32: at most 255 * kOne^2 + kHalf < 2^31 (weights are non-negative, sum kOne).
-  constexpr int32_t kHalf = int32_t{1} << (2 * kBits - 1);
-  int32_t acc[C != 0 ? C : 1];
-  for (uint32_t ox = 0; ox < out_w; ++ox) {
-    const uint32_t sx = flip ? out_w - 1 - ox : ox;  // mirrored output
-    const uint32_t first = tx.first[sx], last = first + tx.count[sx];
-    uint8_t* d = dst + size_t{ox} * c;
-    if constexpr (C != 0) {
-      for (size_t ch = 0; ch < C; ++ch) acc[ch] = kHalf;
-      for (uint32_t k = first; k < last; ++k) {
-        const int32_t w = tx.weight[k];
-        const int32_t* r = row + size_t{tx.index[k]} * C;
-        for (size_t ch = 0; ch < C; ++ch) acc[ch] += w * r[ch];
-      }
-      for (size_t ch = 0; ch < C; ++ch) {
-        d[ch] = static_cast<uint8_t>(std::clamp<int32_t>(acc[ch] >> (2 * kBits), 0, 255));
-      }
-    } else {
-      for (size_t ch = 0; ch < c; ++ch) {
-        int32_t a = kHalf;
-        for (uint32_t k = first; k < last; ++k)
-          a += tx.weight[k] * row[size_t{tx.index[k]} * c + ch];
-        d[ch] = static_cast<uint8_t>(std::clamp<int32_t>(a >> (2 * kBits), 0, 255));
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void validate(const TransformOptions& options, Layout layout) {
@@ -293,31 +186,10 @@ void crop_resize(const ImageView& src, const CropBox& box, uint32_t out_h, uint3
     return;
   }
 
-  const AxisTaps ty = make_taps(box.height, out_h);
-  const AxisTaps tx = make_taps(box.width, out_w);
-  // Vertical pass per output row into `row` (box.width * c values scaled by kOne), then the
-  // horizontal pass; the result is scaled by kOne^2 and rounded half up.
-  std::vector<int32_t> row(size_t{box.width} * c);
-  for (uint32_t oy = 0; oy < out_h; ++oy) {
-    std::fill(row.begin(), row.end(), 0);
-    for (uint32_t k = ty.first[oy]; k < ty.first[oy] + ty.count[oy]; ++k) {
-      const uint8_t* s = origin + size_t{ty.index[k]} * src_stride;
-      const int32_t w = ty.weight[k];
-      for (size_t i = 0; i < row.size(); ++i) row[i] += w * s[i];
-    }
-    uint8_t* dst = out + size_t{oy} * out_stride;
-    switch (c) {
-      case 1:
-        horizontal_pass<1>(tx, row.data(), out_w, box.flip, dst);
-        break;
-      case 3:
-        horizontal_pass<3>(tx, row.data(), out_w, box.flip, dst);
-        break;
-      default:
-        horizontal_pass<0>(tx, row.data(), out_w, box.flip, dst, c);
-        break;
-    }
-  }
+  const detail::AxisTaps ty = detail::make_taps(box.height, out_h);
+  const detail::AxisTaps tx = detail::make_taps(box.width, out_w);
+  std::vector<int32_t> row;
+  detail::resample(origin, src_stride, c, ty, tx, out_h, out_w, box.flip, out, &row);
 }
 
 }  // namespace dscache

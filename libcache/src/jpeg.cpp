@@ -1,0 +1,559 @@
+// JPEG encode and serve-time decode with libjpeg-turbo's libjpeg API (jpeglib.h).
+//
+// libjpeg reports errors through error_exit, which must not return; we longjmp back to the
+// frame that called setjmp. That frame (a *_guarded function below) holds only trivially
+// destructible locals and calls libjpeg directly, so the jump skips no C++ destructor. Warnings
+// (corrupt data, premature end of data, extraneous bytes) are promoted to errors: a damaged
+// sample must never be served as a good image.
+//
+// TurboJPEG (turbojpeg.h) cannot crop, hence the libjpeg API.
+#include "dscache/jpeg.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+#include "jpeg_internal.h"
+#include "resample.h"
+
+#ifdef DSCACHE_HAVE_JPEG
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+// clang-format off
+#include <jpeglib.h>  // after <cstdio>: it uses FILE and size_t
+#include <jerror.h>   // ERREXIT and the message codes
+// clang-format on
+#endif
+
+namespace dscache {
+
+namespace detail {
+
+uint32_t jpeg_scale_num(const CropBox& box, uint32_t out_h, uint32_t out_w) {
+  const uint64_t h = box.height, w = box.width, oh = out_h, ow = out_w;
+  if (oh == 0 || ow == 0 || h < 2 * oh || w < 2 * ow) return 8;
+  for (uint64_t m = 1; m < 8; ++m) {
+    if (h * m >= 8 * oh && w * m >= 8 * ow) return static_cast<uint32_t>(m);
+  }
+  return 8;
+}
+
+}  // namespace detail
+
+#ifndef DSCACHE_HAVE_JPEG
+
+namespace {
+
+[[noreturn]] void unsupported() {
+  throw Error(ErrorKind::kUnsupported, "",
+              "this build of libcache has no JPEG support (meson feature jpeg)");
+}
+
+}  // namespace
+
+struct JpegScratch::Impl {};
+
+bool jpeg_supported() { return false; }
+JpegScratch::JpegScratch() : impl_(nullptr) {}
+JpegScratch::~JpegScratch() = default;
+JpegInfo jpeg_info(const uint8_t*, size_t) { unsupported(); }
+void jpeg_encode(const uint8_t*, uint32_t, uint32_t, uint32_t, int, std::vector<uint8_t>*) {
+  unsupported();
+}
+void jpeg_decode(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, uint8_t*, JpegScratch*) {
+  unsupported();
+}
+void jpeg_decode_crop(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, const CropBox&,
+                      uint32_t, uint32_t, uint8_t*, JpegScratch*, const JpegDecodeOptions&) {
+  unsupported();
+}
+detail::JpegDecodeStats detail::last_decode_stats(const JpegScratch&) { return {}; }
+
+#else  // DSCACHE_HAVE_JPEG
+
+namespace {
+
+Error corrupt(const std::string& reason) {
+  return Error(ErrorKind::kCorruption, "", "jpeg: " + reason);
+}
+Error invalid(const std::string& reason) {
+  return Error(ErrorKind::kInvalidArgument, "", "jpeg: " + reason);
+}
+
+// libjpeg's error manager plus where to jump and the formatted message.
+struct ErrorMgr {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Level -1 is a warning (corrupt data, premature end, extraneous bytes): an error for us.
+// Levels >= 0 are trace messages: ignored.
+void on_emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) on_error_exit(cinfo);
+}
+
+void init_error_mgr(ErrorMgr* err) {
+  jpeg_std_error(&err->pub);
+  err->pub.error_exit = on_error_exit;
+  err->pub.emit_message = on_emit_message;
+  err->message[0] = '\0';
+}
+
+constexpr uint32_t kMaxSide = JPEG_MAX_DIMENSION;
+
+// Cheap checks before libjpeg sees the bytes. A stream must end with EOI (FF D9): the crop
+// decoder stops reading after the rows it needs, so this is what makes a truncated stream an
+// error there too (entropy-coded data cannot contain FF D9: 0xFF is always stuffed).
+void check_stream(const uint8_t* data, size_t size) {
+  if (data == nullptr || size == 0) throw corrupt("empty stream (0 bytes)");
+  if (size < 4) throw corrupt(std::to_string(size) + " bytes is too short for a JPEG stream");
+  if (data[size - 2] != 0xFF || data[size - 1] != 0xD9) {
+    throw corrupt("stream does not end with an EOI marker (truncated or trailing bytes)");
+  }
+}
+
+void check_shape(uint32_t height, uint32_t width, uint32_t channels) {
+  if (height == 0 || width == 0 || height > kMaxSide || width > kMaxSide) {
+    throw invalid("image size " + std::to_string(height) + "x" + std::to_string(width) +
+                  " is outside 1.." + std::to_string(kMaxSide));
+  }
+  if (channels != 1 && channels != 3) {
+    throw invalid("channels must be 1 or 3, not " + std::to_string(channels));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+// A growing malloc'd output buffer (plain C memory: freed by the caller on every path, so an
+// error's longjmp cannot leak it).
+struct MemDest {
+  jpeg_destination_mgr pub;
+  unsigned char* buffer;
+  size_t capacity;
+  size_t used;  // set by term_destination
+};
+
+void dest_init(j_compress_ptr) {}
+
+boolean dest_empty(j_compress_ptr cinfo) {
+  auto* d = reinterpret_cast<MemDest*>(cinfo->dest);
+  const size_t grown = d->capacity * 2;
+  auto* bigger = static_cast<unsigned char*>(std::realloc(d->buffer, grown));
+  if (bigger == nullptr) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 0);
+  d->buffer = bigger;
+  d->pub.next_output_byte = bigger + d->capacity;
+  d->pub.free_in_buffer = grown - d->capacity;
+  d->capacity = grown;
+  return TRUE;
+}
+
+void dest_term(j_compress_ptr cinfo) {
+  auto* d = reinterpret_cast<MemDest*>(cinfo->dest);
+  d->used = d->capacity - d->pub.free_in_buffer;
+}
+
+struct EncodeJob {
+  const uint8_t* pixels;
+  uint32_t height, width, channels;
+  int quality;
+};
+
+// Returns false (message in err->message) when libjpeg failed. Trivially destructible locals.
+bool encode_guarded(const EncodeJob& job, jpeg_compress_struct* cinfo, ErrorMgr* err,
+                    MemDest* dest) {
+  cinfo->err = &err->pub;
+  if (setjmp(err->jump)) return false;
+  jpeg_create_compress(cinfo);
+  cinfo->dest = &dest->pub;
+  cinfo->image_width = job.width;
+  cinfo->image_height = job.height;
+  cinfo->input_components = static_cast<int>(job.channels);
+  cinfo->in_color_space = job.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(cinfo);
+  jpeg_set_quality(cinfo, job.quality, TRUE);
+  if (job.channels == 3) {  // 4:2:0
+    cinfo->comp_info[0].h_samp_factor = 2;
+    cinfo->comp_info[0].v_samp_factor = 2;
+    for (int c = 1; c < 3; ++c) {
+      cinfo->comp_info[c].h_samp_factor = 1;
+      cinfo->comp_info[c].v_samp_factor = 1;
+    }
+  }
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->optimize_coding = TRUE;  // deterministic, and smaller
+  jpeg_start_compress(cinfo, TRUE);
+  const size_t stride = size_t{job.width} * job.channels;
+  while (cinfo->next_scanline < cinfo->image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(job.pixels + cinfo->next_scanline * stride);
+    jpeg_write_scanlines(cinfo, &row, 1);
+  }
+  jpeg_finish_compress(cinfo);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+enum class Status { kOk, kFailed, kSizeMismatch, kBadComponents, kNeedsFull };
+
+// What a guarded decode is asked to do. Plain data.
+struct DecodeJob {
+  const uint8_t* data;
+  size_t size;
+  uint32_t height, width, channels;  // expected stream size, output channels
+  bool fast;                         // scale/crop path (else: every row at full size into out)
+  uint8_t* out;                      // full path: height*width*channels bytes
+  uint32_t scale_num;                // fast path: DCT scale /8
+  bool crop;                         // fast path: crop columns and skip rows
+  uint32_t y0, y1, x0, x1;           // fast path: rows/columns wanted, in full-size pixels
+  uint8_t* region;                   // fast path: room for the whole image at that scale
+};
+
+// What it found. Plain data.
+struct DecodeResult {
+  uint32_t stream_h = 0, stream_w = 0, components = 0;
+  uint32_t image_rows = 0, image_cols = 0;  // output size at the chosen scale
+  uint32_t first_row = 0, rows = 0, first_col = 0, cols = 0;
+};
+
+// Our encoder writes grey 1x1 or YCbCr with luma 1x1/2x1/1x2/2x2 and chroma 1x1, sequential
+// Huffman: the layouts the crop/skip path is tested on. Anything else decodes in full.
+bool fast_path_layout(const jpeg_decompress_struct& cinfo) {
+  if (cinfo.progressive_mode || cinfo.arith_code) return false;
+  if (cinfo.num_components == 1) {
+    return cinfo.comp_info[0].h_samp_factor == 1 && cinfo.comp_info[0].v_samp_factor == 1;
+  }
+  if (cinfo.num_components != 3 || cinfo.jpeg_color_space != JCS_YCbCr) return false;
+  const jpeg_component_info* c = cinfo.comp_info;
+  return c[0].h_samp_factor <= 2 && c[0].v_samp_factor <= 2 && c[1].h_samp_factor == 1 &&
+         c[1].v_samp_factor == 1 && c[2].h_samp_factor == 1 && c[2].v_samp_factor == 1;
+}
+
+uint32_t floor_scaled(uint32_t v, uint32_t m) { return static_cast<uint32_t>(uint64_t{v} * m / 8); }
+uint32_t ceil_scaled(uint32_t v, uint32_t m) {
+  return static_cast<uint32_t>((uint64_t{v} * m + 7) / 8);
+}
+
+// Reads rows until output_scanline reaches `end`; row r goes to dst + (r - base) * stride.
+void read_rows(jpeg_decompress_struct* cinfo, uint8_t* dst, size_t stride, uint32_t base,
+               uint32_t end) {
+  JSAMPROW rows[16];
+  while (cinfo->output_scanline < end) {
+    const uint32_t first = cinfo->output_scanline;
+    const uint32_t n = std::min<uint32_t>(16, end - first);
+    for (uint32_t i = 0; i < n; ++i) rows[i] = dst + size_t{first + i - base} * stride;
+    jpeg_read_scanlines(cinfo, rows, n);
+  }
+}
+
+}  // namespace
+
+struct JpegScratch::Impl {
+  jpeg_decompress_struct cinfo;
+  ErrorMgr err;
+  bool created = false;
+  std::vector<uint8_t> image;     // full decodes of the reference path; scaled regions
+  std::vector<int32_t> row;       // resample's vertical pass
+  detail::JpegDecodeStats stats;  // the last decode
+};
+
+namespace {
+
+// Returns the outcome; on kFailed err->message holds libjpeg's reason. Leaves the decoder in its
+// start state. Trivially destructible locals only (see the file comment).
+Status decode_guarded(JpegScratch::Impl* s, const DecodeJob& job, DecodeResult* res) {
+  jpeg_decompress_struct* cinfo = &s->cinfo;
+  if (setjmp(s->err.jump)) {
+    jpeg_abort_decompress(cinfo);
+    return Status::kFailed;
+  }
+  jpeg_mem_src(cinfo, job.data, static_cast<unsigned long>(job.size));
+  jpeg_read_header(cinfo, TRUE);
+  res->stream_h = cinfo->image_height;
+  res->stream_w = cinfo->image_width;
+  res->components = static_cast<uint32_t>(cinfo->num_components);
+  if (cinfo->image_height != job.height || cinfo->image_width != job.width) {
+    jpeg_abort_decompress(cinfo);
+    return Status::kSizeMismatch;
+  }
+  if (cinfo->num_components != 1 && cinfo->num_components != 3) {
+    jpeg_abort_decompress(cinfo);
+    return Status::kBadComponents;
+  }
+  if (job.fast && !fast_path_layout(*cinfo)) {
+    jpeg_abort_decompress(cinfo);
+    return Status::kNeedsFull;
+  }
+  cinfo->out_color_space = job.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = job.fast ? job.scale_num : 8;
+  cinfo->scale_denom = 8;
+  jpeg_start_decompress(cinfo);
+  res->image_rows = cinfo->output_height;
+  res->image_cols = cinfo->output_width;
+  if (!job.fast) {
+    read_rows(cinfo, job.out, size_t{job.width} * job.channels, 0, cinfo->output_height);
+    jpeg_finish_decompress(cinfo);  // reads to EOI: damage after the last row is caught too
+    res->rows = res->image_rows;
+    res->cols = res->image_cols;
+    return Status::kOk;
+  }
+  // Scaled pixel j covers full-size [8j/M, 8(j+1)/M). One extra pixel on each side keeps the
+  // box's pixels away from the region's edge, where fancy upsampling lacks its neighbours.
+  uint32_t row0 = 0, row1 = cinfo->output_height;
+  if (job.crop) {
+    row0 = floor_scaled(job.y0, job.scale_num);
+    row0 = row0 > 0 ? row0 - 1 : 0;
+    row1 = std::min<uint32_t>(cinfo->output_height, ceil_scaled(job.y1, job.scale_num) + 1);
+    uint32_t col0 = floor_scaled(job.x0, job.scale_num);
+    col0 = col0 > 0 ? col0 - 1 : 0;
+    const uint32_t col1 =
+        std::min<uint32_t>(cinfo->output_width, ceil_scaled(job.x1, job.scale_num) + 1);
+    JDIMENSION xoffset = col0, width = col1 - col0;
+    if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
+    res->first_col = xoffset;
+    res->cols = width;
+  } else {
+    res->first_col = 0;
+    res->cols = cinfo->output_width;
+  }
+  const size_t stride = size_t{res->cols} * job.channels;
+  if (row0 > 0) jpeg_skip_scanlines(cinfo, row0);
+  read_rows(cinfo, job.region, stride, row0, row1);
+  res->first_row = row0;
+  res->rows = row1 - row0;
+  if (res->rows == cinfo->output_height && !job.crop) {
+    jpeg_finish_decompress(cinfo);
+  } else {
+    jpeg_abort_decompress(cinfo);  // the rest is not needed; EOI was checked up front
+  }
+  return Status::kOk;
+}
+
+JpegScratch::Impl* checked_scratch(JpegScratch* scratch) {
+  if (scratch == nullptr || scratch->impl() == nullptr) throw invalid("no JpegScratch given");
+  return scratch->impl();
+}
+
+// Throws the error for a failed decode_guarded; returns for kOk and kNeedsFull.
+void throw_if_failed(Status st, const JpegScratch::Impl* s, const DecodeJob& job,
+                     const DecodeResult* res) {
+  switch (st) {
+    case Status::kOk:
+    case Status::kNeedsFull:
+      return;
+    case Status::kFailed:
+      throw corrupt(s->err.message);
+    case Status::kSizeMismatch:
+      throw corrupt("stream is " + std::to_string(res->stream_h) + "x" +
+                    std::to_string(res->stream_w) + ", expected " + std::to_string(job.height) +
+                    "x" + std::to_string(job.width));
+    case Status::kBadComponents:
+      throw corrupt("stream has " + std::to_string(res->components) +
+                    " components; expected 1 (grey) or 3 (YCbCr)");
+  }
+}
+
+// Full-size decode into `out` (throws on failure); updates the stats.
+void decode_full(JpegScratch::Impl* s, const uint8_t* data, size_t size, uint32_t height,
+                 uint32_t width, uint32_t channels, uint8_t* out) {
+  DecodeJob job{};
+  job.data = data;
+  job.size = size;
+  job.height = height;
+  job.width = width;
+  job.channels = channels;
+  job.fast = false;
+  job.out = out;
+  DecodeResult res;
+  s->stats = detail::JpegDecodeStats{};
+  throw_if_failed(decode_guarded(s, job, &res), s, job, &res);
+  s->stats.rows = s->stats.image_rows = res.image_rows;
+  s->stats.cols = s->stats.image_cols = res.image_cols;
+}
+
+void shift_taps(detail::AxisTaps* taps, uint32_t by) {
+  for (uint32_t& i : taps->index) i += by;
+}
+
+}  // namespace
+
+bool jpeg_supported() { return true; }
+
+JpegScratch::JpegScratch() : impl_(new Impl()) {
+  // jpeg_create_decompress reports failure (out of memory, library mismatch) via error_exit.
+  init_error_mgr(&impl_->err);
+  impl_->cinfo.err = &impl_->err.pub;
+  if (setjmp(impl_->err.jump)) {
+    const std::string reason = impl_->err.message;
+    delete impl_;
+    throw Error(ErrorKind::kIOError, "", "jpeg: cannot create a decoder: " + reason);
+  }
+  jpeg_create_decompress(&impl_->cinfo);
+  impl_->created = true;
+}
+
+JpegScratch::~JpegScratch() {
+  if (impl_->created) jpeg_destroy_decompress(&impl_->cinfo);
+  delete impl_;
+}
+
+namespace detail {
+JpegDecodeStats last_decode_stats(const JpegScratch& scratch) {
+  return scratch.impl() != nullptr ? scratch.impl()->stats : JpegDecodeStats{};
+}
+}  // namespace detail
+
+JpegInfo jpeg_info(const uint8_t* data, size_t size) {
+  check_stream(data, size);
+  // A decoder of its own: this entry point has no scratch. The guarded part is inline here:
+  // every local below is trivially destructible.
+  jpeg_decompress_struct cinfo{};  // zeroed: destroying it before create finished is a no-op
+  ErrorMgr err;
+  init_error_mgr(&err);
+  cinfo.err = &err.pub;
+  JpegInfo info;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw corrupt(err.message);
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  info.height = cinfo.image_height;
+  info.width = cinfo.image_width;
+  info.channels = static_cast<uint32_t>(cinfo.num_components);
+  jpeg_destroy_decompress(&cinfo);
+  if (info.channels != 1 && info.channels != 3) {
+    throw corrupt("stream has " + std::to_string(info.channels) +
+                  " components; expected 1 (grey) or 3 (YCbCr)");
+  }
+  return info;
+}
+
+void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
+                 int quality, std::vector<uint8_t>* out) {
+  check_shape(height, width, channels);
+  if (quality < 1 || quality > 100) {
+    throw invalid("quality must be in 1..100, not " + std::to_string(quality));
+  }
+  if (pixels == nullptr || out == nullptr) throw invalid("null pixels or output");
+  MemDest dest{};
+  dest.pub.init_destination = dest_init;
+  dest.pub.empty_output_buffer = dest_empty;
+  dest.pub.term_destination = dest_term;
+  dest.capacity = std::max<size_t>(4096, size_t{height} * width * channels / 4);
+  dest.buffer = static_cast<unsigned char*>(std::malloc(dest.capacity));
+  if (dest.buffer == nullptr) throw Error(ErrorKind::kIOError, "", "jpeg: out of memory");
+  dest.pub.next_output_byte = dest.buffer;
+  dest.pub.free_in_buffer = dest.capacity;
+  jpeg_compress_struct cinfo{};  // zeroed: destroying it before create finished is a no-op
+  ErrorMgr err;
+  init_error_mgr(&err);
+  const EncodeJob job{pixels, height, width, channels, quality};
+  const bool ok = encode_guarded(job, &cinfo, &err, &dest);
+  jpeg_destroy_compress(&cinfo);  // safe after a failure at any point after create
+  if (!ok) {
+    std::free(dest.buffer);
+    throw invalid(std::string("encoder failed: ") + err.message);
+  }
+  out->assign(dest.buffer, dest.buffer + dest.used);
+  std::free(dest.buffer);
+}
+
+void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
+                 uint32_t channels, uint8_t* out, JpegScratch* scratch) {
+  check_shape(height, width, channels);
+  JpegScratch::Impl* s = checked_scratch(scratch);
+  if (out == nullptr) throw invalid("null output");
+  check_stream(data, size);
+  decode_full(s, data, size, height, width, channels, out);
+}
+
+void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
+                      uint32_t channels, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                      uint8_t* out, JpegScratch* scratch, const JpegDecodeOptions& options) {
+  check_shape(height, width, channels);
+  JpegScratch::Impl* s = checked_scratch(scratch);
+  if (out == nullptr) throw invalid("null output");
+  if (box.height == 0 || box.width == 0 || out_h == 0 || out_w == 0) {
+    throw invalid("empty crop box or output");
+  }
+  if (uint64_t{box.y} + box.height > height || uint64_t{box.x} + box.width > width) {
+    throw invalid("crop box " + std::to_string(box.height) + "x" + std::to_string(box.width) +
+                  "+" + std::to_string(box.y) + "+" + std::to_string(box.x) + " is outside the " +
+                  std::to_string(height) + "x" + std::to_string(width) + " image");
+  }
+  check_stream(data, size);
+
+  const uint32_t m = options.scale ? detail::jpeg_scale_num(box, out_h, out_w) : 8;
+  const bool fast = m != 8 || options.crop;
+  DecodeResult res;
+  if (fast) {
+    const size_t need =
+        size_t{ceil_scaled(height, m)} * ceil_scaled(width, m) * channels;  // upper bound
+    if (s->image.size() < need) s->image.resize(need);
+    DecodeJob job{};
+    job.data = data;
+    job.size = size;
+    job.height = height;
+    job.width = width;
+    job.channels = channels;
+    job.fast = true;
+    job.scale_num = m;
+    job.crop = options.crop;
+    job.y0 = box.y;
+    job.y1 = box.y + box.height;
+    job.x0 = box.x;
+    job.x1 = box.x + box.width;
+    job.region = s->image.data();
+    s->stats = detail::JpegDecodeStats{};
+    const Status st = decode_guarded(s, job, &res);
+    if (st == Status::kOk) {
+      s->stats.fast = true;
+      s->stats.scale_num = m;
+      s->stats.first_row = res.first_row;
+      s->stats.rows = res.rows;
+      s->stats.first_col = res.first_col;
+      s->stats.cols = res.cols;
+      s->stats.image_rows = res.image_rows;
+      s->stats.image_cols = res.image_cols;
+      detail::AxisTaps ty, tx;
+      if (m == 8) {  // crop_resize's taps, shifted into the decoded region
+        ty = detail::make_taps(box.height, out_h);
+        tx = detail::make_taps(box.width, out_w);
+        shift_taps(&ty, box.y - res.first_row);
+        shift_taps(&tx, box.x - res.first_col);
+      } else {
+        ty = detail::make_scaled_area_taps(box.y, box.height, out_h, m, res.first_row, res.rows);
+        tx = detail::make_scaled_area_taps(box.x, box.width, out_w, m, res.first_col, res.cols);
+      }
+      detail::resample(s->image.data(), size_t{res.cols} * channels, channels, ty, tx, out_h,
+                       out_w, box.flip, out, &s->row);
+      return;
+    }
+    throw_if_failed(st, s, job, &res);  // returns only for kNeedsFull: decode in full
+  }
+  // The reference path: the whole image, then crop_resize.
+  const size_t need = size_t{height} * width * channels;
+  if (s->image.size() < need) s->image.resize(need);
+  decode_full(s, data, size, height, width, channels, s->image.data());
+  const ImageView view{s->image.data(), height, width, channels};
+  crop_resize(view, box, out_h, out_w, out);
+}
+
+#endif  // DSCACHE_HAVE_JPEG
+
+}  // namespace dscache
