@@ -268,7 +268,7 @@ TEST_SUITE("unit") {
     CacheOptions o;
     o.memory = MemoryMode::kPread;
     expect_error([&] { Cache::open(dir.path(), o); }, ErrorKind::kInvalidArgument,
-                 "kPread serves the fixed layout only");
+                 "kPread serves the raw fixed layout and JPEG caches only");
   }
 
   TEST_CASE("kAuto: page cache when the shards fit in available memory, pread otherwise") {

@@ -211,20 +211,21 @@ class Checker {
     cv::setNumThreads(0);
     tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
     arena.execute([&] {
-      tbb::parallel_for(tbb::blocked_range<uint64_t>(0, m_.count, 64),
-                        [&](const tbb::blocked_range<uint64_t>& r) {
-                          std::vector<uint8_t> pixels, encoded;
-                          std::string reason;
-                          for (uint64_t i = r.begin(); i != r.end(); ++i) {
-                            if (!dec->decode(i, &pixels, &reason)) {
-                              add(dec->path(i), static_cast<int64_t>(i),
-                                  "source no longer decodes: " + reason);
-                            } else if (!same_as_stored(i, pixels, &encoded)) {
-                              add(dec->path(i), static_cast<int64_t>(i),
-                                  "source decodes to different pixels than stored");
-                            }
-                          }
-                        });
+      tbb::parallel_for(
+          tbb::blocked_range<uint64_t>(0, m_.count, 64),
+          [&](const tbb::blocked_range<uint64_t>& r) {
+            std::vector<uint8_t> pixels, encoded;
+            std::string reason;
+            for (uint64_t i = r.begin(); i != r.end(); ++i) {
+              if (!dec->decode(i, &pixels, &reason)) {
+                add(dec->path(i), static_cast<int64_t>(i), "source no longer decodes: " + reason);
+              } else if (!same_as_stored(i, pixels, &encoded)) {
+                add(dec->path(i), static_cast<int64_t>(i),
+                    m_.codec == Codec::kJpeg ? "source re-encodes to a different JPEG than stored"
+                                             : "source decodes to different pixels than stored");
+              }
+            }
+          });
     });
   }
 
@@ -296,7 +297,10 @@ int cmd_verify(int argc, char** argv) {
       if (p.empty()) {
         std::printf("OK: %llu samples in %zu shards, every file and sample checksum matches%s\n",
                     static_cast<unsigned long long>(c.manifest().count), c.manifest().shards.size(),
-                    vm.count("source") ? ", and every source decodes to the stored pixels" : "");
+                    !vm.count("source") ? ""
+                    : c.manifest().codec == Codec::kJpeg
+                        ? ", and every source re-encodes to the stored JPEG"
+                        : ", and every source decodes to the stored pixels");
       } else {
         std::printf("CORRUPT: %zu problem%s found in %s\n", p.size(), p.size() == 1 ? "" : "s",
                     dir.c_str());
