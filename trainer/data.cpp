@@ -38,15 +38,10 @@ Normalization measure_normalization(const SampleSource& cache, NormalizeKind kin
   std::vector<uint8_t> buf;
   for (uint64_t j = 0; j < m; ++j) {
     const uint64_t i = j * count / m;  // evenly spread, deterministic
-    SampleShape s = cache.shape();
-    if (cache.layout() == Layout::kFixed) {
-      buf.resize(s.bytes());
-      cache.copy_sample(i, buf.data());
-    } else {
-      const ImageView v = cache.view(i);
-      s = {v.height, v.width, v.channels};
-      buf.assign(v.data, v.data + s.bytes());
-    }
+    // Any layout and codec: ragged samples have their own size; JPEG ones are decoded.
+    const SampleShape s = cache.sample_shape(i);
+    buf.resize(s.bytes());
+    cache.copy_sample(i, buf.data());
     const uint64_t px = uint64_t{s.height} * s.width;
     for (uint64_t p = 0; p < px; ++p) {
       for (uint32_t ch = 0; ch < c; ++ch) {

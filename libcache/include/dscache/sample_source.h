@@ -33,7 +33,9 @@ class SampleSource {
   // cache); the windowed shuffle keeps its reads inside a few such runs.
   virtual uint64_t locality_block() const = 0;
 
-  // Fixed layout: copies sample i (shape().bytes() bytes) into `out`. Throws Error.
+  // Copies sample i's pixels (sample_shape(i).bytes() bytes; decoded when the source is
+  // encoded) into `out`. Every source supports the fixed layout; a Cache also the ragged one.
+  // Throws Error.
   virtual void copy_sample(uint64_t i, uint8_t* out) const = 0;
   // Any layout: sample i in place, when the source can hand out a stable pointer (mapped or
   // resident data). Throws Error(kUnsupported) otherwise (e.g. compressed HDF5).
