@@ -285,6 +285,36 @@ TEST_SUITE("jpeg cache") {
     }
   }
 
+  TEST_CASE("CacheOptions.jpeg {false, false}: the Loader serves full decode + crop_resize") {
+    TempDir tmp;
+    JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kRagged, {7, 5});
+    CacheOptions ref;
+    ref.jpeg = dscache::JpegDecodeOptions{false, false};
+    auto fast = Cache::open(tmp.path(), CacheOptions{});
+    auto full = Cache::open(tmp.path(), ref);
+    dscache::LoaderOptions o;
+    o.batch_size = 5;
+    o.transform.crop = dscache::CropMode::kRandomResized;
+    o.transform.height = o.transform.width = 8;  // at most half most crops: DCT scaling applies
+    o.transform.flip = true;
+    const Epoch a = run_epoch(full, o), b = run_epoch(fast, o);
+    REQUIRE(a.indices == b.indices);
+    double diff = mean_abs_diff(a.images.data(), b.images.data(), a.images.size());
+    CHECK(diff < 6.0);  // the reduced decode is close to the reference...
+    const size_t sb = 8 * 8 * 3;
+    for (size_t k = 0; k < a.indices.size(); ++k) {
+      const uint64_t i = a.indices[k];
+      const SampleShape s = full->sample_shape(i);
+      std::vector<uint8_t> whole(s.bytes()), want(sb);
+      full->copy_sample(i, whole.data());
+      const dscache::ImageView v{whole.data(), s.height, s.width, s.channels, 0};
+      dscache::crop_resize(v, dscache::choose_crop(o.transform, s.height, s.width, 3, 1, i), 8, 8,
+                           want.data());
+      // ...and the reference is exactly decode + crop_resize.
+      CHECK(std::memcmp(a.images.data() + k * sb, want.data(), sb) == 0);
+    }
+  }
+
   TEST_CASE("grey JPEG caches decode to one channel") {
     TempDir tmp;
     JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kFixed, {3}, 1, 75);

@@ -479,7 +479,7 @@ void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_
                   &scratch);
     } else {
       jpeg_decode_crop(data, static_cast<size_t>(stored_bytes(i)), s.height, s.width, s.channels,
-                       *box, out_h, out_w, out, &scratch);
+                       *box, out_h, out_w, out, &scratch, options.jpeg);
     }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kCorruption) throw;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/jpeg.h"
 #include "dscache/manifest.h"
 #include "dscache/sample_source.h"
 
@@ -35,6 +36,8 @@ struct CacheOptions {
   uint64_t memory_budget = 0;  // kInProcess: most bytes copied into private memory, 0 = all
   AccessHint hint = AccessHint::kRandom;  // madvise hint for mapped shards
   bool verify_checksums = false;  // hash every file against the manifest at open (reads it all)
+  JpegDecodeOptions jpeg;  // codec jpeg: how decode_crop may save work (default: all savings on;
+                           // {false, false} = full decode + crop_resize, the reference)
 };
 
 // Owns the mappings and copies; every view it returns stays valid until it is destroyed.
