@@ -492,8 +492,8 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
     throw invalid("empty crop box or output");
   }
   if (uint64_t{box.y} + box.height > height || uint64_t{box.x} + box.width > width) {
-    throw invalid("crop box " + std::to_string(box.height) + "x" + std::to_string(box.width) +
-                  "+" + std::to_string(box.y) + "+" + std::to_string(box.x) + " is outside the " +
+    throw invalid("crop box " + std::to_string(box.height) + "x" + std::to_string(box.width) + "+" +
+                  std::to_string(box.y) + "+" + std::to_string(box.x) + " is outside the " +
                   std::to_string(height) + "x" + std::to_string(width) + " image");
   }
   check_stream(data, size);
@@ -540,8 +540,8 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
         ty = detail::make_scaled_area_taps(box.y, box.height, out_h, m, res.first_row, res.rows);
         tx = detail::make_scaled_area_taps(box.x, box.width, out_w, m, res.first_col, res.cols);
       }
-      detail::resample(s->image.data(), size_t{res.cols} * channels, channels, ty, tx, out_h,
-                       out_w, box.flip, out, &s->row);
+      detail::resample(s->image.data(), size_t{res.cols} * channels, channels, ty, tx, out_h, out_w,
+                       box.flip, out, &s->row);
       return;
     }
     throw_if_failed(st, s, job, &res);  // returns only for kNeedsFull: decode in full
