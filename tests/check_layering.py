@@ -7,7 +7,8 @@ violation printed as FILE:LINE: the include and the rule it breaks).
 - Public headers (libcache/include/dscache/, .../ingest/) include only the C++ standard library,
   POSIX headers and other dscache public headers: no third-party type can reach a user.
 - libcache's core (src/) includes no OpenCV, TBB, LibTorch or Boost, and nothing of ingest,
-  tools or the trainer.
+  tools or the trainer. libjpeg (<jpeglib.h>, <jerror.h>) only in libcache/src/jpeg.cpp, the
+  one file that wraps it (feature `jpeg`); never TurboJPEG.
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
@@ -19,7 +20,9 @@ from pathlib import Path
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 THIRD_PARTY = ("opencv2/", "tbb/", "oneapi/", "torch/", "ATen/", "c10/", "boost/", "hdf5",
-               "H5", "nlohmann/", "zlib.h", "gloo/", "turbojpeg.h", "jpeglib.h")
+               "H5", "nlohmann/", "zlib.h", "gloo/", "turbojpeg.h", "jpeglib.h", "jerror.h")
+LIBJPEG = ("jpeglib.h", "jerror.h", "jmorecfg.h", "jconfig.h")
+JPEG_WRAPPER = "libcache/src/jpeg.cpp"
 
 
 def includes(path):
@@ -59,6 +62,10 @@ def main(argv):
                 bad(p, n, inc, "libcache's core needs only the standard library (+ HDF5)")
             if inc.startswith("dscache/ingest/") or inc in tools_headers | trainer_headers:
                 bad(p, n, inc, "the core depends on nothing above it")
+            if inc == "turbojpeg.h":
+                bad(p, n, inc, "the core uses libjpeg's API (jpeglib.h), not TurboJPEG")
+            if inc in LIBJPEG and p.relative_to(root).as_posix() != JPEG_WRAPPER:
+                bad(p, n, inc, f"libjpeg is included only by {JPEG_WRAPPER}")
     for p in sources(root, "libcache/ingest"):
         for n, kind, inc in includes(p):
             if inc.startswith(("tbb/", "oneapi/", "torch/", "ATen/", "c10/", "boost/", "hdf5",

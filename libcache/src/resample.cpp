@@ -3,6 +3,7 @@
 #include "resample.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 namespace dscache {
@@ -39,37 +40,79 @@ void add_normalized(AxisTaps& t, const std::vector<std::pair<uint32_t, int64_t>>
   t.count.push_back(static_cast<uint32_t>(t.index.size()) - t.first.back());
 }
 
-// One output row from the vertically filtered row (values scaled by kOne): result scaled by
-// kOne^2, rounded half up. C = channels when known at compile time, else 0 and `channels`.
-template <size_t C>
-void horizontal_pass(const AxisTaps& tx, const int32_t* row, uint32_t out_w, bool flip,
-                     uint8_t* dst, size_t channels = C) {
-  const size_t c = C != 0 ? C : channels;
-  // Fits int32: at most 255 * kOne^2 + kHalf < 2^31 (weights are non-negative, sum kOne).
-  constexpr int32_t kHalf = int32_t{1} << (2 * kBits - 1);
-  int32_t acc[C != 0 ? C : 1];
+// The horizontal taps laid out for the pass: per output pixel (in output order, flip applied)
+// exactly `k` taps, padded with zero weights, source offsets premultiplied by the channel count.
+struct PackedTaps {
+  uint32_t k = 0;
+  std::vector<uint32_t> offset;
+  std::vector<int32_t> weight;
+};
+
+PackedTaps pack(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels) {
+  PackedTaps p;
+  for (const uint32_t n : tx.count) p.k = std::max(p.k, n);
+  p.offset.assign(size_t{out_w} * p.k, 0);
+  p.weight.assign(size_t{out_w} * p.k, 0);
   for (uint32_t ox = 0; ox < out_w; ++ox) {
     const uint32_t sx = flip ? out_w - 1 - ox : ox;  // mirrored output
-    const uint32_t first = tx.first[sx], last = first + tx.count[sx];
-    uint8_t* d = dst + size_t{ox} * c;
+    const uint32_t first = tx.first[sx];
+    for (uint32_t j = 0; j < tx.count[sx]; ++j) {
+      p.offset[size_t{ox} * p.k + j] = static_cast<uint32_t>(tx.index[first + j] * channels);
+      p.weight[size_t{ox} * p.k + j] = tx.weight[first + j];
+    }
+    for (uint32_t j = tx.count[sx]; j < p.k; ++j) {  // zero weight on a tap that is read anyway
+      p.offset[size_t{ox} * p.k + j] = p.offset[size_t{ox} * p.k];
+    }
+  }
+  return p;
+}
+
+// One output row from the vertically filtered row (values scaled by kOne): result scaled by
+// kOne^2, rounded half up. C = channels and K = taps per output when known at compile time,
+// else 0 (then `channels` and p.k).
+template <size_t C, uint32_t K>
+void horizontal_pass(const PackedTaps& p, const int32_t* row, uint32_t out_w, uint8_t* dst,
+                     size_t channels = C) {
+  const size_t c = C != 0 ? C : channels;
+  const uint32_t k = K != 0 ? K : p.k;
+  // Fits int32: at most 255 * kOne^2 + kHalf < 2^31 (weights are non-negative, sum kOne).
+  constexpr int32_t kHalf = int32_t{1} << (2 * kBits - 1);
+  const uint32_t* off = p.offset.data();
+  const int32_t* wt = p.weight.data();
+  for (uint32_t ox = 0; ox < out_w; ++ox, off += k, wt += k, dst += c) {
     if constexpr (C != 0) {
+      int32_t acc[C];
       for (size_t ch = 0; ch < C; ++ch) acc[ch] = kHalf;
-      for (uint32_t k = first; k < last; ++k) {
-        const int32_t w = tx.weight[k];
-        const int32_t* r = row + size_t{tx.index[k]} * C;
-        for (size_t ch = 0; ch < C; ++ch) acc[ch] += w * r[ch];
+      for (uint32_t j = 0; j < k; ++j) {
+        const int32_t* r = row + off[j];
+        for (size_t ch = 0; ch < C; ++ch) acc[ch] += wt[j] * r[ch];
       }
-      for (size_t ch = 0; ch < C; ++ch) {
-        d[ch] = static_cast<uint8_t>(std::clamp<int32_t>(acc[ch] >> (2 * kBits), 0, 255));
-      }
+      // No clamp needed: non-negative weights summing to kOne keep acc in [0, 255 * kOne^2].
+      for (size_t ch = 0; ch < C; ++ch) dst[ch] = static_cast<uint8_t>(acc[ch] >> (2 * kBits));
     } else {
       for (size_t ch = 0; ch < c; ++ch) {
         int32_t a = kHalf;
-        for (uint32_t k = first; k < last; ++k)
-          a += tx.weight[k] * row[size_t{tx.index[k]} * c + ch];
-        d[ch] = static_cast<uint8_t>(std::clamp<int32_t>(a >> (2 * kBits), 0, 255));
+        for (uint32_t j = 0; j < k; ++j) a += wt[j] * row[off[j] + ch];
+        dst[ch] = static_cast<uint8_t>(a >> (2 * kBits));
       }
     }
+  }
+}
+
+template <size_t C>
+void horizontal_any_k(const PackedTaps& p, const int32_t* row, uint32_t out_w, uint8_t* dst,
+                      size_t channels) {
+  switch (p.k) {
+    case 1:
+      return horizontal_pass<C, 1>(p, row, out_w, dst, channels);
+    case 2:
+      return horizontal_pass<C, 2>(p, row, out_w, dst, channels);
+    case 3:
+      return horizontal_pass<C, 3>(p, row, out_w, dst, channels);
+    case 4:
+      return horizontal_pass<C, 4>(p, row, out_w, dst, channels);
+    default:
+      return horizontal_pass<C, 0>(p, row, out_w, dst, channels);
   }
 }
 
@@ -150,27 +193,37 @@ void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisT
               std::vector<int32_t>* row_buffer) {
   const size_t c = channels;
   const size_t out_stride = size_t{out_w} * c;
+  const PackedTaps packed = pack(tx, out_w, flip, c);
+  // The vertical pass covers only the columns the horizontal taps read.
+  uint32_t lo = UINT32_MAX;
+  for (const uint32_t i : tx.index) lo = std::min(lo, i);
+  const size_t begin = size_t{lo} * c, end = size_t{taps_extent(tx)} * c;
   std::vector<int32_t>& row = *row_buffer;
-  row.resize(size_t{taps_extent(tx)} * c);
+  row.resize(end);
+  int32_t* r = row.data() + begin;
+  const size_t n = end - begin;
   for (uint32_t oy = 0; oy < out_h; ++oy) {
-    std::fill(row.begin(), row.end(), 0);
-    const size_t n = row.size();
-    int32_t* r = row.data();
-    for (uint32_t k = ty.first[oy]; k < ty.first[oy] + ty.count[oy]; ++k) {
-      const uint8_t* s = origin + size_t{ty.index[k]} * stride;
+    const uint32_t first = ty.first[oy], last = first + ty.count[oy];
+    {
+      const uint8_t* s = origin + size_t{ty.index[first]} * stride + begin;
+      const int32_t w = ty.weight[first];
+      for (size_t i = 0; i < n; ++i) r[i] = w * s[i];
+    }
+    for (uint32_t k = first + 1; k < last; ++k) {
+      const uint8_t* s = origin + size_t{ty.index[k]} * stride + begin;
       const int32_t w = ty.weight[k];
       for (size_t i = 0; i < n; ++i) r[i] += w * s[i];
     }
     uint8_t* dst = out + size_t{oy} * out_stride;
     switch (c) {
       case 1:
-        horizontal_pass<1>(tx, r, out_w, flip, dst);
+        horizontal_any_k<1>(packed, row.data(), out_w, dst, c);
         break;
       case 3:
-        horizontal_pass<3>(tx, r, out_w, flip, dst);
+        horizontal_any_k<3>(packed, row.data(), out_w, dst, c);
         break;
       default:
-        horizontal_pass<0>(tx, r, out_w, flip, dst, c);
+        horizontal_any_k<0>(packed, row.data(), out_w, dst, c);
         break;
     }
   }

@@ -11,7 +11,7 @@
 namespace dscache {
 
 // True when this build of libcache has JPEG support (meson feature `jpeg`). Without it every
-// function below throws Error(kUnsupported).
+// function below throws Error(kUnsupported) (a JpegScratch can still be made).
 bool jpeg_supported();
 
 // What a JPEG stream's header says.
@@ -21,8 +21,9 @@ struct JpegInfo {
   uint32_t channels = 0;  // components in the stream: 1 (grey) or 3 (YCbCr)
 };
 
-// Reads only the header. Throws Error(kCorruption, "", reason) for bytes that are not a JPEG
-// libjpeg accepts.
+// Reads only the header (and checks that the stream ends with EOI, FF D9). Throws
+// Error(kCorruption, "", reason) for bytes that are not a JPEG libjpeg accepts, or that have
+// other than 1 or 3 components.
 JpegInfo jpeg_info(const uint8_t* data, size_t size);
 
 // Encodes an HWC uint8 image (channels 1 or 3, RGB) as a baseline JPEG: quality 1..100,
@@ -35,6 +36,7 @@ void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_
 // How jpeg_decode_crop may save work (both on by default; off = the reference path).
 struct JpegDecodeOptions {
   bool scale = true;  // DCT-domain scaling (scale_num/8) when the output is at most half the crop
+                      // on both axes: the smallest M/8 keeping the scaled crop >= the output
   bool crop = true;   // jpeg_crop_scanline / jpeg_skip_scanlines around the crop box
 };
 
@@ -54,15 +56,18 @@ class JpegScratch {
 
 // Decodes the whole image into height*width*channels bytes at `out` (RGB or grey, converted
 // from the stream's components as needed). The stream's size must equal height x width: a
-// mismatch, a truncated stream or corrupt data (libjpeg warnings included) is
-// Error(kCorruption, "", reason); never a crash, never a partly grey image returned as good.
+// mismatch, a truncated stream (the last two bytes must be EOI, FF D9) or corrupt data (libjpeg
+// warnings included) is Error(kCorruption, "", reason); never a crash, never a partly grey image
+// returned as good. Bad arguments (channels not 1 or 3, a null scratch) are kInvalidArgument.
 void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                  uint32_t channels, uint8_t* out, JpegScratch* scratch);
 
 // Decodes `box` (in full-image pixels of the height x width stream, as choose_crop gives it)
 // resized to out_h x out_w x channels at `out`, mirrored when box.flip. Equals jpeg_decode
 // followed by crop_resize(box, out_h, out_w) within the tolerance in docs/FORMAT.md
-// ("Serve-time decode"); with options {false, false} it is exactly that. Errors as jpeg_decode.
+// ("Serve-time decode"); with options {false, false}, or whenever no DCT scaling applies, it is
+// exactly that. Only the rows and columns around the box are decoded. Errors as jpeg_decode; a
+// box outside the image or an empty box/output is kInvalidArgument.
 void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                       uint32_t channels, const CropBox& box, uint32_t out_h, uint32_t out_w,
                       uint8_t* out, JpegScratch* scratch, const JpegDecodeOptions& options = {});
