@@ -55,6 +55,9 @@ struct LoaderPosition {
   uint64_t cursor = 0;  // batches of this epoch already returned by next()
 };
 
+// With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
+// window's blocks ahead as soon as a window starts being filled, and to drop a window once all
+// its batches were filled: a Cache in pread mode serves caches larger than memory that way.
 // Owns its worker threads and batch buffers; shares the source. One consumer thread calls
 // next(); the Loader is not otherwise thread-safe. Destroying it mid-epoch stops the workers
 // cleanly.

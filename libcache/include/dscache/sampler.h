@@ -10,6 +10,7 @@ enum class Shuffle {
   kNone,      // storage order
   kGlobal,    // a uniform permutation of all samples
   kWindowed,  // storage blocks in random order; samples shuffled within windows of blocks
+              // (the Loader sizes both in stored bytes by default: see SamplerOptions)
 };
 
 // What happens to the samples that do not divide evenly among ranks.
