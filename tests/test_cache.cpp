@@ -271,6 +271,51 @@ TEST_SUITE("unit") {
                  "kPread serves the raw fixed layout and JPEG caches only");
   }
 
+  TEST_CASE("copy_samples reads runs across shards; advise hints never change what is read") {
+    for (const Storage storage : storages()) {
+      for (const MemoryMode mode : {MemoryMode::kPread, MemoryMode::kPageCache}) {
+        CAPTURE(storage_name(storage));
+        CAPTURE(dscache::to_string(mode));
+        TempDir dir;
+        Spec spec;
+        spec.storage = storage;
+        spec.shard_counts = {4, 0, 3, 5};
+        const Fixture f = write_cache(dir.path(), spec);
+        CacheOptions o;
+        o.memory = mode;
+        const auto cache = Cache::open(dir.path(), o);
+        REQUIRE(cache->memory_mode() == mode);
+        const uint64_t n = cache->size(), bytes = cache->shape().bytes();
+        CHECK(cache->stored_bytes() == n * bytes);
+        // Every run [first, first + count), including ones that cross shard boundaries.
+        for (uint64_t first = 0; first < n; ++first) {
+          for (uint64_t count = 1; first + count <= n; ++count) {
+            std::vector<uint8_t> got(count * bytes + 1, 0xEE);
+            cache->copy_samples(first, count, got.data());
+            std::vector<uint8_t> want;
+            for (uint64_t i = first; i < first + count; ++i) {
+              want.insert(want.end(), f.samples[i].begin(), f.samples[i].end());
+            }
+            CHECK(std::memcmp(got.data(), want.data(), want.size()) == 0);
+            CHECK(got.back() == 0xEE);
+          }
+        }
+        // Drop and read ahead whole and partial ranges, then read everything again.
+        for (const dscache::Advice a : {dscache::Advice::kDontNeed, dscache::Advice::kWillNeed}) {
+          cache->advise(0, n, a);
+          cache->advise(2, 5, a);
+          cache->advise(n - 1, 1, a);
+          cache->advise(n, 0, a);
+          check_serves(*cache, f, /*views=*/mode != MemoryMode::kPread);
+        }
+        expect_error([&] { cache->advise(n - 2, 3, dscache::Advice::kWillNeed); },
+                     ErrorKind::kInvalidArgument, "pass the end of the cache");
+        expect_error([&] { cache->copy_samples(n, 1, nullptr); }, ErrorKind::kInvalidArgument,
+                     "pass the end of the cache");
+      }
+    }
+  }
+
   TEST_CASE("kAuto: page cache when the shards fit in available memory, pread otherwise") {
     using dscache::choose_memory_mode;
     CHECK(choose_memory_mode(100, 100, Layout::kFixed) == MemoryMode::kPageCache);

@@ -5,10 +5,12 @@
 #include <tbb/task_arena.h>
 #include <opencv2/core.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,8 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "cache_view.h"
@@ -84,6 +88,116 @@ double run_epochs(Loader& loader, double min_seconds, uint64_t* samples_out) {
   return samples / s;
 }
 
+// Runs batches of `loader` (epochs 0, 1, ...; stopping mid-epoch) until `min_seconds` passed;
+// returns samples/s. For rows whose epoch may take minutes (out of core).
+double run_for(Loader& loader, double min_seconds) {
+  uint64_t samples = 0, epoch = 0;
+  auto t0 = Clock::now();
+  while (seconds_since(t0) < min_seconds) {
+    loader.start_epoch(1, epoch++);
+    while (seconds_since(t0) < min_seconds) {
+      const Batch* b = loader.next();
+      if (b == nullptr) break;
+      samples += b->size;
+    }
+  }
+  return samples / seconds_since(t0);
+}
+
+// The row groups --rows selects.
+const char* const kRowGroups[] = {"memcpy", "global", "windowed", "decode", "disk", "out-of-core"};
+
+// Drops the page cache's copy of each file (POSIX_FADV_DONTNEED) so that the next read comes
+// from the disk. Pages a process still maps are kept by the kernel: unmap first.
+void drop_pages(const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno(f, "open");
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// The disk's sequential read rate on `files`: 8 MiB reads in file order with O_DIRECT (no page
+// cache involved), until every file was read or `min_seconds` passed; returns bytes/s. Where
+// O_DIRECT is refused (tmpfs, some FUSE file systems) it reads through the page cache from a
+// cold start instead and says so in `*method`.
+double disk_sequential(const std::vector<std::string>& files, double min_seconds,
+                       std::string* method) {
+  drop_pages(files);
+  constexpr size_t kChunk = size_t{8} << 20;
+  std::unique_ptr<uint8_t, void (*)(void*)> buf(
+      static_cast<uint8_t*>(std::aligned_alloc(4096, kChunk)), std::free);
+  if (!buf) throw std::bad_alloc();
+  bool direct = true;
+  uint64_t bytes = 0;
+  auto t0 = Clock::now();
+  for (const std::string& f : files) {
+    int fd = direct ? ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+    if (fd < 0) {
+      direct = false;
+      fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw_errno(f, "open");
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
+    uint64_t offset = 0;
+    while (true) {
+      const ssize_t got = ::pread(fd, buf.get(), kChunk, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINVAL && direct && offset == 0) {  // O_DIRECT not supported
+        direct = false;
+        ::close(fd);
+        fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw_errno(f, "open");
+        ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        continue;
+      }
+      if (got < 0) {
+        ::close(fd);
+        throw_errno(f, "read");
+      }
+      if (got == 0) break;
+      bytes += static_cast<uint64_t>(got);
+      offset += static_cast<uint64_t>(got);
+      if (seconds_since(t0) >= min_seconds) break;
+    }
+    ::close(fd);
+    if (seconds_since(t0) >= min_seconds) break;
+  }
+  const double rate = bytes / seconds_since(t0);
+  *method = direct ? "O_DIRECT" : "buffered, cold";
+  drop_pages(files);
+  return rate;
+}
+
+// The disk's rate for random sample-sized reads, cold: `threads` threads each pread one sample
+// at a time (`cache` open in pread mode) at uniformly random indices for `min_seconds`;
+// returns samples/s.
+double disk_random(const Cache& cache, const std::vector<std::string>& files, int threads,
+                   double min_seconds) {
+  drop_pages(files);
+  const uint64_t n = cache.size(), sb = cache.shape().bytes();
+  std::atomic<uint64_t> reads{0};
+  auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Rng rng(2024, static_cast<uint64_t>(t));
+      std::vector<uint8_t> buf(sb);
+      uint64_t mine = 0;
+      while (seconds_since(t0) < min_seconds) {
+        cache.copy_sample(rng.below(n), buf.data());
+        ++mine;
+      }
+      reads += mine;
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  const double rate = reads / seconds_since(t0);
+  drop_pages(files);
+  return rate;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -91,8 +205,10 @@ int cmd_bench(int argc, char** argv) {
       "Usage: dscache bench CACHE [options]\n\n"
       "Measure, in one run: the memcpy ceiling for the cache's bytes, the Loader (global and\n"
       "windowed shuffle, 1 and all threads), the per-sample decode of the sources, and the lazy\n"
-      "cache's first and second pass.\n\nOptions");
-  std::string dir, source, lazy_file, memory = "auto";
+      "cache's first and second pass, the disk's cold sequential and random sample-sized reads,\n"
+      "and the windowed shuffle served out of core (pread, read-ahead, page cache dropped).\n\n"
+      "Options");
+  std::string dir, source, lazy_file, memory = "auto", rows_arg = "all";
   int threads = 0;
   uint32_t batch = 256;
   double seconds = 2.0;
@@ -107,8 +223,13 @@ int cmd_bench(int argc, char** argv) {
       "lazy-file", po::value(&lazy_file), "lazy cache file (default: a temp file, removed)")(
       "memory", po::value(&memory)->default_value("auto"),
       "how the Loader rows read the cache: auto (mapped when it fits in available memory, "
-      "else pread), page-cache or pread")("json", "machine-readable output");
+      "else pread), page-cache or pread")(
+      "rows", po::value(&rows_arg)->default_value("all"),
+      "comma-separated row groups: memcpy, global, windowed, decode (and lazy), disk, "
+      "out-of-core; 'all' = every one. Without memcpy the page cache is not warmed first")(
+      "json", "machine-readable output");
   po::variables_map vm;
+  std::set<std::string> groups;
   try {
     if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return kExitOk;
     if (batch == 0) throw UsageError("--batch must be >= 1");
@@ -117,6 +238,19 @@ int cmd_bench(int argc, char** argv) {
     if (decode_samples == 0) throw UsageError("--decode-samples must be >= 1");
     if (memory != "auto" && memory != "page-cache" && memory != "pread") {
       throw UsageError("--memory '" + memory + "': expected auto, page-cache or pread");
+    }
+    if (rows_arg != "all") {
+      std::stringstream list(rows_arg);
+      for (std::string g; std::getline(list, g, ',');) {
+        if (std::find(std::begin(kRowGroups), std::end(kRowGroups), g) == std::end(kRowGroups)) {
+          throw UsageError("--rows '" + g +
+                           "': expected memcpy, global, windowed, decode, disk or out-of-core");
+        }
+        groups.insert(g);
+      }
+      if (groups.empty()) throw UsageError("--rows is empty");
+    } else {
+      groups.insert(std::begin(kRowGroups), std::end(kRowGroups));
     }
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache bench: %s\n", e.what());
@@ -136,7 +270,7 @@ int cmd_bench(int argc, char** argv) {
     CacheOptions mapped_options;
     mapped_options.memory = MemoryMode::kPageCache;
     auto cache = Cache::open(dir, mapped_options);
-    const Manifest& m = cache->manifest();
+    const Manifest m = cache->manifest();  // a copy: the mapping is closed before the disk rows
     if (m.layout != Layout::kFixed) {
       throw Error(ErrorKind::kUnsupported, dir, "bench measures fixed-layout caches");
     }
@@ -152,8 +286,13 @@ int cmd_bench(int argc, char** argv) {
     const double total_gb = double(n) * sb / 1e9;
     std::vector<Row> rows;
 
+    auto want = [&groups](const char* g) { return groups.count(g) > 0; };
+    std::vector<std::string> files;
+    for (const ShardEntry& e : m.shards) {
+      if (e.count > 0) files.push_back(dir + "/" + e.file);
+    }
     // Warm the page cache so every row reads from memory, as a second epoch would.
-    {
+    if (want("memcpy")) {
       std::vector<uint8_t> tmp(sb);
       for (uint64_t i = 0; i < n; ++i) cache->copy_sample(i, tmp.data());
     }
@@ -169,6 +308,7 @@ int cmd_bench(int argc, char** argv) {
     std::vector<uint64_t> shuffled = epoch_order(n, SamplerOptions{}, 1, 0);
     for (bool random_order : {false, true})
       for (int t : {1, all_threads}) {
+        if (!want("memcpy")) break;
         if (t == 1 && all_threads == 1 && !rows.empty()) break;
         std::atomic<uint64_t> copied{0};
         auto t0 = Clock::now();
@@ -203,9 +343,10 @@ int cmd_bench(int argc, char** argv) {
     Rss rss_before = read_rss();
     double loader_sps = 0, loader_gbps = 0;
     for (Shuffle sh : {Shuffle::kGlobal, Shuffle::kWindowed}) {
+      if (!want(sh == Shuffle::kGlobal ? "global" : "windowed")) continue;
       for (int t : {1, all_threads}) {
         lo.sampler.shuffle = sh;
-        lo.sampler.block = cache->locality_block();
+        lo.sampler.block = 0;  // windowed: 4 MiB blocks, the window from available memory
         lo.workers = static_cast<uint32_t>(t);
         Loader loader(serving, lo);
         double sps = run_epochs(loader, seconds, nullptr);
@@ -231,6 +372,7 @@ int cmd_bench(int argc, char** argv) {
     } catch (const Error& e) {
       decode_note = e.what();
     }
+    if (!want("decode")) names.clear();
     if (!names.empty()) {
       SourceDecoder dec(m, names, root);
       auto decode_into = [&dec, sb](uint64_t i, uint8_t* out, std::string* reason) {
@@ -295,6 +437,41 @@ int cmd_bench(int argc, char** argv) {
       if (temp) std::filesystem::remove(path);
     }
 
+    // Out of core: the disk itself, then the windowed shuffle read with pread from a cold page
+    // cache. Mapped pages cannot be dropped, so the mappings go first.
+    cache.reset();
+    serving.reset();
+    double seq_bps = 0, rnd_sps = 0, ooc_sps = 0;
+    std::string seq_method;
+    Rss rss_ooc;
+    SamplerOptions ooc_sampler;
+    const uint32_t ooc_workers = static_cast<uint32_t>(all_threads);
+    if (want("disk") || want("out-of-core")) {
+      CacheOptions pread_options;
+      pread_options.memory = MemoryMode::kPread;
+      auto cold = Cache::open(dir, pread_options);
+      if (want("disk")) {
+        seq_bps = disk_sequential(files, seconds, &seq_method);
+        rows.push_back({"disk sequential (cold)", 1, seq_bps / sb, seq_bps / 1e9});
+        rnd_sps = disk_random(*cold, files, all_threads, seconds);
+        rows.push_back(
+            {"disk random sample reads (cold)", all_threads, rnd_sps, rnd_sps * sb / 1e9});
+      }
+      if (want("out-of-core")) {
+        LoaderOptions oo = lo;
+        oo.sampler = SamplerOptions{};
+        oo.sampler.shuffle = Shuffle::kWindowed;  // block 0: sized in bytes
+        oo.workers = ooc_workers;
+        Loader loader(cold, oo);
+        ooc_sampler = loader.sampler_options();
+        drop_pages(files);
+        ooc_sps = run_for(loader, seconds);
+        rss_ooc = read_rss();
+        rows.push_back({"windowed, pread, out of core", all_threads, ooc_sps, ooc_sps * sb / 1e9});
+      }
+      drop_pages(files);
+    }
+
     double memcpy_gbps = 0, shuffled_gbps = 0;
     for (const Row& r : rows) {
       if (r.threads != all_threads) continue;
@@ -325,12 +502,32 @@ int cmd_bench(int argc, char** argv) {
                {"decode_samples_per_s", names.empty() ? json(nullptr) : json(decode_sps)},
                {"lazy_first_samples_per_s", names.empty() ? json(nullptr) : json(lazy_first)},
                {"lazy_second_samples_per_s", names.empty() ? json(nullptr) : json(lazy_second)},
+               {"rows_requested", rows_arg},
+               {"disk_sequential_bytes_per_s", want("disk") ? json(seq_bps) : json(nullptr)},
+               {"disk_sequential_method", want("disk") ? json(seq_method) : json(nullptr)},
+               {"disk_random_samples_per_s", want("disk") ? json(rnd_sps) : json(nullptr)},
+               {"disk_random_bytes_per_s", want("disk") ? json(rnd_sps * sb) : json(nullptr)},
+               {"windowed_out_of_core_samples_per_s",
+                want("out-of-core") ? json(ooc_sps) : json(nullptr)},
+               {"windowed_out_of_core_bytes_per_s",
+                want("out-of-core") ? json(ooc_sps * sb) : json(nullptr)},
+               {"windowed_out_of_core",
+                want("out-of-core") ? json{{"memory_mode", "pread"},
+                                           {"workers", ooc_workers},
+                                           {"block_samples", ooc_sampler.block},
+                                           {"window_blocks", ooc_sampler.window_blocks},
+                                           {"window_bytes", ooc_sampler.window_bytes},
+                                           {"vs_disk_sequential", want("disk") && seq_bps > 0
+                                                                      ? json(ooc_sps * sb / seq_bps)
+                                                                      : json(nullptr)}}
+                                    : json(nullptr)},
                {"rows", jr},
                {"rss",
                 {{"anon_start_mib", rss_start.anon_mib},
                  {"anon_before_mib", rss_before.anon_mib},
                  {"anon_after_mib", rss_after.anon_mib},
                  {"file_after_mib", rss_after.file_mib},
+                 {"anon_out_of_core_mib", rss_ooc.anon_mib},
                  {"buffers_mib", buffers_mib}}}};
       if (!decode_note.empty()) out["note"] = decode_note;
       std::printf("%s\n", out.dump(2).c_str());
@@ -340,15 +537,34 @@ int cmd_bench(int argc, char** argv) {
                   static_cast<unsigned long long>(sb), total_gb, batch, all_threads);
       std::printf("loader reads: %s (--memory %s; %.3f GB of samples, %.3f GB available)\n",
                   mode_name.c_str(), memory.c_str(), total_gb, double(available) / 1e9);
-      std::printf("%-28s %7s %14s %9s %10s\n", "", "threads", "samples/s", "GB/s", "vs memcpy");
+      std::printf("%-32s %7s %14s %9s %10s\n", "", "threads", "samples/s", "GB/s", "vs memcpy");
       for (const Row& r : rows) {
-        std::printf("%-28s %7d %14.0f %9.3f %9.2fx\n", r.name.c_str(), r.threads, r.samples_per_s,
+        std::printf("%-32s %7d %14.0f %9.3f %9.2fx\n", r.name.c_str(), r.threads, r.samples_per_s,
                     r.gbps, memcpy_gbps > 0 ? r.gbps / memcpy_gbps : 0.0);
       }
       std::printf(
           "RSS anon: %.1f MiB before the loaders, %.1f MiB after (buffers %.1f MiB); "
           "RSS file (mapped cache pages): %.1f MiB\n",
           rss_before.anon_mib, rss_after.anon_mib, buffers_mib, rss_after.file_mib);
+      if (want("disk")) {
+        std::printf(
+            "disk (cold, page cache dropped): sequential %.3f GB/s (%s), random "
+            "%llu-byte reads %.0f/s (%.3f GB/s)\n",
+            seq_bps / 1e9, seq_method.c_str(), static_cast<unsigned long long>(sb), rnd_sps,
+            rnd_sps * sb / 1e9);
+      }
+      if (want("out-of-core")) {
+        std::printf(
+            "windowed out of core: pread, %u workers, blocks of %llu samples, windows of "
+            "%llu blocks (%.1f MiB): %.0f samples/s, %.3f GB/s",
+            ooc_workers, static_cast<unsigned long long>(ooc_sampler.block),
+            static_cast<unsigned long long>(ooc_sampler.window_blocks),
+            ooc_sampler.window_bytes / double(1 << 20), ooc_sps, ooc_sps * sb / 1e9);
+        if (want("disk") && seq_bps > 0) {
+          std::printf(" = %.2fx the disk's sequential rate", ooc_sps * sb / seq_bps);
+        }
+        std::printf("; RSS anon %.1f MiB\n", rss_ooc.anon_mib);
+      }
       if (!decode_note.empty()) std::printf("note: %s\n", decode_note.c_str());
     }
     return kExitOk;

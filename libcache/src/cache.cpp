@@ -488,6 +488,83 @@ void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_
   }
 }
 
+uint64_t Cache::stored_bytes() const {
+  uint64_t total = 0;
+  for (const ShardState& s : impl_->shards) total += s.data_bytes;
+  return total;
+}
+
+namespace {
+
+// Calls f(shard, first, count) for each piece of [first, first + count) inside one shard.
+template <typename F>
+void for_each_piece(const Cache::Impl& c, uint64_t first, uint64_t count, F f) {
+  if (count == 0) return;
+  if (first > c.manifest.count || count > c.manifest.count - first) {
+    throw Error(ErrorKind::kInvalidArgument, c.dir,
+                "samples [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                    ") pass the end of the cache (" + std::to_string(c.manifest.count) + ")");
+  }
+  const uint64_t end = first + count;
+  while (first < end) {
+    const ShardState& s = c.find_shard(first);
+    const uint64_t piece = std::min(end, s.entry.first + s.entry.count) - first;
+    f(s, first, piece);
+    first += piece;
+  }
+}
+
+}  // namespace
+
+void Cache::copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
+  const Impl& c = *impl_;
+  if (c.jpeg()) {  // pixels are decoded one sample at a time
+    for_each_piece(c, first, count, [](const ShardState&, uint64_t, uint64_t) {});  // range check
+    for (uint64_t i = first; i < first + count; ++i) {
+      copy_sample(i, out);
+      out += c.sample_shape(i).bytes();
+    }
+    return;
+  }
+  for_each_piece(c, first, count, [&](const ShardState& s, uint64_t i, uint64_t k) {
+    // A shard's samples lie back to back, so a piece is one run of bytes.
+    const uint64_t offset = c.data_offset(s, i);
+    const uint64_t bytes =
+        (k == s.entry.first + s.entry.count - i ? s.data_bytes : c.data_offset(s, i + k)) - offset;
+    if (s.pread) {
+      detail::pread_all(s.fd, out, static_cast<size_t>(bytes), s.loc.data_offset + offset, s.path,
+                        ErrorKind::kCorruption);
+    } else if (s.data != nullptr) {
+      std::memcpy(out, s.data + offset, static_cast<size_t>(bytes));
+    } else {
+      uint8_t* p = out;
+      for (uint64_t j = i; j < i + k; ++j) {
+        c.read_through_hdf5(s, j, p);
+        p += c.sample_shape(j).bytes();
+      }
+    }
+    out += bytes;
+  });
+}
+
+void Cache::advise(uint64_t first, uint64_t count, Advice advice) const {
+  const Impl& c = *impl_;
+  if (c.mode != MemoryMode::kPread) {
+    for_each_piece(c, first, count, [](const ShardState&, uint64_t, uint64_t) {});  // range check
+    return;
+  }
+  const int how = advice == Advice::kWillNeed ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED;
+  for_each_piece(c, first, count, [&](const ShardState& s, uint64_t i, uint64_t k) {
+    if (!s.pread) return;
+    const uint64_t offset = c.data_offset(s, i);
+    const uint64_t end =
+        k == s.entry.first + s.entry.count - i ? s.data_bytes : c.data_offset(s, i + k);
+    // A hint: a failure (say, a file system without fadvise) changes nothing that matters.
+    ::posix_fadvise(s.fd, static_cast<off_t>(s.loc.data_offset + offset),
+                    static_cast<off_t>(end - offset), how);
+  });
+}
+
 ImageView Cache::view(uint64_t i) const {
   const Impl& c = *impl_;
   c.check_index(i);

@@ -12,6 +12,7 @@
 
 #include "dscache/error.h"
 #include "prefetcher.h"
+#include "read_ahead.h"
 
 namespace dscache {
 
@@ -80,6 +81,7 @@ class Loader::Impl {
   };
 
   void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
+  uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
 
   std::shared_ptr<const SampleSource> source_;
   LoaderOptions options_;
@@ -99,6 +101,7 @@ class Loader::Impl {
   uint64_t epoch_ = 0;
 
   // Consumer state.
+  detail::ReadAhead read_ahead_;  // kWindowed: IO hints as the cursor moves
   bool started_ = false;
   uint64_t cursor_ = 0;
   double wait_seconds_ = 0;
@@ -118,10 +121,8 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   }
   const uint64_t n = source_->size();
   validate(options_.sampler, n);
-  // Windowed shuffle without an explicit block: the source's storage runs (a shard each).
-  if (options_.sampler.shuffle == Shuffle::kWindowed && options_.sampler.block == 0) {
-    options_.sampler.block = source_->locality_block();
-  }
+  // Windowed shuffle without an explicit block: block and window sized in stored bytes.
+  options_.sampler = detail::resolve_window_for(*source_, options_.sampler);
   layout_ = source_->layout();
   encoded_ = source_->encoded();
   validate(options_.transform, layout_);
@@ -184,6 +185,9 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   epoch_ = epoch;
   cursor_ = cursor;
   started_ = true;
+  read_ahead_ = detail::ReadAhead(options_.sampler, source_->size(), seed, epoch,
+                                  options_.batch_size, samples_per_epoch_, cursor);
+  read_ahead_.begin(*source_, cursor + options_.prefetch);
   prefetcher_->start(cursor, batches_per_epoch_);
 }
 
@@ -196,6 +200,7 @@ const Batch* Loader::Impl::next() {
     return nullptr;
   }
   const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_);
+  read_ahead_.advance(*source_, cursor_, cursor_ + options_.prefetch + 1);
   ++cursor_;
   return &slots_[slot].batch;
 }
@@ -207,6 +212,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
   const TransformOptions& t = options_.transform;
   std::vector<uint8_t> scratch;  // fixed layout whose source cannot hand out views
+  uint64_t run_left = 0;         // samples copy_run already copied for the coming positions
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
     const uint64_t idx = order_[begin + k];
@@ -217,7 +223,8 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
       source_->decode_crop(idx, choose_crop(t, s.height, s.width, seed_, epoch_, idx), out_h_,
                            out_w_, out);
     } else if (plain_copy_) {
-      source_->copy_sample(idx, out);
+      if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
+      --run_left;
       if (t.flip && choose_crop(t, out_h_, out_w_, seed_, epoch_, idx).flip) {
         mirror_rows(out, out_h_, out_w_, channels_);
       }
@@ -264,6 +271,21 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   b.indices = slot.indices.data();
 }
 
+// Copies the samples at order_[pos], order_[pos + 1], ... while their indices stay consecutive
+// (at most `limit`) with one copy_samples call — one pread for a run in pread mode; returns
+// how many it copied.
+uint64_t Loader::Impl::copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const {
+  const uint64_t first = order_[pos];
+  uint64_t len = 1;
+  while (len < limit && order_[pos + len] == first + len) ++len;
+  if (len == 1) {
+    source_->copy_sample(first, out);
+  } else {
+    source_->copy_samples(first, len, out);
+  }
+  return len;
+}
+
 Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
     : impl_(std::make_unique<Impl>(std::move(source), options)) {}
 
@@ -278,6 +300,8 @@ const Batch* Loader::next() { return impl_->next(); }
 LoaderPosition Loader::position() const {
   return LoaderPosition{impl_->seed_, impl_->epoch_, impl_->cursor_};
 }
+
+const SamplerOptions& Loader::sampler_options() const { return impl_->options_.sampler; }
 
 uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
 

@@ -6,6 +6,7 @@
 // orders that fail if they do.
 #include "dscache/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -35,18 +36,32 @@ void shuffle(uint64_t* first, uint64_t count, Rng& rng) {
   }
 }
 
+// kWindowed's block size in force: block 0 or > n means one block of n.
+uint64_t effective_block(uint64_t n, const SamplerOptions& options) {
+  return options.block == 0 || options.block > n ? n : options.block;
+}
+
+// kWindowed's shuffled block order (see the comment in epoch_order).
+std::vector<uint64_t> shuffled_blocks(uint64_t n, const SamplerOptions& options, uint64_t seed,
+                                      uint64_t epoch) {
+  const uint64_t block = effective_block(n, options);
+  const uint64_t blocks = (n + block - 1) / block;
+  std::vector<uint64_t> block_order(blocks);
+  std::iota(block_order.begin(), block_order.end(), uint64_t{0});
+  Rng block_rng(seed, stream_id(kTagBlocks, epoch));
+  shuffle(block_order.data(), blocks, block_rng);
+  return block_order;
+}
+
 // kWindowed: see the comment in epoch_order.
 std::vector<uint64_t> windowed_order(uint64_t n, const SamplerOptions& options, uint64_t seed,
                                      uint64_t epoch) {
   std::vector<uint64_t> order;
   if (n == 0) return order;
   order.reserve(n);
-  const uint64_t block = options.block == 0 || options.block > n ? n : options.block;
-  const uint64_t blocks = (n + block - 1) / block;
-  std::vector<uint64_t> block_order(blocks);
-  std::iota(block_order.begin(), block_order.end(), uint64_t{0});
-  Rng block_rng(seed, stream_id(kTagBlocks, epoch));
-  shuffle(block_order.data(), blocks, block_rng);
+  const uint64_t block = effective_block(n, options);
+  const std::vector<uint64_t> block_order = shuffled_blocks(n, options, seed, epoch);
+  const uint64_t blocks = block_order.size();
 
   const uint64_t per_window = options.window_blocks;
   for (uint64_t w = 0, b = 0; b < blocks; ++w, b += per_window) {
@@ -112,6 +127,27 @@ uint64_t Rng::below(uint64_t bound) {
 
 double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
+uint64_t default_window_bytes(uint64_t available_bytes) {
+  constexpr uint64_t kMin = uint64_t{64} << 20, kMax = uint64_t{4} << 30;
+  return std::clamp(available_bytes / 4, kMin, kMax);
+}
+
+SamplerOptions resolve_window(const SamplerOptions& options, uint64_t n,
+                              uint64_t stored_sample_bytes, uint64_t available_bytes) {
+  SamplerOptions r = options;
+  if (options.shuffle != Shuffle::kWindowed || options.block != 0 || n == 0) return r;
+  const uint64_t per = std::max<uint64_t>(1, stored_sample_bytes);
+  const uint64_t block_bytes = options.block_bytes != 0 ? options.block_bytes : kDefaultBlockBytes;
+  const uint64_t window_bytes =
+      options.window_bytes != 0 ? options.window_bytes : default_window_bytes(available_bytes);
+  r.block = std::clamp<uint64_t>(block_bytes / per, 1, n);
+  const uint64_t blocks = (n + r.block - 1) / r.block;  // a larger window changes nothing
+  r.window_blocks = std::clamp<uint64_t>(window_bytes / (r.block * per), 1, blocks);
+  r.block_bytes = r.block * per;
+  r.window_bytes = r.window_blocks * r.block_bytes;
+  return r;
+}
+
 void validate(const SamplerOptions& options, uint64_t /*n*/) {
   switch (options.shuffle) {
     case Shuffle::kNone:
@@ -149,6 +185,8 @@ uint64_t samples_per_rank(uint64_t n, const SamplerOptions& options) {
 //    order — window_blocks*block samples, fewer for the window holding the short block or for
 //    the last window — and its samples (concatenated in block order) are shuffled with
 //    Rng(seed, stream_id("window", epoch, w)). Reads stay inside window_blocks blocks at a time.
+//    Only block and window_blocks count here: block_bytes/window_bytes are turned into them
+//    beforehand (resolve_window), so one (block, window_blocks) pair is one order everywhere.
 //  - Tail: kPad appends order[0], order[1], ... (cyclically when n < world) until the length is
 //    ceil(n/world)*world; kDrop truncates to floor(n/world)*world.
 //  - Rank r takes positions r, r + world, r + 2*world, ...
@@ -182,6 +220,13 @@ std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uin
     mine.push_back(order[pos < n ? pos : (pos - n) % n]);
   }
   return mine;
+}
+
+std::vector<uint64_t> epoch_blocks(uint64_t n, const SamplerOptions& options, uint64_t seed,
+                                   uint64_t epoch) {
+  validate(options, n);
+  if (options.shuffle != Shuffle::kWindowed || n == 0) return {};
+  return shuffled_blocks(n, options, seed, epoch);
 }
 
 std::vector<uint64_t> build_order(uint64_t n, uint64_t seed) {

@@ -15,7 +15,9 @@ from cli_helpers import build, check, check_cache, check_eq, main, make_simple_f
 
 
 BENCH_ROWS = ["memcpy ceiling", "loader, global shuffle", "loader, windowed shuffle",
-              "per-sample decode (seed)", "lazy cache, first pass", "lazy cache, second pass"]
+              "per-sample decode (seed)", "lazy cache, first pass", "lazy cache, second pass",
+              "disk sequential (cold)", "disk random sample reads (cold)",
+              "windowed, pread, out of core"]
 BENCH_ARGS = ["--seconds", "0.2", "--decode-samples", "100"]
 
 
@@ -47,6 +49,26 @@ def check_bench_json(j, n, what):
         for key in ("threads", "samples_per_s", "gbps"):
             check(is_num(r.get(key)) and r[key] > 0, f"{what}: row {r.get('name')!r} {key} = "
                   f"{r.get(key)!r}, want > 0")
+    # Out of core: the disk's rates and the windowed pread serving rate, in bytes/s.
+    for key in ("disk_sequential_bytes_per_s", "disk_random_bytes_per_s",
+                "disk_random_samples_per_s", "windowed_out_of_core_bytes_per_s",
+                "windowed_out_of_core_samples_per_s"):
+        check(is_num(j.get(key)) and j[key] > 0, f"{what}: {key} = {j.get(key)!r}, want > 0")
+    check(j.get("disk_sequential_method") in ("O_DIRECT", "buffered, cold"),
+          f"{what}: disk_sequential_method = {j.get('disk_sequential_method')!r}")
+    ooc = j.get("windowed_out_of_core")
+    check(isinstance(ooc, dict), f"{what}: windowed_out_of_core = {ooc!r}")
+    check_eq(ooc.get("memory_mode"), "pread", f"{what}: windowed_out_of_core.memory_mode")
+    for key in ("workers", "block_samples", "window_blocks", "window_bytes", "vs_disk_sequential"):
+        check(is_num(ooc.get(key)) and ooc[key] > 0, f"{what}: windowed_out_of_core.{key} = "
+              f"{ooc.get(key)!r}, want > 0")
+    # Byte-sized window: whole blocks of whole samples, the block within the cache.
+    check(ooc["block_samples"] <= n, f"{what}: block_samples {ooc['block_samples']} > {n}")
+    check_eq(ooc["window_bytes"], ooc["block_samples"] * ooc["window_blocks"] * 32 * 32 * 3,
+             f"{what}: window_bytes")
+    check(abs(ooc["vs_disk_sequential"] - j["windowed_out_of_core_bytes_per_s"]
+              / j["disk_sequential_bytes_per_s"]) < 1e-6 * ooc["vs_disk_sequential"],
+          f"{what}: vs_disk_sequential disagrees with the two rates")
     rss = j.get("rss")
     check(isinstance(rss, dict), f"{what}: rss = {rss!r}")
     for key in ("anon_start_mib", "anon_before_mib", "anon_after_mib", "file_after_mib",
@@ -73,6 +95,10 @@ def case_bench_json(tmp):
         nums = re.findall(r"[0-9]+(?:\.[0-9]+)?", row[0][len(want):])
         check(len(nums) >= 3, f"bench: table line for {want!r} lacks numbers: {row[0]!r}")
     check(re.search(r"RSS", p.stdout), f"bench: no RSS line:\n{p.stdout}")
+    check(re.search(r"disk \(cold, page cache dropped\): sequential [0-9.]+ GB/s", p.stdout),
+          f"bench: no disk line:\n{p.stdout}")
+    check(re.search(r"windowed out of core: pread, .* [0-9.]+ GB/s = [0-9.]+x the disk", p.stdout),
+          f"bench: no out-of-core line:\n{p.stdout}")
     check("300" in lines[0], f"bench: first line does not give the sample count: {lines[0]!r}")
     # Bad values are usage errors.
     for bad in (["--seconds", "0"], ["--decode-samples", "0"], ["--bogus"]):
@@ -136,6 +162,19 @@ def case_bench_memory_mode(tmp):
           f"text output does not say pread: {p.stdout}")
     p = run(["bench", out, "--memory", "mmap"], expect_rc=2)
     check("--memory" in p.stderr, f"bad --memory not named: {p.stderr}")
+    # --rows: only the groups asked for; the others report null and print no line.
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--rows", "disk,out-of-core"])
+    names = [r["name"] for r in j["rows"]]
+    check_eq(sorted(names), sorted(["disk sequential (cold)", "disk random sample reads (cold)",
+                                    "windowed, pread, out of core"]), "--rows disk,out-of-core")
+    check(j["loader_samples_per_s"] == 0 and j["decode_samples_per_s"] is None,
+          f"--rows disk,out-of-core ran other rows: {j}")
+    check(j["windowed_out_of_core_bytes_per_s"] > 0, "--rows out-of-core: no rate")
+    j = run_json(["bench", out, "--json", *BENCH_ARGS, "--rows", "global", "--memory", "pread"])
+    check_eq([r["name"] for r in j["rows"]], ["loader, global shuffle"] * 2, "--rows global")
+    check(j["disk_sequential_bytes_per_s"] is None, "--rows global measured the disk")
+    p = run(["bench", out, "--rows", "memcpy,bogus"], expect_rc=2)
+    check("--rows 'bogus'" in p.stderr, f"bad --rows not named: {p.stderr}")
 
 
 CASES = {

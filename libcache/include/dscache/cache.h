@@ -71,6 +71,15 @@ class Cache : public SampleSource {
   // Error(kUnsupported) for a chunked/compressed HDF5 shard that is not resident, and in kPread
   // mode (the Loader then copies samples instead).
   ImageView view(uint64_t i) const override;
+  // The shards' sample bytes, all together.
+  uint64_t stored_bytes() const override;
+  // One pread (or memcpy) per shard the range touches; fixed and ragged layouts (JPEG caches:
+  // copy_sample, i.e. a decode, per sample).
+  void copy_samples(uint64_t first, uint64_t count, uint8_t* out) const override;
+  // kPread mode: posix_fadvise(WILLNEED or DONTNEED) on the byte ranges of the shards that hold
+  // the samples; other modes ignore it (their pages are mapped: DONTNEED could not drop them).
+  // Error(kInvalidArgument) when the range passes size().
+  void advise(uint64_t first, uint64_t count, Advice advice) const override;
   // Geometry of sample i: shape() for the fixed layout, the index's (h, w, C) for ragged.
   SampleShape sample_shape(uint64_t i) const override;
   // Codec kJpeg: true (see SampleSource). copy_sample() then decodes the whole sample, view()

@@ -27,7 +27,8 @@ struct LoaderOptions {
   uint32_t batch_size = 256;   // samples per batch
   bool drop_last = false;      // drop this rank's last short batch
   SamplerOptions sampler;      // shuffle mode, window, rank, world size, rank tail;
-                               // kWindowed with block 0 uses source->locality_block()
+                               // kWindowed with block 0: sized in stored bytes (resolve_window
+                               // with source->stored_bytes() and available_memory_bytes())
   TransformOptions transform;  // crop/resize/flip; default: samples as stored
   uint32_t workers = 2;        // threads filling batches; >= 1
   uint32_t prefetch = 4;       // batches buffered ahead; >= 1 (buffers = prefetch + 1)
@@ -54,6 +55,9 @@ struct LoaderPosition {
   uint64_t cursor = 0;  // batches of this epoch already returned by next()
 };
 
+// With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
+// window's blocks ahead as soon as a window starts being filled, and to drop a window once all
+// its batches were filled: a Cache in pread mode serves caches larger than memory that way.
 // Owns its worker threads and batch buffers; shares the source. One consumer thread calls
 // next(); the Loader is not otherwise thread-safe. Destroying it mid-epoch stops the workers
 // cleanly.
@@ -82,6 +86,11 @@ class Loader {
   const Batch* next();
 
   LoaderPosition position() const;
+  // The sampler options in force: options.sampler with a byte-sized window resolved to block
+  // and window_blocks (samples). An auto-sized window depends on this machine's free memory;
+  // save these with a checkpoint (with position()) and pass them back to resume the same order
+  // elsewhere.
+  const SamplerOptions& sampler_options() const;
   uint64_t batches_per_epoch() const;  // for this rank
   uint64_t samples_per_epoch() const;  // for this rank, after drop_last
   // Seconds next() spent waiting for a batch since the last call to this (and resets it).

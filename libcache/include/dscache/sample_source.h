@@ -20,6 +20,12 @@ struct ImageView {
   int64_t label = 0;              // class index
 };
 
+// IO hints a reader gives the source about sample ranges it will read soon or is done with.
+enum class Advice {
+  kWillNeed,  // will be read soon: start reading (POSIX_FADV_WILLNEED)
+  kDontNeed,  // done for now: drop from the page cache (POSIX_FADV_DONTNEED)
+};
+
 // Implementations are thread-safe: any number of threads may call every method concurrently.
 class SampleSource {
  public:
@@ -53,6 +59,22 @@ class SampleSource {
   // The default throws Error(kUnsupported).
   virtual void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
                            uint8_t* out) const;
+
+  // Out-of-core helpers, with defaults that suit any source.
+  // Bytes the samples occupy in storage, all together (what a byte-sized window is measured
+  // in). Default: size() * shape().bytes() for the fixed layout, 0 (unknown) otherwise.
+  virtual uint64_t stored_bytes() const {
+    return layout() == Layout::kFixed ? size() * shape().bytes() : 0;
+  }
+  // Fixed layout: copies samples [first, first + count) into `out`, back to back. A source that
+  // stores them contiguously can do it with one read. Default: copy_sample for each.
+  virtual void copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
+    const uint64_t bytes = shape().bytes();
+    for (uint64_t k = 0; k < count; ++k) copy_sample(first + k, out + k * bytes);
+  }
+  // A hint about samples [first, first + count): nothing is promised, reads stay correct
+  // whatever is advised. Default: ignored (a Cache in pread mode passes it to posix_fadvise).
+  virtual void advise(uint64_t /*first*/, uint64_t /*count*/, Advice /*advice*/) const {}
 };
 
 }  // namespace dscache
