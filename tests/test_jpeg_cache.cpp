@@ -2,6 +2,7 @@
 // Loader with serve-time decoding, in page-cache and pread modes, and corrupt samples named.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -266,7 +267,7 @@ TEST_SUITE("jpeg cache") {
   TEST_CASE("pread mode serves the same batches as the page cache") {
     for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
       TempDir tmp;
-      write_jpeg_cache(tmp.path(), Storage::kNpy, layout, {6, 6, 1});
+      const JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, layout, {6, 6, 1});
       CacheOptions mapped, pread;
       mapped.memory = MemoryMode::kPageCache;
       pread.memory = MemoryMode::kPread;
@@ -282,6 +283,19 @@ TEST_SUITE("jpeg cache") {
       CHECK(a.indices == b.indices);
       CHECK(a.images == b.images);
       CHECK(a.images.size() == 13u * 12 * 20 * 3);
+      // The windowed shuffle, sized in stored (compressed) bytes, with read-ahead hints.
+      o.sampler.shuffle = dscache::Shuffle::kWindowed;
+      o.sampler.block_bytes = 2 * f.stored[0].size();
+      o.sampler.window_bytes = 3 * o.sampler.block_bytes;
+      const Epoch wa = run_epoch(c1, o), wb = run_epoch(c2, o);
+      CHECK(wa.indices == wb.indices);
+      CHECK(wa.images == wb.images);
+      std::vector<uint64_t> sorted = wa.indices;
+      std::sort(sorted.begin(), sorted.end());
+      for (uint64_t k = 0; k < sorted.size(); ++k) CHECK(sorted[k] == k);  // a permutation
+      dscache::Loader probe(c2, o);
+      CHECK(probe.sampler_options().block >= 1);
+      CHECK(probe.sampler_options().block <= 3);  // ~2 compressed samples per block
     }
   }
 
