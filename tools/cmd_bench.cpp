@@ -186,7 +186,11 @@ double disk_random(const Cache& cache, const std::vector<std::string>& files, in
       std::vector<uint8_t> buf(sb);
       uint64_t mine = 0;
       while (seconds_since(t0) < min_seconds) {
-        cache.copy_sample(rng.below(n), buf.data());
+        if (cache.encoded()) {
+          cache.stored_sample(rng.below(n), &buf);  // the stored bytes, not a decode
+        } else {
+          cache.copy_sample(rng.below(n), buf.data());
+        }
         ++mine;
       }
       reads += mine;
@@ -284,6 +288,10 @@ int cmd_bench(int argc, char** argv) {
     const uint64_t n = cache->size();
     const uint64_t sb = m.sample_bytes();
     const double total_gb = double(n) * sb / 1e9;
+    // JPEG caches: samples are decoded to sb bytes but stored in fewer; the disk rows count
+    // stored bytes (what the disk delivers), the other rows decoded bytes (what the batch holds).
+    const bool encoded = cache->encoded();
+    const double disk_sb = n == 0 ? 0.0 : double(cache->stored_bytes()) / n;
     std::vector<Row> rows;
 
     auto want = [&groups](const char* g) { return groups.count(g) > 0; };
@@ -294,7 +302,13 @@ int cmd_bench(int argc, char** argv) {
     // Warm the page cache so every row reads from memory, as a second epoch would.
     if (want("memcpy")) {
       std::vector<uint8_t> tmp(sb);
-      for (uint64_t i = 0; i < n; ++i) cache->copy_sample(i, tmp.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        if (encoded) {
+          cache->stored_sample(i, &tmp);
+        } else {
+          cache->copy_sample(i, tmp.data());
+        }
+      }
     }
 
     // memcpy ceiling: the same bytes copied in storage order, with the Loader's threads, into a
@@ -308,7 +322,7 @@ int cmd_bench(int argc, char** argv) {
     std::vector<uint64_t> shuffled = epoch_order(n, SamplerOptions{}, 1, 0);
     for (bool random_order : {false, true})
       for (int t : {1, all_threads}) {
-        if (!want("memcpy")) break;
+        if (!want("memcpy") || encoded) break;  // a JPEG cache has no pixels to copy
         if (t == 1 && all_threads == 1 && !rows.empty()) break;
         std::atomic<uint64_t> copied{0};
         auto t0 = Clock::now();
@@ -452,10 +466,10 @@ int cmd_bench(int argc, char** argv) {
       auto cold = Cache::open(dir, pread_options);
       if (want("disk")) {
         seq_bps = disk_sequential(files, seconds, &seq_method);
-        rows.push_back({"disk sequential (cold)", 1, seq_bps / sb, seq_bps / 1e9});
+        rows.push_back({"disk sequential (cold)", 1, seq_bps / disk_sb, seq_bps / 1e9});
         rnd_sps = disk_random(*cold, files, all_threads, seconds);
         rows.push_back(
-            {"disk random sample reads (cold)", all_threads, rnd_sps, rnd_sps * sb / 1e9});
+            {"disk random sample reads (cold)", all_threads, rnd_sps, rnd_sps * disk_sb / 1e9});
       }
       if (want("out-of-core")) {
         LoaderOptions oo = lo;
@@ -467,7 +481,8 @@ int cmd_bench(int argc, char** argv) {
         drop_pages(files);
         ooc_sps = run_for(loader, seconds);
         rss_ooc = read_rss();
-        rows.push_back({"windowed, pread, out of core", all_threads, ooc_sps, ooc_sps * sb / 1e9});
+        rows.push_back(
+            {"windowed, pread, out of core", all_threads, ooc_sps, ooc_sps * disk_sb / 1e9});
       }
       drop_pages(files);
     }
@@ -486,49 +501,52 @@ int cmd_bench(int argc, char** argv) {
                       {"samples_per_s", r.samples_per_s},
                       {"gbps", r.gbps}});
       }
-      json out{{"cache", dir},
-               {"samples", n},
-               {"sample_bytes", sb},
-               {"cache_gb", total_gb},
-               {"threads", all_threads},
-               {"batch", batch},
-               {"memory_mode", mode_name},
-               {"memory_requested", memory},
-               {"available_memory_bytes", available},
-               {"memcpy_gbps", memcpy_gbps},
-               {"memcpy_shuffled_gbps", shuffled_gbps},
-               {"loader_gbps", loader_gbps},
-               {"loader_samples_per_s", loader_sps},
-               {"decode_samples_per_s", names.empty() ? json(nullptr) : json(decode_sps)},
-               {"lazy_first_samples_per_s", names.empty() ? json(nullptr) : json(lazy_first)},
-               {"lazy_second_samples_per_s", names.empty() ? json(nullptr) : json(lazy_second)},
-               {"rows_requested", rows_arg},
-               {"disk_sequential_bytes_per_s", want("disk") ? json(seq_bps) : json(nullptr)},
-               {"disk_sequential_method", want("disk") ? json(seq_method) : json(nullptr)},
-               {"disk_random_samples_per_s", want("disk") ? json(rnd_sps) : json(nullptr)},
-               {"disk_random_bytes_per_s", want("disk") ? json(rnd_sps * sb) : json(nullptr)},
-               {"windowed_out_of_core_samples_per_s",
-                want("out-of-core") ? json(ooc_sps) : json(nullptr)},
-               {"windowed_out_of_core_bytes_per_s",
-                want("out-of-core") ? json(ooc_sps * sb) : json(nullptr)},
-               {"windowed_out_of_core",
-                want("out-of-core") ? json{{"memory_mode", "pread"},
-                                           {"workers", ooc_workers},
-                                           {"block_samples", ooc_sampler.block},
-                                           {"window_blocks", ooc_sampler.window_blocks},
-                                           {"window_bytes", ooc_sampler.window_bytes},
-                                           {"vs_disk_sequential", want("disk") && seq_bps > 0
-                                                                      ? json(ooc_sps * sb / seq_bps)
-                                                                      : json(nullptr)}}
-                                    : json(nullptr)},
-               {"rows", jr},
-               {"rss",
-                {{"anon_start_mib", rss_start.anon_mib},
-                 {"anon_before_mib", rss_before.anon_mib},
-                 {"anon_after_mib", rss_after.anon_mib},
-                 {"file_after_mib", rss_after.file_mib},
-                 {"anon_out_of_core_mib", rss_ooc.anon_mib},
-                 {"buffers_mib", buffers_mib}}}};
+      json out{
+          {"cache", dir},
+          {"samples", n},
+          {"sample_bytes", sb},
+          {"codec", to_string(m.codec)},
+          {"stored_bytes_per_sample", disk_sb},
+          {"cache_gb", total_gb},
+          {"threads", all_threads},
+          {"batch", batch},
+          {"memory_mode", mode_name},
+          {"memory_requested", memory},
+          {"available_memory_bytes", available},
+          {"memcpy_gbps", memcpy_gbps},
+          {"memcpy_shuffled_gbps", shuffled_gbps},
+          {"loader_gbps", loader_gbps},
+          {"loader_samples_per_s", loader_sps},
+          {"decode_samples_per_s", names.empty() ? json(nullptr) : json(decode_sps)},
+          {"lazy_first_samples_per_s", names.empty() ? json(nullptr) : json(lazy_first)},
+          {"lazy_second_samples_per_s", names.empty() ? json(nullptr) : json(lazy_second)},
+          {"rows_requested", rows_arg},
+          {"disk_sequential_bytes_per_s", want("disk") ? json(seq_bps) : json(nullptr)},
+          {"disk_sequential_method", want("disk") ? json(seq_method) : json(nullptr)},
+          {"disk_random_samples_per_s", want("disk") ? json(rnd_sps) : json(nullptr)},
+          {"disk_random_bytes_per_s", want("disk") ? json(rnd_sps * disk_sb) : json(nullptr)},
+          {"windowed_out_of_core_samples_per_s",
+           want("out-of-core") ? json(ooc_sps) : json(nullptr)},
+          {"windowed_out_of_core_bytes_per_s",
+           want("out-of-core") ? json(ooc_sps * disk_sb) : json(nullptr)},
+          {"windowed_out_of_core",
+           want("out-of-core") ? json{{"memory_mode", "pread"},
+                                      {"workers", ooc_workers},
+                                      {"block_samples", ooc_sampler.block},
+                                      {"window_blocks", ooc_sampler.window_blocks},
+                                      {"window_bytes", ooc_sampler.window_bytes},
+                                      {"vs_disk_sequential", want("disk") && seq_bps > 0
+                                                                 ? json(ooc_sps * disk_sb / seq_bps)
+                                                                 : json(nullptr)}}
+                               : json(nullptr)},
+          {"rows", jr},
+          {"rss",
+           {{"anon_start_mib", rss_start.anon_mib},
+            {"anon_before_mib", rss_before.anon_mib},
+            {"anon_after_mib", rss_after.anon_mib},
+            {"file_after_mib", rss_after.file_mib},
+            {"anon_out_of_core_mib", rss_ooc.anon_mib},
+            {"buffers_mib", buffers_mib}}}};
       if (!decode_note.empty()) out["note"] = decode_note;
       std::printf("%s\n", out.dump(2).c_str());
     } else {
@@ -537,6 +555,12 @@ int cmd_bench(int argc, char** argv) {
                   static_cast<unsigned long long>(sb), total_gb, batch, all_threads);
       std::printf("loader reads: %s (--memory %s; %.3f GB of samples, %.3f GB available)\n",
                   mode_name.c_str(), memory.c_str(), total_gb, double(available) / 1e9);
+      if (encoded) {
+        std::printf(
+            "codec jpeg: %.0f stored bytes per sample, decoded by the Loader rows; no memcpy "
+            "rows (no pixels to copy); the disk rows count stored bytes\n",
+            disk_sb);
+      }
       std::printf("%-32s %7s %14s %9s %10s\n", "", "threads", "samples/s", "GB/s", "vs memcpy");
       for (const Row& r : rows) {
         std::printf("%-32s %7d %14.0f %9.3f %9.2fx\n", r.name.c_str(), r.threads, r.samples_per_s,
@@ -549,9 +573,8 @@ int cmd_bench(int argc, char** argv) {
       if (want("disk")) {
         std::printf(
             "disk (cold, page cache dropped): sequential %.3f GB/s (%s), random "
-            "%llu-byte reads %.0f/s (%.3f GB/s)\n",
-            seq_bps / 1e9, seq_method.c_str(), static_cast<unsigned long long>(sb), rnd_sps,
-            rnd_sps * sb / 1e9);
+            "%.0f-byte reads %.0f/s (%.3f GB/s)\n",
+            seq_bps / 1e9, seq_method.c_str(), disk_sb, rnd_sps, rnd_sps * disk_sb / 1e9);
       }
       if (want("out-of-core")) {
         std::printf(
@@ -559,9 +582,9 @@ int cmd_bench(int argc, char** argv) {
             "%llu blocks (%.1f MiB): %.0f samples/s, %.3f GB/s",
             ooc_workers, static_cast<unsigned long long>(ooc_sampler.block),
             static_cast<unsigned long long>(ooc_sampler.window_blocks),
-            ooc_sampler.window_bytes / double(1 << 20), ooc_sps, ooc_sps * sb / 1e9);
+            ooc_sampler.window_bytes / double(1 << 20), ooc_sps, ooc_sps * disk_sb / 1e9);
         if (want("disk") && seq_bps > 0) {
-          std::printf(" = %.2fx the disk's sequential rate", ooc_sps * sb / seq_bps);
+          std::printf(" = %.2fx the disk's sequential rate", ooc_sps * disk_sb / seq_bps);
         }
         std::printf("; RSS anon %.1f MiB\n", rss_ooc.anon_mib);
       }

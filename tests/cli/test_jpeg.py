@@ -230,11 +230,35 @@ def case_jpeg_usage(tmp):
     check(not (tmp / "o").exists(), "a refused build left OUTPUT")
 
 
+def case_jpeg_bench(tmp):
+    """`dscache bench` serves a JPEG cache: the Loader rows decode, the disk rows count stored
+    bytes, and there is no memcpy row (no pixels to copy)."""
+    src = tmp / "src"
+    make_photo_like_folder(src, n_per_class=20)
+    out = tmp / "c"
+    build(src, out, "--size", "32", "--codec", "jpeg")
+    j = run_json(["bench", out, "--json", "--seconds", "0.2", "--decode-samples", "20"])
+    check_eq(j.get("codec"), "jpeg", "bench codec")
+    check_eq(j.get("sample_bytes"), 32 * 32 * 3, "bench sample_bytes (decoded)")
+    stored = sum(int(r[1]) for r in np.load(out / "jpeg-index.npy")) / 60
+    check(abs(j.get("stored_bytes_per_sample", 0) - stored) < 1e-6 * stored,
+          f"bench stored_bytes_per_sample {j.get('stored_bytes_per_sample')} != {stored}")
+    names = [r["name"] for r in j["rows"]]
+    check(not any(n.startswith("memcpy") for n in names), f"memcpy rows on a JPEG cache: {names}")
+    for r in j["rows"]:
+        check(r["samples_per_s"] > 0, f"row {r['name']}: {r['samples_per_s']}")
+    check(j["loader_samples_per_s"] > 0, "loader_samples_per_s")
+    check(abs(j["windowed_out_of_core_bytes_per_s"]
+              - j["windowed_out_of_core_samples_per_s"] * stored) < 1e-3 * j["windowed_out_of_core_bytes_per_s"],
+          "out-of-core bytes/s are not stored bytes")
+
+
 CASES = {
     "jpeg_build_interop": case_jpeg_build_interop,
     "jpeg_threads_resume": case_jpeg_threads_resume,
     "jpeg_corrupt": case_jpeg_corrupt,
     "jpeg_usage": case_jpeg_usage,
+    "jpeg_bench": case_jpeg_bench,
 }
 
 if __name__ == "__main__":
