@@ -42,8 +42,16 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::st
 
 }  // namespace
 
-Fingerprint fingerprint(const TrainOptions& o, const DataInfo& m, int world) {
+Fingerprint fingerprint(const TrainOptions& o, const DataInfo& m, int world,
+                        const SamplerOptions& sampler) {
+  const std::string shuffle =
+      sampler.shuffle != Shuffle::kWindowed
+          ? "global"
+          : "windowed (blocks of " + std::to_string(sampler.block) + " samples, windows of " +
+                std::to_string(sampler.window_blocks) +
+                " blocks; pass the same --window-bytes to resume elsewhere)";
   return {
+      {"shuffle", shuffle},
       {"world-size (WORLD_SIZE)", std::to_string(world)},
       {"model", to_string(o.model)},
       {"batch", std::to_string(o.batch)},

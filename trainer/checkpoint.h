@@ -33,7 +33,10 @@ struct RunState {
 
 // The settings a checkpoint must agree with to be resumed, as (option, value).
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;
-Fingerprint fingerprint(const TrainOptions& options, const DataInfo& train, int world_size);
+// `sampler` is the training Loader's, resolved (Loader::sampler_options()): a windowed order
+// depends on its block and window, which an auto-sized window takes from free memory.
+Fingerprint fingerprint(const TrainOptions& options, const DataInfo& train, int world_size,
+                        const SamplerOptions& sampler);
 
 // The run's parts a checkpoint saves and restores in place. The run owns them; this only
 // borrows them for one call.

@@ -84,7 +84,8 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   lo.batch_size = o.batch;
   lo.workers = o.workers;
   lo.prefetch = o.prefetch;
-  lo.sampler.shuffle = Shuffle::kGlobal;
+  lo.sampler.shuffle = o.windowed ? Shuffle::kWindowed : Shuffle::kGlobal;
+  lo.sampler.window_bytes = o.window_bytes;  // kWindowed: 0 = from available memory
   LoaderOptions vo = lo;
   vo.sampler.shuffle = Shuffle::kNone;  // validation: rank 0 alone, every sample once
   // kPad: every rank gets as many samples (a few repeated), so all ranks take the same number of

@@ -50,13 +50,31 @@ E pick(const std::string& option, const std::string& value,
   throw UsageError("--" + option + ": unknown value '" + value + "' (expected " + names + ")");
 }
 
+// A positive byte count: digits with an optional K, M or G (powers of 1024).
+uint64_t parse_byte_count(const std::string& option, const std::string& text) {
+  const size_t digits = text.find_first_not_of("0123456789");
+  const std::string suffix = digits == std::string::npos ? "" : text.substr(digits);
+  const int shift = suffix.empty()  ? 0
+                    : suffix == "K" ? 10
+                    : suffix == "M" ? 20
+                    : suffix == "G" ? 30
+                                    : -1;
+  if (digits == 0 || shift < 0 || digits > 12) {
+    throw UsageError(option + ": '" + text + "' is not a byte count (e.g. 512M, 2G)");
+  }
+  const uint64_t n = std::stoull(text.substr(0, digits)) << shift;
+  if (n == 0) throw UsageError(option + ": must be positive");
+  return n;
+}
+
 }  // namespace
 
 TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
                            std::string* help_text) {
   TrainOptions o;
   std::string model = "cnn", precision = "fp32", optimizer = "sgd", schedule = "constant",
-              device = "cpu", normalize = "dataset", loss_scaling = "auto";
+              device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
+              window_bytes;
   po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
   // clang-format off
   desc.add_options()
@@ -84,6 +102,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("threads", po::value(&o.threads), "intra-op threads (default: all cores)")
     ("workers", po::value(&o.workers), "loader threads (default 2)")
     ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
+    ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")
+    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, K/M/G suffixes (default: a quarter of free memory)")
     ("device", po::value(&device), "cpu | cuda (default cpu)")
     ("channels-last", po::bool_switch(&o.channels_last), "NHWC memory format")
     ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
@@ -117,6 +137,11 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("lr") && !(o.lr > 0)) throw UsageError("--lr: must be a positive number");
   if (vm.count("weight-decay") && !(o.weight_decay >= 0)) {
     throw UsageError("--weight-decay: must be a number >= 0");
+  }
+  o.windowed = pick<bool>("shuffle", shuffle, {{"global", false}, {"windowed", true}});
+  if (vm.count("window-bytes")) {
+    if (!o.windowed) throw UsageError("--window-bytes: applies to --shuffle windowed only");
+    o.window_bytes = parse_byte_count("--window-bytes", window_bytes);
   }
   o.model = pick<ModelKind>("model", model,
                             {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});

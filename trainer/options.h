@@ -52,6 +52,9 @@ struct TrainOptions {
   uint32_t threads = 0;       // intra-op threads; 0 = all cores
   uint32_t workers = 2;       // Loader threads; default 2
   uint32_t prefetch = 4;      // Loader batches buffered ahead; default 4
+  bool windowed = false;      // --shuffle windowed: blocks of neighbouring samples, shuffled
+                              // within windows (caches larger than memory); default global
+  uint64_t window_bytes = 0;  // --window-bytes: stored bytes per window; 0 = from free memory
   DeviceKind device = DeviceKind::kCpu;  // default cpu
   bool channels_last = false;            // NHWC memory format for activations and conv weights
   NormalizeKind normalize = NormalizeKind::kDataset;  // see NormalizeKind

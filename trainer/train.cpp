@@ -102,14 +102,17 @@ void Run::build_model() {
 }
 
 void Run::write_checkpoint() {
-  save_checkpoint(o_.output + "/checkpoint.pt", fingerprint(o_, data_.info, dist_.world_size),
-                  {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+  save_checkpoint(
+      o_.output + "/checkpoint.pt",
+      fingerprint(o_, data_.info, dist_.world_size, data_.train_loader->sampler_options()),
+      {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
 }
 
 bool Run::read_checkpoint() {
-  return load_checkpoint(o_.output + "/checkpoint.pt",
-                         fingerprint(o_, data_.info, dist_.world_size), device_,
-                         {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+  return load_checkpoint(
+      o_.output + "/checkpoint.pt",
+      fingerprint(o_, data_.info, dist_.world_size, data_.train_loader->sampler_options()), device_,
+      {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
 }
 
 void Run::go() {
