@@ -5,7 +5,7 @@ accuracy, and does a build-time shuffle (`dscache build --shuffle`) buy it back?
 One run on Fashion-MNIST (/usr/share/datasets/fashion-mnist), CPU:
 
   sorted     the training idx files rewritten in class order (stable), as an ImageFolder of the
-             same images would list them, then `dscache build` in source order -> class-sorted
+             same images would list them, then `dscache build --shuffle none` (source order)
   shuffled   the same class-sorted idx built with `--shuffle 1` -> a permutation of it
   test       the t10k files as they are (validation)
   runs       `dscache-train --model cnn --epochs E --batch 64 --accum-steps 2 --precision bf16
@@ -113,12 +113,12 @@ def main():
     sorted_idx, n = write_class_sorted(os.path.join(a.out, "sorted-idx"))
     caches = {"sorted": os.path.join(a.out, "sorted"), "shuffled": os.path.join(a.out, "shuffled")}
     test = os.path.join(a.out, "test")
-    run([dscache, "build", sorted_idx, caches["sorted"], "--classes", CLASSES, "--force", "-q"],
-        "build sorted")
+    run([dscache, "build", sorted_idx, caches["sorted"], "--classes", CLASSES, "--force", "-q",
+         "--shuffle", "none"], "build sorted")
     run([dscache, "build", sorted_idx, caches["shuffled"], "--classes", CLASSES, "--force", "-q",
          "--shuffle", "1"], "build shuffled")
     run([dscache, "build", os.path.join(DATA, "t10k-images-idx3-ubyte.gz"), test, "--classes",
-         CLASSES, "--force", "-q"], "build test")
+         CLASSES, "--force", "-q", "--shuffle", "none"], "build test")
 
     # The block and window the windowed runs use: the Loader's default 4 MiB block in samples.
     sample_bytes = 28 * 28
@@ -149,11 +149,13 @@ def main():
     summary = {f"{c}_{s}": mean_acc(c, s) for c in caches for s in ("global", "windowed")}
     print(f"\nFashion-MNIST, cnn, {a.epochs} epochs, seeds {a.seeds}; windowed: blocks of {block} "
           f"samples, windows of {window_blocks} blocks ({a.window_bytes})")
-    print(f"{'cache':10s} {'shuffle':9s} {'val acc (mean)':>15s} {'classes/batch':>14s}")
+    print(f"{'cache':10s} {'shuffle':9s} {'val acc (mean)':>15s} {'min':>7s} {'max':>7s} "
+          f"{'classes/batch':>14s}")
     for c in caches:
         for s in ("global", "windowed"):
-            print(f"{c:10s} {s:9s} {100 * summary[f'{c}_{s}']:14.2f}% "
-                  f"{shuffle_quality[c][s]:14.2f}")
+            v = [100 * r["val_acc"] for r in runs if r["cache"] == c and r["shuffle"] == s]
+            print(f"{c:10s} {s:9s} {100 * summary[f'{c}_{s}']:14.2f}% {min(v):6.2f}% "
+                  f"{max(v):6.2f}% {shuffle_quality[c][s]:14.2f}")
     gap = 100 * (summary["sorted_global"] - summary["shuffled_windowed"])
     print(f"goal: shuffled build + windowed within {GOAL_POINTS} points of global: "
           f"{gap:+.2f} points -> {'met' if abs(gap) <= GOAL_POINTS else 'MISSED'}")

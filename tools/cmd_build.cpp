@@ -74,8 +74,9 @@ int cmd_build(int argc, char** argv) {
       "shard-size", po::value(&shard_size)->default_value("1G"),
       "cap on image bytes per shard (K, M, G suffixes)")(
       "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
-      "shuffle", po::value(&shuffle),
-      "store samples in a seeded permutation of the source order (SEED: 0..2^64-1)")(
+      "shuffle", po::value(&shuffle)->default_value("0"),
+      "store samples in a seeded permutation of the source order (SEED: 0..2^64-1), or 'none' "
+      "for the source order")(
       "max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
       "skip images whose header claims more pixels")(
       "no-reduced-decode", "always decode JPEGs at full size before resizing")(
@@ -146,13 +147,13 @@ int cmd_build(int argc, char** argv) {
       throw UsageError("--threads " + std::to_string(opt.threads) + ": expected 0..1024");
     }
     if (opt.recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
-    if (vm.count("shuffle")) {
+    if (shuffle != "none") {
       errno = 0;
       char* end = nullptr;
       const unsigned long long seed = std::strtoull(shuffle.c_str(), &end, 10);
       if (shuffle.empty() || shuffle.find_first_not_of("0123456789") != std::string::npos ||
           *end != '\0' || errno == ERANGE) {
-        throw UsageError("--shuffle '" + shuffle + "': expected a seed, an integer 0..2^64-1");
+        throw UsageError("--shuffle '" + shuffle + "': expected a seed (an integer 0..2^64-1) or none");
       }
       opt.recipe.shuffled = true;
       opt.recipe.shuffle_seed = seed;

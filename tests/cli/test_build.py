@@ -250,7 +250,8 @@ def case_csv_list(tmp):
     lst.write_text("path,label\n" + "".join(f"{p},{l}\n" for p, l in rows))
     out = tmp / "out"
     # Run from another directory: paths are relative to the list file's folder, not the cwd.
-    p = run(["build", lst, out, "--size", "16", "--classes", "cat,dog,bird"], cwd=str(tmp))
+    p = run(["build", lst, out, "--size", "16", "--classes", "cat,dog,bird", "--shuffle", "none"],
+            cwd=str(tmp))
     m, images, labels = check_cache(out)
     check_eq(m["source"]["kind"], "list", "source.kind")
     check_eq(m["classes"], ["cat", "dog", "bird"], "classes from --classes")
@@ -592,7 +593,7 @@ def _resume(tmp, storage):
         imgs, _ = load_shard(f)
         check_eq(imgs.shape, (10, 16, 16, 3), f"partial {f.name} shape")
         inodes[f.name] = f.stat().st_ino
-    run(["build", src, out] + opts + ["--resume"])
+    run(["build", src, out] + opts + ["--shuffle", "none", "--resume"])
     check(not part.exists(), "partial dir left after --resume")
     check_cache(out, storage)
     for name, ino in inodes.items():
@@ -1014,6 +1015,27 @@ def case_shuffle_build(tmp):
         check("--shuffle" in p.stderr, f"--shuffle {bad!r}: stderr does not name it: {p.stderr}")
 
 
+def case_shuffle_default(tmp):
+    """Without --shuffle a build stores the samples in build_order(n, 0): byte-identical to
+    --shuffle 0, not the source order (--shuffle none), and the manifest says so."""
+    src = tmp / "src"
+    make_simple_folder(src, ["a", "b", "c"], 12, (8, 8), seed=3)
+    default, zero, none = tmp / "default", tmp / "zero", tmp / "none"
+    run(["build", src, default, "--size", "8"])
+    run(["build", src, zero, "--size", "8", "--shuffle", "0"])
+    run(["build", src, none, "--size", "8", "--shuffle", "none"])
+    compare_caches(default, zero, "default build vs --shuffle 0")
+    check_eq(load_manifest(default)["recipe"].get("shuffle_seed"), 0, "default shuffle_seed")
+    check("shuffle_seed" not in load_manifest(none)["recipe"], "--shuffle none wrote a seed")
+    d_src = read_jsonl(default / "sources.jsonl")
+    n_src = read_jsonl(none / "sources.jsonl")
+    check_eq(sorted(d_src), sorted(n_src), "the same samples")
+    check(d_src != n_src, "the default build kept the source order")
+    check_eq(n_src, sorted(n_src), "--shuffle none keeps the (sorted) source order")
+    p = run(["build", src, tmp / "bad", "--size", "8", "--shuffle", "nope"], expect_rc=2)
+    check("or none" in p.stderr, f"--shuffle nope: {p.stderr}")
+
+
 def case_shuffle_idx(tmp):
     """--shuffle on an idx source: sample i holds image k of the idx file, k from its name."""
     rng = np.random.default_rng(3)
@@ -1062,6 +1084,7 @@ CASES = {
     "ragged_resume_threads": case_ragged_resume_threads,
     "shuffle_build": case_shuffle_build,
     "shuffle_idx": case_shuffle_idx,
+    "shuffle_default": case_shuffle_default,
 }
 
 
