@@ -75,10 +75,9 @@ int cmd_build(int argc, char** argv) {
       "cap on image bytes per shard (K, M, G suffixes)")(
       "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
       "shuffle", po::value(&shuffle)->default_value("0"),
-      "store samples in a seeded permutation of the source order (SEED: 0..2^64-1), or 'none' "
-      "for the source order")(
-      "max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
-      "skip images whose header claims more pixels")(
+      "store samples in a seeded permutation of the source order (SEED: 0..2^64-1; none: "
+      "source order)")("max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
+                       "skip images whose header claims more pixels")(
       "no-reduced-decode", "always decode JPEGs at full size before resizing")(
       "labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")(
       "classes", po::value(&classes), "comma-separated class names for integer labels")(
@@ -153,7 +152,8 @@ int cmd_build(int argc, char** argv) {
       const unsigned long long seed = std::strtoull(shuffle.c_str(), &end, 10);
       if (shuffle.empty() || shuffle.find_first_not_of("0123456789") != std::string::npos ||
           *end != '\0' || errno == ERANGE) {
-        throw UsageError("--shuffle '" + shuffle + "': expected a seed (an integer 0..2^64-1) or none");
+        throw UsageError("--shuffle '" + shuffle +
+                         "': expected a seed (an integer 0..2^64-1) or none");
       }
       opt.recipe.shuffled = true;
       opt.recipe.shuffle_seed = seed;
