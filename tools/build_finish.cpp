@@ -18,6 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+}  // namespace
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -26,6 +28,8 @@ std::string utc_now() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+namespace {
 
 FileEntry write_text(const std::string& dir, const std::string& name, const std::string& text) {
   FileEntry e = write_file_atomic(dir + "/" + name, text.data(), text.size());
@@ -46,7 +50,8 @@ FileEntry write_npy(const std::string& dir, const std::string& name, const std::
 }  // namespace
 
 Manifest finish_cache(const std::string& partial, const SourceListing& src, const BuildRecipe& r,
-                      Storage storage, bool ragged, Codec codec, BuildWriter& writer) {
+                      Storage storage, bool ragged, Codec codec, BuildWriter& writer,
+                      const PartRecord* part) {
   Manifest m;
   m.codec = codec;
   m.format_version = format_version_for(codec);
@@ -84,6 +89,10 @@ Manifest finish_cache(const std::string& partial, const SourceListing& src, cons
   m.recipe = r;
   m.tool_version = DSCACHE_VERSION;
   m.created_utc = utc_now();
+  if (part != nullptr) {
+    m.has_part = true;
+    m.part = *part;
+  }
 
   writer.remove_sidecars();
   fs::remove(partial + "/" + kFingerprintFile);

@@ -12,9 +12,13 @@ namespace dscache {
 
 // Writes every side file into `partial`, removes the sidecars and the fingerprint, then writes
 // manifest.json last (a directory without it is not a cache) and syncs the directory. The
-// writer's shards must all be committed. Returns the manifest written.
+// writer's shards must all be committed. `part` (nullptr for a whole build) is recorded in the
+// manifest. Returns the manifest written.
 Manifest finish_cache(const std::string& partial, const SourceListing& src,
                       const BuildRecipe& recipe, Storage storage, bool ragged, Codec codec,
-                      BuildWriter& writer);
+                      BuildWriter& writer, const PartRecord* part = nullptr);
+
+// ISO 8601 UTC time now ("2024-05-01T12:00:00Z"), as manifests record it.
+std::string utc_now();
 
 }  // namespace dscache

@@ -57,8 +57,8 @@ bool check_output(const std::string& output, const std::string& partial, bool fo
   return replace;
 }
 
-json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage,
-                       Codec codec) {
+json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
+                       uint32_t part_index, uint32_t part_count) {
   json fp{{"source_kind", src.kind},
           {"source_root", src.root},
           {"source_labels", src.labels_path},
@@ -80,6 +80,7 @@ json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage s
     fp["codec"] = to_string(codec);
     fp["quality"] = r.quality;
   }
+  if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
   return fp;
 }
 

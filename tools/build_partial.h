@@ -25,9 +25,11 @@ bool path_exists(const std::string& path);
 // replaced.
 bool check_output(const std::string& output, const std::string& partial, bool force, bool resume);
 
-// What makes two builds the same build: the source listing and every option that changes bytes.
+// What makes two builds the same build: the source listing, every option that changes bytes and
+// the part (`part_count` 0 = the whole listing).
 nlohmann::json build_fingerprint(const SourceListing& src, const BuildRecipe& recipe,
-                                 Storage storage, Codec codec);
+                                 Storage storage, Codec codec, uint32_t part_index = 0,
+                                 uint32_t part_count = 0);
 
 // Creates `partial` holding `fingerprint`, or, when it exists, checks that its fingerprint is
 // this one (Error naming the directory otherwise).

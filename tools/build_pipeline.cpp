@@ -13,6 +13,7 @@
 
 #include "build_decode.h"
 #include "build_finish.h"
+#include "build_part.h"
 #include "build_partial.h"
 #include "build_writer.h"
 #include "dscache/ingest/source_list.h"
@@ -81,13 +82,20 @@ BuildSummary run_build(const BuildOptions& opt) {
   uint64_t per_shard = byte_shards ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
 
   // The partial directory and its fingerprint: a resumed build must be the same build.
-  open_partial(partial, build_fingerprint(src, r, opt.storage, opt.codec));
+  open_partial(partial,
+               build_fingerprint(src, r, opt.storage, opt.codec, opt.part_index, opt.part_count));
+
+  // --part I/N: positions [first, end) of the cache order below (docs/FORMAT.md "Parts").
+  const uint64_t n = src.entries.size();
+  const bool partitioned = opt.part_count != 0;
+  const uint64_t first = partitioned ? part_first(n, opt.part_index, opt.part_count) : 0;
+  const uint64_t end = partitioned ? part_first(n, opt.part_index + 1, opt.part_count) : n;
 
   BuildWriter writer(partial, opt.storage, shape, per_shard, byte_shards ? r.shard_bytes : 0,
                      opt.codec);
-  uint64_t start = writer.adopt_finished();
+  uint64_t start = std::max(first, writer.adopt_finished());
   uint64_t resumed = writer.count();
-  if (opt.resume && start > 0 && !opt.quiet) {
+  if (opt.resume && start > first && !opt.quiet) {
     std::fprintf(stderr, "resuming: %llu samples in %llu finished shards kept\n",
                  static_cast<unsigned long long>(resumed),
                  static_cast<unsigned long long>(writer.shard_count()));
@@ -96,19 +104,18 @@ BuildSummary run_build(const BuildOptions& opt) {
   int threads = opt.threads > 0
                     ? opt.threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const uint64_t end = src.entries.size();
   bool failed = false;  // --strict met a bad file
   std::string fail_source, fail_reason;
-  Progress progress(end, opt.quiet);
+  Progress progress(end - first, opt.quiet);
   size_t skips_printed = 0;
 
   // The cache's order: the source order, or with --shuffle a seeded permutation of it (the same
   // whatever the thread count, and for a resumed build).
   std::vector<uint64_t> order;
   if (r.shuffled) {
-    order = build_order(end, r.shuffle_seed);
+    order = build_order(n, r.shuffle_seed);  // over the whole listing, whatever the part
   } else {
-    order.resize(end);
+    order.resize(n);
     std::iota(order.begin(), order.end(), uint64_t{0});
   }
   run_decode_pipeline(
@@ -128,7 +135,7 @@ BuildSummary run_build(const BuildOptions& opt) {
             ++skips_printed;
           }
         }
-        progress.update(t.index + 1, writer.skipped());
+        progress.update(t.index + 1 - first, writer.skipped());
         return !failed;
       });
 
@@ -137,7 +144,7 @@ BuildSummary run_build(const BuildOptions& opt) {
     throw BadSourceError(ErrorKind::kCorruption, fail_source, fail_reason + " (--strict)");
   }
   writer.commit_shard(end);
-  progress.finish(end, writer.skipped());
+  progress.finish(end - first, writer.skipped());
   if (!opt.quiet && writer.skipped() > skips_printed) {
     std::fprintf(stderr, "... and %llu more skipped; all are listed in skipped.jsonl\n",
                  static_cast<unsigned long long>(writer.skipped() - skips_printed));
@@ -149,7 +156,9 @@ BuildSummary run_build(const BuildOptions& opt) {
         "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
   }
 
-  const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, opt.codec, writer);
+  PartRecord part{opt.part_index, opt.part_count, first, end - first};
+  const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, opt.codec, writer,
+                                  partitioned ? &part : nullptr);
   publish(partial, output, replace);
 
   BuildSummary s;

@@ -24,6 +24,8 @@ struct BuildOptions {
   bool force = false;                    // replace an existing cache at `output`
   bool resume = false;                   // continue an interrupted build of `output`
   bool quiet = false;                    // no progress lines
+  uint32_t part_index = 0;               // --part I/N: build part I (0-based) ...
+  uint32_t part_count = 0;               // ... of N of the cache order; 0 = the whole listing
   std::string labels_file;               // idx: labels file ("" = conventional sibling)
   std::vector<std::string> class_names;  // names for integer labels
 };

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "build_part.h"
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -56,7 +57,8 @@ int cmd_build(int argc, char** argv) {
       "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
   std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed",
-                    shuffle, codec = "raw";
+                    shuffle, codec = "raw", part;
+  uint32_t parts = 0;
   BuildOptions opt;
   uint32_t channels = 3;
   desc.add_options()("help,h", "show this help")(
@@ -81,6 +83,11 @@ int cmd_build(int argc, char** argv) {
       "no-reduced-decode", "always decode JPEGs at full size before resizing")(
       "labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")(
       "classes", po::value(&classes), "comma-separated class names for integer labels")(
+      "part", po::value(&part),
+      "build only part I/N (0-based) of the cache order, for dscache merge; auto: I and N from "
+      "a Slurm job array (SLURM_ARRAY_TASK_ID, _COUNT, _MIN) or a Kubernetes Indexed Job "
+      "(JOB_COMPLETION_INDEX, with --parts)")("parts", po::value(&parts),
+                                              "--part auto: the number of parts N")(
       "strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")(
       "force", "replace an existing cache at OUTPUT / discard an interrupted build")(
       "resume", "continue an interrupted build of OUTPUT from its finished shards")(
@@ -165,6 +172,16 @@ int cmd_build(int argc, char** argv) {
     opt.force = vm.count("force") > 0;
     opt.resume = vm.count("resume") > 0;
     opt.quiet = vm.count("quiet") > 0;
+    if (vm.count("parts") && !vm.count("part")) throw UsageError("--parts needs --part auto");
+    if (vm.count("part")) {
+      const PartSpec spec = resolve_part(part, parts, [](const char* k) { return std::getenv(k); });
+      opt.part_index = spec.index;
+      opt.part_count = spec.count;
+      if (part == "auto") {
+        std::fprintf(stderr, "dscache build: building part %u of %u (0-based) from %s\n",
+                     spec.index, spec.count, spec.origin.c_str());
+      }
+    }
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache build: %s\n", e.what());
     return kExitUsage;

@@ -99,6 +99,11 @@ json summary_json(CacheView& c) {
         {"shuffle_seed", m.recipe.shuffled ? json(m.recipe.shuffle_seed) : json(nullptr)}}},
       {"tool_version", m.tool_version},
       {"created_utc", m.created_utc},
+      {"part", m.has_part ? json{{"index", m.part.index},
+                                 {"count", m.part.count},
+                                 {"first", m.part.first},
+                                 {"entries", m.part.entries}}
+                          : json(nullptr)},
   };
 }
 
@@ -130,6 +135,13 @@ void print_summary(CacheView& c) {
   std::printf("source     %s %s (%llu entries)\n", m.source.kind.c_str(), m.source.root.c_str(),
               static_cast<unsigned long long>(m.source.entries));
   if (!m.source.labels.empty()) std::printf("labels     %s\n", m.source.labels.c_str());
+  if (m.has_part) {
+    std::printf(
+        "part       %u of %u (0-based): positions [%llu, %llu) of the listing's order; "
+        "join the parts with dscache merge\n",
+        m.part.index, m.part.count, static_cast<unsigned long long>(m.part.first),
+        static_cast<unsigned long long>(m.part.first + m.part.entries));
+  }
   std::printf("recipe     resize %s, reduced JPEG decode %s, max %llu pixels, shard cap %s\n",
               to_string(m.recipe.resize), m.recipe.reduced_decode ? "on" : "off",
               static_cast<unsigned long long>(m.recipe.max_pixels),

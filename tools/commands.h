@@ -15,5 +15,6 @@ int cmd_build(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_merge(int argc, char** argv);
 
 }  // namespace dscache

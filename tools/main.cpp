@@ -13,6 +13,7 @@ void usage(FILE* out) {
       "usage: dscache <command> [options]\n\n"
       "commands:\n"
       "  build SOURCE OUTPUT   decode a dataset once into npy/HDF5 shards\n"
+      "  merge PART... OUTPUT  join the parts of a partitioned build (build --part) into one\n"
       "  inspect CACHE         summarize a cache; show or export samples\n"
       "  verify CACHE          check every file and sample checksum\n"
       "  bench CACHE           measure serving speed against memcpy and per-sample decode\n\n"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return dscache::cmd_inspect(argc - 1, argv + 1);
   if (cmd == "verify") return dscache::cmd_verify(argc - 1, argv + 1);
   if (cmd == "bench") return dscache::cmd_bench(argc - 1, argv + 1);
+  if (cmd == "merge") return dscache::cmd_merge(argc - 1, argv + 1);
   if (cmd == "--version" || cmd == "version") {
     std::printf("dscache %s\n", DSCACHE_VERSION);
     return dscache::kExitOk;

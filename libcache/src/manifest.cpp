@@ -282,6 +282,14 @@ std::string to_json(const Manifest& m) {
   j["recipe"] = std::move(recipe);
   j["tool_version"] = m.tool_version;
   j["created_utc"] = m.created_utc;
+  if (m.has_part) {  // absent for a whole cache, as before --part
+    OrderedJson part;
+    part["index"] = m.part.index;
+    part["count"] = m.part.count;
+    part["first"] = m.part.first;
+    part["entries"] = m.part.entries;
+    j["part"] = std::move(part);
+  }
   // Names come from file systems and may be any bytes: replace invalid UTF-8 rather than throw.
   return j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
@@ -472,6 +480,28 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
 
   m.tool_version = r.str(j, "", "tool_version");
   m.created_utc = r.str(j, "", "created_utc");
+  if (j.contains("part")) {
+    const Json& part = r.member(j, "", "part");
+    if (!part.is_object()) r.fail("part is not an object");
+    m.has_part = true;
+    m.part.index = r.u32(part, "part", "index");
+    m.part.count = r.u32(part, "part", "count");
+    m.part.first = r.u64(part, "part", "first");
+    m.part.entries = r.u64(part, "part", "entries");
+    if (m.part.index >= m.part.count) {
+      r.fail("part.index is " + std::to_string(m.part.index) + ", expected < part.count (" +
+             std::to_string(m.part.count) + ")");
+    }
+    uint64_t end = 0;
+    if (add_overflows(m.part.first, m.part.entries, &end) || end > m.source.entries) {
+      r.fail("part covers positions past source.entries (" + std::to_string(m.source.entries) +
+             ")");
+    }
+    if (m.count + m.skipped != m.part.entries) {
+      r.fail("part.entries is " + std::to_string(m.part.entries) + ", count + skipped is " +
+             std::to_string(m.count + m.skipped));
+    }
+  }
   return m;
 }
 

@@ -70,6 +70,17 @@ struct BuildRecipe {
   uint32_t quality = 0;       // codec kJpeg: the JPEG quality 1..100; 0 for raw
 };
 
+// A cache built as one slice of a partitioned build (`dscache build --part index/count`): the
+// positions [first, first + entries) of the whole listing's cache order, where first =
+// index * n / count and first + entries = (index + 1) * n / count for n = source.entries.
+// `dscache merge` joins the parts 0..count-1 into the cache a single build would make.
+struct PartRecord {
+  uint32_t index = 0;    // this part, 0-based, < count
+  uint32_t count = 0;    // parts the listing was split into, >= 1
+  uint64_t first = 0;    // global position of its first entry
+  uint64_t entries = 0;  // positions it covers (built + skipped)
+};
+
 struct Manifest {
   int format_version = 1;              // format_version_for(codec); see kFormatVersion
   Layout layout = Layout::kFixed;      // sample layout
@@ -98,6 +109,8 @@ struct Manifest {
   BuildRecipe recipe;                  // how they were made
   std::string tool_version;            // dscache version that wrote the cache
   std::string created_utc;             // ISO 8601 time the build finished
+  bool has_part = false;               // true for a part of a partitioned build (then `part`)
+  PartRecord part;                     // meaningful only when has_part
 
   // True when the cache has an index file (raw ragged, or any JPEG cache).
   bool has_index() const { return layout == Layout::kRagged || codec != Codec::kRaw; }

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Tests of partitioned builds (`dscache build --part I/N`, `--part auto`) and `dscache merge`:
+4 parts built as 4 concurrent processes and merged equal a single build (side files byte for
+byte, samples pixel for pixel, skip report), for npy and HDF5, fixed and ragged, shuffled and
+in source order, raw and JPEG; merge's refusals; --part auto from Slurm and Kubernetes
+variables; an interrupted merge resumed; hard links; the docs' Slurm and Kubernetes examples.
+
+Usage: test_merge.py CASE   (env DSCACHE = the built binary, DSCACHE_SOURCE_ROOT = the repo root)
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cli_helpers import (
+    DSCACHE, Failure, TIMEOUT_S, build, cache_files, check, check_cache, check_eq,
+    check_ragged_cache, load_images, load_manifest, main, make_ragged_folder, partial_dir,
+    rand_rgb, read_jsonl, run, smooth_rgb, write_bytes, write_img,
+)
+
+N_PARTS = 4
+SIDE_FILES = ["labels.npy", "checksums.npy", "sources.jsonl", "skipped.jsonl"]
+INDEX_FILES = ["ragged-index.npy", "jpeg-index.npy"]
+
+
+def make_source(src, n_per_class=6):
+    """PNG and JPEG files of mixed sizes in 3 classes, plus one undecodable file."""
+    for ci, cls in enumerate(["k1", "k2", "k3"]):
+        for k in range(n_per_class):
+            seed = ci * 100 + k
+            h, w = 20 + (seed * 7) % 50, 20 + (seed * 13) % 60
+            if k % 3 == 0:
+                write_img(src / cls / f"f{k:02d}.jpg", smooth_rgb(seed, h * 2, w * 2))
+            else:
+                write_img(src / cls / f"f{k:02d}.png", rand_rgb(seed, h, w))
+    write_bytes(src / "k2" / "zz_bad.jpg", b"nope")
+
+
+def popen(args, env_extra=None):
+    env = dict(os.environ)
+    env.pop("DSCACHE_TEST_KILL_AFTER_SHARDS", None)
+    env.update(env_extra or {})
+    return subprocess.Popen([str(a) for a in args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def wait_all(procs, expect_rc=0):
+    for p in procs:
+        out, err = p.communicate(timeout=TIMEOUT_S)
+        if p.returncode != expect_rc:
+            raise Failure(f"{' '.join(map(str, p.args))}: exit {p.returncode}\n"
+                          f"{out.decode()}\n{err.decode()}")
+
+
+def build_parts(src, base, opts, n=N_PARTS):
+    """Builds parts 0..n-1 as n concurrent processes; returns their directories."""
+    opts = [str(o) for o in opts]
+    if "--shuffle" not in opts:
+        opts += ["--shuffle", "none"]
+    dirs = [base / f"part{i}" for i in range(n)]
+    wait_all([popen([DSCACHE, "build", src, d, "--quiet", "--threads", "1", "--part",
+                     f"{i}/{n}"] + opts) for i, d in enumerate(dirs)])
+    return dirs
+
+
+def compare_merged(merged, single, what, parts=None):
+    """Merged vs single build: side files byte-identical, manifests equal but for created_utc
+    and the shard split, shards covering the same samples; returns the two manifests."""
+    ma, mb = load_manifest(merged), load_manifest(single)
+    non_shard = lambda d: [f for f in cache_files(d) if not f.startswith("images-")]
+    check_eq(non_shard(merged), non_shard(single), f"{what}: side files")
+    for name in SIDE_FILES:
+        a, b = Path(merged) / name, Path(single) / name
+        if b.exists():
+            check(a.read_bytes() == b.read_bytes(), f"{what}: {name} differs from a single build")
+    for name in INDEX_FILES:
+        if (Path(single) / name).exists():
+            # Offsets are shard-relative, so they follow the parts' shards; sizes equal.
+            a, b = np.load(Path(merged) / name), np.load(Path(single) / name)
+            check(np.array_equal(a[:, 1:], b[:, 1:]), f"{what}: {name} sizes differ")
+            if parts:
+                cat = np.concatenate([np.load(Path(d) / name) for d in parts])
+                check(np.array_equal(a, cat), f"{what}: {name} is not the parts' concatenated")
+    sa, sb = dict(ma), dict(mb)
+    for m in (sa, sb):
+        for k in ("created_utc", "shards"):
+            m.pop(k)
+        m["files"].pop("index", None)  # compared above
+    check_eq(sa, sb, f"{what}: manifest (but created_utc and shards)")
+    check_eq(sum(s["count"] for s in ma["shards"]), mb["count"], f"{what}: shard counts")
+    check("part" not in ma, f"{what}: merged manifest still has a part")
+    for i, s in enumerate(ma["shards"]):
+        check(re.fullmatch(r"images-%05d\.(npy|h5)" % i, s["file"]), f"{what}: shard {s}")
+    run(["verify", merged])
+    return ma, mb
+
+
+def merge_vs_single(tmp, name, opts, ragged=False, storage="npy"):
+    src = tmp / "src"
+    if not src.exists():
+        make_source(src)
+    single = tmp / f"{name}_single"
+    build(src, single, *opts, "--quiet")
+    base = tmp / name
+    base.mkdir()
+    parts = build_parts(src, base, opts)
+    for i, d in enumerate(parts):
+        m = load_manifest(d)
+        check_eq((m["part"]["index"], m["part"]["count"]), (i, N_PARTS), f"{name}: part key")
+        run(["verify", d])
+    merged = tmp / f"{name}_merged"
+    p = run(["merge"] + parts + [merged])
+    check("merged 4 parts" in p.stdout, f"{name}: merge summary {p.stdout!r}")
+    ma, mb = compare_merged(merged, single, name, parts)
+    check_eq(mb["skipped"], 1, f"{name}: the bad file is skipped")
+    check_eq(read_jsonl(merged / "skipped.jsonl"), read_jsonl(single / "skipped.jsonl"),
+             f"{name}: skip report")
+    if ragged:
+        _, a, la, _ = check_ragged_cache(merged, storage)
+        _, b, lb, _ = check_ragged_cache(single, storage)
+        check_eq(len(a), len(b), f"{name}: samples")
+        for k, (x, y) in enumerate(zip(a, b)):
+            check(np.array_equal(x, y), f"{name}: sample {k} pixels differ")
+    elif "--codec" not in opts:
+        check_cache(single, storage)  # merged shards split otherwise; verify checked them
+        a, b = load_images(merged), load_images(single)
+        check_eq(a.shape, b.shape, f"{name}: images shape")
+        for k in range(len(b)):
+            check(np.array_equal(a[k], b[k]), f"{name}: sample {k} pixels differ")
+    return merged, parts
+
+
+def case_merge_fixed_npy(tmp):
+    opts = ["--size", "24", "--shard-size", str(24 * 24 * 3 * 4)]
+    merge_vs_single(tmp, "none", opts)
+    merge_vs_single(tmp, "seed0", opts + ["--shuffle", "0"])  # the default shuffle
+
+
+def case_merge_fixed_hdf5(tmp):
+    opts = ["--size", "24", "--storage", "hdf5", "--shard-size", str(24 * 24 * 3 * 4)]
+    merge_vs_single(tmp, "none", opts, storage="hdf5")
+    merge_vs_single(tmp, "seed3", opts + ["--shuffle", "3"], storage="hdf5")
+
+
+def case_merge_ragged(tmp):
+    for storage in ("npy", "hdf5"):
+        opts = ["--layout", "ragged", "--max-side", "20", "--storage", storage,
+                "--shard-size", "4000"]
+        merge_vs_single(tmp, f"{storage}_none", opts, ragged=True, storage=storage)
+        merge_vs_single(tmp, f"{storage}_seed0", opts + ["--shuffle", "0"], ragged=True,
+                        storage=storage)
+
+
+def case_merge_jpeg(tmp):
+    merged, _ = merge_vs_single(tmp, "jpeg", ["--size", "24", "--codec", "jpeg",
+                                              "--shard-size", "3000", "--shuffle", "5"])
+    single = tmp / "jpeg_single"
+    # Stored bytes: each sample's JPEG stream, found through the index, equals the single build's.
+    def streams(d):
+        m = load_manifest(d)
+        idx = np.load(d / "jpeg-index.npy")
+        out = []
+        for s in m["shards"]:
+            data = (d / s["file"]).read_bytes()
+            out += [(s["file"], int(o), int(n)) for o, n in idx[s["first"]:s["first"] + s["count"], :2]]
+        return out
+    check_eq(len(streams(merged)), len(streams(single)), "jpeg: sample count")
+    run(["verify", merged])  # every stored JPEG stream's XXH64 vs checksums.npy (== single's)
+
+
+def expect_refusal(args, rc, pattern, out, what):
+    p = run(["merge"] + args + [out], expect_rc=rc)
+    check(re.search(pattern, p.stderr), f"{what}: stderr {p.stderr!r} lacks {pattern!r}")
+    check(not out.exists() and not partial_dir(out).exists(), f"{what}: something left at OUT")
+
+
+def case_merge_refusals(tmp):
+    src, other = tmp / "src", tmp / "other"
+    make_source(src)
+    make_source(other, n_per_class=5)
+    opts = ["--size", "16"]
+    (tmp / "a").mkdir()
+    (tmp / "b").mkdir()
+    parts = build_parts(src, tmp / "a", opts)
+    out = tmp / "out"
+    expect_refusal(parts[:3], 2, r"missing part 3/4", out, "missing part")
+    expect_refusal(parts + [parts[1]], 2, r"part1.*part 1/4 given twice", out, "twice")
+    build(other, tmp / "b" / "o2", *opts, "--part", "2/4", "--quiet")
+    expect_refusal(parts[:2] + [tmp / "b" / "o2", parts[3]], 2,
+                   r"o2: part from another listing", out, "other listing")
+    build(src, tmp / "b" / "s2", "--size", "20", "--part", "2/4", "--quiet")
+    expect_refusal(parts[:2] + [tmp / "b" / "s2", parts[3]], 2,
+                   r"s2: options differ: size is 20x20 here, 16x16", out, "other options")
+    build(src, tmp / "b" / "whole", *opts, "--quiet")
+    expect_refusal(parts + [tmp / "b" / "whole"], 2, r"whole: not a part", out, "not a part")
+    p = run(["merge", "--strict"] + parts + [out], expect_rc=3)
+    check("--strict" in p.stderr and "zz_bad.jpg" in p.stderr, f"--strict: {p.stderr!r}")
+    check(not out.exists(), "--strict: OUT exists")
+    run(["merge"] + parts + [out])
+    p = run(["merge"] + parts + [out], expect_rc=4)
+    check("--force" in p.stderr, f"OUT exists: {p.stderr!r}")
+    run(["merge", "--force"] + parts + [out])
+    run(["merge", parts[0]], expect_rc=2)
+
+
+def case_part_auto(tmp):
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--quiet"]
+    (tmp / "p").mkdir()
+    slurm = {"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "10"}
+    for i in range(4):
+        env = dict(slurm, SLURM_ARRAY_TASK_ID=str(10 + i))
+        p = build(src, tmp / "p" / f"s{i}", *opts, "--part", "auto", env_extra=env)
+        check(f"part {i} of 4" in p.stderr and "SLURM_ARRAY_TASK_ID" in p.stderr,
+              f"slurm stderr {p.stderr!r}")
+        check_eq(load_manifest(tmp / "p" / f"s{i}")["part"]["index"], i, "slurm part index")
+        p = build(src, tmp / "p" / f"k{i}", *opts, "--part", "auto", "--parts", "4",
+                  env_extra={"JOB_COMPLETION_INDEX": str(i)})
+        check(f"part {i} of 4" in p.stderr and "JOB_COMPLETION_INDEX" in p.stderr,
+              f"k8s stderr {p.stderr!r}")
+    run(["merge"] + [tmp / "p" / f"s{i}" for i in range(4)] + [tmp / "ms"])
+    run(["merge"] + [tmp / "p" / f"k{i}" for i in range(4)] + [tmp / "mk"])
+    build(src, tmp / "single", *opts)
+    compare_merged(tmp / "ms", tmp / "single", "slurm")
+    compare_merged(tmp / "mk", tmp / "single", "k8s")
+    bad = [
+        (["--part", "4/4"], {}, r"not below"),
+        (["--part", "1/0"], {}, r"at least 1"),
+        (["--part", "x"], {}, r"expected I/N"),
+        (["--part", "-1/4"], {}, r"--part"),
+        (["--part", "1/4", "--parts", "4"], {}, r"--parts applies to --part auto"),
+        (["--parts", "4"], {}, r"--parts needs --part auto"),
+        (["--part", "auto"], {}, r"neither SLURM_ARRAY_TASK_ID"),
+        (["--part", "auto"], {"JOB_COMPLETION_INDEX": "1"}, r"pass --parts"),
+        (["--part", "auto", "--parts", "4"], {"JOB_COMPLETION_INDEX": "4"}, r"not below"),
+        (["--part", "auto"], {"SLURM_ARRAY_TASK_ID": "1"}, r"SLURM_ARRAY_TASK_COUNT is not"),
+        (["--part", "auto"], {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4"},
+         r"not below"),
+        (["--part", "auto", "--parts", "3"],
+         {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, r"disagrees"),
+        (["--part", "auto"], {"SLURM_ARRAY_TASK_ID": "a", "SLURM_ARRAY_TASK_COUNT": "4"},
+         r"SLURM_ARRAY_TASK_ID 'a'"),
+    ]
+    for args, env, pattern in bad:
+        env = dict(env)
+        for k in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
+                  "JOB_COMPLETION_INDEX"):
+            if k not in env and k in os.environ:
+                raise Failure(f"the test environment sets {k}")
+        p = build(src, tmp / "bad", *opts, *args, expect_rc=2, env_extra=env)
+        check(re.search(pattern, p.stderr), f"{args} {env}: stderr {p.stderr!r} lacks {pattern}")
+        check(not (tmp / "bad").exists(), f"{args}: output created")
+
+
+def case_merge_resume_hardlinks(tmp):
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--shard-size", str(16 * 16 * 3 * 2)]
+    parts = build_parts(src, tmp, opts)
+    out = tmp / "out"
+    run(["merge"] + parts + [out], expect_rc=-9,
+        env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "3"})
+    check(not out.exists() and partial_dir(out).is_dir(), "killed merge: partial dir expected")
+    p = run(["merge"] + parts + [out], expect_rc=4)
+    check("--resume" in p.stderr, f"interrupted merge without --resume: {p.stderr!r}")
+    run(["merge", "--resume"] + parts + [out])
+    ref = tmp / "ref"
+    run(["merge"] + parts + [ref])
+    for name in cache_files(ref):
+        if name != "manifest.json":
+            check((out / name).read_bytes() == (ref / name).read_bytes(), f"resumed: {name}")
+    m = load_manifest(out)
+    m.pop("created_utc")
+    mr = load_manifest(ref)
+    mr.pop("created_utc")
+    check_eq(m, mr, "resumed manifest")
+    # Shards are hard links of the parts' shards (same inode), never copies on one filesystem.
+    g = 0
+    for d in parts:
+        for s in load_manifest(d)["shards"]:
+            a, b = os.stat(d / s["file"]), os.stat(out / m["shards"][g]["file"])
+            check(a.st_ino == b.st_ino and b.st_nlink >= 3, f"shard {g} is not a hard link")
+            g += 1
+    check_eq(g, len(m["shards"]), "shards renumbered")
+    single = tmp / "single"
+    build(src, single, *opts, "--quiet")
+    compare_merged(out, single, "resumed")
+    # A resumed merge must join the same parts.
+    run(["merge"] + parts + [tmp / "k2"], expect_rc=-9,
+        env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "1"})
+    time.sleep(1.1)  # a rebuilt part 3 records another created_utc
+    build(src, tmp / "other3", *opts, "--part", "3/4", "--quiet")
+    p = run(["merge", "--resume"] + parts[:3] + [tmp / "other3", tmp / "k2"], expect_rc=1)
+    check("interrupted" in p.stderr, f"resume with other parts: {p.stderr!r}")
+
+
+def doc_command(path, marker):
+    """The `dscache build ...` command line of a doc file (the line holding `marker`),
+    with shell variables and continuations resolved by the caller's substitutions."""
+    text = Path(path).read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if marker in line and "dscache build" in line and not line.lstrip().startswith("#"):
+            return line
+    raise Failure(f"{path}: no line with 'dscache build' and {marker!r}")
+
+
+def run_doc_parts(cmd_line, envs, src, out_base):
+    """Runs the doc's build line as 4 concurrent processes, $VARS expanded from each process's
+    environment (SRC and PARTS point into the test's temp dir)."""
+    procs = []
+    for env in envs:
+        env = dict(env, SRC=str(src), PARTS=str(out_base))
+        line = re.sub(r"\$\{?(\w+)\}?", lambda mt: env.get(mt.group(1), mt.group(0)), cmd_line)
+        args = shlex.split(line)
+        args = args[args.index("dscache") + 1:]
+        procs.append(popen([DSCACHE] + args, env))
+    wait_all(procs)
+
+
+def case_doc_examples(tmp):
+    root = Path(os.environ["DSCACHE_SOURCE_ROOT"])
+    src = tmp / "src"
+    make_source(src)
+    slurm = root / "docs" / "slurm-build.sh"
+    k8s = root / "docs" / "k8s-build-job.yaml"
+    text = slurm.read_text()
+    check("#SBATCH --array=0-3" in text, "slurm-build.sh: #SBATCH --array=0-3")
+    check("dscache merge" in text and "--dependency=afterok" in text, "slurm: dependent merge")
+    ytext = k8s.read_text()
+    for want in ("completionMode: Indexed", "completions: 4", "parallelism: 4",
+                 "--part", "auto", "--parts", "dscache merge"):
+        check(want in ytext, f"k8s-build-job.yaml lacks {want!r}")
+    for name, path, envs in [
+        ("slurm", slurm, [{"SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "4",
+                           "SLURM_ARRAY_TASK_MIN": "0"} for i in range(4)]),
+        ("k8s", k8s, [{"JOB_COMPLETION_INDEX": str(i)} for i in range(4)]),
+    ]:
+        base = tmp / name
+        base.mkdir()
+        line = doc_command(path, "--part auto")
+        run_doc_parts(line, envs, src, base)
+        parts = sorted(base.iterdir())
+        check_eq(len(parts), 4, f"{name}: parts built")
+        run(["merge"] + parts + [tmp / f"{name}_merged"])
+        m = load_manifest(parts[0])
+        opts = ["--size", str(m["shape"][0]), "--shuffle", str(m["recipe"].get("shuffle_seed", 0)),
+                "--shard-size", str(m["recipe"]["shard_bytes"]), "--quiet"]
+        single = tmp / f"{name}_single"
+        if not single.exists():
+            build(src, single, *opts)
+        compare_merged(tmp / f"{name}_merged", single, name)
+
+
+CASES = {
+    "merge_fixed_npy": case_merge_fixed_npy,
+    "merge_fixed_hdf5": case_merge_fixed_hdf5,
+    "merge_ragged": case_merge_ragged,
+    "merge_jpeg": case_merge_jpeg,
+    "merge_refusals": case_merge_refusals,
+    "part_auto": case_part_auto,
+    "merge_resume_hardlinks": case_merge_resume_hardlinks,
+    "doc_examples": case_doc_examples,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main(CASES, sys.argv))

@@ -1,0 +1,45 @@
+// `dscache merge` as a library call: checks that the parts of a partitioned build
+// (`dscache build --part I/N`) belong together and joins them into the cache a single build
+// would make: shards hard-linked (copied across filesystems) and renumbered, side files
+// concatenated, manifest last; atomic and resumable like a build.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscache/error.h"
+
+namespace dscache {
+
+struct MergeOptions {
+  std::vector<std::string> parts;  // part cache directories, in any order
+  std::string output;              // cache directory to create
+  bool force = false;              // replace an existing cache at `output` / discard a partial
+  bool resume = false;             // continue an interrupted merge of `output`
+  bool strict = false;             // refuse parts that recorded skipped entries
+};
+
+struct MergeSummary {
+  uint64_t count = 0;    // samples in the merged cache
+  uint64_t skipped = 0;  // source entries the parts skipped
+  uint64_t parts = 0;    // parts joined
+  uint64_t shards = 0;   // shards in the merged cache
+  uint64_t linked = 0;   // shards hard-linked in this run
+  uint64_t copied = 0;   // shards copied in this run (another filesystem)
+  std::string output;    // absolute path of the cache
+};
+
+// The parts do not make one cache: a part missing or given twice, a part from another listing,
+// built with other options, or not a part at all. The message names the part directory.
+class PartsMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Runs the merge. Throws PartsMismatchError, BadSourceError (--strict and a part skipped
+// entries), OutputExistsError (as build), or Error (a part's files are corrupt or unreadable:
+// kCorruption / kNotFound / kIOError; an interrupted merge is then left for --resume).
+MergeSummary run_merge(const MergeOptions& options);
+
+}  // namespace dscache
