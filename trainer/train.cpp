@@ -297,7 +297,9 @@ void Run::go() {
         st_.metrics_bytes = metrics_.bytes();
         write_checkpoint();
       }
-      if (kill_after && st_.global_step == kill_after) std::raise(SIGKILL);
+      if (kill_after && st_.global_step == kill_after) {
+        std::raise(std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP : SIGKILL);  // test hook
+      }
     }
     st_.epoch_seconds =
         seconds_before + std::chrono::duration<double>(Clock::now() - epoch_start).count();

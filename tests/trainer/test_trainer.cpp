@@ -32,6 +32,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "amp.h"
@@ -1017,6 +1018,24 @@ TEST_SUITE("cli") {
     CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
   }
 
+  TEST_CASE("the launcher, sent SIGTERM: stops its ranks (it reaps them) and exits 128 + 15") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    // 4000 samples: training runs well past the signal
+    trainer_test::write_cache(train, trainer_test::synthetic(4000, 12, 12, 3, 4, 5));
+    const int pid = trainer_test::spawn_process(
+        dp_args(train, tmp.path() + "/out", {"--nproc-per-node", "2"}), {}, log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(pid, SIGTERM);
+    const int st = trainer_test::wait_process(pid);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + SIGTERM);
+    CHECK(text.find("got signal 15") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
+  }
+
   TEST_CASE("a rank SIGKILLed mid-run: the survivor exits 3 naming the failed collective") {
     TempDir tmp;
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
@@ -1033,6 +1052,34 @@ TEST_SUITE("cli") {
     CHECK(WEXITSTATUS(st[0]) == 3);
     CHECK(text.find("rank 0 of 2: a collective failed") != std::string::npos);
     CHECK(seconds_since(t0) < 60);
+  }
+
+  TEST_CASE("a stopped rank: the other fails when the collective times out (--dist-timeout)") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const auto args = dp_args(train, tmp.path() + "/out", {"--dist-timeout", "3"});
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          args,
+          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "DSCACHE_TEST_KILL_AFTER_STEPS=3",
+           "DSCACHE_TEST_KILL_RANK=1", "DSCACHE_TEST_STOP_INSTEAD=1"},
+          log));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const int st = trainer_test::wait_process(pids[0]);
+    const double took = seconds_since(t0);
+    ::kill(pids[1], SIGKILL);  // stopped (SIGSTOP), never exits by itself
+    trainer_test::wait_process(pids[1]);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 3);
+    CHECK(text.find("rank 0 of 2: a collective failed") != std::string::npos);
+    CHECK(took < 30);
   }
 
   TEST_CASE("rendezvous: a missing rank fails after --dist-timeout, naming it") {
