@@ -1,8 +1,10 @@
 // c10d's Gloo process group behind Communicator.
 #include "distributed.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "dscache/error.h"
 
@@ -51,17 +53,70 @@ DistEnv dist_env_from_environment() {
 #ifdef USE_C10D_GLOO
 namespace {
 
+// Rank 0 hosts the TCPStore; every rank announces itself with a key of its own, so that rank 0
+// can say who is missing (the store's own wait for workers only counts connections, silently).
+// Rank 0 prints how many joined every 10 s; after `timeout` it throws naming the missing ranks.
+c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env, std::chrono::seconds timeout) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    const std::string first_line =
+        std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    throw DistributedError(
+        env.rank == 0 ? "rendezvous: cannot host the TCPStore on " + where + ": " + first_line
+                      : "rendezvous: rank " + std::to_string(env.rank) +
+                            " could not reach rank 0's TCPStore at " + where + " within " +
+                            std::to_string(timeout.count()) + " s (--dist-timeout): " + first_line);
+  }
+  store->set("dscache/joined/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+  if (env.rank != 0) return store;
+  const auto start = std::chrono::steady_clock::now();
+  auto next_report = start + std::chrono::seconds(10);
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 1; r < env.world_size; ++r) {
+      if (!store->check({"dscache/joined/" + std::to_string(r)})) missing.push_back(r);
+    }
+    if (missing.empty()) return store;
+    auto list = [&] {
+      std::string s;
+      for (size_t i = 0; i < missing.size() && i < 16; ++i) {
+        s += (i ? ", " : "") + std::to_string(missing[i]);
+      }
+      return s + (missing.size() > 16 ? ", ..." : "");
+    };
+    const auto now = std::chrono::steady_clock::now();
+    const int joined = env.world_size - static_cast<int>(missing.size());
+    if (now - start >= timeout) {
+      throw DistributedError("rendezvous: " + std::to_string(joined) + " of " +
+                             std::to_string(env.world_size) + " ranks joined at " + where +
+                             " within " + std::to_string(timeout.count()) +
+                             " s (--dist-timeout); missing rank(s): " + list());
+    }
+    if (now >= next_report) {
+      std::fprintf(stderr,
+                   "dscache-train: rendezvous at %s: %d of %d ranks joined; waiting for %s\n",
+                   where.c_str(), joined, env.world_size, list().c_str());
+      next_report += std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 class GlooCommunicator : public Communicator {
  public:
-  explicit GlooCommunicator(const DistEnv& env) : rank_(env.rank), world_(env.world_size) {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
-    so.numWorkers = static_cast<size_t>(env.world_size);
-    so.waitWorkers = true;
-    so.timeout = std::chrono::minutes(5);
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  GlooCommunicator(const DistEnv& env, std::chrono::seconds timeout)
+      : rank_(env.rank), world_(env.world_size) {
+    auto store = rendezvous(env, timeout);
     auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = timeout;  // every collective; Gloo's default is 30 minutes
     const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
     opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                      : c10d::ProcessGroupGloo::createDefaultDevice());
@@ -104,10 +159,20 @@ class GlooCommunicator : public Communicator {
 }  // namespace
 #endif
 
-std::unique_ptr<Communicator> make_communicator(const DistEnv& env) {
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout) {
   if (env.world_size <= 1) return nullptr;
 #ifdef USE_C10D_GLOO
-  return std::make_unique<GlooCommunicator>(env);
+  try {
+    return std::make_unique<GlooCommunicator>(env, timeout);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {  // the store's host (rank 0) went away, a peer vanished...
+    const std::string what = e.what();
+    throw DistributedError(
+        "rendezvous: forming the Gloo group of " + std::to_string(env.world_size) +
+        " ranks failed (rank 0 or another " +
+        "rank exited, or did not join within --dist-timeout): " + what.substr(0, what.find('\n')));
+  }
 #else
   throw Error(ErrorKind::kUnsupported, "",
               "WORLD_SIZE > 1 needs a dscache-train built with Gloo (libgloo-dev)");

@@ -4,7 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,9 +42,18 @@ class Communicator {
   virtual int world_size() const = 0;
 };
 
-// A Gloo group over TCP (rank 0 hosts the TCPStore), or nullptr when world_size is 1. Throws
-// Error(kUnsupported) when built without Gloo and world_size > 1.
-std::unique_ptr<Communicator> make_communicator(const DistEnv& env);
+// The group could not form or broke: a rank missing at rendezvous, rank 0's store unreachable,
+// a peer gone or silent for longer than the timeout. main() maps it to exit code 3.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A Gloo group over TCP (rank 0 hosts the TCPStore), or nullptr when world_size is 1. Waits at
+// most `timeout` for all ranks to join (rank 0 prints who joined while it waits, then throws
+// DistributedError naming the missing ranks); the same `timeout` bounds every collective.
+// Throws Error(kUnsupported) when built without Gloo and world_size > 1.
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout);
 
 }  // namespace train
 }  // namespace dscache

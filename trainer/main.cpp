@@ -1,5 +1,5 @@
-// dscache-train: parse the command line, run training, map errors to exit codes
-// (0 ok, 1 error, 2 usage).
+// dscache-train: parse the command line, run training (or launch and supervise ranks), map errors
+// to exit codes (0 ok, 1 error, 2 usage, 3 distributed: a rank missing, gone or silent).
 #include <malloc.h>
 
 #include <cstdio>
@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "distributed.h"
 #include "dscache/error.h"
+#include "launch.h"
 #include "options.h"
 #include "train.h"
 
@@ -34,6 +36,39 @@ void keep_freed_memory() {
 #endif
 }
 
+// "rank 1 of 2: " when this process is one rank of several (set by torchrun or the launcher).
+std::string rank_prefix() {
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!rank || !world || std::atoi(world) <= 1) return "";
+  return std::string("rank ") + rank + " of " + world + ": ";
+}
+
+// torchrun --max-restarts restarts every rank with TORCHELASTIC_RESTART_COUNT > 0: continue from
+// the last checkpoint as --resume does (which starts afresh, saying so, when there is none).
+void resume_on_restart(dscache::train::TrainOptions* o) {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (!count || std::atoi(count) <= 0 || o->resume) return;
+  if (o->output.empty()) {
+    std::fprintf(stderr,
+                 "dscache-train: %sTORCHELASTIC_RESTART_COUNT=%s but no --output: nothing to "
+                 "resume from, starting afresh\n",
+                 rank_prefix().c_str(), count);
+    return;
+  }
+  std::fprintf(stderr,
+               "dscache-train: %sTORCHELASTIC_RESTART_COUNT=%s: restarted by the launcher, "
+               "resuming from %s/checkpoint.pt (as --resume)\n",
+               rank_prefix().c_str(), count, o->output.c_str());
+  o->resume = true;
+}
+
+// A Gloo failure inside a collective (a peer closed the connection, or stayed silent past the
+// timeout) surfaces as a c10::Error whose message names Gloo's source file.
+bool is_gloo_failure(const std::string& what) {
+  return !rank_prefix().empty() && what.find("gloo") != std::string::npos;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,20 +85,48 @@ int main(int argc, char** argv) {
       return 0;
     }
     resolve_and_validate(&options);
+    if (options.nproc_per_node > 0) {
+      const char* world = std::getenv("WORLD_SIZE");
+      if (world && std::atoi(world) > 1) {
+        throw UsageError("nproc-per-node: WORLD_SIZE=" + std::string(world) +
+                         " is already set (started by torchrun or another launcher?); "
+                         "use one or the other");
+      }
+    }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "dscache-train: %s\n(see dscache-train --help)\n", e.what());
     return 2;
   }
+  if (options.nproc_per_node > 0) {
+    try {
+      return launch_local(static_cast<int>(options.nproc_per_node), strip_nproc_option(args));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dscache-train: launcher: %s\n", e.what());
+      return 1;
+    }
+  }
+  resume_on_restart(&options);
+  const std::string who = rank_prefix();
   try {
     run_training(options);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache-train: %s\n", e.what());
+    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
     return 2;
   } catch (const dscache::Error& e) {
-    std::fprintf(stderr, "dscache-train: %s\n", e.what());
+    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
     return 1;
+  } catch (const DistributedError& e) {
+    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
+    return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache-train: error: %s\n", e.what());
+    if (is_gloo_failure(e.what())) {
+      std::fprintf(stderr,
+                   "dscache-train: %sa collective failed: another rank exited or stopped "
+                   "responding for --dist-timeout (%u s); see its output above. Gloo: %s\n",
+                   who.c_str(), options.dist_timeout, e.what());
+      return 3;
+    }
+    std::fprintf(stderr, "dscache-train: %serror: %s\n", who.c_str(), e.what());
     return 1;
   }
   return 0;

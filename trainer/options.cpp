@@ -116,7 +116,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
     ("keep-denormals", "CPU: do not flush denormal floats to zero (slower)")
-    ("no-progress", "no progress line on a TTY");
+    ("no-progress", "no progress line on a TTY")
+    ("dist-timeout", po::value(&o.dist_timeout), "seconds to wait for all ranks to join and for any collective (default 600)")
+    ("nproc-per-node", po::value(&o.nproc_per_node), "start N ranks on this machine, as torchrun does, and supervise them");
   // clang-format on
   std::ostringstream text;
   text << desc;
@@ -212,6 +214,8 @@ void resolve_and_validate(TrainOptions* options) {
   }
   if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
   if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");
+  if (o.dist_timeout == 0) bad("dist-timeout", "must be >= 1 (seconds)");
+  if (o.nproc_per_node > 1024) bad("nproc-per-node", "must be at most 1024");
   if (o.checkpoint_every > 0 && o.output.empty()) {
     bad("checkpoint-every", "needs --output (where checkpoint.pt is written)");
   }

@@ -71,6 +71,10 @@ struct TrainOptions {
                                   // 0 = epoch ends only
   bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on
   bool progress = true;           // a progress line on stderr when it is a TTY
+  uint32_t dist_timeout = 600;    // seconds: rendezvous wait and Gloo collective timeout when
+                                  // WORLD_SIZE > 1; default 600 (see README, "Timeouts")
+  uint32_t nproc_per_node = 0;    // > 0: start that many ranks on this machine and supervise
+                                  // them (launch.h); 0 = run as one process (default)
 };
 
 // A bad command line or option value; main() maps it to exit code 2.

@@ -138,7 +138,7 @@ void Run::go() {
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
-  comm_ = make_communicator(dist_);
+  comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout));
   ProgressLine progress(o_.progress && main_rank_, o_.epochs);
   // CUDA: page-locked batches, so the copies to the device are asynchronous and in place.
   const BufferAllocator allocator =
@@ -177,7 +177,10 @@ void Run::go() {
   if (o_.max_steps) total_steps = std::min(total_steps, o_.max_steps);
 
   const char* kill_env = std::getenv("DSCACHE_TEST_KILL_AFTER_STEPS");  // test hook
-  const uint64_t kill_after = kill_env ? std::strtoull(kill_env, nullptr, 10) : 0;
+  const char* kill_rank = std::getenv("DSCACHE_TEST_KILL_RANK");        // test hook: only this rank
+  const uint64_t kill_after = kill_env && (!kill_rank || std::atoi(kill_rank) == dist_.rank)
+                                  ? std::strtoull(kill_env, nullptr, 10)
+                                  : 0;
 
   uint64_t epoch = st_.position.epoch;
   bool restore = resumed;
@@ -294,7 +297,9 @@ void Run::go() {
         st_.metrics_bytes = metrics_.bytes();
         write_checkpoint();
       }
-      if (kill_after && st_.global_step == kill_after) std::raise(SIGKILL);
+      if (kill_after && st_.global_step == kill_after) {
+        std::raise(std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP : SIGKILL);  // test hook
+      }
     }
     st_.epoch_seconds =
         seconds_before + std::chrono::duration<double>(Clock::now() - epoch_start).count();

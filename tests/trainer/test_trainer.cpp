@@ -18,6 +18,7 @@
 #undef CHECK_FALSE
 #include <doctest/doctest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "amp.h"
@@ -942,6 +944,251 @@ TEST_SUITE("cli") {
       CHECK(WEXITSTATUS(st) == r.code);
       CHECK(text.find(r.needle) != std::string::npos);
     }
+  }
+
+  // ---- launching, timeouts and failures (launch.h, distributed.h) ----
+
+  // The data-parallel fixture: 200 samples, batch 8, K = 2 → 7 windows per epoch per rank.
+  std::vector<std::string> dp_args(const std::string& train, const std::string& out,
+                                   std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {
+        train_exe(), "--train",   train, "--batch",       "8",           "--accum-steps",
+        "2",         "--threads", "1",   "--seed",        "3",           "--epochs",
+        "2",         "--output",  out,   "--no-progress", "--log-every", "1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // Starts `args` as ranks 0..world-1 by hand (as a scheduler would) with `extra_env`; returns
+  // their wait statuses.
+  std::vector<int> run_ranks(const std::vector<std::string>& args, int world,
+                             const std::vector<int>& ranks, const std::string& log,
+                             const std::vector<std::string>& extra_env = {}) {
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r : ranks) {
+      std::vector<std::string> env = {
+          "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
+          "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
+      env.insert(env.end(), extra_env.begin(), extra_env.end());
+      pids.push_back(trainer_test::spawn_process(args, env, log));
+    }
+    std::vector<int> out;
+    for (int pid : pids) out.push_back(trainer_test::wait_process(pid));
+    return out;
+  }
+
+  double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  TEST_CASE("--nproc-per-node 2: the same weights and metrics as 2 ranks started by hand") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    for (int st : run_ranks(dp_args(train, tmp.path() + "/byhand"), 2, {0, 1}, log)) {
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    const int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    check_same_result(tmp.path() + "/byhand", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12,
+                      12, 14 + 2);
+  }
+
+  TEST_CASE("a rank SIGKILLed mid-run: the launcher stops the other and exits 128 + 9") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const auto t0 = std::chrono::steady_clock::now();
+    const int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/out", {"--nproc-per-node", "2", "--dist-timeout", "10"}),
+        {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_RANK=1"}, log);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + SIGKILL);
+    CHECK(text.find("rank 1 (pid") != std::string::npos);
+    CHECK(text.find("was killed by signal 9") != std::string::npos);
+    CHECK(seconds_since(t0) < 60);
+    CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
+  }
+
+  TEST_CASE("the launcher, sent SIGTERM: stops its ranks (it reaps them) and exits 128 + 15") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    // 4000 samples: training runs well past the signal
+    trainer_test::write_cache(train, trainer_test::synthetic(4000, 12, 12, 3, 4, 5));
+    const int pid = trainer_test::spawn_process(
+        dp_args(train, tmp.path() + "/out", {"--nproc-per-node", "2"}), {}, log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(pid, SIGTERM);
+    const int st = trainer_test::wait_process(pid);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + SIGTERM);
+    CHECK(text.find("got signal 15") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
+  }
+
+  TEST_CASE("a rank SIGKILLed mid-run: the survivor exits 3 naming the failed collective") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto st =
+        run_ranks(dp_args(train, tmp.path() + "/out", {"--dist-timeout", "10"}), 2, {0, 1}, log,
+                  {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_RANK=1"});
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFSIGNALED(st[1]));
+    CHECK(WTERMSIG(st[1]) == SIGKILL);
+    REQUIRE(WIFEXITED(st[0]));
+    CHECK(WEXITSTATUS(st[0]) == 3);
+    CHECK(text.find("rank 0 of 2: a collective failed") != std::string::npos);
+    CHECK(seconds_since(t0) < 60);
+  }
+
+  TEST_CASE("a stopped rank: the other fails when the collective times out (--dist-timeout)") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const auto args = dp_args(train, tmp.path() + "/out", {"--dist-timeout", "3"});
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          args,
+          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "DSCACHE_TEST_KILL_AFTER_STEPS=3",
+           "DSCACHE_TEST_KILL_RANK=1", "DSCACHE_TEST_STOP_INSTEAD=1"},
+          log));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const int st = trainer_test::wait_process(pids[0]);
+    const double took = seconds_since(t0);
+    ::kill(pids[1], SIGKILL);  // stopped (SIGSTOP), never exits by itself
+    trainer_test::wait_process(pids[1]);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 3);
+    CHECK(text.find("rank 0 of 2: a collective failed") != std::string::npos);
+    CHECK(took < 30);
+  }
+
+  TEST_CASE("rendezvous: a missing rank fails after --dist-timeout, naming it") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train";
+    trainer_test::write_cache(train, trainer_test::synthetic(40, 12, 12, 3, 4, 5));
+    struct Case {
+      std::vector<int> started;
+      std::vector<std::string> needles;
+    };
+    const std::vector<Case> cases = {
+        // rank 0 waits for rank 1, then names it
+        {{0, 2}, {"rank 0 of 3: rendezvous: 2 of 3 ranks joined", "missing rank(s): 1"}},
+        // no rank 0: nobody hosts the store
+        {{1}, {"rank 1 of 3: rendezvous: rank 1 could not reach rank 0's TCPStore"}},
+    };
+    for (const auto& c : cases) {
+      const std::string log = tmp.path() + "/log.txt";
+      std::filesystem::remove(log);
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto st = run_ranks(dp_args(train, tmp.path() + "/out", {"--dist-timeout", "3"}), 3,
+                                c.started, log);
+      const double took = seconds_since(t0);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      for (const auto& needle : c.needles) CHECK(text.find(needle) != std::string::npos);
+      REQUIRE(WIFEXITED(st[0]));
+      CHECK(WEXITSTATUS(st[0]) == 3);
+      for (size_t i = 1; i < st.size(); ++i) {  // rank 2 loses rank 0's store: exit 3 as well
+        REQUIRE(WIFEXITED(st[i]));
+        CHECK(WEXITSTATUS(st[i]) == 3);
+      }
+      CHECK(took >= 2.5);
+      CHECK(took < 30);
+    }
+  }
+
+  TEST_CASE("TORCHELASTIC_RESTART_COUNT > 0 resumes from the checkpoint, saying so") {
+    TempDir tmp;
+    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(96, 12, 12, 3, 4, 7));
+    const std::vector<std::string> args = {"--train",
+                                           tmp.path() + "/train",
+                                           "--batch",
+                                           "16",
+                                           "--threads",
+                                           "1",
+                                           "--epochs",
+                                           "2",
+                                           "--seed",
+                                           "2",
+                                           "--checkpoint-every",
+                                           "2",
+                                           "--log-every",
+                                           "1"};
+    const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
+    const std::string log = tmp.path() + "/log.txt";
+    auto with_output = [&](const std::string& out) {
+      std::vector<std::string> a = {train_exe()};
+      a.insert(a.end(), args.begin(), args.end());
+      a.insert(a.end(), {"--output", out, "--no-progress"});
+      return a;
+    };
+    int st = trainer_test::run_process(with_output(a_dir), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    st = trainer_test::run_process(with_output(b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=5"}, log);
+    REQUIRE(WIFSIGNALED(st));
+    std::filesystem::remove(log);
+    st = trainer_test::run_process(with_output(b_dir), {"TORCHELASTIC_RESTART_COUNT=1"}, log);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    CHECK(text.find("TORCHELASTIC_RESTART_COUNT=1: restarted by the launcher, resuming") !=
+          std::string::npos);
+    check_same_result(a_dir, b_dir, ModelKind::kCnn, 3, 4, 12, 12, 12 + 2);
+  }
+
+  // Debian 12's torchrun (python3-torch 1.13 on Python 3.11) needs PET_REDIRECTS/PET_TEE set to
+  // a mapping (trainer/README.md, "torchrun on Debian 12"). Registered as its own meson test
+  // (trainer_torchrun), which exits 77 (SKIP) when torchrun is not installed.
+  TEST_CASE("torchrun --nproc_per_node=2 --no_python dscache-train: the same as --nproc-per-node") {
+    std::string torchrun;
+    if (const char* path = std::getenv("PATH")) {
+      std::istringstream dirs(path);
+      std::string d;
+      while (torchrun.empty() && std::getline(dirs, d, ':')) {
+        if (::access((d + "/torchrun").c_str(), X_OK) == 0) torchrun = d + "/torchrun";
+      }
+    }
+    if (torchrun.empty()) {
+      std::fprintf(stderr, "SKIP: torchrun not found on PATH (apt-get install python3-torch)\n");
+      std::exit(77);
+    }
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    auto args = dp_args(train, tmp.path() + "/torchrun");
+    args.insert(args.begin(), {torchrun, "--standalone", "--nproc_per_node=2", "--no_python"});
+    st = trainer_test::run_process(args, {"PET_REDIRECTS=9:0", "PET_TEE=9:0"}, log);
+    INFO(trainer_test::read_file(log));
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    check_same_result(tmp.path() + "/launched", tmp.path() + "/torchrun", ModelKind::kCnn, 3, 4, 12,
+                      12, 14 + 2);
   }
 
 }  // TEST_SUITE cli

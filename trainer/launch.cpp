@@ -1,0 +1,186 @@
+// The single-node launcher: fork/exec of the ranks and their supervision.
+#include "launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dscache {
+namespace train {
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;  // the first SIGINT/SIGTERM/SIGHUP the launcher got
+void on_signal(int sig) {
+  if (!g_signal) g_signal = sig;
+}
+
+// A TCP port on 127.0.0.1 free a moment ago (rank 0's TCPStore binds it next).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot find a free port on 127.0.0.1: " + why);
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+// "exited with code 3" / "was killed by signal 9 (Killed)", and the launcher's exit code for it.
+std::string describe(int status, int* code) {
+  if (WIFEXITED(status)) {
+    *code = WEXITSTATUS(status);
+    return "exited with code " + std::to_string(*code);
+  }
+  const int sig = WTERMSIG(status);
+  *code = 128 + sig;
+  return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+}
+
+}  // namespace
+
+std::vector<std::string> strip_nproc_option(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc-per-node") {
+      ++i;  // and its value
+    } else if (args[i].rfind("--nproc-per-node=", 0) != 0) {
+      out.push_back(args[i]);
+    }
+  }
+  return out;
+}
+
+int launch_local(int nproc, const std::vector<std::string>& child_args, int grace_seconds) {
+  const std::string port = std::to_string(free_port());
+  const std::string run_id = random_run_id();
+  const std::string n = std::to_string(nproc);
+  std::vector<std::string> argv_s = {"/proc/self/exe"};
+  argv_s.insert(argv_s.end(), child_args.begin(), child_args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t self = ::getpid();
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      // A rank must not outlive its launcher (SIGKILLed launcher: no one else would stop it).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != self) ::_exit(1);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+      const std::string rs = std::to_string(r);
+      for (const char* name : {"RANK", "LOCAL_RANK", "ROLE_RANK"}) ::setenv(name, rs.c_str(), 1);
+      for (const char* name : {"WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE"}) {
+        ::setenv(name, n.c_str(), 1);
+      }
+      ::setenv("GROUP_RANK", "0", 1);
+      ::setenv("GROUP_WORLD_SIZE", "1", 1);
+      ::setenv("ROLE_NAME", "default", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      ::setenv("TORCHELASTIC_RUN_ID", run_id.c_str(), 1);
+      ::setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
+      ::setenv("TORCHELASTIC_MAX_RESTARTS", "0", 1);
+      ::setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+      ::setenv("OMP_NUM_THREADS", "1", 0);  // torchrun's default: only when unset
+      ::execv("/proc/self/exe", argv.data());
+      std::fprintf(stderr, "dscache-train: rank %d: cannot execute /proc/self/exe: %s\n", r,
+                   std::strerror(errno));
+      ::_exit(127);
+    }
+    pids[r] = pid;
+  }
+
+  int result = 0, running = nproc;
+  bool stopping = false;
+  auto kill_deadline = std::chrono::steady_clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    for (pid_t p : pids) {
+      if (p > 0) ::kill(p, sig);
+    }
+  };
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      int r = 0;
+      while (r < nproc && pids[r] != pid) ++r;
+      if (r == nproc) continue;
+      pids[r] = -1;
+      --running;
+      int code = 0;
+      const std::string what = describe(status, &code);
+      if (code != 0 && !stopping) {
+        result = code;
+        std::fprintf(stderr, "dscache-train: rank %d (pid %d) %s; stopping the other %d rank(s)\n",
+                     r, static_cast<int>(pid), what.c_str(), running);
+      }
+      if (code != 0 && !stopping && running > 0) {
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (g_signal && !stopping) {
+      std::fprintf(stderr, "dscache-train: got signal %d (%s); stopping %d rank(s)\n",
+                   static_cast<int>(g_signal), strsignal(g_signal), running);
+      result = 128 + g_signal;
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
+    }
+    if (stopping && std::chrono::steady_clock::now() >= kill_deadline) {
+      std::fprintf(stderr, "dscache-train: %d rank(s) still running %d s after SIGTERM: SIGKILL\n",
+                   running, grace_seconds);
+      stop_all(SIGKILL);
+      kill_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return result;
+}
+
+}  // namespace train
+}  // namespace dscache
