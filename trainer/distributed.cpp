@@ -1,4 +1,4 @@
-// c10d's Gloo process group behind Communicator.
+// c10d's Gloo (or NCCL) process group behind Communicator.
 #include "distributed.h"
 
 #include <cstdlib>
@@ -9,6 +9,12 @@
 #ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+// Defined by meson only for a CUDA LibTorch whose NCCL headers compile (the header is empty
+// without it, and Debian's CPU LibTorch ships it anyway).
+#if defined(USE_C10D_GLOO) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define DSCACHE_HAVE_NCCL 1
 #endif
 
 namespace dscache {
@@ -51,9 +57,9 @@ DistEnv dist_env_from_environment() {
 #ifdef USE_C10D_GLOO
 namespace {
 
-class GlooCommunicator : public Communicator {
+class PgCommunicator : public Communicator {
  public:
-  explicit GlooCommunicator(const DistEnv& env) : rank_(env.rank), world_(env.world_size) {
+  PgCommunicator(const DistEnv& env, bool nccl) : rank_(env.rank), world_(env.world_size) {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
     so.isServer = env.rank == 0;
@@ -61,6 +67,14 @@ class GlooCommunicator : public Communicator {
     so.waitWorkers = true;
     so.timeout = std::chrono::minutes(5);
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+#ifdef DSCACHE_HAVE_NCCL
+    if (nccl) {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size);
+      backend_ = "nccl";
+      return;
+    }
+#endif
+    (void)nccl;
     auto opts = c10d::ProcessGroupGloo::Options::create();
     const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
     opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
@@ -73,6 +87,7 @@ class GlooCommunicator : public Communicator {
     std::vector<torch::Tensor> flat_parts;
     for (const auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
     std::vector<torch::Tensor> buf = {torch::cat(flat_parts)};
+    ++calls_;
     pg_->allreduce(buf, c10d::AllreduceOptions{})->wait();  // default op: SUM
     int64_t off = 0;
     for (const auto& t : tensors) {
@@ -81,6 +96,15 @@ class GlooCommunicator : public Communicator {
       off += n;
     }
   }
+
+  std::function<void()> allreduce_sum_start(torch::Tensor buffer) override {
+    ++calls_;
+    std::vector<torch::Tensor> one = {buffer};
+    c10::intrusive_ptr<c10d::Work> work = pg_->allreduce(one, c10d::AllreduceOptions{});
+    return [work] { work->wait(); };
+  }
+  uint64_t allreduce_calls() const override { return calls_; }
+  const char* backend() const override { return backend_; }
 
   void broadcast(const std::vector<torch::Tensor>& tensors, int root) override {
     for (const auto& t : tensors) {
@@ -98,16 +122,26 @@ class GlooCommunicator : public Communicator {
 
  private:
   int rank_, world_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  const char* backend_ = "gloo";
+  uint64_t calls_ = 0;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
 };
 
 }  // namespace
 #endif
 
-std::unique_ptr<Communicator> make_communicator(const DistEnv& env) {
+const char* backend_for(DeviceKind device) {
+#ifdef DSCACHE_HAVE_NCCL
+  if (device == DeviceKind::kCuda) return "nccl";
+#endif
+  (void)device;
+  return "gloo";
+}
+
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, DeviceKind device) {
   if (env.world_size <= 1) return nullptr;
 #ifdef USE_C10D_GLOO
-  return std::make_unique<GlooCommunicator>(env);
+  return std::make_unique<PgCommunicator>(env, std::string(backend_for(device)) == "nccl");
 #else
   throw Error(ErrorKind::kUnsupported, "",
               "WORLD_SIZE > 1 needs a dscache-train built with Gloo (libgloo-dev)");

@@ -71,6 +71,10 @@ struct TrainOptions {
                                   // 0 = epoch ends only
   bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on
   bool progress = true;           // a progress line on stderr when it is a TTY
+  double bucket_mb = 25;          // data parallel: MiB per gradient all-reduce bucket, started
+                                  // during the last backward of a window; 0 = one flat buffer
+                                  // after it; default 25 (PyTorch DDP's)
+  bool sync_bn = false;           // data parallel: BatchNorm statistics over all ranks' batches
 };
 
 // A bad command line or option value; main() maps it to exit code 2.
