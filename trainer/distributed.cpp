@@ -1,4 +1,4 @@
-// c10d's Gloo process group behind Communicator.
+// c10d's Gloo (or NCCL) process group behind Communicator.
 #include "distributed.h"
 
 #include <cstdio>
@@ -11,6 +11,12 @@
 #ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+// Defined by meson only for a CUDA LibTorch whose NCCL headers compile (the header is empty
+// without it, and Debian's CPU LibTorch ships it anyway).
+#if defined(USE_C10D_GLOO) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define DSCACHE_HAVE_NCCL 1
 #endif
 
 namespace dscache {
@@ -110,11 +116,21 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env, std::chrono::seco
   }
 }
 
-class GlooCommunicator : public Communicator {
+class PgCommunicator : public Communicator {
  public:
-  GlooCommunicator(const DistEnv& env, std::chrono::seconds timeout)
+  PgCommunicator(const DistEnv& env, std::chrono::seconds timeout, bool nccl)
       : rank_(env.rank), world_(env.world_size) {
     auto store = rendezvous(env, timeout);
+#ifdef DSCACHE_HAVE_NCCL
+    if (nccl) {
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = timeout;  // the watchdog's limit on every collective
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, nopts);
+      backend_ = "nccl";
+      return;
+    }
+#endif
+    (void)nccl;
     auto opts = c10d::ProcessGroupGloo::Options::create();
     opts->timeout = timeout;  // every collective; Gloo's default is 30 minutes
     const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
@@ -128,6 +144,7 @@ class GlooCommunicator : public Communicator {
     std::vector<torch::Tensor> flat_parts;
     for (const auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
     std::vector<torch::Tensor> buf = {torch::cat(flat_parts)};
+    ++calls_;
     pg_->allreduce(buf, c10d::AllreduceOptions{})->wait();  // default op: SUM
     int64_t off = 0;
     for (const auto& t : tensors) {
@@ -136,6 +153,15 @@ class GlooCommunicator : public Communicator {
       off += n;
     }
   }
+
+  std::function<void()> allreduce_sum_start(torch::Tensor buffer) override {
+    ++calls_;
+    std::vector<torch::Tensor> one = {buffer};
+    c10::intrusive_ptr<c10d::Work> work = pg_->allreduce(one, c10d::AllreduceOptions{});
+    return [work] { work->wait(); };
+  }
+  uint64_t allreduce_calls() const override { return calls_; }
+  const char* backend() const override { return backend_; }
 
   void broadcast(const std::vector<torch::Tensor>& tensors, int root) override {
     for (const auto& t : tensors) {
@@ -153,23 +179,35 @@ class GlooCommunicator : public Communicator {
 
  private:
   int rank_, world_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  const char* backend_ = "gloo";
+  uint64_t calls_ = 0;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
 };
 
 }  // namespace
 #endif
 
-std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout) {
+const char* backend_for(DeviceKind device) {
+#ifdef DSCACHE_HAVE_NCCL
+  if (device == DeviceKind::kCuda) return "nccl";
+#endif
+  (void)device;
+  return "gloo";
+}
+
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout,
+                                                DeviceKind device) {
   if (env.world_size <= 1) return nullptr;
 #ifdef USE_C10D_GLOO
+  const std::string backend = backend_for(device);
   try {
-    return std::make_unique<GlooCommunicator>(env, timeout);
+    return std::make_unique<PgCommunicator>(env, timeout, backend == "nccl");
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& e) {  // the store's host (rank 0) went away, a peer vanished...
     const std::string what = e.what();
     throw DistributedError(
-        "rendezvous: forming the Gloo group of " + std::to_string(env.world_size) +
+        "rendezvous: forming the " + backend + " group of " + std::to_string(env.world_size) +
         " ranks failed (rank 0 or another " +
         "rank exited, or did not join within --dist-timeout): " + what.substr(0, what.find('\n')));
   }

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -35,6 +37,14 @@ class Communicator {
   virtual ~Communicator() = default;
   // Sums `tensors` over all ranks in place, as one flattened buffer (one collective).
   virtual void allreduce_sum(const std::vector<torch::Tensor>& tensors) = 0;
+  // Starts summing the contiguous `buffer` over all ranks in place, without blocking; call the
+  // returned function to wait for it. Every rank must start the same collectives in the same
+  // order.
+  virtual std::function<void()> allreduce_sum_start(torch::Tensor buffer) = 0;
+  // All-reduce collectives started so far (allreduce_sum and allreduce_sum_start): for tests.
+  virtual uint64_t allreduce_calls() const = 0;
+  // "gloo" or "nccl".
+  virtual const char* backend() const = 0;
   // Copies rank `root`'s values of `tensors` to every rank, in place.
   virtual void broadcast(const std::vector<torch::Tensor>& tensors, int root) = 0;
   virtual void barrier() = 0;
@@ -49,11 +59,17 @@ class DistributedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A Gloo group over TCP (rank 0 hosts the TCPStore), or nullptr when world_size is 1. Waits at
-// most `timeout` for all ranks to join (rank 0 prints who joined while it waits, then throws
-// DistributedError naming the missing ranks); the same `timeout` bounds every collective.
-// Throws Error(kUnsupported) when built without Gloo and world_size > 1.
-std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout);
+// The c10d backend for training on `device`: "nccl" for cuda when this build has NCCL (a CUDA
+// LibTorch via -Dtorch_dir), "gloo" otherwise.
+const char* backend_for(DeviceKind device);
+
+// A group of backend_for(device) over TCP (rank 0 hosts the TCPStore), or nullptr when
+// world_size is 1. Waits at most `timeout` for all ranks to join (rank 0 prints who joined while
+// it waits, then throws DistributedError naming the missing ranks); the same `timeout` bounds
+// every collective, Gloo's and NCCL's. Throws Error(kUnsupported) when built without Gloo and
+// world_size > 1.
+std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout,
+                                                DeviceKind device = DeviceKind::kCpu);
 
 }  // namespace train
 }  // namespace dscache

@@ -29,9 +29,15 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad)
   return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
 }
 
+// bn(x), with statistics over all ranks when sync-BN is on and bn is training.
+torch::Tensor norm(nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const AllReduceFn& sync) {
+  return sync && bn.is_training() ? sync_batch_norm(bn, x, sync) : bn.forward(x);
+}
+
 class BasicBlock : public nn::Module {
  public:
-  BasicBlock(int64_t in, int64_t out, int64_t stride) {
+  BasicBlock(int64_t in, int64_t out, int64_t stride, std::shared_ptr<AllReduceFn> sync)
+      : sync_(std::move(sync)) {
     conv1_ = register_module("conv1", conv(in, out, 3, stride, 1));
     bn1_ = register_module("bn1", nn::BatchNorm2d(out));
     conv2_ = register_module("conv2", conv(out, out, 3, 1, 1));
@@ -42,9 +48,13 @@ class BasicBlock : public nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor y = torch::relu(bn1_(conv1_(x)));
-    y = bn2_(conv2_(y));
+    torch::Tensor identity = x;
+    if (downsample_) {
+      identity = norm(*downsample_->ptr(1)->as<nn::BatchNorm2dImpl>(),
+                      downsample_->ptr(0)->as<nn::Conv2dImpl>()->forward(x), *sync_);
+    }
+    torch::Tensor y = torch::relu(norm(*bn1_, conv1_(x), *sync_));
+    y = norm(*bn2_, conv2_(y), *sync_);
     return torch::relu(y + identity);
   }
 
@@ -52,6 +62,7 @@ class BasicBlock : public nn::Module {
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   nn::Sequential downsample_{nullptr};
+  std::shared_ptr<AllReduceFn> sync_;
 };
 
 }  // namespace
@@ -66,8 +77,8 @@ ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
   for (int i = 0; i < 4; ++i) {
     layers_[i] = register_module("layer" + std::to_string(i + 1), nn::ModuleList());
     const int64_t stride = i == 0 ? 1 : 2;
-    layers_[i]->push_back(std::make_shared<BasicBlock>(in, widths[i], stride));
-    layers_[i]->push_back(std::make_shared<BasicBlock>(widths[i], widths[i], 1));
+    layers_[i]->push_back(std::make_shared<BasicBlock>(in, widths[i], stride, sync_));
+    layers_[i]->push_back(std::make_shared<BasicBlock>(widths[i], widths[i], 1, sync_));
     in = widths[i];
   }
   fc_ = register_module("fc", nn::Linear(512, classes));
@@ -80,7 +91,7 @@ ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
 }
 
 torch::Tensor ResNet18::forward(torch::Tensor x) {
-  x = torch::relu(bn1_(conv1_(x)));
+  x = torch::relu(norm(*bn1_, conv1_(x), *sync_));
   if (!small_input_) x = torch::max_pool2d(x, 3, 2, 1);
   for (auto& layer : layers_) {
     for (auto& block : *layer) x = block->as<BasicBlock>()->forward(x);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "options.h"
+#include "sync_bn.h"
 
 namespace dscache {
 namespace train {
@@ -15,6 +16,10 @@ namespace train {
 class Classifier : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // --sync-bn: training-mode BatchNorm layers take their statistics over all ranks through
+  // `allreduce` (sync_bn.h), which must outlive the model; an empty function restores plain
+  // BatchNorm. No-op for models without BatchNorm.
+  virtual void set_sync_bn(AllReduceFn allreduce) { (void)allreduce; }
 };
 
 // conv3x3(C→32, pad 1)–ReLU–maxpool2 – conv3x3(32→64, pad 1)–ReLU–maxpool2 – flatten –
@@ -37,9 +42,11 @@ class ResNet18 : public Classifier {
  public:
   ResNet18(int64_t channels, int64_t classes, bool small_input);
   torch::Tensor forward(torch::Tensor x) override;
+  void set_sync_bn(AllReduceFn allreduce) override { *sync_ = std::move(allreduce); }
 
  private:
   bool small_input_;
+  std::shared_ptr<AllReduceFn> sync_ = std::make_shared<AllReduceFn>();  // shared with blocks
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::BatchNorm2d bn1_{nullptr};
   torch::nn::ModuleList layers_[4];

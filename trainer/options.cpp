@@ -115,6 +115,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
+    ("bucket-mb", po::value(&o.bucket_mb), "data parallel: MiB per gradient all-reduce bucket, overlapped with the last backward of a window (default 25; 0 = one flat buffer after it)")
+    ("sync-bn", po::bool_switch(&o.sync_bn), "data parallel: BatchNorm statistics over the global batch (SyncBatchNorm)")
     ("keep-denormals", "CPU: do not flush denormal floats to zero (slower)")
     ("no-progress", "no progress line on a TTY")
     ("dist-timeout", po::value(&o.dist_timeout), "seconds to wait for all ranks to join and for any collective (default 600)")
@@ -195,6 +197,7 @@ void resolve_and_validate(TrainOptions* options) {
   if (!std::isfinite(o.weight_decay)) bad("weight-decay", "must be a number >= 0");
   if (!std::isfinite(o.gamma) || o.gamma <= 0 || o.gamma > 1) bad("gamma", "must be in (0, 1]");
   if (!std::isfinite(o.clip_grad) || o.clip_grad < 0) bad("clip-grad", "must be >= 0");
+  if (!std::isfinite(o.bucket_mb) || o.bucket_mb < 0) bad("bucket-mb", "must be >= 0");
   if (o.workers == 0) bad("workers", "must be >= 1");
   if (o.prefetch == 0) bad("prefetch", "must be >= 1");
   if (o.precision == Precision::kFp16 && o.device == DeviceKind::kCpu) {

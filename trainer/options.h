@@ -75,6 +75,10 @@ struct TrainOptions {
                                   // WORLD_SIZE > 1; default 600 (see README, "Timeouts")
   uint32_t nproc_per_node = 0;    // > 0: start that many ranks on this machine and supervise
                                   // them (launch.h); 0 = run as one process (default)
+  double bucket_mb = 25;          // data parallel: MiB per gradient all-reduce bucket, started
+                                  // during the last backward of a window; 0 = one flat buffer
+                                  // after it; default 25 (PyTorch DDP's)
+  bool sync_bn = false;           // data parallel: BatchNorm statistics over all ranks' batches
 };
 
 // A bad command line or option value; main() maps it to exit code 2.

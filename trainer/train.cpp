@@ -24,6 +24,7 @@
 #include "device_input.h"
 #include "distributed.h"
 #include "evaluate.h"
+#include "grad_sync.h"
 #include "metrics.h"
 #include "models.h"
 #include "step.h"
@@ -53,8 +54,10 @@ class Run {
 
   TrainOptions o_;
   DistEnv dist_;
-  std::unique_ptr<Communicator> comm_;  // null for a single process
-  bool main_rank_ = true;               // rank 0: the only one that logs and writes files
+  std::unique_ptr<Communicator> comm_;   // null for a single process
+  AllReduceFn bn_allreduce_;             // --sync-bn: the model's BatchNorm all-reduce
+  std::unique_ptr<GradSync> grad_sync_;  // with comm_: the gradient all-reduce
+  bool main_rank_ = true;                // rank 0: the only one that logs and writes files
   torch::Device device_{torch::kCPU};
   TrainData data_;
   std::shared_ptr<Classifier> model_;
@@ -74,6 +77,10 @@ void Run::build_model() {
   torch::manual_seed(o_.seed);
   model_ = make_model(o_.model, m.channels, static_cast<int64_t>(m.classes.size()), h, w);
   model_->to(device_);
+  if (comm_ && o_.sync_bn) {
+    bn_allreduce_ = [this](const torch::Tensor& t) { comm_->allreduce_sum({t}); };
+    model_->set_sync_bn(bn_allreduce_);
+  }
   if (o_.channels_last) {
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
@@ -138,7 +145,7 @@ void Run::go() {
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
-  comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout));
+  comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
   ProgressLine progress(o_.progress && main_rank_, o_.epochs);
   // CUDA: page-locked batches, so the copies to the device are asynchronous and in place.
   const BufferAllocator allocator =
@@ -168,6 +175,22 @@ void Run::go() {
     st_.position = {o_.seed, 0, 0};
   }
   const BatchConverter conv(norm_, device_, o_.channels_last);
+  if (comm_) {  // after any checkpoint load, which may replace the parameters' data
+    grad_sync_ = std::make_unique<GradSync>(params_, *comm_,
+                                            static_cast<uint64_t>(o_.bucket_mb * 1024 * 1024));
+    if (main_rank_) {
+      std::fprintf(stderr,
+                   "dscache-train: %d ranks (%s): %llu gradient bytes all-reduced per optimizer "
+                   "step, %s%s\n",
+                   dist_.world_size, comm_->backend(),
+                   static_cast<unsigned long long>(grad_sync_->bytes_per_step()),
+                   o_.bucket_mb > 0 ? (std::to_string(grad_sync_->buckets()) +
+                                       " buckets started during the last backward of each window")
+                                          .c_str()
+                                    : "one flat buffer after the last backward of each window",
+                   o_.sync_bn ? "; sync-BN" : "");
+    }
+  }
 
   const uint32_t k = o_.accum_steps;
   const uint64_t batches = train_loader.batches_per_epoch();
@@ -221,6 +244,7 @@ void Run::go() {
         if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
         const torch::Tensor x = conv.images(*batch);
         const torch::Tensor y = conv.labels(*batch);
+        if (grad_sync_ && b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
         const MicroResult r =
             forward_backward(*model_, x, y, wsamples, amp_, scaler_ ? &*scaler_ : nullptr);
         wloss_t = wloss_t.defined() ? wloss_t + r.loss_sum : r.loss_sum;
@@ -229,14 +253,10 @@ void Run::go() {
       double wloss = wloss_t.item<double>();
       int64_t wcorrect = wcorrect_t.item<int64_t>();
       wait += train_loader.take_wait_seconds();
-      if (comm_) {  // one all-reduce of all gradients per window, plus the window's totals
-        std::vector<torch::Tensor> grads;
-        for (const auto& p : params_) {
-          if (p.grad().defined()) grads.push_back(p.grad());
-        }
-        comm_->allreduce_sum(grads);
+      if (comm_) {  // the gradients' sum over ranks (still loss-scaled), plus the window's totals
+        grad_sync_->finish();
         const torch::Tensor totals =
-            torch::tensor({wloss, static_cast<double>(wcorrect)}, torch::kDouble);
+            torch::tensor({wloss, static_cast<double>(wcorrect)}, torch::kDouble).to(device_);
         comm_->allreduce_sum({totals});
         wloss = totals[0].item<double>();
         wcorrect = static_cast<int64_t>(totals[1].item<double>());
@@ -320,6 +340,7 @@ void Run::go() {
         {"data_wait", st_.epoch_wait / std::max(1e-9, st_.epoch_seconds)},
         {"skipped_steps", st_.epoch_skipped},
         {"complete", b >= batches}};
+    if (grad_sync_) line["allreduce_bytes_per_step"] = grad_sync_->bytes_per_step();
     if (data_.val_loader) {
       const EvalResult ev = evaluate(*model_, *data_.val_loader, conv, amp_);
       line["val_loss"] = ev.loss;
