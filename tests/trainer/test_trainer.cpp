@@ -1025,7 +1025,15 @@ TEST_SUITE("cli") {
     trainer_test::write_cache(train, trainer_test::synthetic(4000, 12, 12, 3, 4, 5));
     const int pid = trainer_test::spawn_process(
         dp_args(train, tmp.path() + "/out", {"--nproc-per-node", "2"}), {}, log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Signal once the ranks are training (the group formed), not after a fixed delay: on a
+    // loaded machine loading LibTorch alone can take longer than any delay, and a launcher
+    // signalled before it has ranks rightly just dies of the signal.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (trainer_test::read_file(log).find("all-reduced per optimizer step") ==
+               std::string::npos &&
+           seconds_since(t0) < 120) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     ::kill(pid, SIGTERM);
     const int st = trainer_test::wait_process(pid);
     const std::string text = trainer_test::read_file(log);
