@@ -1,4 +1,5 @@
 // dscache: build, inspect and verify pre-decoded image dataset caches. main() only dispatches.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -23,6 +24,9 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past the file size limit (ulimit -f) a write then fails with EFBIG, which build and merge
+  // report as out of space and leave resumable, instead of the process dying with no message.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
     return dscache::kExitUsage;
