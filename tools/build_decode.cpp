@@ -6,6 +6,8 @@
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 
+#include <sys/stat.h>
+
 #include <memory>
 
 #include "dscache/checksum.h"
@@ -13,6 +15,29 @@
 #include "dscache/jpeg.h"
 
 namespace dscache {
+namespace {
+
+// The bytes just read are those the listing saw (its size and modification time, recorded in
+// the manifest's source digest) only if the file still has that size and time now: a file
+// deleted, truncated or rewritten since the listing is a skip, never a sample of other bytes.
+bool unchanged_since_listing(const SourceEntry& e, size_t bytes_read, std::string* reason) {
+  struct stat st;
+  if (::stat(e.path.c_str(), &st) != 0) {
+    *reason = "vanished while the build ran";
+    return false;
+  }
+  const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  if (bytes_read != e.size || static_cast<uint64_t>(st.st_size) != e.size ||
+      mtime_ns != e.mtime_ns) {
+    *reason = "changed while the build ran (listed " + std::to_string(e.size) + " bytes, read " +
+              std::to_string(bytes_read) + ", now " + std::to_string(st.st_size) +
+              (mtime_ns != e.mtime_ns ? ", modified)" : ")");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 SampleDecoder::SampleDecoder(const SourceListing& src, const BuildRecipe& r, bool ragged,
                              Codec codec)
@@ -41,7 +66,8 @@ void SampleDecoder::decode(Token* t) const {
     resize_pixels(src_.idx->image(t->entry), src_.idx->rows, src_.idx->cols, 1, dopt_,
                   t->pixels.data());
     t->ok = true;
-  } else if (read_whole_file(e.path, t->file, t->reason)) {
+  } else if (read_whole_file(e.path, t->file, t->reason) &&
+             unchanged_since_listing(e, t->file.size(), &t->reason)) {
     DecodeResult d = ragged_
                          ? decode_image_ragged(t->file.data(), t->file.size(), dopt_, r.max_side,
                                                &t->pixels, &t->height, &t->width)

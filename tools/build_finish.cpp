@@ -1,5 +1,6 @@
 #include "build_finish.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/npy.h"
+#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -34,6 +36,7 @@ namespace {
 FileEntry write_text(const std::string& dir, const std::string& name, const std::string& text) {
   FileEntry e = write_file_atomic(dir + "/" + name, text.data(), text.size());
   e.file = name;
+  crash_point("side-file");
   return e;
 }
 
@@ -44,10 +47,28 @@ FileEntry write_npy(const std::string& dir, const std::string& name, const std::
   write_npy_file(dir + "/" + name, descr, shape, data, n * item);
   FileEntry e = hash_file(dir + "/" + name);
   e.file = name;
+  crash_point("side-file");
   return e;
 }
 
 }  // namespace
+
+Manifest finish_partial(const std::string& partial) {
+  Manifest m = read_manifest(partial);
+  std::vector<std::string> keep{"manifest.json",  kFingerprintFile, m.labels.file,
+                                m.checksums.file, m.sources.file,   m.skips.file};
+  if (m.has_index()) keep.push_back(m.index.file);
+  for (const ShardEntry& s : m.shards) keep.push_back(s.file);
+  for (const auto& ent : fs::directory_iterator(partial)) {
+    const std::string name = ent.path().filename().string();
+    if (std::find(keep.begin(), keep.end(), name) == keep.end()) {
+      fs::remove_all(ent.path());  // a sidecar or a temp file
+      crash_point("sidecar-removed");
+    }
+  }
+  fsync_directory(partial);
+  return m;
+}
 
 Manifest finish_cache(const std::string& partial, const SourceListing& src, const BuildRecipe& r,
                       Storage storage, bool ragged, Codec codec, BuildWriter& writer,
@@ -94,9 +115,11 @@ Manifest finish_cache(const std::string& partial, const SourceListing& src, cons
     m.part = *part;
   }
 
+  // The manifest is the partial directory's commit point: from here a --resume publishes it as
+  // it is (finish_partial). The fingerprint stays until the publish (build_partial.h).
+  write_manifest(partial, m);
+  crash_point("manifest-written");
   writer.remove_sidecars();
-  fs::remove(partial + "/" + kFingerprintFile);
-  write_manifest(partial, m);  // last: a directory without it is not a cache
   fsync_directory(partial);
   return m;
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "build_pipeline.h"
 #include "dscache/atomic_file.h"
 #include "dscache/error.h"
+#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -35,36 +37,63 @@ std::string partial_dir_for(const std::string& output) {
   return (p.parent_path() / ("." + p.filename().string() + ".partial")).string();
 }
 
-bool check_output(const std::string& output, const std::string& partial, bool force, bool resume) {
-  const bool replace = path_exists(output);
-  if (replace && !force) {
-    throw OutputExistsError(ErrorKind::kInvalidArgument, output,
-                            "already exists; pass --force to replace it");
+void throw_output_exists(const std::string& output) {
+  throw OutputExistsError(ErrorKind::kInvalidArgument, output,
+                          "already exists; pass --force to replace it");
+}
+
+void recover_interrupted(const std::string& output, const std::string& partial) {
+  if (path_exists(partial) && !path_exists(partial + "/" + kFingerprintFile)) {
+    remove_tree(partial);
+    fsync_directory(fs::path(partial).parent_path().string());
   }
+  const std::string stale = output + "/" + kFingerprintFile;
+  if (path_exists(output + "/manifest.json") && path_exists(stale)) {
+    if (::unlink(stale.c_str()) != 0) throw_errno(stale, "cannot remove");
+    fsync_directory(output);
+  }
+}
+
+OutputPlan check_output(const std::string& output, const std::string& partial, bool force,
+                        bool resume) {
+  OutputPlan plan;
+  plan.replace = path_exists(output);
+  const bool interrupted = path_exists(partial);
+  if (plan.replace && !force) {
+    if (!resume || interrupted) throw_output_exists(output);
+    plan.maybe_done = true;
+    return plan;
+  }
+  const bool replace = plan.replace;
   if (replace && !is_replaceable(output)) {
     throw OutputExistsError(ErrorKind::kInvalidArgument, output,
                             "exists and is not a dscache cache (no manifest.json); refusing to "
                             "replace it");
   }
-  if (path_exists(partial) && !resume) {
+  if (interrupted && !resume) {
     if (!force) {
       throw OutputExistsError(ErrorKind::kInvalidArgument, partial,
                               "an interrupted build is here: pass --resume to continue it or "
                               "--force to start over");
     }
-    fs::remove_all(partial);
+    remove_tree(partial);
   }
-  return replace;
+  plan.maybe_done = resume && replace && !interrupted;
+  return plan;
 }
 
-json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
-                       uint32_t part_index, uint32_t part_count) {
-  json fp{{"source_kind", src.kind},
-          {"source_root", src.root},
-          {"source_labels", src.labels_path},
-          {"source_entries", src.entries.size()},
-          {"source_digest", src.digest},
-          {"classes", src.classes},
+namespace {
+
+json fingerprint(const std::string& kind, const std::string& root, const std::string& labels,
+                 uint64_t entries, uint64_t digest, const std::vector<std::string>& classes,
+                 const BuildRecipe& r, Storage storage, Codec codec, uint32_t part_index,
+                 uint32_t part_count) {
+  json fp{{"source_kind", kind},
+          {"source_root", root},
+          {"source_labels", labels},
+          {"source_entries", entries},
+          {"source_digest", digest},
+          {"classes", classes},
           {"storage", to_string(storage)},
           {"height", r.height},
           {"width", r.width},
@@ -82,6 +111,20 @@ json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage s
   }
   if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
   return fp;
+}
+
+}  // namespace
+
+json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
+                       uint32_t part_index, uint32_t part_count) {
+  return fingerprint(src.kind, src.root, src.labels_path, src.entries.size(), src.digest,
+                     src.classes, r, storage, codec, part_index, part_count);
+}
+
+json build_fingerprint(const Manifest& m) {
+  return fingerprint(m.source.kind, m.source.root, m.source.labels, m.source.entries,
+                     m.source.digest, m.classes, m.recipe, m.storage, m.codec,
+                     m.has_part ? m.part.index : 0, m.has_part ? m.part.count : 0);
 }
 
 void open_partial(const std::string& partial, const json& fp) {
@@ -107,16 +150,37 @@ void open_partial(const std::string& partial, const json& fp) {
   write_file_atomic(fp_path, text.data(), text.size());
 }
 
+void remove_tree(const std::string& dir) {
+  // The manifest first: from then on the directory is not a cache for anyone.
+  fs::remove(dir + "/manifest.json");
+  crash_point("old-file-removed");
+  for (const auto& ent : fs::directory_iterator(dir)) {
+    fs::remove_all(ent.path());
+    crash_point("old-file-removed");
+  }
+  fs::remove(dir);
+}
+
 void publish(const std::string& partial, const std::string& output, bool replace) {
+  const std::string parent = fs::path(output).parent_path().string();
   if (replace) {
     if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, output.c_str(), RENAME_EXCHANGE) != 0) {
       throw_errno(output, "cannot swap the new cache into place");
     }
-    fs::remove_all(partial);  // now holds the old cache
-  } else if (::rename(partial.c_str(), output.c_str()) != 0) {
-    throw_errno(output, "cannot rename the new cache into place");
+    fsync_directory(parent);
+    crash_point("swapped");
+    remove_tree(partial);  // now holds the old cache (and no fingerprint)
+  } else {
+    if (::rename(partial.c_str(), output.c_str()) != 0) {
+      throw_errno(output, "cannot rename the new cache into place");
+    }
+    crash_point("renamed");
   }
-  fsync_directory(fs::path(output).parent_path().string());
+  fsync_directory(parent);
+  const std::string fp = output + "/" + kFingerprintFile;
+  if (::unlink(fp.c_str()) != 0) throw_errno(fp, "cannot remove");
+  fsync_directory(output);
+  crash_point("published");
 }
 
 }  // namespace dscache

@@ -18,8 +18,10 @@
 #include "build_writer.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/jpeg.h"
+#include "dscache/lock.h"
 #include "dscache/sampler.h"
 #include "progress.h"
+#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -36,7 +38,12 @@ BuildSummary run_build(const BuildOptions& opt) {
   while (output.size() > 1 && output.back() == '/') output.pop_back();
   std::string partial = partial_dir_for(output);
 
-  const bool replace = check_output(output, partial, opt.force, opt.resume);
+  // One writer per output: the lock file lives beside OUTPUT (the directories are swapped).
+  fs::create_directories(fs::path(output).parent_path());
+  const auto lock = PathLock::acquire(output, opt.command);
+  recover_interrupted(output, partial);
+  const OutputPlan plan = check_output(output, partial, opt.force, opt.resume);
+  const bool replace = plan.replace;
 
   SourceListing src = list_source(opt.source, SourceOptions{opt.labels_file, opt.class_names});
   BuildRecipe r = opt.recipe;
@@ -81,9 +88,43 @@ BuildSummary run_build(const BuildOptions& opt) {
   }
   uint64_t per_shard = byte_shards ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
 
+  crash_point("listed");
+  const auto fp = build_fingerprint(src, r, opt.storage, opt.codec, opt.part_index, opt.part_count);
+  auto summary = [&](const Manifest& m, uint64_t resumed) {
+    BuildSummary s;
+    s.count = m.count;
+    s.skipped = m.skipped;
+    s.resumed = resumed;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.output = output;
+    return s;
+  };
+  if (plan.maybe_done) {
+    // --resume and no interrupted build: done if OUTPUT is this very build (killed after its
+    // publish), refused as any existing OUTPUT otherwise.
+    Manifest done;
+    try {
+      done = read_manifest(output);
+    } catch (const Error&) {
+      throw_output_exists(output);
+    }
+    if (build_fingerprint(done) != fp) {
+      if (!opt.force) throw_output_exists(output);
+    } else {
+      if (!opt.quiet) std::fprintf(stderr, "resuming: %s is already complete\n", output.c_str());
+      return summary(done, done.count);
+    }
+  }
   // The partial directory and its fingerprint: a resumed build must be the same build.
-  open_partial(partial,
-               build_fingerprint(src, r, opt.storage, opt.codec, opt.part_index, opt.part_count));
+  open_partial(partial, fp);
+  crash_point("partial-open");
+  if (path_exists(partial + "/manifest.json")) {
+    // Killed after the manifest was written: only the publish is left.
+    const Manifest m = finish_partial(partial);
+    if (!opt.quiet) std::fprintf(stderr, "resuming: the build was complete; publishing it\n");
+    publish(partial, output, replace);
+    return summary(m, m.count);
+  }
 
   // --part I/N: positions [first, end) of the cache order below (docs/FORMAT.md "Parts").
   const uint64_t n = src.entries.size();
@@ -140,7 +181,7 @@ BuildSummary run_build(const BuildOptions& opt) {
       });
 
   if (failed) {
-    fs::remove_all(partial);
+    remove_tree(partial);
     throw BadSourceError(ErrorKind::kCorruption, fail_source, fail_reason + " (--strict)");
   }
   writer.commit_shard(end);
@@ -150,7 +191,7 @@ BuildSummary run_build(const BuildOptions& opt) {
                  static_cast<unsigned long long>(writer.skipped() - skips_printed));
   }
   if (writer.count() == 0) {
-    fs::remove_all(partial);
+    remove_tree(partial);
     throw Error(
         ErrorKind::kInvalidArgument, src.root,
         "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
@@ -160,14 +201,7 @@ BuildSummary run_build(const BuildOptions& opt) {
   const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, opt.codec, writer,
                                   partitioned ? &part : nullptr);
   publish(partial, output, replace);
-
-  BuildSummary s;
-  s.count = m.count;
-  s.skipped = m.skipped;
-  s.resumed = resumed;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  s.output = output;
-  return s;
+  return summary(m, resumed);
 }
 
 }  // namespace dscache

@@ -11,23 +11,24 @@
 namespace dscache {
 
 struct BuildOptions {
-  std::string source;                    // folder, .csv/.tsv list or idx3 images file
-  std::string output;                    // cache directory to create
-  BuildRecipe recipe;                    // size, channels, resize policy, limits, shard size
-  bool size_given = false;               // false: idx sources use their native size
-  bool channels_given = false;           // false: 3, or 1 for idx sources
-  Storage storage = Storage::kNpy;       // shard format
-  Layout layout = Layout::kFixed;        // fixed H x W, or ragged (recipe.max_side)
-  Codec codec = Codec::kRaw;             // raw pixels, or JPEG at recipe.quality
-  int threads = 0;                       // decode threads; 0 = all cores
-  bool strict = false;                   // first bad file aborts the build, nothing is kept
-  bool force = false;                    // replace an existing cache at `output`
-  bool resume = false;                   // continue an interrupted build of `output`
-  bool quiet = false;                    // no progress lines
-  uint32_t part_index = 0;               // --part I/N: build part I (0-based) ...
-  uint32_t part_count = 0;               // ... of N of the cache order; 0 = the whole listing
-  std::string labels_file;               // idx: labels file ("" = conventional sibling)
-  std::vector<std::string> class_names;  // names for integer labels
+  std::string source;                     // folder, .csv/.tsv list or idx3 images file
+  std::string output;                     // cache directory to create
+  BuildRecipe recipe;                     // size, channels, resize policy, limits, shard size
+  bool size_given = false;                // false: idx sources use their native size
+  bool channels_given = false;            // false: 3, or 1 for idx sources
+  Storage storage = Storage::kNpy;        // shard format
+  Layout layout = Layout::kFixed;         // fixed H x W, or ragged (recipe.max_side)
+  Codec codec = Codec::kRaw;              // raw pixels, or JPEG at recipe.quality
+  int threads = 0;                        // decode threads; 0 = all cores
+  bool strict = false;                    // first bad file aborts the build, nothing is kept
+  bool force = false;                     // replace an existing cache at `output`
+  bool resume = false;                    // continue an interrupted build of `output`
+  bool quiet = false;                     // no progress lines
+  uint32_t part_index = 0;                // --part I/N: build part I (0-based) ...
+  uint32_t part_count = 0;                // ... of N of the cache order; 0 = the whole listing
+  std::string labels_file;                // idx: labels file ("" = conventional sibling)
+  std::vector<std::string> class_names;   // names for integer labels
+  std::string command = "dscache build";  // written into the lock file to name the holder
 };
 
 struct BuildSummary {
@@ -50,8 +51,10 @@ class OutputExistsError : public Error {
   using Error::Error;
 };
 
-// Runs the whole build. Throws the errors above, or Error for anything else (in which case an
-// interrupted build is left in `.<name>.partial` for --resume).
+// Runs the whole build holding the lock on `output` (dscache/lock.h; LockedError when another
+// process holds it). Throws the errors above, or Error for anything else (in which case an
+// interrupted build is left in `.<name>.partial` for --resume). A --resume of a build that is
+// already complete at `output` (killed after its publish) returns its summary.
 BuildSummary run_build(const BuildOptions& options);
 
 // The sibling directory a build of `output` works in.

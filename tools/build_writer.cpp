@@ -12,6 +12,7 @@
 #include "build_partial.h"
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
+#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -100,6 +101,7 @@ void BuildWriter::add_sample(const Token& t, const SourceEntry& e) {
   labels_.push_back(e.label);
   checksums_.push_back(t.checksum);
   sources_.push_back(e.name);
+  crash_point("sample");
   if (writer_->count() == per_shard_) commit_shard(t.index + 1);
 }
 
@@ -126,6 +128,7 @@ void BuildWriter::add_bytes(const Token& t, const SourceEntry& e) {
   labels_.push_back(e.label);
   checksums_.push_back(t.checksum);
   sources_.push_back(e.name);
+  crash_point("sample");
 }
 
 void BuildWriter::add_skip(const SourceEntry& e, const std::string& reason) {
@@ -137,6 +140,7 @@ void BuildWriter::commit_shard(uint64_t src_end) {
   ShardEntry e = writer_ ? writer_->commit() : ragged_->commit();
   writer_.reset();
   ragged_.reset();
+  crash_point("shard-renamed");
   e.first = next_first_;
   next_first_ += e.count;
   json side;
@@ -163,6 +167,7 @@ void BuildWriter::commit_shard(uint64_t src_end) {
   }
   std::string text = side.dump();
   write_file_atomic(dir_ + "/" + sidecar_name(shard_index_), text.data(), text.size());
+  crash_point("sidecar-written");
   shards_.push_back(e);
   shard_sample_begin_ = labels_.size();
   shard_skip_begin_ = skips_.size();
@@ -171,7 +176,10 @@ void BuildWriter::commit_shard(uint64_t src_end) {
 }
 
 void BuildWriter::remove_sidecars() {
-  for (uint64_t k = 0; k < shard_index_; ++k) fs::remove(dir_ + "/" + sidecar_name(k));
+  for (uint64_t k = 0; k < shard_index_; ++k) {
+    fs::remove(dir_ + "/" + sidecar_name(k));
+    crash_point("sidecar-removed");
+  }
 }
 
 }  // namespace dscache

@@ -1,8 +1,16 @@
 #include "cli_util.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+
+#include "build_pipeline.h"
+#include "commands.h"
+#include "dscache/error.h"
+#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 namespace {
@@ -93,6 +101,47 @@ std::string format_bytes(uint64_t bytes) {
     std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   }
   return buf;
+}
+
+bool is_out_of_space(const std::exception& e) {
+  const int kinds[] = {ENOSPC, EDQUOT, EFBIG};
+  if (const auto* fe = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    for (int k : kinds) {
+      if (fe->code() == std::error_code(k, std::generic_category())) return true;
+    }
+    return false;
+  }
+  const auto* de = dynamic_cast<const Error*>(&e);
+  if (de == nullptr || de->kind() != ErrorKind::kIOError) return false;
+  // throw_errno() ends the reason with strerror(errno); Error carries no errno of its own.
+  const std::string& reason = de->reason();
+  for (int k : kinds) {
+    const std::string s = std::strerror(k);
+    if (reason.size() >= s.size() && reason.compare(reason.size() - s.size(), s.size(), s) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string command_line(const char* command, int argc, char** argv) {
+  std::string line = command;
+  for (int i = 0; i < argc; ++i) {
+    line += ' ';
+    line += argv[i];
+  }
+  return line;
+}
+
+int out_of_space(const char* command, const std::string& output) {
+  std::string out = absolute_path(output);
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  std::fprintf(stderr,
+               "dscache %s: out of space (disk full, quota or file size limit): nothing was "
+               "published; the finished work is kept in %s: free space and rerun with --resume "
+               "to continue\n",
+               command, partial_dir_for(out).c_str());
+  return kExitNoSpace;
 }
 
 }  // namespace dscache

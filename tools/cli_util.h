@@ -33,4 +33,16 @@ uint64_t parse_bytes(const std::string& text, const std::string& option);
 // Human form of a byte count: "1.50 GiB".
 std::string format_bytes(uint64_t bytes);
 
+// True when `e` reports a write that failed for lack of room: ENOSPC (disk full), EDQUOT
+// (quota) or EFBIG (the file size limit, `ulimit -f`; main() ignores SIGXFSZ so a write past it
+// fails instead of killing the process).
+bool is_out_of_space(const std::exception& e);
+
+// Says on stderr that `command` (build or merge) ran out of room and that its finished work is
+// kept for --resume; returns kExitNoSpace.
+int out_of_space(const char* command, const std::string& output);
+
+// The `dscache` command line as typed, for the lock file ("dscache build src out --force").
+std::string command_line(const char* command, int argc, char** argv);
+
 }  // namespace dscache

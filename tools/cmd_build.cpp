@@ -12,6 +12,7 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dscache/lock.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -172,6 +173,7 @@ int cmd_build(int argc, char** argv) {
     opt.force = vm.count("force") > 0;
     opt.resume = vm.count("resume") > 0;
     opt.quiet = vm.count("quiet") > 0;
+    opt.command = command_line("dscache", argc, argv);
     if (vm.count("parts") && !vm.count("part")) throw UsageError("--parts needs --part auto");
     if (vm.count("part")) {
       const PartSpec spec = resolve_part(part, parts, [](const char* k) { return std::getenv(k); });
@@ -204,14 +206,19 @@ int cmd_build(int argc, char** argv) {
   } catch (const OutputExistsError& e) {
     std::fprintf(stderr, "dscache build: %s\n", e.what());
     return kExitOutputExists;
+  } catch (const LockedError& e) {
+    std::fprintf(stderr, "dscache build: %s\n", e.what());
+    return kExitLocked;
   } catch (const Error& e) {
     std::fprintf(stderr, "dscache build: %s\n", e.what());
+    if (is_out_of_space(e)) return out_of_space("build", opt.output);
     if (e.kind() == ErrorKind::kInvalidArgument && !e.path().empty() && e.path()[0] == '-') {
       return kExitUsage;  // an option that only the source kind could check (e.g. --size)
     }
     return kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dscache build: %s\n", e.what());
+    if (is_out_of_space(e)) return out_of_space("build", opt.output);
     return kExitError;
   }
 }

@@ -7,6 +7,7 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dscache/lock.h"
 #include "merge.h"
 
 namespace dscache {
@@ -51,6 +52,7 @@ int cmd_merge(int argc, char** argv) {
     opt.resume = vm.count("resume") > 0;
     opt.strict = vm.count("strict") > 0;
     quiet = vm.count("quiet") > 0;
+    opt.command = command_line("dscache", argc, argv);
   } catch (const po::error& e) {
     std::fprintf(stderr, "dscache merge: %s\n", e.what());
     return kExitUsage;
@@ -80,11 +82,16 @@ int cmd_merge(int argc, char** argv) {
   } catch (const OutputExistsError& e) {
     std::fprintf(stderr, "dscache merge: %s\n", e.what());
     return kExitOutputExists;
+  } catch (const LockedError& e) {
+    std::fprintf(stderr, "dscache merge: %s\n", e.what());
+    return kExitLocked;
   } catch (const Error& e) {
     std::fprintf(stderr, "dscache merge: %s\n", e.what());
+    if (is_out_of_space(e)) return out_of_space("merge", opt.output);
     return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dscache merge: %s\n", e.what());
+    if (is_out_of_space(e)) return out_of_space("merge", opt.output);
     return kExitError;
   }
 }

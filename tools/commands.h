@@ -10,6 +10,8 @@ constexpr int kExitUsage = 2;         // bad flag or value
 constexpr int kExitBadSource = 3;     // a source file could not be decoded under --strict
 constexpr int kExitOutputExists = 4;  // OUTPUT (or an interrupted build of it) already exists
 constexpr int kExitCorrupt = 5;       // the cache is corrupt (verify, inspect)
+constexpr int kExitLocked = 6;        // another build/merge holds OUTPUT's lock
+constexpr int kExitNoSpace = 7;       // out of disk space or over the file size limit (resumable)
 
 int cmd_build(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);

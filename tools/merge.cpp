@@ -21,9 +21,11 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/ingest/source_list.h"
+#include "dscache/lock.h"
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
+#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -188,15 +190,43 @@ int place_shard(const std::string& src, const std::string& dst, const ShardEntry
     throw_errno(dst, "cannot hard-link " + src);
   }
   const std::string tmp = dst + ".tmp";
-  fs::copy_file(src, tmp, fs::copy_options::overwrite_existing);
-  if (::rename(tmp.c_str(), dst.c_str()) != 0) throw_errno(dst, "cannot rename the copy");
+  try {
+    fs::copy_file(src, tmp, fs::copy_options::overwrite_existing);
+    if (::rename(tmp.c_str(), dst.c_str()) != 0) throw_errno(dst, "cannot rename the copy");
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);  // a full disk must not leave half a copy behind
+    throw;
+  }
   return 2;
+}
+
+// `have` (an existing OUTPUT's manifest) is the merge `want` describes: the same listing,
+// options, samples and shards (by size and XXH64); side files are derived from the same parts.
+bool same_merge(const Manifest& have, const Manifest& want) {
+  if (have.has_part || have.count != want.count || have.skipped != want.skipped ||
+      have.class_counts != want.class_counts || options_of(have) != options_of(want) ||
+      have.shards.size() != want.shards.size() || have.source.digest != want.source.digest ||
+      have.source.root != want.source.root || have.source.entries != want.source.entries) {
+    return false;
+  }
+  for (size_t i = 0; i < have.shards.size(); ++i) {
+    const ShardEntry &a = have.shards[i], &b = want.shards[i];
+    if (a.file != b.file || a.first != b.first || a.count != b.count || a.bytes != b.bytes ||
+        a.xxh64 != b.xxh64) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
 
 MergeSummary run_merge(const MergeOptions& opt) {
   std::string output = strip_slashes(opt.output);
+  const std::string partial = partial_dir_for(output);
+  fs::create_directories(fs::path(output).parent_path());
+  const auto lock = PathLock::acquire(output, opt.command);  // one writer per output
   std::vector<Part> parts = load_parts(opt.parts, output);
   if (opt.strict) {
     for (const Part& p : parts) {
@@ -208,16 +238,15 @@ MergeSummary run_merge(const MergeOptions& opt) {
                                " entries (first: " + first + ") (--strict)");
     }
   }
-  const std::string partial = partial_dir_for(output);
-  const bool replace = check_output(output, partial, opt.force, opt.resume);
+  recover_interrupted(output, partial);
+  const OutputPlan plan = check_output(output, partial, opt.force, opt.resume);
+  const bool replace = plan.replace;
 
   // A resumed merge must join the same parts: their directories and manifests.
   json fp{{"merge", json::array()}};
   for (const Part& p : parts) {
     fp["merge"].push_back({p.dir, hex64(hash_file(p.dir + "/manifest.json").xxh64)});
   }
-  open_partial(partial, fp);
-
   Manifest m = parts.front().m;
   m.has_part = false;
   m.part = PartRecord{};
@@ -237,13 +266,36 @@ MergeSummary run_merge(const MergeOptions& opt) {
     m.skipped += p.m.skipped;
     for (size_t c = 0; c < m.class_counts.size(); ++c) m.class_counts[c] += p.m.class_counts[c];
   }
-  // Anything else in the partial directory is a temp file of an interrupted run.
+  MergeSummary sum;
+  sum.parts = parts.size();
+  sum.shards = m.shards.size();
+  sum.output = output;
+  if (plan.maybe_done) {
+    // --resume and no interrupted merge: done if OUTPUT is this merge (killed after its
+    // publish), refused as any existing OUTPUT otherwise.
+    Manifest done;
+    try {
+      done = read_manifest(output);
+    } catch (const Error&) {
+      throw_output_exists(output);
+    }
+    if (same_merge(done, m)) {
+      sum.count = done.count;
+      sum.skipped = done.skipped;
+      return sum;
+    }
+    if (!opt.force) throw_output_exists(output);
+  }
+  open_partial(partial, fp);
+  crash_point("partial-open");
+
+  // Anything else in the partial directory is a temp file of an interrupted run (or the side
+  // files and manifest of one killed before its publish: written again, the same bytes).
   for (const auto& ent : fs::directory_iterator(partial)) {
     const std::string name = ent.path().filename().string();
     if (std::find(wanted.begin(), wanted.end(), name) == wanted.end()) fs::remove_all(ent.path());
   }
 
-  MergeSummary sum;
   const char* kill = std::getenv("DSCACHE_TEST_KILL_AFTER_SHARDS");  // test hook, as build's
   const uint64_t kill_after = kill ? std::strtoull(kill, nullptr, 10) : 0;
   size_t g = 0;
@@ -253,6 +305,7 @@ MergeSummary run_merge(const MergeOptions& opt) {
       sum.linked += how == 1;
       sum.copied += how == 2;
       ++g;
+      crash_point("shard-placed");
       if (kill_after != 0 && sum.linked + sum.copied == kill_after) std::raise(SIGKILL);
     }
   }
@@ -270,11 +323,13 @@ MergeSummary run_merge(const MergeOptions& opt) {
     write_npy_file(partial + "/" + like.file, descr, shape, data.data(), data.size());
     FileEntry e = hash_file(partial + "/" + like.file);
     e.file = like.file;
+    crash_point("side-file");
     return e;
   };
   auto text = [&](const FileEntry& like, const std::string& data) {
     FileEntry e = write_file_atomic(partial + "/" + like.file, data.data(), data.size());
     e.file = like.file;
+    crash_point("side-file");
     return e;
   };
   m.labels = npy(m.labels, "<i8", {m.count}, labels);
@@ -287,16 +342,13 @@ MergeSummary run_merge(const MergeOptions& opt) {
   m.skips = text(m.skips, skips);
   m.created_utc = utc_now();
 
-  fs::remove(partial + "/" + kFingerprintFile);
   write_manifest(partial, m);  // last: a directory without it is not a cache
+  crash_point("manifest-written");
   fsync_directory(partial);
-  publish(partial, output, replace);
+  publish(partial, output, replace);  // the fingerprint goes last (build_partial.h)
 
   sum.count = m.count;
   sum.skipped = m.skipped;
-  sum.parts = parts.size();
-  sum.shards = m.shards.size();
-  sum.output = output;
   return sum;
 }
 

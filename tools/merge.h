@@ -18,6 +18,7 @@ struct MergeOptions {
   bool force = false;              // replace an existing cache at `output` / discard a partial
   bool resume = false;             // continue an interrupted merge of `output`
   bool strict = false;             // refuse parts that recorded skipped entries
+  std::string command = "dscache merge";  // written into the lock file to name the holder
 };
 
 struct MergeSummary {
@@ -37,9 +38,11 @@ class PartsMismatchError : public Error {
   using Error::Error;
 };
 
-// Runs the merge. Throws PartsMismatchError, BadSourceError (--strict and a part skipped
-// entries), OutputExistsError (as build), or Error (a part's files are corrupt or unreadable:
-// kCorruption / kNotFound / kIOError; an interrupted merge is then left for --resume).
+// Runs the merge holding the lock on `output` (as build: LockedError when another process holds
+// it). A --resume of a merge already complete at `output` returns its summary. Throws
+// PartsMismatchError, BadSourceError (--strict and a part skipped entries), OutputExistsError (as
+// build), or Error (a part's files are corrupt or unreadable: kCorruption / kNotFound / kIOError;
+// an interrupted merge is then left for --resume).
 MergeSummary run_merge(const MergeOptions& options);
 
 }  // namespace dscache

@@ -18,6 +18,8 @@ const char* to_string(ErrorKind kind) {
       return "IOError";
     case ErrorKind::kUnsupported:
       return "Unsupported";
+    case ErrorKind::kBusy:
+      return "Busy";
   }
   return "Unknown";
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -66,13 +67,23 @@ class Handle {
   throw Error(kind, path, what);
 }
 
+// HDF5 reports no errno, but its POSIX driver's failed write leaves it set: name a lack of room
+// (disk full, quota, file size limit) as throw_errno would, so callers can tell it apart.
+[[noreturn]] void fail_hdf5(const std::string& path, const char* what) {
+  const int err = errno;
+  std::string reason = std::string("HDF5: ") + what + " failed";
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+    reason += std::string(": ") + std::strerror(err);
+  fail(ErrorKind::kIOError, path, reason);
+}
+
 hid_t check(hid_t id, const std::string& path, const char* what) {
-  if (id < 0) fail(ErrorKind::kIOError, path, std::string("HDF5: ") + what + " failed");
+  if (id < 0) fail_hdf5(path, what);
   return id;
 }
 
 void check(herr_t rc, const std::string& path, const char* what, int /*tag*/) {
-  if (rc < 0) fail(ErrorKind::kIOError, path, std::string("HDF5: ") + what + " failed");
+  if (rc < 0) fail_hdf5(path, what);
 }
 
 size_t pread_some(int fd, unsigned char* p, size_t size, uint64_t offset, const std::string& path) {

@@ -34,6 +34,10 @@ class Failure(Exception):
     pass
 
 
+class Skip(Exception):
+    """The case cannot run here (the message says why): main() exits 77, meson's SKIP."""
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
@@ -553,7 +557,8 @@ def make_ragged_folder(src, sizes=RAGGED_PNG_SIZES, seed=0, jpeg=True):
 def main(cases, argv):
     """Runs the case argv[1] of `cases` (name -> function(tmp Path)) in a fresh temp dir.
 
-    Returns the exit status: 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage).
+    Returns the exit status: 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage),
+    77 skipped (the case raised Skip).
     """
     if len(argv) != 2 or argv[1] not in cases:
         print(f"usage: {argv[0]} CASE\ncases: {' '.join(cases)}", file=sys.stderr)
@@ -567,6 +572,9 @@ def main(cases, argv):
         _xxh64_selftest()
         with tempfile.TemporaryDirectory(prefix=f"dscache-cli-{name}-") as d:
             cases[name](Path(d))
+    except Skip as e:
+        print(f"SKIP {name}: {e}")
+        return 77
     except Exception:  # noqa: BLE001 - any error fails the case with its traceback
         traceback.print_exc()
         print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)", file=sys.stderr)

@@ -13,6 +13,7 @@ enum class ErrorKind {
   kInvalidArgument,  // the caller asked for something impossible (bad option, index out of range)
   kIOError,          // the operating system refused a read, write, rename, mmap...
   kUnsupported,      // valid input this build cannot handle (e.g. HDF5 without HDF5 support)
+  kBusy,             // another process holds the lock on the path (dscache/lock.h)
 };
 
 const char* to_string(ErrorKind kind);
