@@ -8,37 +8,34 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "dscache/error.h"
+#include "dscache/file.h"
 #include "dscache/ingest/source_list.h"
 
 namespace dscache {
 
 bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    reason = std::string("cannot open: ") + std::strerror(errno);
+  File file;
+  try {
+    file = File::open(path);  // never blocks on a FIFO; refuses devices (/dev/zero never ends)
+  } catch (const Error& e) {
+    reason =
+        e.kind() == ErrorKind::kNotFound ? "cannot open: No such file or directory" : e.reason();
     return false;
   }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    reason = "not a regular file";
-    return false;
-  }
-  buf.resize(static_cast<size_t>(st.st_size));
+  buf.resize(static_cast<size_t>(file.size()));
   size_t got = 0;
   while (true) {
     if (got == buf.size()) buf.resize(got + (got >> 1) + 4096);  // file grew while we read
-    ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
+    ssize_t n = ::read(file.fd(), buf.data() + got, buf.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       reason = std::string("read error: ") + std::strerror(errno);
-      ::close(fd);
       return false;
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
-  ::close(fd);
   buf.resize(got);
   return true;
 }
