@@ -20,7 +20,9 @@ struct IdxImages {
 bool is_idx_images_file(const std::string& path);
 
 // Reads a whole idx3 images file; throws Error(kCorruption) naming the file on a bad magic,
-// a truncated body or trailing bytes.
+// a truncated body or trailing bytes. A gzip'ed file is inflated only as far as its header
+// declares (and one byte more, to see trailing bytes): a small bomb costs what it claims, not
+// what it inflates to. A path that is not a regular file is Corruption (never blocks).
 IdxImages read_idx_images(const std::string& path);
 
 // Reads a whole idx1 labels file (magic 0x00000801).
