@@ -13,12 +13,12 @@ namespace {
 
 // Shard functions open the shard by its /proc/self/fd name; errors should name the shard.
 template <typename F>
-void as_shard(const ShardFile& s, F f) {
+void as_shard(const File& file, F f) {
   try {
-    f(s.file.fd_path());
+    f(file.fd_path());
   } catch (const Error& e) {
-    if (e.path() == s.file.path()) throw;
-    throw Error(e.kind(), s.file.path(), e.reason());
+    if (e.path() == file.path()) throw;
+    throw Error(e.kind(), file.path(), e.reason());
   }
 }
 
@@ -30,16 +30,29 @@ FileEntry CacheView::hash(const std::string& name) const {
   return hash_file(files_->open_file(name));
 }
 
-const ShardFile& CacheView::shard(size_t k) {
+const ShardLocation& CacheView::shard(size_t k) {
   auto it = shards_.find(k);
-  if (it == shards_.end()) it = shards_.emplace(k, files_->open_shard(k)).first;
+  if (it == shards_.end()) it = shards_.emplace(k, files_->open_shard(k).loc).first;
   return it->second;
+}
+
+const File& CacheView::open_shard(size_t k) {
+  shard(k);  // checked once
+  if (open_k_ != k) {
+    open_file_ = File();
+    open_k_ = SIZE_MAX;
+    const ShardEntry& e = manifest().shards[k];
+    open_file_ = files_->open_file(e.file, e.bytes);
+    open_k_ = k;
+  }
+  return open_file_;
 }
 
 const std::vector<IndexRow>& CacheView::index() {
   if (!have_index_) {
     std::vector<uint64_t> data;
-    for (size_t k = 0; k < manifest().shards.size(); ++k) data.push_back(shard(k).data_bytes);
+    // Byte shards (the only ones with an index): the header's count is the data bytes.
+    for (size_t k = 0; k < manifest().shards.size(); ++k) data.push_back(shard(k).count);
     index_ = files_->index(data);
     have_index_ = true;
   }
@@ -55,10 +68,10 @@ const ShardEntry& CacheView::shard_of(uint64_t i) const {
 
 void CacheView::read_samples(size_t k, uint64_t first, uint64_t n, uint8_t* out) {
   const Manifest& m = manifest();
-  const ShardFile& s = shard(k);
+  const ShardLocation& loc = shard(k);
   const SampleShape shape{m.height, m.width, m.channels};
-  as_shard(s, [&](const std::string& used) {
-    read_shard_samples(m.storage, used, s.loc, shape, first, n, out);
+  as_shard(open_shard(k), [&](const std::string& used) {
+    read_shard_samples(m.storage, used, loc, shape, first, n, out);
   });
 }
 
@@ -102,9 +115,9 @@ void CacheView::read_stored(uint64_t i, std::vector<uint8_t>* out, uint32_t* hei
   *height = row.height;
   *width = row.width;
   out->resize(static_cast<size_t>(row.length));
-  const ShardFile& s = shard(k);
-  as_shard(s, [&](const std::string& used) {
-    read_shard_bytes(m.storage, used, s.loc, row.offset, row.length, out->data());
+  const ShardLocation& loc = shard(k);
+  as_shard(open_shard(k), [&](const std::string& used) {
+    read_shard_bytes(m.storage, used, loc, row.offset, row.length, out->data());
   });
 }
 

@@ -3,6 +3,7 @@
 // Cache::open does.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -34,8 +35,9 @@ class CacheView {
   // XXH64 and size of NAME, opened inside the cache (regular file, no symlink out).
   FileEntry hash(const std::string& name) const;
 
-  // Shard k, opened and checked against the manifest (kept open).
-  const ShardFile& shard(size_t k);
+  // Shard k's location, from its header checked against the manifest (remembered; the file is
+  // not kept open: a cache may have more shards than the process has descriptors).
+  const ShardLocation& shard(size_t k);
   // The validated index (raw ragged layout, JPEG caches), loaded on first use.
   const std::vector<IndexRow>& index();
 
@@ -50,8 +52,13 @@ class CacheView {
   const ShardEntry& shard_of(uint64_t i) const;
 
  private:
+  // Shard k open for reading (the last one read; one descriptor at a time).
+  const File& open_shard(size_t k);
+
   std::shared_ptr<const CacheDir> files_;
-  std::map<size_t, ShardFile> shards_;
+  std::map<size_t, ShardLocation> shards_;
+  size_t open_k_ = SIZE_MAX;
+  File open_file_;
   std::vector<IndexRow> index_;
   bool have_index_ = false;
 };

@@ -192,33 +192,28 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   //    exactly the manifest's size. Nothing is mapped before all of them pass, so a short file is
   //    an error here, never a SIGBUS later.
   const CacheDir& files = *c.files;
-  const std::vector<File> opened = files.check_files();
+  files.check_files();
   if (options.verify_checksums) {
-    // check_files' order: shards, labels, checksums, sources, skips, index.
-    std::vector<uint64_t> expected;
-    for (const ShardEntry& s : m.shards) expected.push_back(s.xxh64);
-    for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips, &m.index}) {
-      expected.push_back(f->xxh64);
-    }
-    for (size_t k = 0; k < opened.size(); ++k) {
-      const FileEntry got = hash_file(opened[k]);
-      if (got.xxh64 != expected[k]) {
-        throw Error(ErrorKind::kCorruption, opened[k].path(),
-                    "XXH64 is " + hex64(got.xxh64) + ", manifest says " + hex64(expected[k]));
+    for (const FileEntry& f : files.named_files()) {
+      const File file = files.open_file(f.file, f.bytes);
+      const FileEntry got = hash_file(file);
+      if (got.xxh64 != f.xxh64) {
+        throw Error(ErrorKind::kCorruption, file.path(),
+                    "XXH64 is " + hex64(got.xxh64) + ", manifest says " + hex64(f.xxh64));
       }
     }
   }
 
-  // 2. Each shard's own header agrees with the manifest; its descriptor is kept until the shard
-  //    is mapped (or for good, for HDF5 and pread reads).
+  // 2. Each shard's own header agrees with the manifest. Its descriptor is closed again (one at
+  //    a time, however many shards); step 5 reopens it through the same directory descriptor,
+  //    so it is still this generation's file.
   c.shards.resize(m.shards.size());
   std::vector<uint64_t> data_bytes;
   for (size_t k = 0; k < m.shards.size(); ++k) {
     ShardState& s = c.shards[k];
     s.entry = m.shards[k];
     s.path = files.path(s.entry.file);
-    ShardFile f = files.open_shard(k);
-    s.file = std::move(f.file);
+    const ShardFile f = files.open_shard(k);
     s.loc = f.loc;
     s.data_bytes = f.data_bytes;
     data_bytes.push_back(s.data_bytes);
@@ -243,10 +238,8 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   }
   if (c.mode == MemoryMode::kPread) {
     for (ShardState& s : c.shards) {
-      if (s.data_bytes == 0) {
-        s.file = File();
-        continue;
-      }
+      if (s.data_bytes == 0) continue;
+      s.file = files.open_file(s.entry.file, s.entry.bytes);
       s.fd = s.file.fd();
       if (s.loc.contiguous) {
         s.pread = true;
@@ -263,10 +256,8 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   //    budget; the rest stay mapped. Nothing is evicted later, so views stay valid.
   bool budget_left = c.mode == MemoryMode::kInProcess;
   for (ShardState& s : c.shards) {
-    if (s.data_bytes == 0) {  // nothing to serve; never map zero bytes
-      s.file = File();
-      continue;
-    }
+    if (s.data_bytes == 0) continue;  // nothing to serve; never map zero bytes
+    s.file = files.open_file(s.entry.file, s.entry.bytes);
     if (budget_left) {
       if (options.memory_budget == 0 || c.resident + s.data_bytes <= options.memory_budget) {
         make_resident(c, s);

@@ -151,15 +151,17 @@ File CacheDir::open_file(const std::string& name, uint64_t expected_bytes) const
   return f;
 }
 
-std::vector<File> CacheDir::check_files() const {
+std::vector<FileEntry> CacheDir::named_files() const {
   const Manifest& m = impl_->manifest;
   std::vector<FileEntry> named;
   for (const ShardEntry& s : m.shards) named.push_back({s.file, s.bytes, s.xxh64});
   for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips}) named.push_back(*f);
   if (m.has_index()) named.push_back(m.index);
-  std::vector<File> files;
-  for (const FileEntry& f : named) files.push_back(open_file(f.file, f.bytes));
-  return files;
+  return named;
+}
+
+void CacheDir::check_files() const {
+  for (const FileEntry& f : named_files()) open_file(f.file, f.bytes);
 }
 
 std::vector<int64_t> CacheDir::labels() const {

@@ -61,9 +61,12 @@ class CacheDir {
   // The same, and its size must be `expected_bytes`: "file holds 1000 bytes, manifest says 1024".
   File open_file(const std::string& name, uint64_t expected_bytes) const;
 
-  // Every file the manifest names (shards, labels, checksums, sources, skips, index), each as
-  // open_file(name, bytes) checks it; returns them open, in that order. The first bad one throws.
-  std::vector<File> check_files() const;
+  // Every file the manifest names (shards, labels, checksums, sources, skips, index), with its
+  // expected size and XXH64, in that order.
+  std::vector<FileEntry> named_files() const;
+  // Each of named_files() as open_file(name, bytes) checks it, one open at a time (a cache of
+  // thousands of shards must not need thousands of descriptors). The first bad one throws.
+  void check_files() const;
 
   // labels.npy: <i8, C order, (count,), exact size; each label in [0, classes) when the
   // manifest names classes (an unlabeled cache, classes [], takes any label).
