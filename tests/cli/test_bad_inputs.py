@@ -243,8 +243,10 @@ def case_wrapped_shapes(tmp):
     Corruption (before: inspect --sample/--grid crashed in cvtColor)."""
     rag = base_cache(tmp, "ragged", "--layout", "ragged", "--max-side", "20")
     idx = np.load(rag / "ragged-index.npy")
-    for k, (h, w) in enumerate([((1 << 32) - 1, (1 << 32) - 1), (1 << 31, 1 << 31), (0, 5),
-                                (-3, 5)]):
+    # 1437049164 * 4278847826 * 3 = 776 mod 2^64: a row whose wrapped size fits in the shard, the
+    # one that reached cvtColor with a negative width.
+    for k, (h, w) in enumerate([(1437049164, 4278847826), ((1 << 32) - 1, (1 << 32) - 1),
+                                (1 << 31, 1 << 31), (0, 5), (-3, 5)]):
         d = variant(rag, tmp, f"wrap-{k}")
         bad = idx.copy()
         bad[0, 1], bad[0, 2] = h, w
