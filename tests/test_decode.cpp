@@ -897,6 +897,12 @@ TEST_CASE("read_idx_images bounds a gzip bomb by its header and refuses FIFOs at
   CHECK_THROWS_WITH_AS(dscache::read_idx_images(raw),
                        doctest::Contains("header says 9 images of 2x2 (36 bytes), file holds 4"),
                        dscache::Error);
+  // A prefix (bench's decode row) reads only its records' bytes.
+  const dscache::IdxImages first = dscache::read_idx_images(raw, 1);
+  CHECK(first.count == 1);
+  CHECK(std::string(first.pixels.begin(), first.pixels.end()) == "abcd");
+  CHECK_THROWS_WITH_AS(dscache::read_idx_images(raw, 2), doctest::Contains("file ends after 4"),
+                       dscache::Error);
   const std::string fifo = dir + "/fifo-images-idx3-ubyte";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK_THROWS_WITH_AS(dscache::read_idx_images(fifo),

@@ -391,14 +391,15 @@ int cmd_bench(int argc, char** argv) {
     }
     if (!want("decode")) names.clear();
     if (!names.empty()) {
-      SourceDecoder dec(m, names, root);
+      const uint64_t k = std::min<uint64_t>(decode_samples, n);
+      // Only the records these k samples need: bench times decoding, not reading a whole idx.
+      SourceDecoder dec(m, names, root, k);
       auto decode_into = [&dec, sb](uint64_t i, uint8_t* out, std::string* reason) {
         thread_local std::vector<uint8_t> pixels;
         if (!dec.decode(i, &pixels, reason)) return false;
         std::memcpy(out, pixels.data(), sb);
         return true;
       };
-      const uint64_t k = std::min<uint64_t>(decode_samples, n);
       std::atomic<uint64_t> failed{0};
       std::string first_reason;
       auto t0 = Clock::now();

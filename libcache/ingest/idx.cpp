@@ -70,7 +70,9 @@ bool is_idx_images_file(const std::string& path) {
   }
 }
 
-IdxImages read_idx_images(const std::string& path) {
+IdxImages read_idx_images(const std::string& path) { return read_idx_images(path, UINT64_MAX); }
+
+IdxImages read_idx_images(const std::string& path, uint64_t max_images) {
   GzReader r(path);
   std::vector<uint8_t> data;
   r.read(16, &data);
@@ -95,6 +97,18 @@ IdxImages read_idx_images(const std::string& path) {
   if (need > std::numeric_limits<size_t>::max() / 2) {
     throw Error(ErrorKind::kUnsupported, path,
                 "header says " + std::to_string(need) + " pixel bytes, more than memory can hold");
+  }
+  if (max_images < img.count) {  // a prefix: inflate only its bytes
+    const uint64_t want = uint64_t{static_cast<uint32_t>(max_images)} * img.rows * img.cols;
+    const uint64_t got = r.read(want, &img.pixels);
+    if (got != want) {
+      throw Error(ErrorKind::kCorruption, path,
+                  "header says " + std::to_string(img.count) + " images of " +
+                      std::to_string(img.rows) + "x" + std::to_string(img.cols) +
+                      ", file ends after " + std::to_string(got) + " pixel bytes");
+    }
+    img.count = static_cast<uint32_t>(max_images);
+    return img;
   }
   // Inflate what the header declares and one byte more, never the whole stream.
   const uint64_t got = r.read(need + 1, &img.pixels);

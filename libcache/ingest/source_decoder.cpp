@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,10 @@ bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::st
 }
 
 SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root)
+    : SourceDecoder(m, std::move(names), std::move(root), UINT64_MAX) {}
+
+SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root,
+                             uint64_t samples)
     : m_(m), names_(std::move(names)), root_(std::move(root)) {
   const bool ragged = m.layout == Layout::kRagged;
   opt_.height = ragged ? 1 : m.recipe.height;  // unused by the ragged decode
@@ -49,7 +54,19 @@ SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, 
   opt_.resize = m.recipe.resize;
   opt_.reduced_decode = m.recipe.reduced_decode;
   opt_.max_pixels = m.recipe.max_pixels;
-  if (m.source.kind == "idx") idx_ = std::make_shared<IdxImages>(read_idx_images(root_));
+  if (m.source.kind == "idx") {
+    uint64_t records = UINT64_MAX;  // all
+    if (samples < names_.size()) {
+      records = 0;  // one past the highest record samples [0, samples) name
+      for (uint64_t i = 0; i < samples; ++i) {
+        const auto hash = names_[i].rfind('#');
+        if (hash == std::string::npos) continue;
+        records = std::max<uint64_t>(records,
+                                     std::strtoull(names_[i].c_str() + hash + 1, nullptr, 10) + 1);
+      }
+    }
+    idx_ = std::make_shared<IdxImages>(read_idx_images(root_, records));
+  }
 }
 
 std::string SourceDecoder::path(uint64_t i) const {
