@@ -10,6 +10,8 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
 
 #include "cache_view.h"
 #include "cli_util.h"
@@ -39,8 +41,10 @@ class Checker {
   std::vector<Problem> problems;
   uint64_t samples_checked = 0;
 
+  // Records a problem once: a bad side file is met by its size/hash check and by its reader.
   void add(std::string file, int64_t sample, std::string reason) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!seen_.insert(std::make_tuple(file, sample, reason)).second) return;
     problems.push_back({std::move(file), sample, std::move(reason)});
   }
 
@@ -249,6 +253,7 @@ class Checker {
   CacheView& c_;
   const Manifest& m_;
   std::mutex mu_;
+  std::set<std::tuple<std::string, int64_t, std::string>> seen_;
   std::vector<uint64_t> sums_;        // --source: checksums.npy
   std::vector<IndexRow> jpeg_index_;  // --source on a ragged JPEG cache: the samples' sizes
 };
