@@ -2,6 +2,7 @@
 // real user meets (good and bad), the three resize policies, JPEG reduced decoding and
 // determinism. Every fixture is generated here, in memory or in a fresh temp dir.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "dscache/error.h"
+#include "dscache/ingest/idx.h"
 #include "dscache/ingest/image_decode.h"
 
 namespace {
@@ -858,4 +860,53 @@ TEST_CASE("resize_pixels applies the same policies to decoded pixels") {
                            out.data());
     for (uint8_t v : out) CHECK(int(v) == 200);
   }
+}
+
+// idx files (issue 11): inflated only as far as the header declares; never a FIFO.
+TEST_CASE("read_idx_images bounds a gzip bomb by its header and refuses FIFOs at once") {
+  char tmpl[] = "/tmp/dscache-idx-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  // Header: 2 images of 28x28; then 2*784 pixels and 64 MiB of zeros more, gzip'ed (~64 KiB).
+  const std::string raw = dir + "/bomb-images-idx3-ubyte";
+  {
+    std::ofstream out(raw, std::ios::binary);
+    const unsigned char head[16] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+    out.write(reinterpret_cast<const char*>(head), sizeof head);
+    const std::string zeros(1 << 20, '\0');
+    for (int i = 0; i < 65; ++i)
+      out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  }
+  REQUIRE(std::system(("gzip -1 '" + raw + "'").c_str()) == 0);
+  bool refused = false;
+  try {
+    dscache::read_idx_images(raw + ".gz");
+  } catch (const dscache::Error& e) {
+    refused = e.kind() == dscache::ErrorKind::kCorruption &&
+              std::string(e.what()).find("file holds more") != std::string::npos;
+    CHECK_MESSAGE(refused, e.what());
+  }
+  CHECK(refused);
+  // A header that promises more than the stream holds.
+  {
+    std::ofstream out(raw, std::ios::binary);
+    const unsigned char head[16] = {0, 0, 8, 3, 0, 0, 0, 9, 0, 0, 0, 2, 0, 0, 0, 2};
+    out.write(reinterpret_cast<const char*>(head), sizeof head);
+    out.write("abcd", 4);
+  }
+  CHECK_THROWS_WITH_AS(dscache::read_idx_images(raw),
+                       doctest::Contains("header says 9 images of 2x2 (36 bytes), file holds 4"),
+                       dscache::Error);
+  // A prefix (bench's decode row) reads only its records' bytes.
+  const dscache::IdxImages first = dscache::read_idx_images(raw, 1);
+  CHECK(first.count == 1);
+  CHECK(std::string(first.pixels.begin(), first.pixels.end()) == "abcd");
+  CHECK_THROWS_WITH_AS(dscache::read_idx_images(raw, 2), doctest::Contains("file ends after 4"),
+                       dscache::Error);
+  const std::string fifo = dir + "/fifo-images-idx3-ubyte";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(dscache::read_idx_images(fifo),
+                       doctest::Contains("not a regular file (a FIFO)"), dscache::Error);
+  CHECK_FALSE(dscache::is_idx_images_file(fifo));
+  std::system(("rm -rf '" + dir + "'").c_str());
 }

@@ -11,6 +11,7 @@
 #include "build_pipeline.h"
 #include "dscache/atomic_file.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "test_hooks.h"
 
 namespace dscache {
@@ -130,10 +131,10 @@ json build_fingerprint(const Manifest& m) {
 void open_partial(const std::string& partial, const json& fp) {
   const std::string fp_path = partial + "/" + kFingerprintFile;
   if (path_exists(partial)) {
-    std::ifstream in(fp_path);
     json old;
     try {
-      old = json::parse(in);
+      // A regular file only: a FIFO planted here would block the resume.
+      old = json::parse(File::open(fp_path).read_all(uint64_t{1} << 24));
     } catch (const std::exception&) {
       old = json();
     }

@@ -12,6 +12,7 @@
 #include "build_partial.h"
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
+#include "dscache/file.h"
 #include "test_hooks.h"
 
 namespace dscache {
@@ -48,8 +49,7 @@ uint64_t BuildWriter::adopt_finished() {
     if (!path_exists(side) || !path_exists(shard)) break;
     json j;
     try {
-      std::ifstream in(side);
-      j = json::parse(in);
+      j = json::parse(File::open(side).read_all(uint64_t{1} << 24));  // never a FIFO
     } catch (const std::exception&) {
       break;  // torn sidecar: redo this shard
     }

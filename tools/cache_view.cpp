@@ -1,144 +1,93 @@
 #include "cache_view.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
+#include "dscache/atomic_file.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "dscache/jpeg.h"
-#include "dscache/npy.h"
 
 namespace dscache {
 
-std::vector<uint8_t> read_npy_vector(const std::string& path, const std::string& descr,
-                                     uint64_t count) {
-  NpyHeader h = read_npy_header(path);
-  if (h.descr != descr || h.shape.size() != 1 || h.shape[0] != count) {
-    std::string shape;
-    for (auto d : h.shape) shape += std::to_string(d) + ",";
-    throw Error(ErrorKind::kCorruption, path,
-                "expected (" + std::to_string(count) + ",) " + descr + ", header says (" + shape +
-                    ") " + h.descr);
+namespace {
+
+// Shard functions open the shard by its /proc/self/fd name; errors should name the shard.
+template <typename F>
+void as_shard(const File& file, F f) {
+  try {
+    f(file.fd_path());
+  } catch (const Error& e) {
+    if (e.path() == file.path()) throw;
+    throw Error(e.kind(), file.path(), e.reason());
   }
-  return read_npy_data(path, h);
 }
 
-std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h) {
-  std::vector<uint8_t> out(h.data_bytes());
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno(path, "open");
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + got, out.size() - got, h.data_offset + got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      if (n < 0) throw_errno(path, "read");
-      throw Error(ErrorKind::kCorruption, path,
-                  "truncated: holds " + std::to_string(h.data_offset + got) +
-                      " bytes, header needs " + std::to_string(h.data_offset + out.size()));
-    }
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return out;
+}  // namespace
+
+CacheView::CacheView(const std::string& dir) : files_(CacheDir::open(dir)) {}
+
+FileEntry CacheView::hash(const std::string& name) const {
+  return hash_file(files_->open_file(name));
 }
 
-std::vector<uint8_t> read_npy_vector_2d(const std::string& path, uint64_t rows, uint64_t cols) {
-  NpyHeader h = read_npy_header(path);
-  if (h.descr != "<i8" || h.shape.size() != 2 || h.shape[0] != rows || h.shape[1] != cols) {
-    throw Error(
-        ErrorKind::kCorruption, path,
-        "expected a (" + std::to_string(rows) + ", " + std::to_string(cols) + ") <i8 array");
-  }
-  return read_npy_data(path, h);
+const ShardLocation& CacheView::shard(size_t k) {
+  auto it = shards_.find(k);
+  if (it == shards_.end()) it = shards_.emplace(k, files_->open_shard(k).loc).first;
+  return it->second;
 }
 
-CacheView::CacheView(std::string dir) : dir_(std::move(dir)), m_(read_manifest(dir_)) {}
-
-std::vector<int64_t> CacheView::labels() const {
-  auto raw = read_npy_vector(path(m_.labels.file), "<i8", m_.count);
-  std::vector<int64_t> out(m_.count);
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
+const File& CacheView::open_shard(size_t k) {
+  shard(k);  // checked once
+  if (open_k_ != k) {
+    open_file_ = File();
+    open_k_ = SIZE_MAX;
+    const ShardEntry& e = manifest().shards[k];
+    open_file_ = files_->open_file(e.file, e.bytes);
+    open_k_ = k;
+  }
+  return open_file_;
 }
 
-std::vector<uint64_t> CacheView::checksums() const {
-  auto raw = read_npy_vector(path(m_.checksums.file), "<u8", m_.count);
-  std::vector<uint64_t> out(m_.count);
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
-}
-
-std::vector<std::string> CacheView::sources() const {
-  std::string p = path(m_.sources.file);
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kNotFound, p, "cannot open");
-  std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    try {
-      out.push_back(nlohmann::json::parse(line).get<std::string>());
-    } catch (const std::exception&) {
-      throw Error(ErrorKind::kCorruption, p,
-                  "line " + std::to_string(out.size() + 1) + " is not a JSON string");
-    }
+const std::vector<IndexRow>& CacheView::index() {
+  if (!have_index_) {
+    std::vector<uint64_t> data;
+    // Byte shards (the only ones with an index): the header's count is the data bytes.
+    for (size_t k = 0; k < manifest().shards.size(); ++k) data.push_back(shard(k).count);
+    index_ = files_->index(data);
+    have_index_ = true;
   }
-  if (out.size() != m_.count) {
-    throw Error(ErrorKind::kCorruption, p,
-                "holds " + std::to_string(out.size()) + " lines, manifest says " +
-                    std::to_string(m_.count) + " samples");
-  }
-  return out;
-}
-
-std::vector<SkipRecord> CacheView::skips() const {
-  std::string p = path(m_.skips.file);
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kNotFound, p, "cannot open");
-  std::vector<SkipRecord> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    try {
-      auto j = nlohmann::json::parse(line);
-      out.push_back({j.at("source").get<std::string>(), j.at("reason").get<std::string>()});
-    } catch (const std::exception&) {
-      throw Error(ErrorKind::kCorruption, p,
-                  "line " + std::to_string(out.size() + 1) + " is not a skip record");
-    }
-  }
-  return out;
+  return index_;
 }
 
 const ShardEntry& CacheView::shard_of(uint64_t i) const {
-  auto it = std::upper_bound(m_.shards.begin(), m_.shards.end(), i,
+  const auto& shards = manifest().shards;
+  auto it = std::upper_bound(shards.begin(), shards.end(), i,
                              [](uint64_t v, const ShardEntry& s) { return v < s.first; });
   return *(it - 1);
 }
 
-std::vector<int64_t> CacheView::index() const {
-  auto raw = read_npy_vector_2d(path(m_.index.file), m_.count, index_columns());
-  std::vector<int64_t> out(raw.size() / 8);
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
+void CacheView::read_samples(size_t k, uint64_t first, uint64_t n, uint8_t* out) {
+  const Manifest& m = manifest();
+  const ShardLocation& loc = shard(k);
+  const SampleShape shape{m.height, m.width, m.channels};
+  as_shard(open_shard(k), [&](const std::string& used) {
+    read_shard_samples(m.storage, used, loc, shape, first, n, out);
+  });
 }
 
 void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
                             uint32_t* width) {
-  if (m_.codec != Codec::kJpeg) {
+  const Manifest& m = manifest();
+  if (m.codec != Codec::kJpeg) {
     read_stored(i, out, height, width);
     return;
   }
   std::vector<uint8_t> stored;
   read_stored(i, &stored, height, width);
-  out->resize(size_t{*height} * *width * m_.channels);
+  out->resize(size_t{*height} * *width * m.channels);  // the index checked both sides
   JpegScratch scratch;
   try {
-    jpeg_decode(stored.data(), stored.size(), *height, *width, m_.channels, out->data(), &scratch);
+    jpeg_decode(stored.data(), stored.size(), *height, *width, m.channels, out->data(), &scratch);
   } catch (const Error& e) {
     throw Error(e.kind(), path(shard_of(i).file),
                 "sample " + std::to_string(i) + ": " + e.reason());
@@ -147,52 +96,29 @@ void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* hei
 
 void CacheView::read_stored(uint64_t i, std::vector<uint8_t>* out, uint32_t* height,
                             uint32_t* width) {
-  if (i >= m_.count) {
+  const Manifest& m = manifest();
+  if (i >= m.count) {
     throw Error(
-        ErrorKind::kInvalidArgument, dir_,
-        "sample " + std::to_string(i) + " out of range (count " + std::to_string(m_.count) + ")");
+        ErrorKind::kInvalidArgument, dir(),
+        "sample " + std::to_string(i) + " out of range (count " + std::to_string(m.count) + ")");
   }
-  const ShardEntry& s = shard_of(i);
-  size_t k = static_cast<size_t>(&s - m_.shards.data());
-  const bool ragged = m_.has_index();  // byte shards located through the index
-  SampleShape shape{m_.height, m_.width, m_.channels};
-  auto it = located_.find(k);
-  if (it == located_.end()) {
-    ShardLocation loc = ragged ? locate_ragged_shard(m_.storage, path(s.file))
-                               : locate_shard(m_.storage, path(s.file), shape);
-    if (!ragged && loc.count != s.count) {
-      throw Error(ErrorKind::kCorruption, path(s.file),
-                  "holds " + std::to_string(loc.count) + " samples, manifest says " +
-                      std::to_string(s.count));
-    }
-    it = located_.emplace(k, loc).first;
-  }
-  if (!ragged) {
-    *height = m_.height;
-    *width = m_.width;
-    out->resize(shape.bytes());
-    read_shard_samples(m_.storage, path(s.file), it->second, shape, i - s.first, 1, out->data());
+  const ShardEntry& e = shard_of(i);
+  const size_t k = static_cast<size_t>(&e - m.shards.data());
+  if (!m.has_index()) {
+    *height = m.height;
+    *width = m.width;
+    out->resize(static_cast<size_t>(m.sample_bytes()));
+    read_samples(k, i - e.first, 1, out->data());
     return;
   }
-  if (index_.empty()) index_ = index();
-  const uint64_t cols = index_columns();
-  const int64_t* row = &index_[cols * i];
-  const int64_t h = row[cols - 2], w = row[cols - 1];
-  const bool sides_ok = h > 0 && w > 0 && h <= UINT32_MAX && w <= UINT32_MAX;
-  // Raw: h*w*C (< 2^66 / 2^2 for sides < 2^32); JPEG: the stored length.
-  const uint64_t bytes = !sides_ok   ? 0
-                         : cols == 4 ? (row[1] > 0 ? static_cast<uint64_t>(row[1]) : 0)
-                                     : uint64_t(h) * uint64_t(w) * m_.channels;
-  const uint64_t data = it->second.count;
-  if (row[0] < 0 || bytes == 0 || bytes > data || static_cast<uint64_t>(row[0]) > data - bytes) {
-    throw Error(ErrorKind::kCorruption, path(m_.index.file),
-                "row " + std::to_string(i) + " points outside " + s.file);
-  }
-  *height = static_cast<uint32_t>(h);
-  *width = static_cast<uint32_t>(w);
-  out->resize(bytes);
-  read_shard_bytes(m_.storage, path(s.file), it->second, static_cast<uint64_t>(row[0]), bytes,
-                   out->data());
+  const IndexRow& row = index()[static_cast<size_t>(i)];  // checked against the shard
+  *height = row.height;
+  *width = row.width;
+  out->resize(static_cast<size_t>(row.length));
+  const ShardLocation& loc = shard(k);
+  as_shard(open_shard(k), [&](const std::string& used) {
+    read_shard_bytes(m.storage, used, loc, row.offset, row.length, out->data());
+  });
 }
 
 }  // namespace dscache

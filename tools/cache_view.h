@@ -1,65 +1,66 @@
-// Read access to a built cache's side files and samples, for inspect and verify.
+// Sample access to a built cache for inspect and verify, on top of libcache's validated reader
+// (dscache/cache_dir.h): no file is parsed here, so the tools accept and refuse exactly what
+// Cache::open does.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "dscache/cache_dir.h"
 #include "dscache/manifest.h"
 #include "dscache/shard.h"
 
 namespace dscache {
 
-struct SkipRecord {
-  std::string source;  // as recorded in skipped.jsonl
-  std::string reason;
-};
-
-// Opens a cache by its manifest; reads everything else on demand. Not thread-safe.
+// Opens a cache directory once (CacheDir) and reads everything else through it on demand.
+// Not thread-safe (shards are opened lazily and kept).
 class CacheView {
  public:
-  explicit CacheView(std::string dir);  // throws NotFound / Corruption
+  explicit CacheView(const std::string& dir);  // throws NotFound / Corruption
 
-  const Manifest& manifest() const { return m_; }
-  const std::string& dir() const { return dir_; }
-  std::string path(const std::string& file) const { return dir_ + "/" + file; }
+  const Manifest& manifest() const { return files_->manifest(); }
+  const std::string& dir() const { return files_->dir(); }
+  std::string path(const std::string& file) const { return files_->path(file); }
+  const CacheDir& files() const { return *files_; }
 
-  // Each throws Corruption naming the file when it disagrees with the manifest.
-  std::vector<int64_t> labels() const;
-  std::vector<uint64_t> checksums() const;
-  std::vector<std::string> sources() const;
-  std::vector<SkipRecord> skips() const;
+  // Each throws Corruption naming the file when it disagrees with the manifest (see CacheDir).
+  std::vector<int64_t> labels() const { return files_->labels(); }
+  std::vector<uint64_t> checksums() const { return files_->checksums(); }
+  std::vector<std::string> sources() const { return files_->sources(); }
+  std::vector<SkipRecord> skips() const { return files_->skips(); }
+  // XXH64 and size of NAME, opened inside the cache (regular file, no symlink out).
+  FileEntry hash(const std::string& name) const;
 
-  // Values per index row: 3 for raw ragged (offset in its shard's data, height, width), 4 for
-  // JPEG (offset, length, height, width).
-  uint64_t index_columns() const { return m_.codec == Codec::kJpeg ? 4 : 3; }
-  // The index (raw ragged layout, JPEG caches): index_columns() values per sample.
-  std::vector<int64_t> index() const;
+  // Shard k's location, from its header checked against the manifest (remembered; the file is
+  // not kept open: a cache may have more shards than the process has descriptors).
+  const ShardLocation& shard(size_t k);
+  // The validated index (raw ragged layout, JPEG caches), loaded on first use.
+  const std::vector<IndexRow>& index();
 
   // Copies sample i's pixels into *out (resized to its bytes; JPEG samples are decoded) and sets
   // its size. Any layout and codec.
   void read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* height, uint32_t* width);
   // Sample i's bytes as stored (the JPEG stream for codec jpeg), with its decoded size.
   void read_stored(uint64_t i, std::vector<uint8_t>* out, uint32_t* height, uint32_t* width);
-  // The shard holding sample i.
+  // Samples [first, first + n) of fixed-layout raw shard k (shard-local indices).
+  void read_samples(size_t k, uint64_t first, uint64_t n, uint8_t* out);
+  // The shard holding sample i (i < count).
   const ShardEntry& shard_of(uint64_t i) const;
 
  private:
-  std::string dir_;
-  Manifest m_;
-  std::map<size_t, ShardLocation> located_;
-  std::vector<int64_t> index_;  // the index, loaded on first use
+  // Shard k open for reading (the last one read; one descriptor at a time).
+  const File& open_shard(size_t k);
+
+  std::shared_ptr<const CacheDir> files_;
+  std::map<size_t, ShardLocation> shards_;
+  size_t open_k_ = SIZE_MAX;
+  File open_file_;
+  std::vector<IndexRow> index_;
+  bool have_index_ = false;
 };
-
-struct NpyHeader;
-// The data of an .npy file whose header is `h`. Throws Corruption when the file is short.
-std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h);
-// Reads a (rows, cols) <i8 .npy array's bytes. Throws Corruption naming it.
-std::vector<uint8_t> read_npy_vector_2d(const std::string& path, uint64_t rows, uint64_t cols);
-
-// Reads a 1-d .npy array of `count` items with the given descr. Throws Corruption naming it.
-std::vector<uint8_t> read_npy_vector(const std::string& path, const std::string& descr,
-                                     uint64_t count);
 
 }  // namespace dscache

@@ -27,6 +27,7 @@
 #include "commands.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "dscache/ingest/source_decoder.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/lazy_cache.h"
@@ -111,8 +112,7 @@ const char* const kRowGroups[] = {"memcpy", "global", "windowed", "decode", "dis
 // from the disk. Pages a process still maps are kept by the kernel: unmap first.
 void drop_pages(const std::vector<std::string>& files) {
   for (const std::string& f : files) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_errno(f, "open");
+    const int fd = File::open(f).release();  // regular files only
     ::fdatasync(fd);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
@@ -134,11 +134,11 @@ double disk_sequential(const std::vector<std::string>& files, double min_seconds
   uint64_t bytes = 0;
   auto t0 = Clock::now();
   for (const std::string& f : files) {
-    int fd = direct ? ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+    File::open(f);  // regular files only (a FIFO would block the opens below)
+    int fd = direct ? ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT | O_NONBLOCK) : -1;
     if (fd < 0) {
       direct = false;
-      fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw_errno(f, "open");
+      fd = File::open(f).release();
       ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
     uint64_t offset = 0;
@@ -147,8 +147,7 @@ double disk_sequential(const std::vector<std::string>& files, double min_seconds
       if (got < 0 && errno == EINVAL && direct && offset == 0) {  // O_DIRECT not supported
         direct = false;
         ::close(fd);
-        fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw_errno(f, "open");
+        fd = File::open(f).release();
         ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         continue;
       }
@@ -278,6 +277,10 @@ int cmd_bench(int argc, char** argv) {
     if (m.layout != Layout::kFixed) {
       throw Error(ErrorKind::kUnsupported, dir, "bench measures fixed-layout caches");
     }
+    if (m.count == 0) {  // a valid cache (FORMAT.md), but there is nothing to time
+      std::fprintf(stderr, "dscache bench: %s holds no samples to measure\n", dir.c_str());
+      return kExitUsage;
+    }
     CacheOptions serve_options;
     serve_options.memory = memory == "pread"        ? MemoryMode::kPread
                            : memory == "page-cache" ? MemoryMode::kPageCache
@@ -388,14 +391,15 @@ int cmd_bench(int argc, char** argv) {
     }
     if (!want("decode")) names.clear();
     if (!names.empty()) {
-      SourceDecoder dec(m, names, root);
+      const uint64_t k = std::min<uint64_t>(decode_samples, n);
+      // Only the records these k samples need: bench times decoding, not reading a whole idx.
+      SourceDecoder dec(m, names, root, k);
       auto decode_into = [&dec, sb](uint64_t i, uint8_t* out, std::string* reason) {
         thread_local std::vector<uint8_t> pixels;
         if (!dec.decode(i, &pixels, reason)) return false;
         std::memcpy(out, pixels.data(), sb);
         return true;
       };
-      const uint64_t k = std::min<uint64_t>(decode_samples, n);
       std::atomic<uint64_t> failed{0};
       std::string first_reason;
       auto t0 = Clock::now();

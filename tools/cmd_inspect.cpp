@@ -35,24 +35,28 @@ struct Sizes {
   double ratio() const { return raw == 0 ? 1.0 : static_cast<double>(stored) / raw; }
 };
 
-Sizes sample_sizes(const CacheView& c) {
+Sizes sample_sizes(CacheView& c) {
   const Manifest& m = c.manifest();
   Sizes s;
   if (!m.has_index()) {
     s.raw = s.stored = m.count * m.sample_bytes();
     return s;
   }
-  const std::vector<int64_t> index = c.index();
-  const uint64_t cols = c.index_columns();
-  for (uint64_t i = 0; i < m.count; ++i) {
-    const int64_t* row = &index[cols * i];
-    const uint64_t h = static_cast<uint64_t>(std::max<int64_t>(0, row[cols - 2]));
-    const uint64_t w = static_cast<uint64_t>(std::max<int64_t>(0, row[cols - 1]));
-    const uint64_t raw = h * w * m.channels;
+  // Rows checked by the library: sides in (0, 2^32), raw rows' bytes inside their shard.
+  for (const IndexRow& row : c.index()) {
+    const uint64_t raw = uint64_t{row.height} * row.width * m.channels;
     s.raw += raw;
-    s.stored += cols == 4 ? static_cast<uint64_t>(std::max<int64_t>(0, row[1])) : raw;
+    s.stored += row.length;
   }
   return s;
+}
+
+// Label `label`'s class name; an unlabeled cache (classes []) has none.
+std::string class_name(const Manifest& m, int64_t label) {
+  if (label >= 0 && static_cast<uint64_t>(label) < m.classes.size()) {
+    return m.classes[static_cast<size_t>(label)];
+  }
+  return "label " + std::to_string(label);  // CacheDir::labels() checked it when classes exist
 }
 
 json summary_json(CacheView& c) {
@@ -180,6 +184,11 @@ cv::Mat sample_image(CacheView& c, uint64_t i) {
   std::vector<uint8_t> pixels;
   uint32_t h = 0, w = 0;
   c.read_sample(i, &pixels, &h, &w);
+  if (h > 32767 || w > 32767) {  // OpenCV's image functions stop at 2^15 per side
+    throw Error(ErrorKind::kUnsupported, c.path(c.shard_of(i).file),
+                "sample " + std::to_string(i) + " is " + std::to_string(h) + "x" +
+                    std::to_string(w) + ", too large to draw");
+  }
   cv::Mat img(static_cast<int>(h), static_cast<int>(w), m.channels == 3 ? CV_8UC3 : CV_8UC1,
               pixels.data());
   cv::Mat out;
@@ -234,7 +243,7 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
       cv::resize(img, big, cv::Size(cw, ch), 0, 0, cv::INTER_NEAREST);
       big.copyTo(sheet(cv::Rect(x, y, cw, ch)));
     }
-    std::string text = m.classes.at(static_cast<size_t>(labels[i]));
+    std::string text = class_name(m, labels[i]);
     double fs = 0.4;
     int base = 0;
     while (text.size() > 1 &&
@@ -281,6 +290,7 @@ int cmd_inspect(int argc, char** argv) {
   try {
     CacheView c(dir);
     const Manifest& m = c.manifest();
+    c.files().check_files();  // as Cache::open: every named file regular, inside, of its size
     if (sample >= 0) {
       if (static_cast<uint64_t>(sample) >= m.count) {
         std::fprintf(stderr, "dscache inspect: --sample %lld out of range: the cache holds %llu\n",
@@ -290,7 +300,8 @@ int cmd_inspect(int argc, char** argv) {
       auto labels = c.labels();
       auto sources = c.sources();
       auto i = static_cast<uint64_t>(sample);
-      const std::string& cls = m.classes.at(static_cast<size_t>(labels[i]));
+      c.shard(static_cast<size_t>(&c.shard_of(i) - m.shards.data()));  // header vs manifest
+      const std::string cls = class_name(m, labels[i]);
       if (!out.empty()) write_png(out, sample_image(c, i));
       if (as_json) {
         json j{{"index", i},
@@ -309,6 +320,10 @@ int cmd_inspect(int argc, char** argv) {
       return kExitOk;
     }
     if (grid > 0) {
+      if (m.count == 0) {
+        std::fprintf(stderr, "dscache inspect: --grid: %s holds no samples to show\n", dir.c_str());
+        return kExitUsage;
+      }
       write_png(out, contact_sheet(c, static_cast<uint64_t>(grid), c.labels()));
       std::printf("wrote %s (%lld samples)\n", out.c_str(),
                   static_cast<long long>(std::min<uint64_t>(grid, m.count)));
@@ -323,6 +338,11 @@ int cmd_inspect(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "dscache inspect: %s\n", e.what());
     return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
+  } catch (const cv::Exception& e) {
+    // Our checks should leave OpenCV nothing to refuse; never show its assertion text.
+    std::fprintf(stderr, "dscache inspect: %s: could not draw the samples (image library error)\n",
+                 dir.c_str());
+    return kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dscache inspect: %s\n", e.what());
     return kExitError;

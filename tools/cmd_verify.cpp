@@ -10,6 +10,8 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
 
 #include "cache_view.h"
 #include "cli_util.h"
@@ -39,8 +41,10 @@ class Checker {
   std::vector<Problem> problems;
   uint64_t samples_checked = 0;
 
+  // Records a problem once: a bad side file is met by its size/hash check and by its reader.
   void add(std::string file, int64_t sample, std::string reason) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!seen_.insert(std::make_tuple(file, sample, reason)).second) return;
     problems.push_back({std::move(file), sample, std::move(reason)});
   }
 
@@ -48,7 +52,7 @@ class Checker {
   bool check_file(const std::string& name, uint64_t bytes, uint64_t hash) {
     FileEntry actual;
     try {
-      actual = hash_file(c_.path(name));
+      actual = c_.hash(name);
     } catch (const Error& e) {
       add(name, -1, e.reason());
       return false;
@@ -77,16 +81,21 @@ class Checker {
     } catch (const Error& e) {
       add(m_.checksums.file, -1, e.reason());
     }
+    // The same validated readers as Cache::open: what it refuses, verify reports.
     try {
       labels = c_.labels();
-      for (uint64_t i = 0; i < labels.size(); ++i) {
-        if (labels[i] < 0 || static_cast<uint64_t>(labels[i]) >= m_.classes.size()) {
-          add(m_.labels.file, static_cast<int64_t>(i),
-              "label " + std::to_string(labels[i]) + " is not a class index");
-        }
-      }
     } catch (const Error& e) {
       add(m_.labels.file, -1, e.reason());
+    }
+    try {
+      c_.sources();
+    } catch (const Error& e) {
+      add(m_.sources.file, -1, e.reason());
+    }
+    try {
+      c_.skips();
+    } catch (const Error& e) {
+      add(m_.skips.file, -1, e.reason());
     }
     if (m_.has_index()) {
       check_indexed(sums);
@@ -95,19 +104,13 @@ class Checker {
     }
     SampleShape shape{m_.height, m_.width, m_.channels};
     std::vector<uint8_t> buf;
-    for (const auto& s : m_.shards) {
+    for (size_t k = 0; k < m_.shards.size(); ++k) {
+      const ShardEntry& s = m_.shards[k];
       if (!check_file(s.file, s.bytes, s.xxh64)) continue;
-      ShardLocation loc;
       try {
-        loc = locate_shard(m_.storage, c_.path(s.file), shape);
+        c_.shard(k);  // header against the manifest
       } catch (const Error& e) {
         add(s.file, -1, e.reason());
-        continue;
-      }
-      if (loc.count != s.count) {
-        add(s.file, -1,
-            "holds " + std::to_string(loc.count) + " samples, manifest says " +
-                std::to_string(s.count));
         continue;
       }
       if (sums.empty() && m_.count > 0) continue;  // nothing to compare samples against
@@ -115,7 +118,12 @@ class Checker {
       buf.resize(kChunk * shape.bytes());
       for (uint64_t j = 0; j < s.count; j += kChunk) {
         uint64_t n = std::min(kChunk, s.count - j);
-        read_shard_samples(m_.storage, c_.path(s.file), loc, shape, j, n, buf.data());
+        try {
+          c_.read_samples(k, j, n, buf.data());
+        } catch (const Error& e) {
+          add(s.file, -1, e.reason());
+          break;
+        }
         for (uint64_t k = 0; k < n; ++k) {
           uint64_t i = s.first + j + k;
           if (xxh64(buf.data() + k * shape.bytes(), shape.bytes()) != sums[i]) {
@@ -133,6 +141,22 @@ class Checker {
   void check_indexed(const std::vector<uint64_t>& sums) {
     const bool jpeg = m_.codec == Codec::kJpeg;
     std::vector<uint8_t> buf;
+    for (size_t k = 0; k < m_.shards.size(); ++k) {
+      try {
+        c_.shard(k);
+      } catch (const Error& e) {
+        add(m_.shards[k].file, -1, e.reason());
+        for (const auto& s : m_.shards) check_file(s.file, s.bytes, s.xxh64);
+        return;
+      }
+    }
+    try {
+      c_.index();  // every row against its shard
+    } catch (const Error& e) {
+      add(m_.index.file, -1, e.reason());
+      for (const auto& s : m_.shards) check_file(s.file, s.bytes, s.xxh64);
+      return;
+    }
     for (uint64_t i = 0; i < m_.count; ++i) {
       const ShardEntry& s = c_.shard_of(i);
       uint32_t h = 0, w = 0;
@@ -171,8 +195,8 @@ class Checker {
     if (m_.codec != Codec::kJpeg) return xxh64(pixels.data(), pixels.size()) == sums_[i];
     uint32_t h = m_.height, w = m_.width;
     if (m_.layout == Layout::kRagged) {  // jpeg-index.npy rows: offset, length, h, w
-      h = static_cast<uint32_t>(jpeg_index_[4 * i + 2]);
-      w = static_cast<uint32_t>(jpeg_index_[4 * i + 3]);
+      h = jpeg_index_[i].height;
+      w = jpeg_index_[i].width;
     }
     if (pixels.size() != size_t{h} * w * m_.channels) return false;
     jpeg_encode(pixels.data(), h, w, m_.channels, static_cast<int>(m_.recipe.quality), encoded);
@@ -195,10 +219,6 @@ class Checker {
         jpeg_index_ = c_.index();
       } catch (const Error& e) {
         return;  // reported by check_indexed
-      }
-      for (uint64_t i = 0; i < m_.count; ++i) {
-        const int64_t h = jpeg_index_[4 * i + 2], w = jpeg_index_[4 * i + 3];
-        if (h <= 0 || w <= 0 || h > UINT32_MAX || w > UINT32_MAX) return;  // reported already
       }
     }
     std::unique_ptr<SourceDecoder> dec;
@@ -233,8 +253,9 @@ class Checker {
   CacheView& c_;
   const Manifest& m_;
   std::mutex mu_;
-  std::vector<uint64_t> sums_;       // --source: checksums.npy
-  std::vector<int64_t> jpeg_index_;  // --source on a ragged JPEG cache: the samples' sizes
+  std::set<std::tuple<std::string, int64_t, std::string>> seen_;
+  std::vector<uint64_t> sums_;        // --source: checksums.npy
+  std::vector<IndexRow> jpeg_index_;  // --source on a ragged JPEG cache: the samples' sizes
 };
 
 }  // namespace

@@ -19,7 +19,9 @@
 #include "build_partial.h"
 #include "build_pipeline.h"
 #include "dscache/atomic_file.h"
+#include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
+#include "dscache/file.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/lock.h"
 #include "dscache/manifest.h"
@@ -144,12 +146,10 @@ std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::st
 
 std::string read_checked(const std::string& dir, const FileEntry& f) {
   const std::string path = dir + "/" + f.file;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kNotFound, path, "cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::string bytes = text.str();
-  if (bytes.size() != f.bytes || xxh64(bytes.data(), bytes.size()) != f.xxh64) {
+  // Opened like Cache::open opens it: a regular file inside the part, of the manifest's size
+  // (checked before reading), never a FIFO or a symlink out.
+  const std::string bytes = CacheDir::open(dir)->open_file(f.file, f.bytes).read_all(f.bytes);
+  if (xxh64(bytes.data(), bytes.size()) != f.xxh64) {
     throw Error(ErrorKind::kCorruption, path,
                 "does not match its manifest entry (size or XXH64); run dscache verify");
   }
@@ -172,11 +172,12 @@ bool same_file(const std::string& a, const std::string& b) {
 // Puts part shard `src` at `dst`: kept when already there (a resumed merge), else hard-linked,
 // else (another filesystem) copied. Returns 0 kept, 1 linked, 2 copied.
 int place_shard(const std::string& src, const std::string& dst, const ShardEntry& e) {
-  struct stat st;
-  if (::stat(src.c_str(), &st) != 0) throw_errno(src, "cannot stat shard");
-  if (static_cast<uint64_t>(st.st_size) != e.bytes) {
+  // A regular file, not a symlink: link() would copy the link itself (dangling or leading out of
+  // the output), and copying a FIFO would block.
+  const uint64_t size = File::open(src, FollowSymlinks::kNo).size();
+  if (size != e.bytes) {
     throw Error(ErrorKind::kCorruption, src,
-                "is " + std::to_string(st.st_size) + " bytes, its manifest says " +
+                "is " + std::to_string(size) + " bytes, its manifest says " +
                     std::to_string(e.bytes) + "; run dscache verify");
   }
   if (path_exists(dst)) {

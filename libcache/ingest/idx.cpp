@@ -3,38 +3,55 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "dscache/error.h"
+#include "dscache/file.h"
 
 namespace dscache {
 namespace {
 
-// Reads a whole file, transparently gunzipping it (zlib reads plain files as they are).
-std::vector<uint8_t> read_maybe_gz(const std::string& path, size_t limit = SIZE_MAX) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
+// Reads a file, transparently gunzipping it (zlib reads plain files as they are), in steps: the
+// caller reads the header first and then only as much as the header declares (+1 byte, to see
+// whether the file holds more), so a small gzip bomb is never inflated past what it claims.
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    File file = File::open(path);  // regular files only: a FIFO would block in gzopen
+    f_ = gzdopen(file.fd(), "rb");
+    if (f_ == nullptr) throw Error(ErrorKind::kIOError, path, "cannot open for decompression");
+    file.release();  // gzclose closes it
+    gzbuffer(f_, 1 << 16);
   }
-  gzbuffer(f, 1 << 20);
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  while (out.size() < limit) {
-    int n = gzread(f, buf, sizeof buf);
-    if (n < 0) {
-      int err = 0;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      throw Error(ErrorKind::kCorruption, path, "cannot decompress: " + msg);
+  ~GzReader() { gzclose(f_); }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  // Appends up to `n` more bytes to *out; returns how many there were.
+  uint64_t read(uint64_t n, std::vector<uint8_t>* out) {
+    uint64_t got = 0;
+    uint8_t buf[1 << 16];
+    while (got < n) {
+      const unsigned want = static_cast<unsigned>(std::min<uint64_t>(n - got, sizeof buf));
+      const int r = gzread(f_, buf, want);
+      if (r < 0) {
+        int err = 0;
+        const std::string msg = gzerror(f_, &err);
+        throw Error(ErrorKind::kCorruption, path_, "cannot decompress: " + msg);
+      }
+      if (r == 0) break;
+      out->insert(out->end(), buf, buf + r);
+      got += static_cast<uint64_t>(r);
     }
-    if (n == 0) break;
-    out.insert(out.end(), buf, buf + n);
+    return got;
   }
-  gzclose(f);
-  return out;
-}
+
+ private:
+  std::string path_;
+  gzFile f_ = nullptr;
+};
 
 uint32_t be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
@@ -44,15 +61,21 @@ uint32_t be32(const uint8_t* p) {
 
 bool is_idx_images_file(const std::string& path) {
   try {
-    auto head = read_maybe_gz(path, 4);
+    GzReader r(path);
+    std::vector<uint8_t> head;
+    r.read(4, &head);
     return head.size() >= 4 && be32(head.data()) == 0x00000803;
   } catch (const Error&) {
     return false;
   }
 }
 
-IdxImages read_idx_images(const std::string& path) {
-  auto data = read_maybe_gz(path);
+IdxImages read_idx_images(const std::string& path) { return read_idx_images(path, UINT64_MAX); }
+
+IdxImages read_idx_images(const std::string& path, uint64_t max_images) {
+  GzReader r(path);
+  std::vector<uint8_t> data;
+  r.read(16, &data);
   if (data.size() < 16) throw Error(ErrorKind::kCorruption, path, "too short for an idx3 header");
   if (be32(data.data()) != 0x00000803) {
     char hex[16];
@@ -70,30 +93,51 @@ IdxImages read_idx_images(const std::string& path) {
         ErrorKind::kCorruption, path,
         "implausible image size " + std::to_string(img.rows) + "x" + std::to_string(img.cols));
   }
-  uint64_t need = uint64_t{img.count} * img.rows * img.cols;
-  if (data.size() - 16 != need) {
+  const uint64_t need = uint64_t{img.count} * img.rows * img.cols;  // < 2^64: 2^32 * 2^16 * 2^16
+  if (need > std::numeric_limits<size_t>::max() / 2) {
+    throw Error(ErrorKind::kUnsupported, path,
+                "header says " + std::to_string(need) + " pixel bytes, more than memory can hold");
+  }
+  if (max_images < img.count) {  // a prefix: inflate only its bytes
+    const uint64_t want = uint64_t{static_cast<uint32_t>(max_images)} * img.rows * img.cols;
+    const uint64_t got = r.read(want, &img.pixels);
+    if (got != want) {
+      throw Error(ErrorKind::kCorruption, path,
+                  "header says " + std::to_string(img.count) + " images of " +
+                      std::to_string(img.rows) + "x" + std::to_string(img.cols) +
+                      ", file ends after " + std::to_string(got) + " pixel bytes");
+    }
+    img.count = static_cast<uint32_t>(max_images);
+    return img;
+  }
+  // Inflate what the header declares and one byte more, never the whole stream.
+  const uint64_t got = r.read(need + 1, &img.pixels);
+  if (got != need) {
     throw Error(ErrorKind::kCorruption, path,
                 "header says " + std::to_string(img.count) + " images of " +
                     std::to_string(img.rows) + "x" + std::to_string(img.cols) + " (" +
                     std::to_string(need) + " bytes), file holds " +
-                    std::to_string(data.size() - 16));
+                    (got > need ? "more" : std::to_string(got)));
   }
-  img.pixels.assign(data.begin() + 16, data.end());
   return img;
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path) {
-  auto data = read_maybe_gz(path);
+  GzReader r(path);
+  std::vector<uint8_t> data;
+  r.read(8, &data);
   if (data.size() < 8 || be32(data.data()) != 0x00000801) {
     throw Error(ErrorKind::kCorruption, path, "not an idx1 ubyte labels file (magic 0x00000801)");
   }
-  uint32_t n = be32(data.data() + 4);
-  if (data.size() - 8 != n) {
+  const uint32_t n = be32(data.data() + 4);
+  std::vector<uint8_t> labels;
+  const uint64_t got = r.read(uint64_t{n} + 1, &labels);
+  if (got != n) {
     throw Error(ErrorKind::kCorruption, path,
                 "header says " + std::to_string(n) + " labels, file holds " +
-                    std::to_string(data.size() - 8));
+                    (got > n ? "more" : std::to_string(got)));
   }
-  return std::vector<uint8_t>(data.begin() + 8, data.end());
+  return labels;
 }
 
 std::string idx_labels_sibling(const std::string& images_path) {

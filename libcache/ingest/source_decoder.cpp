@@ -4,46 +4,48 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "dscache/error.h"
+#include "dscache/file.h"
 #include "dscache/ingest/source_list.h"
 
 namespace dscache {
 
 bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    reason = std::string("cannot open: ") + std::strerror(errno);
+  File file;
+  try {
+    file = File::open(path);  // never blocks on a FIFO; refuses devices (/dev/zero never ends)
+  } catch (const Error& e) {
+    reason =
+        e.kind() == ErrorKind::kNotFound ? "cannot open: No such file or directory" : e.reason();
     return false;
   }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    reason = "not a regular file";
-    return false;
-  }
-  buf.resize(static_cast<size_t>(st.st_size));
+  buf.resize(static_cast<size_t>(file.size()));
   size_t got = 0;
   while (true) {
     if (got == buf.size()) buf.resize(got + (got >> 1) + 4096);  // file grew while we read
-    ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
+    ssize_t n = ::read(file.fd(), buf.data() + got, buf.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       reason = std::string("read error: ") + std::strerror(errno);
-      ::close(fd);
       return false;
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
-  ::close(fd);
   buf.resize(got);
   return true;
 }
 
 SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root)
+    : SourceDecoder(m, std::move(names), std::move(root), UINT64_MAX) {}
+
+SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root,
+                             uint64_t samples)
     : m_(m), names_(std::move(names)), root_(std::move(root)) {
   const bool ragged = m.layout == Layout::kRagged;
   opt_.height = ragged ? 1 : m.recipe.height;  // unused by the ragged decode
@@ -52,7 +54,19 @@ SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, 
   opt_.resize = m.recipe.resize;
   opt_.reduced_decode = m.recipe.reduced_decode;
   opt_.max_pixels = m.recipe.max_pixels;
-  if (m.source.kind == "idx") idx_ = std::make_shared<IdxImages>(read_idx_images(root_));
+  if (m.source.kind == "idx") {
+    uint64_t records = UINT64_MAX;  // all
+    if (samples < names_.size()) {
+      records = 0;  // one past the highest record samples [0, samples) name
+      for (uint64_t i = 0; i < samples; ++i) {
+        const auto hash = names_[i].rfind('#');
+        if (hash == std::string::npos) continue;
+        records = std::max<uint64_t>(records,
+                                     std::strtoull(names_[i].c_str() + hash + 1, nullptr, 10) + 1);
+      }
+    }
+    idx_ = std::make_shared<IdxImages>(read_idx_images(root_, records));
+  }
 }
 
 std::string SourceDecoder::path(uint64_t i) const {

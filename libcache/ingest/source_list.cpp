@@ -8,10 +8,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 
 namespace dscache {
 namespace {
@@ -190,8 +192,8 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
   out.kind = "list";
   out.root = list_path;
   char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
-  std::ifstream in(list_path, std::ios::binary);
-  if (!in) throw_errno(list_path, "cannot open list");
+  // A regular file (never a FIFO, which would block, or a device), read whole.
+  std::istringstream in(File::open(list_path).read_all(uint64_t{1} << 32));
   std::string base = list_path.substr(0, list_path.find_last_of('/'));
   std::vector<std::pair<std::string, std::string>> rows;
   std::string line;

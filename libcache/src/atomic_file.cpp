@@ -12,6 +12,7 @@
 
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "io_util.h"
 
 namespace dscache {
@@ -114,30 +115,23 @@ FileEntry write_file_atomic(const std::string& path, const void* data, size_t si
   return f.commit();
 }
 
-FileEntry hash_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
-  }
+FileEntry hash_file(const std::string& path) { return hash_file(File::open(path)); }
+
+FileEntry hash_file(const File& file) {
   std::vector<unsigned char> buf(kHashBlock);
   Xxh64 h;
   uint64_t total = 0;
   for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    const ssize_t n = ::read(file.fd(), buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      errno = err;
-      throw_errno(path, "read");
+      throw_errno(file.path(), "read");
     }
     if (n == 0) break;
     h.update(buf.data(), static_cast<size_t>(n));
     total += static_cast<uint64_t>(n);
   }
-  ::close(fd);
-  return FileEntry{base_name(path), total, h.digest()};
+  return FileEntry{base_name(file.path()), total, h.digest()};
 }
 
 void fsync_directory(const std::string& dir) {

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "dscache/atomic_file.h"
+#include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "dscache/jpeg.h"
 #include "dscache/npy.h"
 #include "io_util.h"
@@ -26,14 +28,6 @@ namespace dscache {
 
 namespace {
 
-// One index row (raw ragged, or JPEG): where sample i lies in its shard's data, and its size.
-struct IndexRow {
-  uint64_t offset = 0;  // byte offset inside the shard's data
-  uint64_t length = 0;  // stored bytes (raw ragged: height * width * C)
-  uint32_t height = 0;
-  uint32_t width = 0;
-};
-
 struct ShardState {
   ShardEntry entry;               // as the manifest lists it
   std::string path;               // DIR/file
@@ -42,7 +36,8 @@ struct ShardState {
   const uint8_t* data = nullptr;  // sample 0 / byte 0, mapped or resident; null: read via HDF5
   detail::MappedRegion mapping;   // the whole file, when mapped
   detail::MappedRegion copy;      // private copy of the data, when resident
-  int fd = -1;                    // kept open for HDF5 and pread reads (survive a rename of DIR)
+  File file;                      // kept open for HDF5 and pread reads (survive a rename of DIR)
+  int fd = -1;                    // file.fd() while it is kept, else -1
   bool pread = false;             // kPread: copy_sample preads from fd
   std::string read_path;          // what HDF5 opens: /proc/self/fd/N when available, else path
 };
@@ -59,39 +54,10 @@ int madvice(AccessHint hint) {
   return MADV_NORMAL;
 }
 
-// Reads a whole 1- or 2-d <i8 npy file whose header must say `shape`.
-std::vector<int64_t> read_i8_array(const std::string& path, const std::vector<uint64_t>& shape,
-                                   uint64_t file_bytes) {
-  const NpyHeader h = read_npy_header(path);
-  auto text = [](const std::vector<uint64_t>& s) {
-    std::string t = "(";
-    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + (s.size() == 1 ? ",)" : ")");
-  };
-  if (h.descr != "<i8") {
-    throw Error(ErrorKind::kCorruption, path, "dtype is '" + h.descr + "', expected '<i8'");
-  }
-  if (h.fortran_order) throw Error(ErrorKind::kCorruption, path, "array is in Fortran order");
-  if (h.shape != shape) {
-    throw Error(ErrorKind::kCorruption, path,
-                "shape is " + text(h.shape) + ", expected " + text(shape));
-  }
-  const uint64_t data = h.data_bytes();
-  if (h.data_offset > file_bytes || data != file_bytes - h.data_offset) {
-    throw Error(ErrorKind::kCorruption, path,
-                "file holds " + std::to_string(file_bytes) + " bytes, header says " +
-                    std::to_string(h.data_offset + data));
-  }
-  std::vector<int64_t> v(static_cast<size_t>(h.element_count()));
-  if (!v.empty()) {
-    detail::pread_exact(path, h.data_offset, data, reinterpret_cast<uint8_t*>(v.data()));
-  }
-  return v;
-}
-
 }  // namespace
 
 struct Cache::Impl {
+  std::shared_ptr<const CacheDir> files;  // the directory, open for the Cache's lifetime
   std::string dir;
   Manifest manifest;
   CacheOptions options;
@@ -102,12 +68,6 @@ struct Cache::Impl {
   uint64_t resident = 0;                     // bytes copied into private memory
   uint64_t block = 1;                        // locality_block()
   MemoryMode mode = MemoryMode::kPageCache;  // in force (kAuto resolved)
-
-  ~Impl() {
-    for (ShardState& s : shards) {
-      if (s.fd >= 0) ::close(s.fd);
-    }
-  }
 
   void check_index(uint64_t i) const {
     if (i >= manifest.count) {
@@ -162,7 +122,8 @@ struct Cache::Impl {
     } else if (s.data == nullptr) {
       read_through_hdf5(s, i, out);
     } else {
-      std::memcpy(out, s.data + data_offset(s, i), static_cast<size_t>(stored_bytes(i)));
+      detail::guarded_copy(out, s.data + data_offset(s, i), static_cast<size_t>(stored_bytes(i)),
+                           s.path);
     }
   }
 
@@ -188,106 +149,19 @@ struct Cache::Impl {
 
 namespace {
 
-// Every file the manifest names, with its expected size and checksum.
-std::vector<FileEntry> named_files(const Manifest& m) {
-  std::vector<FileEntry> files;
-  for (const ShardEntry& s : m.shards) files.push_back({s.file, s.bytes, s.xxh64});
-  files.push_back(m.labels);
-  files.push_back(m.checksums);
-  files.push_back(m.sources);
-  files.push_back(m.skips);
-  if (m.has_index()) files.push_back(m.index);
-  return files;
-}
-
-void read_labels(Cache::Impl& c) {
-  const Manifest& m = c.manifest;
-  const std::string path = c.dir + "/" + m.labels.file;
-  c.labels = read_i8_array(path, {m.count}, m.labels.bytes);
-  if (m.classes.empty()) return;
-  const int64_t classes = static_cast<int64_t>(m.classes.size());
-  for (size_t i = 0; i < c.labels.size(); ++i) {
-    if (c.labels[i] < 0 || c.labels[i] >= classes) {
-      throw Error(ErrorKind::kCorruption, path,
-                  "label of sample " + std::to_string(i) + " is " + std::to_string(c.labels[i]) +
-                      ", outside [0, " + std::to_string(classes) + ") classes");
-    }
-  }
-}
-
-// Reads the index (raw ragged: ragged-index.npy (count, 3) offset, h, w; JPEG:
-// jpeg-index.npy (count, 4) offset, length, h, w) and checks every row against its shard: inside
-// the shard's data, sides positive (and equal to the shape for a fixed JPEG cache), and the
-// samples of a shard back to back from offset 0 to the end of its data.
-void read_index(Cache::Impl& c) {
-  const Manifest& m = c.manifest;
-  const std::string path = c.dir + "/" + m.index.file;
-  const bool jpeg = c.jpeg();
-  const uint64_t cols = jpeg ? 4 : 3;
-  const std::vector<int64_t> raw = read_i8_array(path, {m.count, cols}, m.index.bytes);
-  c.index.resize(static_cast<size_t>(m.count));
-  const uint64_t channels = c.shape.channels;
-  const int64_t max_side = std::numeric_limits<uint32_t>::max();
-  for (const ShardState& s : c.shards) {
-    const std::string& shard_name = s.entry.file;
-    uint64_t next = 0;  // where the next sample of this shard must start
-    for (uint64_t i = s.entry.first; i < s.entry.first + s.entry.count; ++i) {
-      const int64_t* r = &raw[cols * i];
-      const int64_t offset = r[0], length = jpeg ? r[1] : 0, h = r[cols - 2], w = r[cols - 1];
-      const std::string row = "row " + std::to_string(i) + " (" + shard_name + ")";
-      if (offset < 0 || (jpeg && length <= 0) || h <= 0 || w <= 0 || h > max_side || w > max_side) {
-        std::string values = std::to_string(offset) + ", ";
-        if (jpeg) values += std::to_string(length) + ", ";
-        values += std::to_string(h) + ", " + std::to_string(w);
-        throw Error(ErrorKind::kCorruption, path,
-                    row + " is (" + values + "): needs offset >= 0, " +
-                        (jpeg ? "length > 0, " : "") + "and 0 < h, w < 2^32");
-      }
-      if (m.layout == Layout::kFixed && (uint64_t(h) != m.height || uint64_t(w) != m.width)) {
-        throw Error(ErrorKind::kCorruption, path,
-                    row + " is " + std::to_string(h) + "x" + std::to_string(w) +
-                        ", the fixed layout's samples are " + std::to_string(m.height) + "x" +
-                        std::to_string(m.width));
-      }
-      const uint64_t off = static_cast<uint64_t>(offset);
-      uint64_t bytes = static_cast<uint64_t>(length);
-      if (!jpeg) {
-        const uint64_t pixels = uint64_t(h) * uint64_t(w);  // < 2^64: both < 2^32
-        bytes = pixels > s.data_bytes / channels ? s.data_bytes + 1 : pixels * channels;
-      }
-      if (bytes > s.data_bytes || off > s.data_bytes - bytes) {
-        throw Error(ErrorKind::kCorruption, path,
-                    row + ": sample at offset " + std::to_string(off) + " (" +
-                        (jpeg ? std::to_string(length) + " bytes"
-                              : std::to_string(h) + "x" + std::to_string(w) + "x" +
-                                    std::to_string(channels)) +
-                        ") passes the end of the shard's " + std::to_string(s.data_bytes) +
-                        " data bytes");
-      }
-      if (off != next) {
-        throw Error(ErrorKind::kCorruption, path,
-                    row + ": offset is " + std::to_string(off) + ", expected " +
-                        std::to_string(next) + " (a shard's samples are back to back)");
-      }
-      next = off + bytes;
-      c.index[static_cast<size_t>(i)] =
-          IndexRow{off, bytes, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
-    }
-    if (next != s.data_bytes) {
-      throw Error(ErrorKind::kCorruption, path,
-                  "the rows of " + shard_name + " cover " + std::to_string(next) +
-                      " bytes, the shard holds " + std::to_string(s.data_bytes));
-    }
-  }
-}
-
 // kInProcess: copies a shard's data into private memory (through HDF5 when it is chunked).
 void make_resident(Cache::Impl& c, ShardState& s) {
   detail::MappedRegion copy = detail::MappedRegion::anonymous(s.data_bytes, s.path);
-  if (c.manifest.layout == Layout::kFixed && !c.jpeg()) {
-    read_shard_samples(c.manifest.storage, s.path, s.loc, c.shape, 0, s.loc.count, copy.data());
-  } else {
-    read_shard_bytes(c.manifest.storage, s.path, s.loc, 0, s.loc.count, copy.data());
+  const std::string used = s.file.fd_path();  // the file opened inside the directory
+  try {
+    if (c.manifest.layout == Layout::kFixed && !c.jpeg()) {
+      read_shard_samples(c.manifest.storage, used, s.loc, c.shape, 0, s.loc.count, copy.data());
+    } else {
+      read_shard_bytes(c.manifest.storage, used, s.loc, 0, s.loc.count, copy.data());
+    }
+  } catch (const Error& e) {
+    if (e.path() == s.path) throw;
+    throw Error(e.kind(), s.path, e.reason());
   }
   copy.protect_read_only();
   s.copy = std::move(copy);
@@ -302,7 +176,8 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   Impl& c = *impl;
   c.dir = dir;
   c.options = options;
-  c.manifest = read_manifest(dir);  // NotFound / Corruption / Unsupported
+  c.files = CacheDir::open(dir);  // NotFound / Corruption / Unsupported
+  c.manifest = c.files->manifest();
   const Manifest& m = c.manifest;
   const bool ragged = m.layout == Layout::kRagged;
   const bool byte_shards = m.has_index();  // raw ragged or JPEG: 1-d byte shards + the index
@@ -313,51 +188,41 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
                 "JPEG support (meson feature jpeg)");
   }
 
-  // 1. Every named file: inside the directory, regular, exactly the manifest's size. Nothing is
-  //    mapped before all of them pass, so a short file is an error here, never a SIGBUS later.
-  const std::string dir_real = detail::real_path(dir);
-  const std::vector<FileEntry> files = named_files(m);
-  for (const FileEntry& f : files) detail::check_cache_file(dir, dir_real, f.file, f.bytes);
+  // 1. Every named file: inside the directory (opened through its descriptor), regular,
+  //    exactly the manifest's size. Nothing is mapped before all of them pass, so a short file is
+  //    an error here, never a SIGBUS later.
+  const CacheDir& files = *c.files;
+  files.check_files();
   if (options.verify_checksums) {
-    for (const FileEntry& f : files) {
-      const std::string path = dir + "/" + f.file;
-      const FileEntry got = hash_file(path);
+    for (const FileEntry& f : files.named_files()) {
+      const File file = files.open_file(f.file, f.bytes);
+      const FileEntry got = hash_file(file);
       if (got.xxh64 != f.xxh64) {
-        throw Error(ErrorKind::kCorruption, path,
+        throw Error(ErrorKind::kCorruption, file.path(),
                     "XXH64 is " + hex64(got.xxh64) + ", manifest says " + hex64(f.xxh64));
       }
     }
   }
 
-  // 2. Each shard's own header agrees with the manifest.
+  // 2. Each shard's own header agrees with the manifest. Its descriptor is closed again (one at
+  //    a time, however many shards); step 5 reopens it through the same directory descriptor,
+  //    so it is still this generation's file.
   c.shards.resize(m.shards.size());
+  std::vector<uint64_t> data_bytes;
   for (size_t k = 0; k < m.shards.size(); ++k) {
     ShardState& s = c.shards[k];
     s.entry = m.shards[k];
-    s.path = dir + "/" + s.entry.file;
-    if (byte_shards) {
-      s.loc = locate_ragged_shard(m.storage, s.path);
-      s.data_bytes = s.loc.count;  // bytes; the index accounts for them in step 3
-    } else {
-      s.loc = locate_shard(m.storage, s.path, c.shape);
-      if (s.loc.count != s.entry.count) {
-        throw Error(ErrorKind::kCorruption, s.path,
-                    "header says " + std::to_string(s.loc.count) + " samples, manifest says " +
-                        std::to_string(s.entry.count));
-      }
-      s.data_bytes = s.loc.count * c.shape.bytes();  // locate checked it fits in the file
-    }
-    if (s.loc.file_bytes != s.entry.bytes) {  // changed since the lstat
-      throw Error(ErrorKind::kCorruption, s.path,
-                  "file holds " + std::to_string(s.loc.file_bytes) + " bytes, manifest says " +
-                      std::to_string(s.entry.bytes));
-    }
+    s.path = files.path(s.entry.file);
+    const ShardFile f = files.open_shard(k);
+    s.loc = f.loc;
+    s.data_bytes = f.data_bytes;
+    data_bytes.push_back(s.data_bytes);
     c.block = std::max(c.block, s.entry.count);
   }
 
   // 3. Labels and (raw ragged, JPEG) the index, into memory.
-  read_labels(c);
-  if (byte_shards) read_index(c);
+  c.labels = files.labels();
+  if (byte_shards) c.index = files.index(data_bytes);
 
   // 4. The mode: kAuto compares the shards' bytes with what memory is available.
   c.mode = options.memory;
@@ -374,15 +239,14 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   if (c.mode == MemoryMode::kPread) {
     for (ShardState& s : c.shards) {
       if (s.data_bytes == 0) continue;
-      s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (s.fd < 0) throw_errno(s.path, "open");
+      s.file = files.open_file(s.entry.file, s.entry.bytes);
+      s.fd = s.file.fd();
       if (s.loc.contiguous) {
         s.pread = true;
         // Shuffled sample-sized reads: kernel read-ahead would only fetch pages nobody asked for.
         ::posix_fadvise(s.fd, 0, 0, POSIX_FADV_RANDOM);
       } else {
-        const std::string fd_path = "/proc/self/fd/" + std::to_string(s.fd);
-        s.read_path = ::access(fd_path.c_str(), R_OK) == 0 ? fd_path : s.path;
+        s.read_path = s.file.fd_path();
       }
     }
     return std::shared_ptr<Cache>(new Cache(std::move(impl)));
@@ -393,24 +257,27 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   bool budget_left = c.mode == MemoryMode::kInProcess;
   for (ShardState& s : c.shards) {
     if (s.data_bytes == 0) continue;  // nothing to serve; never map zero bytes
+    s.file = files.open_file(s.entry.file, s.entry.bytes);
     if (budget_left) {
       if (options.memory_budget == 0 || c.resident + s.data_bytes <= options.memory_budget) {
         make_resident(c, s);
+        s.file = File();
         continue;
       }
       budget_left = false;
     }
     if (s.loc.contiguous) {
-      s.mapping = detail::MappedRegion::map_file(s.path, s.entry.bytes);
+      s.mapping = detail::MappedRegion::map_fd(s.file.fd(), s.path, s.entry.bytes);
       s.mapping.advise(madvice(options.hint));
       s.data = s.mapping.data() + s.loc.data_offset;
+      s.file = File();  // the mapping keeps the file; one descriptor per shard would not scale
     } else {
-      // Chunked/compressed HDF5: read through the library on demand. Keep the file open so the
-      // reads still find it after DIR is renamed, as the mappings do.
-      s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (s.fd < 0) throw_errno(s.path, "open");
-      const std::string fd_path = "/proc/self/fd/" + std::to_string(s.fd);
-      s.read_path = ::access(fd_path.c_str(), R_OK) == 0 ? fd_path : s.path;
+      // Chunked/compressed HDF5: read through the library on demand, by the /proc/self/fd name
+      // of the descriptor opened inside the directory (HDF5 opens files by name only; its
+      // H5FD_SEC2 driver has no way to adopt a descriptor), so the reads keep finding this
+      // generation's file after DIR is renamed or swapped, as the mappings do.
+      s.fd = s.file.fd();
+      s.read_path = s.file.fd_path();
     }
   }
   return std::shared_ptr<Cache>(new Cache(std::move(impl)));
@@ -535,7 +402,7 @@ void Cache::copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
       detail::pread_all(s.fd, out, static_cast<size_t>(bytes), s.loc.data_offset + offset, s.path,
                         ErrorKind::kCorruption);
     } else if (s.data != nullptr) {
-      std::memcpy(out, s.data + offset, static_cast<size_t>(bytes));
+      detail::guarded_copy(out, s.data + offset, static_cast<size_t>(bytes), s.path);
     } else {
       uint8_t* p = out;
       for (uint64_t j = i; j < i + k; ++j) {

@@ -25,6 +25,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "io_util.h"
 
 namespace dscache {
@@ -423,9 +424,16 @@ std::shared_ptr<LazyCache> LazyCache::open(const std::string& path, uint64_t cou
   // winner's file (complete before it got its name).
   for (int attempt = 0; impl->fd < 0; ++attempt) {
     if (attempt == 8) throw Error(ErrorKind::kIOError, path, "file keeps appearing and vanishing");
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) {
       impl->fd = fd;
+      struct stat st;
+      if (::fstat(fd, &st) != 0) throw_errno(path, "stat");
+      if (!S_ISREG(st.st_mode)) {  // a FIFO or device: never map or wait on it
+        throw Error(ErrorKind::kCorruption, path,
+                    "not a regular file (" + file_type_name(st.st_mode) + ")");
+      }
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       validate_existing(fd, path, impl->geo, options.source_digest);
       break;
     }

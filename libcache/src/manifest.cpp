@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dscache/atomic_file.h"
+#include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 
@@ -506,26 +507,8 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
 }
 
 Manifest read_manifest(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      throw Error(ErrorKind::kNotFound, dir, "no such cache directory");
-    }
-    throw_errno(dir, "stat");
-  }
-  if (!S_ISDIR(st.st_mode)) throw Error(ErrorKind::kNotFound, dir, "not a directory");
-  const std::string path = dir + "/manifest.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-      throw Error(ErrorKind::kNotFound, path, "no manifest.json: not a cache directory");
-    }
-    throw_errno(path, "open");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::kIOError, path, "read failed");
-  return manifest_from_json(text.str(), path);
+  // The same checks as every other reader: a regular file inside DIR, size bounded.
+  return CacheDir::open(dir)->manifest();
 }
 
 void write_manifest(const std::string& dir, const Manifest& m) {

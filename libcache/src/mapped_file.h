@@ -23,6 +23,8 @@ class MappedRegion {
   // `expected_bytes` (> 0) bytes, checked with fstat on the descriptor that is mapped, so the
   // mapping never reaches past the end of the file. Throws NotFound / IOError / Corruption.
   static MappedRegion map_file(const std::string& path, uint64_t expected_bytes);
+  // The same on an open descriptor (not closed; the mapping outlives it). Errors name `path`.
+  static MappedRegion map_fd(int fd, const std::string& path, uint64_t expected_bytes);
   // Private anonymous memory of `bytes` (> 0), zero-filled and writable until
   // protect_read_only(). Throws IOError (naming `what`) when the kernel refuses.
   static MappedRegion anonymous(uint64_t bytes, const std::string& what);
@@ -41,6 +43,12 @@ class MappedRegion {
   void* addr_ = nullptr;
   uint64_t size_ = 0;
 };
+
+// memcpy(dst, src, n) from a file mapping, turning the SIGBUS a file truncated under the mapping
+// raises into Error(kCorruption, path, "file shrank while mapped (truncated by another
+// process?)"). A SIGBUS elsewhere, or in a thread not inside guarded_copy, goes to the handler
+// that was installed before ours (the default: the process dies, as it would without us).
+void guarded_copy(void* dst, const void* src, size_t n, const std::string& path);
 
 // realpath(3) of `path`; NotFound when it does not exist, IOError otherwise.
 std::string real_path(const std::string& path);

@@ -12,6 +12,7 @@
 
 #include "dscache/atomic_file.h"
 #include "dscache/error.h"
+#include "dscache/file.h"
 
 namespace dscache {
 namespace {
@@ -295,33 +296,15 @@ NpyHeader parse_npy_header(const void* bytes, size_t size, const std::string& pa
   return h;
 }
 
-NpyHeader read_npy_header(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) throw_errno(path, "stat");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+NpyHeader read_npy_header(const std::string& path) { return read_npy_header(File::open(path)); }
 
+NpyHeader read_npy_header(const File& file) {
+  const std::string& path = file.path();
+  const uint64_t file_size = file.size();
   auto read_at = [&](std::string* buf, size_t want) {
-    buf->resize(want);
-    size_t got = 0;
-    while (got < want) {
-      const ssize_t n = ::pread(fd, &(*buf)[got], want - got, static_cast<off_t>(got));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw_errno(path, "read");
-      }
-      if (n == 0) break;
-      got += static_cast<size_t>(n);
-    }
-    buf->resize(got);
+    const size_t have = static_cast<size_t>(std::min<uint64_t>(want, file_size));
+    buf->resize(have);
+    if (have > 0) file.read_at(0, have, &(*buf)[0]);
   };
 
   // The prefix is 12 bytes at most; then read exactly the header it announces, bounded by the
@@ -344,6 +327,32 @@ NpyHeader read_npy_header(const std::string& path) {
   }
   if (want > buf.size()) read_at(&buf, want);
   return parse_npy_header(buf.data(), buf.size(), path);
+}
+
+void check_npy_size(const NpyHeader& h, uint64_t file_bytes, const std::string& path) {
+  uint64_t data = 0;
+  try {
+    data = h.data_bytes();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kCorruption, path, e.reason());
+  }
+  if (h.data_offset > file_bytes || data != file_bytes - h.data_offset) {
+    throw Error(ErrorKind::kCorruption, path,
+                "file holds " + std::to_string(file_bytes) + " bytes, header says " +
+                    (data > UINT64_MAX - h.data_offset ? std::string("more than 2^64")
+                                                       : std::to_string(h.data_offset + data)));
+  }
+}
+
+std::vector<uint8_t> read_npy_data(const File& file, const NpyHeader& h) {
+  check_npy_size(h, file.size(), file.path());  // before allocating what the header claims
+  std::vector<uint8_t> out(static_cast<size_t>(file.size() - h.data_offset));
+  if (!out.empty()) file.read_at(h.data_offset, out.size(), out.data());
+  return out;
+}
+
+std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h) {
+  return read_npy_data(File::open(path), h);
 }
 
 std::string format_npy_header(const std::string& descr, const std::vector<uint64_t>& shape,

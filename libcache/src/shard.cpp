@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "dscache/error.h"
+#include "dscache/file.h"
 #include "shard_impl.h"
 
 namespace dscache {
@@ -29,16 +30,7 @@ uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& path) {
   return a * b;
 }
 
-uint64_t file_size(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "stat");
-  }
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kCorruption, path, "not a regular file");
-  return static_cast<uint64_t>(st.st_size);
-}
+uint64_t file_size(const std::string& path) { return File::open(path).size(); }
 
 uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t width,
                              uint32_t channels, uint64_t used, uint64_t capacity_bytes) {
@@ -63,31 +55,7 @@ void check_ragged_room(const std::string& path, uint64_t n, uint64_t used,
 }
 
 void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
-  }
-  while (n > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
-    const ssize_t got = ::pread(fd, out, want, static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      errno = err;
-      throw_errno(path, "read");
-    }
-    if (got == 0) {
-      ::close(fd);
-      throw Error(ErrorKind::kCorruption, path,
-                  "file ends at " + std::to_string(offset) + ", before the bytes requested");
-    }
-    out += got;
-    offset += static_cast<uint64_t>(got);
-    n -= static_cast<uint64_t>(got);
-  }
-  ::close(fd);
+  File::open(path).read_at(offset, n, out);
 }
 
 }  // namespace detail

@@ -8,6 +8,8 @@
 
 namespace dscache {
 
+class File;
+
 // Owns `<path>.tmp-<pid>` until commit() renames it to `path`; the destructor removes an
 // uncommitted temp file, so a failed write leaves nothing behind. Not thread-safe.
 class AtomicFile {
@@ -42,7 +44,10 @@ FileEntry write_file_atomic(const std::string& path, const void* data, size_t si
 // fsync a directory (EINVAL, EROFS) are tolerated; anything else throws IOError.
 void fsync_directory(const std::string& dir);
 
-// XXH64 and size of a file on disk, read sequentially. Throws NotFound/IOError.
+// XXH64 and size of a file on disk, read sequentially. Throws NotFound/IOError, and Corruption
+// for anything but a regular file (a FIFO would block forever, /dev/zero never ends).
 FileEntry hash_file(const std::string& path);
+// The same on an open file, read from its current position (a fresh File: the whole file).
+FileEntry hash_file(const File& file);
 
 }  // namespace dscache

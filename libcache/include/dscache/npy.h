@@ -8,6 +8,8 @@
 
 namespace dscache {
 
+class File;
+
 // A parsed .npy header. Plain value type.
 struct NpyHeader {
   int major = 1;                // format major version (1, 2 or 3)
@@ -31,6 +33,18 @@ NpyHeader parse_npy_header(const void* bytes, size_t size, const std::string& pa
 // Reads and parses the header of the file at `path` (at most the first 64 KiB + header length).
 // Throws NotFound / IOError / Corruption. Does not check the file size; see check_npy_file.
 NpyHeader read_npy_header(const std::string& path);
+// The same on an open file (see file.h); errors name file.path().
+NpyHeader read_npy_header(const File& file);
+
+// Checks that a file of `file_bytes` bytes holds exactly the header's data_offset + data_bytes()
+// (overflow included). Throws Corruption naming `path` ("file holds 80 bytes, header says 2048").
+void check_npy_size(const NpyHeader& h, uint64_t file_bytes, const std::string& path);
+
+// The data bytes of the npy file whose header is `h`. The file's size is checked against the
+// header (check_npy_size) before anything is allocated, so a header that claims 2^40 elements is
+// Corruption, never an allocation. Throws NotFound / IOError / Corruption naming the file.
+std::vector<uint8_t> read_npy_data(const std::string& path, const NpyHeader& h);
+std::vector<uint8_t> read_npy_data(const File& file, const NpyHeader& h);
 
 // Returns the full header (magic, version, length, dict, space padding, '\n') for a C-order
 // array. Its length is a multiple of 64 and at least `min_total` bytes, so a header rewritten

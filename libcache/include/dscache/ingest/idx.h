@@ -20,8 +20,13 @@ struct IdxImages {
 bool is_idx_images_file(const std::string& path);
 
 // Reads a whole idx3 images file; throws Error(kCorruption) naming the file on a bad magic,
-// a truncated body or trailing bytes.
+// a truncated body or trailing bytes. A gzip'ed file is inflated only as far as its header
+// declares (and one byte more, to see trailing bytes): a small bomb costs what it claims, not
+// what it inflates to. A path that is not a regular file is Corruption (never blocks).
 IdxImages read_idx_images(const std::string& path);
+// Only the first min(max_images, header count) images (count says how many were read): the
+// bytes after them are neither inflated nor checked. For callers that need a few samples.
+IdxImages read_idx_images(const std::string& path, uint64_t max_images);
 
 // Reads a whole idx1 labels file (magic 0x00000801).
 std::vector<uint8_t> read_idx_labels(const std::string& path);

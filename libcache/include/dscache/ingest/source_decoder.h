@@ -22,6 +22,10 @@ class SourceDecoder {
   // `names`: sources.jsonl's entries; `root`: the source root (the manifest's, or where the
   // dataset moved). Reads the idx images file up front for idx sources (throws Error).
   SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root);
+  // For decoding samples [0, samples) only: an idx source is read only as far as their records
+  // need (bench's decode row), not whole.
+  SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root,
+                uint64_t samples);
 
   size_t size() const { return names_.size(); }
   // The file sample i came from (the idx images file for idx sources).

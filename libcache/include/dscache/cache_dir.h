@@ -1,0 +1,97 @@
+// CacheDir: the one validated reader of a cache directory's files, shared by Cache::open and the
+// tools (`dscache verify`, `inspect`, `bench`), so that all of them accept and refuse the same
+// caches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dscache/file.h"
+#include "dscache/manifest.h"
+#include "dscache/shard.h"
+
+namespace dscache {
+
+// One line of skipped.jsonl.
+struct SkipRecord {
+  std::string source;  // the source entry as recorded
+  std::string reason;  // why it was skipped
+};
+
+// One validated index row (raw ragged: ragged-index.npy; JPEG: jpeg-index.npy).
+struct IndexRow {
+  uint64_t offset = 0;  // byte offset inside its shard's data
+  uint64_t length = 0;  // stored bytes (raw: height * width * C, checked; JPEG: the stream)
+  uint32_t height = 0;  // decoded rows, > 0
+  uint32_t width = 0;   // decoded columns, > 0
+};
+
+// An open shard whose header agrees with the manifest.
+struct ShardFile {
+  File file;                // the shard, opened inside the cache directory
+  ShardLocation loc;        // from the shard's own header
+  uint64_t data_bytes = 0;  // its sample bytes (fixed: count * sample bytes; byte shards: count)
+};
+
+// Opens the cache directory once (O_DIRECTORY) and reads every file relative to that
+// descriptor (openat), for as long as the CacheDir lives: when the directory is swapped for a
+// new build (rename), everything read through one CacheDir still comes from the same
+// generation. Each file must be a regular file inside the directory: a symlink is followed only
+// when it leads to a file inside it; a FIFO, device or symlink out is Error(kCorruption) naming
+// it. Sizes are checked against the file before anything is allocated.
+//
+// Every accessor throws Error naming the file (and row or line) in dscache's words. Const
+// methods are thread-safe (except for HDF5 shards, which the shard functions serialize).
+class CacheDir {
+ public:
+  // NotFound when DIR or DIR/manifest.json is missing; Corruption for a bad manifest.
+  static std::shared_ptr<const CacheDir> open(const std::string& dir);
+  ~CacheDir();
+
+  const Manifest& manifest() const;
+  const std::string& dir() const;                   // as given
+  const std::string& real_path() const;             // resolved when it was opened
+  int fd() const;                                   // the directory descriptor (owned)
+  std::string path(const std::string& name) const;  // DIR/name, for messages
+
+  // NAME inside the directory (see the class comment).
+  File open_file(const std::string& name) const;
+  // The same, and its size must be `expected_bytes`: "file holds 1000 bytes, manifest says 1024".
+  File open_file(const std::string& name, uint64_t expected_bytes) const;
+
+  // Every file the manifest names (shards, labels, checksums, sources, skips, index), with its
+  // expected size and XXH64, in that order.
+  std::vector<FileEntry> named_files() const;
+  // Each of named_files() as open_file(name, bytes) checks it, one open at a time (a cache of
+  // thousands of shards must not need thousands of descriptors). The first bad one throws.
+  void check_files() const;
+
+  // labels.npy: <i8, C order, (count,), exact size; each label in [0, classes) when the
+  // manifest names classes (an unlabeled cache, classes [], takes any label).
+  std::vector<int64_t> labels() const;
+  // checksums.npy: <u8, C order, (count,), exact size.
+  std::vector<uint64_t> checksums() const;
+  // sources.jsonl: exactly count lines, each a JSON string.
+  std::vector<std::string> sources() const;
+  // skipped.jsonl: exactly `skipped` lines, each {"source": string, "reason": string}.
+  std::vector<SkipRecord> skips() const;
+  // Shard k (manifest order): size as the manifest says, header agreeing with it (dtype, shape,
+  // count, data inside the file, sizes without overflow).
+  ShardFile open_shard(size_t k) const;
+  // The index (manifests with has_index()), every row checked against its shard whose data
+  // holds `shard_data_bytes[k]` bytes: inside it, sides in (0, 2^32), h*w*C without overflow,
+  // rows of a shard back to back covering its data exactly.
+  std::vector<IndexRow> index(const std::vector<uint64_t>& shard_data_bytes) const;
+  // The same, opening every shard to learn its data bytes.
+  std::vector<IndexRow> index() const;
+
+  struct Impl;
+
+ private:
+  explicit CacheDir(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dscache

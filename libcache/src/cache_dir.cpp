@@ -1,0 +1,355 @@
+// CacheDir: every file of a cache read through one directory descriptor and checked (see
+// cache_dir.h).
+#include "dscache/cache_dir.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "dscache/error.h"
+#include "dscache/npy.h"
+
+namespace dscache {
+
+namespace {
+
+// A manifest lists every shard; even a million shards stay far below this.
+constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
+
+std::string shape_text(const std::vector<uint64_t>& s) {
+  std::string t = "(";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + (s.size() == 1 ? ",)" : ")");
+}
+
+// Runs f(); an Error naming `used` (the /proc/self/fd name a library opened) is renamed to
+// `shown`, the name the user knows.
+template <typename F>
+auto renamed(const std::string& used, const std::string& shown, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (used != shown && (e.path() == used || e.path().empty())) {
+      throw Error(e.kind(), shown, e.reason());
+    }
+    throw;
+  }
+}
+
+// A whole npy array whose header must say `descr`, C order and `shape`; returns its data bytes.
+std::vector<uint8_t> read_array(const File& f, const char* descr,
+                                const std::vector<uint64_t>& shape) {
+  const NpyHeader h = read_npy_header(f);
+  if (h.descr != descr) {
+    throw Error(ErrorKind::kCorruption, f.path(),
+                "dtype is '" + h.descr + "', expected '" + descr + "'");
+  }
+  if (h.fortran_order) throw Error(ErrorKind::kCorruption, f.path(), "array is in Fortran order");
+  if (h.shape != shape) {
+    throw Error(ErrorKind::kCorruption, f.path(),
+                "shape is " + shape_text(h.shape) + ", expected " + shape_text(shape));
+  }
+  return read_npy_data(f, h);  // size checked before allocating
+}
+
+// Splits jsonl text into lines; a last line without '\n' counts, an empty last piece does not.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+struct CacheDir::Impl {
+  std::string dir;
+  std::string real;
+  int fd = -1;
+  Manifest manifest;
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+CacheDir::CacheDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CacheDir::~CacheDir() = default;
+
+std::shared_ptr<const CacheDir> CacheDir::open(const std::string& dir) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  do {
+    impl->fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (impl->fd < 0 && errno == EINTR);
+  if (impl->fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, dir, "no such cache directory");
+    if (errno == ENOTDIR) throw Error(ErrorKind::kNotFound, dir, "not a directory");
+    throw_errno(dir, "open directory");
+  }
+  // Where the directory is now: what symlinks inside it must lead into.
+  char buf[PATH_MAX + 1];
+  const std::string link = "/proc/self/fd/" + std::to_string(impl->fd);
+  const ssize_t n = ::readlink(link.c_str(), buf, PATH_MAX);
+  if (n > 0 && buf[0] == '/') {
+    impl->real.assign(buf, static_cast<size_t>(n));
+  } else {
+    char* resolved = ::realpath(dir.c_str(), nullptr);
+    if (resolved == nullptr) throw_errno(dir, "realpath");
+    impl->real = resolved;
+    std::free(resolved);
+  }
+  const std::string mpath = dir + "/manifest.json";
+  File f;
+  try {
+    f = File::open_inside(impl->fd, impl->real, "manifest.json", mpath);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) {
+      throw Error(ErrorKind::kNotFound, mpath, "no manifest.json: not a cache directory");
+    }
+    throw;
+  }
+  impl->manifest = manifest_from_json(f.read_all(kMaxManifestBytes), mpath);
+  return std::shared_ptr<const CacheDir>(new CacheDir(std::move(impl)));
+}
+
+const Manifest& CacheDir::manifest() const { return impl_->manifest; }
+const std::string& CacheDir::dir() const { return impl_->dir; }
+const std::string& CacheDir::real_path() const { return impl_->real; }
+int CacheDir::fd() const { return impl_->fd; }
+std::string CacheDir::path(const std::string& name) const { return impl_->dir + "/" + name; }
+
+File CacheDir::open_file(const std::string& name) const {
+  const std::string shown = path(name);
+  try {
+    return File::open_inside(impl_->fd, impl_->real, name, shown);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
+    throw Error(ErrorKind::kNotFound, shown, "no such file (the manifest names it)");
+  }
+}
+
+File CacheDir::open_file(const std::string& name, uint64_t expected_bytes) const {
+  File f = open_file(name);
+  if (f.size() != expected_bytes) {
+    throw Error(ErrorKind::kCorruption, f.path(),
+                "file holds " + std::to_string(f.size()) + " bytes, manifest says " +
+                    std::to_string(expected_bytes));
+  }
+  return f;
+}
+
+std::vector<FileEntry> CacheDir::named_files() const {
+  const Manifest& m = impl_->manifest;
+  std::vector<FileEntry> named;
+  for (const ShardEntry& s : m.shards) named.push_back({s.file, s.bytes, s.xxh64});
+  for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips}) named.push_back(*f);
+  if (m.has_index()) named.push_back(m.index);
+  return named;
+}
+
+void CacheDir::check_files() const {
+  for (const FileEntry& f : named_files()) open_file(f.file, f.bytes);
+}
+
+std::vector<int64_t> CacheDir::labels() const {
+  const Manifest& m = impl_->manifest;
+  const File f = open_file(m.labels.file, m.labels.bytes);
+  const std::vector<uint8_t> raw = read_array(f, "<i8", {m.count});
+  std::vector<int64_t> labels(static_cast<size_t>(m.count));
+  if (!raw.empty()) std::memcpy(labels.data(), raw.data(), raw.size());
+  if (m.classes.empty()) return labels;
+  const int64_t classes = static_cast<int64_t>(m.classes.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw Error(ErrorKind::kCorruption, f.path(),
+                  "label of sample " + std::to_string(i) + " is " + std::to_string(labels[i]) +
+                      ", outside [0, " + std::to_string(classes) + ") classes");
+    }
+  }
+  return labels;
+}
+
+std::vector<uint64_t> CacheDir::checksums() const {
+  const Manifest& m = impl_->manifest;
+  const File f = open_file(m.checksums.file, m.checksums.bytes);
+  const std::vector<uint8_t> raw = read_array(f, "<u8", {m.count});
+  std::vector<uint64_t> sums(static_cast<size_t>(m.count));
+  if (!raw.empty()) std::memcpy(sums.data(), raw.data(), raw.size());
+  return sums;
+}
+
+std::vector<std::string> CacheDir::sources() const {
+  const Manifest& m = impl_->manifest;
+  const File f = open_file(m.sources.file, m.sources.bytes);
+  const std::vector<std::string> lines = split_lines(f.read_all(f.size()));
+  if (lines.size() != m.count) {
+    throw Error(ErrorKind::kCorruption, f.path(),
+                "holds " + std::to_string(lines.size()) + " lines, manifest says " +
+                    std::to_string(m.count) + " samples");
+  }
+  std::vector<std::string> out;
+  out.reserve(lines.size());
+  for (const std::string& line : lines) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_string()) {
+      throw Error(ErrorKind::kCorruption, f.path(),
+                  "line " + std::to_string(out.size() + 1) + " is not a JSON string");
+    }
+    out.push_back(j.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<SkipRecord> CacheDir::skips() const {
+  const Manifest& m = impl_->manifest;
+  const File f = open_file(m.skips.file, m.skips.bytes);
+  const std::vector<std::string> lines = split_lines(f.read_all(f.size()));
+  if (lines.size() != m.skipped) {
+    throw Error(ErrorKind::kCorruption, f.path(),
+                "holds " + std::to_string(lines.size()) + " lines, manifest says " +
+                    std::to_string(m.skipped) + " skipped entries");
+  }
+  std::vector<SkipRecord> out;
+  out.reserve(lines.size());
+  for (const std::string& line : lines) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const bool ok = !j.is_discarded() && j.is_object() && j.contains("source") &&
+                    j["source"].is_string() && j.contains("reason") && j["reason"].is_string();
+    if (!ok) {
+      throw Error(ErrorKind::kCorruption, f.path(),
+                  "line " + std::to_string(out.size() + 1) +
+                      " is not a skip record {\"source\": string, \"reason\": string}");
+    }
+    out.push_back({j["source"].get<std::string>(), j["reason"].get<std::string>()});
+  }
+  return out;
+}
+
+ShardFile CacheDir::open_shard(size_t k) const {
+  const Manifest& m = impl_->manifest;
+  if (k >= m.shards.size()) {
+    throw Error(ErrorKind::kInvalidArgument, impl_->dir,
+                "shard " + std::to_string(k) + " does not exist");
+  }
+  const ShardEntry& e = m.shards[k];
+  ShardFile s;
+  s.file = open_file(e.file, e.bytes);
+  const std::string used = s.file.fd_path();  // the very file we opened, for HDF5's sake
+  const std::string& shown = s.file.path();
+  const SampleShape shape{m.height, m.width, m.channels};
+  if (m.has_index()) {
+    s.loc = renamed(used, shown, [&] { return locate_ragged_shard(m.storage, used); });
+    s.data_bytes = s.loc.count;  // bytes; the index accounts for them
+  } else {
+    s.loc = renamed(used, shown, [&] { return locate_shard(m.storage, used, shape); });
+    if (s.loc.count != e.count) {
+      throw Error(ErrorKind::kCorruption, shown,
+                  "header says " + std::to_string(s.loc.count) + " samples, manifest says " +
+                      std::to_string(e.count));
+    }
+    // locate_shard checked count * sample bytes for overflow and against the file.
+    s.data_bytes = s.loc.count * shape.bytes();
+  }
+  if (s.loc.file_bytes != e.bytes) {  // changed since it was opened
+    throw Error(ErrorKind::kCorruption, shown,
+                "file holds " + std::to_string(s.loc.file_bytes) + " bytes, manifest says " +
+                    std::to_string(e.bytes));
+  }
+  return s;
+}
+
+std::vector<IndexRow> CacheDir::index() const {
+  std::vector<uint64_t> data;
+  for (size_t k = 0; k < impl_->manifest.shards.size(); ++k) {
+    data.push_back(open_shard(k).data_bytes);
+  }
+  return index(data);
+}
+
+std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_bytes) const {
+  const Manifest& m = impl_->manifest;
+  if (!m.has_index()) {
+    throw Error(ErrorKind::kInvalidArgument, impl_->dir, "a raw fixed cache has no index");
+  }
+  if (shard_data_bytes.size() != m.shards.size()) {
+    throw Error(ErrorKind::kInvalidArgument, impl_->dir, "one data size per shard is needed");
+  }
+  const File f = open_file(m.index.file, m.index.bytes);
+  const std::string& path = f.path();
+  const bool jpeg = m.codec == Codec::kJpeg;
+  const uint64_t cols = jpeg ? 4 : 3;
+  const std::vector<uint8_t> bytes = read_array(f, "<i8", {m.count, cols});
+  std::vector<int64_t> raw(bytes.size() / 8);
+  if (!raw.empty()) std::memcpy(raw.data(), bytes.data(), bytes.size());
+  std::vector<IndexRow> index(static_cast<size_t>(m.count));
+  const uint64_t channels = m.channels;
+  const int64_t max_side = std::numeric_limits<uint32_t>::max();
+  for (size_t k = 0; k < m.shards.size(); ++k) {
+    const ShardEntry& s = m.shards[k];
+    const uint64_t data_bytes = shard_data_bytes[k];
+    uint64_t next = 0;  // where the next sample of this shard must start
+    for (uint64_t i = s.first; i < s.first + s.count; ++i) {
+      const int64_t* r = &raw[cols * i];
+      const int64_t offset = r[0], length = jpeg ? r[1] : 0, h = r[cols - 2], w = r[cols - 1];
+      const std::string row = "row " + std::to_string(i) + " (" + s.file + ")";
+      if (offset < 0 || (jpeg && length <= 0) || h <= 0 || w <= 0 || h > max_side || w > max_side) {
+        std::string values = std::to_string(offset) + ", ";
+        if (jpeg) values += std::to_string(length) + ", ";
+        values += std::to_string(h) + ", " + std::to_string(w);
+        throw Error(ErrorKind::kCorruption, path,
+                    row + " is (" + values + "): needs offset >= 0, " +
+                        (jpeg ? "length > 0, " : "") + "and 0 < h, w < 2^32");
+      }
+      if (m.layout == Layout::kFixed && (uint64_t(h) != m.height || uint64_t(w) != m.width)) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + " is " + std::to_string(h) + "x" + std::to_string(w) +
+                        ", the fixed layout's samples are " + std::to_string(m.height) + "x" +
+                        std::to_string(m.width));
+      }
+      const uint64_t off = static_cast<uint64_t>(offset);
+      uint64_t n = static_cast<uint64_t>(length);
+      if (!jpeg) {
+        const uint64_t pixels = uint64_t(h) * uint64_t(w);  // < 2^64: both < 2^32
+        n = pixels > data_bytes / channels ? data_bytes + 1 : pixels * channels;
+      }
+      if (n > data_bytes || off > data_bytes - n) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + ": sample at offset " + std::to_string(off) + " (" +
+                        (jpeg ? std::to_string(length) + " bytes"
+                              : std::to_string(h) + "x" + std::to_string(w) + "x" +
+                                    std::to_string(channels)) +
+                        ") passes the end of the shard's " + std::to_string(data_bytes) +
+                        " data bytes");
+      }
+      if (off != next) {
+        throw Error(ErrorKind::kCorruption, path,
+                    row + ": offset is " + std::to_string(off) + ", expected " +
+                        std::to_string(next) + " (a shard's samples are back to back)");
+      }
+      next = off + n;
+      index[static_cast<size_t>(i)] =
+          IndexRow{off, n, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
+    }
+    if (next != data_bytes) {
+      throw Error(ErrorKind::kCorruption, path,
+                  "the rows of " + s.file + " cover " + std::to_string(next) +
+                      " bytes, the shard holds " + std::to_string(data_bytes));
+    }
+  }
+  return index;
+}
+
+}  // namespace dscache

@@ -1,0 +1,476 @@
+#!/usr/bin/python3
+"""Hostile and broken inputs to build, inspect, verify, bench and merge (issue 11, reading side).
+
+Each case is a table of bad inputs; every row runs a command under a timeout (a hang fails the
+row instead of hanging the suite) and checks its exit code (docs/USAGE.md), that the message
+names the file and the reason, and that no library text leaks (std::, vector::, OpenCV
+assertions). FIFOs, /dev/zero symlinks, symlinks out of the cache, lying sizes, wrapped shapes,
+an empty cache, bad labels, malformed jsonl, Fortran order and truncated shards.
+
+Usage: test_bad_inputs.py CASE   (env DSCACHE = the built binary)
+Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures and the runner are in cli_helpers.py.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+from cli_helpers import DSCACHE, build, check, file_xxh64, main, make_simple_folder, run
+
+HANG_S = 20  # a row that takes longer hangs: it fails
+BENCH = ["--seconds", "0.1", "--decode-samples", "20"]
+LEAKS = ("std::", "vector::", "_M_range_check", "basic_string", "terminate called",
+         "Assertion", "OpenCV(", "!_src.empty()", "what():")
+SIDE = ["manifest.json", "labels.npy", "checksums.npy", "sources.jsonl", "skipped.jsonl",
+        "images-00000.npy"]
+
+
+# With BAD_INPUTS_SURVEY=FILE, rows do not fail: each appends its outcome (ok, hang, crash,
+# silent = exit 0 where an error was due, leak, wrong = another exit or message) to FILE as a JSON
+# line, for counting what a binary (an older one, say) does with every bad input.
+SURVEY = os.environ.get("BAD_INPUTS_SURVEY", "")
+
+
+def _survey(args, rc, must, timeout):
+    cmd = [DSCACHE] + [str(a) for a in args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        text = (p.stdout + p.stderr).decode("utf-8", "replace")
+        got = p.returncode
+        if got < 0:
+            outcome = "crash"
+        elif got == 0 and rc not in (0, None):
+            outcome = "silent"
+        elif any(s in text for s in LEAKS):
+            outcome = "leak"
+        elif got != rc or not all(s in text for s in must):
+            outcome = "wrong"
+        else:
+            outcome = "ok"
+    except subprocess.TimeoutExpired:
+        got, text, outcome = None, "", "hang"
+    with open(SURVEY, "a") as f:
+        f.write(json.dumps({"args": [a if not a.startswith("/tmp") else os.path.basename(a)
+                                     for a in map(str, args)],
+                            "expected": rc, "got": got, "outcome": outcome,
+                            "text": text[-300:]}) + "\n")
+
+    class P:
+        stdout, stderr, returncode = text, "", got
+    return P
+
+
+def expect(args, rc, must, timeout=HANG_S):
+    """Runs dscache ARGS: exit `rc`, every string of `must` in stdout+stderr, no leaked text."""
+    if SURVEY:
+        return _survey(args, rc, must, timeout)
+    p = run(args, expect_rc=rc, timeout=timeout)
+    text = p.stdout + p.stderr
+    for s in must:
+        check(s in text, f"{' '.join(map(str, args))}: output lacks {s!r}:\n{text}")
+    for s in LEAKS:
+        check(s not in text, f"{' '.join(map(str, args))}: library text {s!r} leaked:\n{text}")
+    return p
+
+
+def base_cache(tmp, name="base", *opts, classes=("a", "b", "c"), per_class=4):
+    src = tmp / f"{name}-src"
+    if not src.exists():
+        make_simple_folder(src, list(classes), per_class, (16, 16), seed=3)
+    out = tmp / name
+    build(src, out, *(() if "--layout" in opts else ("--size", "16")), *opts)
+    return out
+
+
+def variant(cache, tmp, name):
+    d = tmp / name
+    shutil.copytree(cache, d, symlinks=True)
+    return d
+
+
+def refresh(d, name):
+    """After NAME was rewritten on purpose: its manifest entry takes the new size and hash, so
+    only the lie under test remains."""
+    mp = d / "manifest.json"
+    m = json.loads(mp.read_text())
+    size, digest = (d / name).stat().st_size, file_xxh64(d / name)
+    for e in m["shards"]:
+        if e["file"] == name:
+            e["bytes"], e["xxh64"] = size, digest
+    for e in m["files"].values():
+        if e.get("file") == name:
+            e["bytes"], e["xxh64"] = size, digest
+    mp.write_text(json.dumps(m, indent=2))
+
+
+def edit_manifest(d, f):
+    mp = d / "manifest.json"
+    m = json.loads(mp.read_text())
+    f(m)
+    mp.write_text(json.dumps(m, indent=2))
+
+
+def npy_bytes(arr, header_shape=None, fortran=False):
+    """An .npy file of ARR whose header may lie about the shape or the order."""
+    shape = arr.shape if header_shape is None else header_shape
+    shape_text = "(" + ", ".join(str(int(x)) for x in shape) + ("," if len(shape) == 1 else "") + ")"
+    d = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+        arr.dtype.str, "True" if fortran else "False", shape_text)
+    total = (10 + len(d) + 1 + 63) // 64 * 64
+    header = b"\x93NUMPY\x01\x00" + struct.pack("<H", total - 10) + d.encode()
+    header += b" " * (total - len(header) - 1) + b"\n"
+    return header + np.ascontiguousarray(arr).tobytes()
+
+
+def fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+def link(path, target):
+    path.unlink()
+    os.symlink(target, path)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def case_fifo_and_devices(tmp):
+    """Every cache file as a FIFO and as a /dev/zero symlink: verify and inspect name it at
+    once (before: both hung), bench and a ragged cache's index too."""
+    out = base_cache(tmp)
+    rows = 0
+    for name in SIDE:
+        for kind in ("fifo", "zero"):
+            d = variant(out, tmp, f"{kind}-{name}")
+            if kind == "fifo":
+                fifo(d / name)
+                reason = "not a regular file (a FIFO)"
+            else:
+                link(d / name, "/dev/zero")
+                reason = "symlink leads outside the cache directory (to /dev/zero)"
+            expect(["verify", d], 5, [name, reason])
+            expect(["inspect", d], 5, [name, reason])
+            rows += 2
+    for name in ("labels.npy", "images-00000.npy"):
+        d = tmp / f"fifo-{name}"
+        expect(["bench", d, *BENCH], 5, [name, "not a regular file"])
+        rows += 1
+    rag = base_cache(tmp, "ragged", "--layout", "ragged", "--max-side", "20")
+    for kind in ("fifo", "zero"):
+        d = variant(rag, tmp, f"rag-{kind}")
+        fifo(d / "ragged-index.npy") if kind == "fifo" else link(d / "ragged-index.npy",
+                                                                 "/dev/zero")
+        expect(["verify", d], 5, ["ragged-index.npy"])
+        expect(["inspect", d, "--sample", "0"], 5, ["ragged-index.npy"])
+        rows += 2
+    check(rows == 30, f"{rows} rows")
+
+
+def case_symlinks_out(tmp):
+    """Symlinks leading out of the cache: refused by verify and inspect as by Cache::open; a
+    symlink that stays inside is still accepted."""
+    out = base_cache(tmp)
+    outside = tmp / "outside"
+    outside.mkdir()
+    attacks = [
+        ("skipped.jsonl", "/etc/passwd"),
+        ("sources.jsonl", "/etc/passwd"),
+        ("labels.npy", None),  # a faithful copy outside: the link alone is the problem
+        ("images-00000.npy", None),
+        ("checksums.npy", None),
+        ("manifest.json", None),
+    ]
+    for name, target in attacks:
+        d = variant(out, tmp, f"out-{name}")
+        if target is None:
+            target = outside / f"{d.name}-{name}"
+            shutil.copy(d / name, target)
+        link(d / name, target)
+        must = [name, "symlink leads outside the cache directory"]
+        expect(["verify", d], 5, must)
+        expect(["inspect", d], 5, must)
+        expect(["inspect", d, "--sample", "0"], 5, must)
+    # Inside: moved to a sub-folder, linked back; still a valid cache.
+    d = variant(out, tmp, "inside")
+    (d / "store").mkdir()
+    shutil.move(d / "labels.npy", d / "store" / "labels.npy")
+    os.symlink("store/labels.npy", d / "labels.npy")
+    expect(["verify", d], 0, ["OK"])
+
+
+def case_lying_sizes(tmp):
+    """Headers that claim more than the file holds: named errors, nothing allocated (before:
+    verify allocated 2^28 labels and was OOM-killed)."""
+    out = base_cache(tmp)
+    n = json.loads((out / "manifest.json").read_text())["count"]
+    all_tools, verify_only = ("verify", "inspect", "bench"), ("verify",)  # who reads the file
+    rows = [
+        ("labels.npy", npy_bytes(np.zeros(n, "<i8"), header_shape=(1 << 28,)),
+         "shape is (268435456,), expected", all_tools),
+        ("checksums.npy", npy_bytes(np.zeros(n, "<u8"), header_shape=(1 << 28,)),
+         "shape is (268435456,), expected", verify_only),
+        ("images-00000.npy", npy_bytes(np.zeros((n, 16, 16, 3), np.uint8),
+                                       header_shape=(n + 5, 16, 16, 3)), "header says",
+         all_tools),
+        ("images-00000.npy", npy_bytes(np.zeros((n, 16, 16, 3), np.uint8),
+                                       header_shape=(1 << 62, 16, 16, 3)), "overflows", all_tools),
+    ]
+    for k, (name, data, reason, tools) in enumerate(rows):
+        d = variant(out, tmp, f"lie-{k}")
+        (d / name).write_bytes(data)
+        refresh(d, name)
+        commands = {"verify": ["verify", d], "inspect": ["inspect", d, "--sample", "0"],
+                    "bench": ["bench", d, *BENCH]}
+        for t in tools:
+            expect(commands[t], 5, [name, reason])
+    # The manifest's size, not the header, lies: a labels.npy 8 bytes short.
+    d = variant(out, tmp, "short-labels")
+    with open(d / "labels.npy", "r+b") as f:
+        f.truncate((d / "labels.npy").stat().st_size - 8)
+    expect(["verify", d], 5, ["labels.npy", "bytes, manifest says"])
+    expect(["inspect", d], 5, ["labels.npy", "bytes, manifest says"])
+
+
+def case_wrapped_shapes(tmp):
+    """Index rows whose h*w*C wraps 2^64, and an HDF5 shard whose shape overflows: named
+    Corruption (before: inspect --sample/--grid crashed in cvtColor)."""
+    rag = base_cache(tmp, "ragged", "--layout", "ragged", "--max-side", "20")
+    idx = np.load(rag / "ragged-index.npy")
+    # 1437049164 * 4278847826 * 3 = 776 mod 2^64: a row whose wrapped size fits in the shard, the
+    # one that reached cvtColor with a negative width.
+    for k, (h, w) in enumerate([(1437049164, 4278847826), ((1 << 32) - 1, (1 << 32) - 1),
+                                (1 << 31, 1 << 31), (0, 5), (-3, 5)]):
+        d = variant(rag, tmp, f"wrap-{k}")
+        bad = idx.copy()
+        bad[0, 1], bad[0, 2] = h, w
+        (d / "ragged-index.npy").write_bytes(npy_bytes(bad))
+        refresh(d, "ragged-index.npy")
+        must = ["ragged-index.npy", "row 0"]
+        expect(["verify", d], 5, must)
+        expect(["inspect", d], 5, must)
+        expect(["inspect", d, "--sample", "0", "--out", tmp / f"w{k}.png"], 5, must)
+        expect(["inspect", d, "--grid", "4", "--out", tmp / f"g{k}.png"], 5, must)
+    # HDF5, chunked: a dataset of 2^62 samples of 16x16x3 (never allocated) overflows 2^64 bytes.
+    h5 = base_cache(tmp, "h5", "--storage", "hdf5")
+    d = variant(h5, tmp, "h5-overflow")
+    shard = d / "images-00000.h5"
+    shard.unlink()
+    with h5py.File(shard, "w") as f:
+        f.create_dataset("images", shape=(1 << 62, 16, 16, 3), maxshape=(None, 16, 16, 3),
+                         chunks=(1, 16, 16, 3), dtype="u1")
+        f.create_dataset("labels", shape=(1,), dtype="<i8")
+    refresh(d, "images-00000.h5")
+    expect(["verify", d], 5, ["images-00000.h5", "overflows 64 bits"])
+    expect(["inspect", d, "--sample", "0"], 5, ["images-00000.h5", "overflows 64 bits"])
+
+
+def case_empty_cache(tmp):
+    """count 0 (allowed by FORMAT.md): inspect and verify work, --grid says there is nothing to
+    show (before: SIGFPE), --sample is out of range."""
+    # A build refuses to make one (nothing decoded); so cut a real cache down to 0 samples.
+    out = variant(base_cache(tmp), tmp, "empty")
+    (out / "labels.npy").write_bytes(npy_bytes(np.zeros(0, "<i8")))
+    (out / "checksums.npy").write_bytes(npy_bytes(np.zeros(0, "<u8")))
+    (out / "sources.jsonl").write_bytes(b"")
+    (out / "images-00000.npy").write_bytes(npy_bytes(np.zeros((0, 16, 16, 3), np.uint8)))
+    for name in ("labels.npy", "checksums.npy", "sources.jsonl", "images-00000.npy"):
+        refresh(out, name)
+
+    def zero(m):
+        m["count"] = 0
+        m["class_counts"] = [0] * len(m["classes"])
+        m["shards"][0]["count"] = 0
+        m["source"]["entries"] = 0
+    edit_manifest(out, zero)
+    check(json.loads((out / "manifest.json").read_text())["count"] == 0, "count is not 0")
+    expect(["inspect", out], 0, ["samples    0"])
+    expect(["verify", out], 0, ["OK"])
+    expect(["inspect", out, "--grid", "4", "--out", tmp / "g.png"], 2, ["holds no samples"])
+    expect(["inspect", out, "--sample", "0"], 2, ["out of range"])
+    expect(["bench", out, *BENCH], 2, ["holds no samples"])  # before: SIGABRT
+
+
+def case_bad_labels(tmp):
+    """Labels out of range, an unlabeled cache, Fortran order, another dtype: verify and inspect
+    agree with Cache::open (before: _M_range_check leaked, and verify called an unlabeled cache
+    corrupt)."""
+    out = base_cache(tmp)
+    n = json.loads((out / "manifest.json").read_text())["count"]
+    labels = np.load(out / "labels.npy")
+
+    d = variant(out, tmp, "label99")
+    bad = labels.copy()
+    bad[2] = 99
+    (d / "labels.npy").write_bytes(npy_bytes(bad))
+    refresh(d, "labels.npy")
+    must = ["labels.npy", "label of sample 2 is 99, outside [0, 3) classes"]
+    expect(["verify", d], 5, must)
+    expect(["inspect", d, "--sample", "2"], 5, must)
+    expect(["bench", d, *BENCH], 5, must)
+
+    d = variant(out, tmp, "unlabeled")
+    edit_manifest(d, lambda m: (m.__setitem__("classes", []), m.__setitem__("class_counts", [])))
+    expect(["verify", d], 0, ["OK"])
+    expect(["inspect", d, "--sample", "0"], 0, ["label"])
+
+    d = variant(out, tmp, "unlabeled99")
+    (d / "labels.npy").write_bytes(npy_bytes(bad))
+    refresh(d, "labels.npy")
+    edit_manifest(d, lambda m: (m.__setitem__("classes", []), m.__setitem__("class_counts", [])))
+    expect(["inspect", d, "--sample", "2"], 0, ["label 99"])
+    expect(["inspect", d, "--grid", "4", "--out", tmp / "u.png"], 0, ["wrote"])
+
+    d = variant(out, tmp, "fortran")
+    (d / "labels.npy").write_bytes(npy_bytes(labels, fortran=True))
+    refresh(d, "labels.npy")
+    expect(["verify", d], 5, ["labels.npy", "Fortran order"])
+    expect(["inspect", d, "--sample", "0"], 5, ["labels.npy", "Fortran order"])
+
+    d = variant(out, tmp, "int32")
+    (d / "labels.npy").write_bytes(npy_bytes(labels.astype("<i4")))
+    refresh(d, "labels.npy")
+    expect(["verify", d], 5, ["labels.npy", "dtype is '<i4'"])
+    check(n == len(labels), "label count")
+
+
+def case_malformed_jsonl(tmp):
+    """sources.jsonl / skipped.jsonl that are not what FORMAT.md says: verify now reports them
+    as inspect and Cache::open do (before: verify said OK)."""
+    out = base_cache(tmp)
+    src = (out / "sources.jsonl").read_bytes()
+    rows = [
+        ("sources.jsonl", b"{" + src[1:], "line 1 is not a JSON string"),
+        ("sources.jsonl", src + b'"extra"\n', "lines, manifest says"),
+        ("sources.jsonl", src.replace(b"\n", b"\n\n", 1), "lines, manifest says"),
+        ("skipped.jsonl", b'{"source": "x"}\n', "lines, manifest says 0"),
+    ]
+    for k, (name, data, reason) in enumerate(rows):
+        d = variant(out, tmp, f"jsonl-{k}")
+        (d / name).write_bytes(data)
+        refresh(d, name)
+        expect(["verify", d], 5, [name, reason])
+        # inspect reads sources.jsonl for --sample, skipped.jsonl for its summary.
+        expect(["inspect", d] + (["--sample", "0"] if name == "sources.jsonl" else []), 5,
+               [name, reason])
+    d = variant(out, tmp, "skip-shape")
+    (d / "skipped.jsonl").write_bytes(b'["not", "a record"]\n')
+    refresh(d, "skipped.jsonl")
+    edit_manifest(d, lambda m: m.__setitem__("skipped", 1))
+    expect(["verify", d], 5, ["skipped.jsonl", "is not a skip record"])
+
+
+def case_truncated_shards(tmp):
+    """Shards shorter than the manifest says: named Corruption everywhere (npy and HDF5)."""
+    out = base_cache(tmp)
+    h5 = base_cache(tmp, "h5", "--storage", "hdf5")
+    for k, (cache, name, cut) in enumerate([(out, "images-00000.npy", 100),
+                                            (out, "images-00000.npy", None),
+                                            (h5, "images-00000.h5", 100)]):
+        d = variant(cache, tmp, f"trunc-{k}")
+        p = d / name
+        with open(p, "r+b") as f:
+            f.truncate(0 if cut is None else p.stat().st_size - cut)
+        must = [name, "bytes, manifest says"]
+        expect(["verify", d], 5, must)
+        expect(["inspect", d], 5, must)
+        expect(["inspect", d, "--sample", "0"], 5, must)
+        expect(["bench", d, *BENCH], 5, must)
+
+
+def idx_images(n, rows=28, cols=28, declared=None):
+    head = struct.pack(">IIII", 0x803, n if declared is None else declared, rows, cols)
+    return head + np.random.default_rng(1).integers(0, 256, n * rows * cols, np.uint8).tobytes()
+
+
+def idx_labels(n):
+    return struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n))
+
+
+def case_build_inputs(tmp):
+    """Sources a user names: FIFOs and devices as list files, idx files and images; an idx gzip
+    bomb and an idx that lies about its count. Named errors (or named skips), never a hang."""
+    d = tmp / "in"
+    d.mkdir()
+    os.mkfifo(d / "list.csv")
+    expect(["build", d / "list.csv", tmp / "o1", "--size", "8"], 1,
+           ["list.csv", "not a regular file (a FIFO)"])
+    os.symlink("/dev/zero", d / "zero.csv")
+    expect(["build", d / "zero.csv", tmp / "o2", "--size", "8"], 1,
+           ["zero.csv", "not a regular file (a character device)"])
+    os.mkfifo(d / "fifo-images-idx3-ubyte")
+    expect(["build", d / "fifo-images-idx3-ubyte", tmp / "o3"], 1,
+           ["fifo-images-idx3-ubyte", "or an idx3 images file"])  # sniffed without blocking
+    # A gzip bomb: the header declares 2 images of 28x28, the stream inflates to 200 MB.
+    bomb = gzip.compress(idx_images(2) + bytes(200 << 20), 9)
+    check(len(bomb) < 1 << 20, f"bomb is {len(bomb)} bytes")
+    (d / "bomb-images-idx3-ubyte.gz").write_bytes(bomb)
+    (d / "bomb-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_labels(2)))
+    expect(["build", d / "bomb-images-idx3-ubyte.gz", tmp / "o4"], 1,
+           ["bomb-images-idx3-ubyte.gz", "file holds more"])
+    (d / "lie-images-idx3-ubyte").write_bytes(idx_images(10, declared=100))
+    (d / "lie-labels-idx1-ubyte").write_bytes(idx_labels(100))
+    expect(["build", d / "lie-images-idx3-ubyte", tmp / "o5"], 1,
+           ["lie-images-idx3-ubyte", "header says 100 images"])
+    (d / "ok-images-idx3-ubyte").write_bytes(idx_images(10))
+    (d / "ok-labels-idx1-ubyte").write_bytes(idx_labels(10) + b"\x01" * 5)
+    expect(["build", d / "ok-images-idx3-ubyte", tmp / "o6"], 1,
+           ["ok-labels-idx1-ubyte", "header says 10 labels"])
+    # Inside a class folder: a FIFO and a /dev/zero link are skipped with a reason, not read.
+    src = tmp / "src"
+    make_simple_folder(src, ["a", "b"], 3, (16, 16), seed=5)
+    os.mkfifo(src / "a" / "fifo.png")
+    os.symlink("/dev/zero", src / "b" / "zero.png")
+    p = expect(["build", src, tmp / "o7", "--size", "16", "--shuffle", "none"], 0, [])
+    skips = (tmp / "o7" / "skipped.jsonl").read_text()
+    m = json.loads((tmp / "o7" / "manifest.json").read_text())
+    check(m["count"] == 6, f"count {m['count']} (expected the 6 real images)")
+    check("fifo.png" in skips or "fifo.png" not in p.stdout, f"skips: {skips}")
+
+
+def case_merge_parts(tmp):
+    """Parts of a partitioned build with a FIFO, a /dev/zero shard link and a side file linked
+    out: merge names the part's file (exit 5) instead of hanging or copying /etc/passwd."""
+    src = tmp / "src"
+    make_simple_folder(src, ["a", "b"], 4, (16, 16), seed=6)
+    parts = []
+    for i in range(2):
+        p = tmp / f"part{i}"
+        build(src, p, "--size", "16", "--part", f"{i}/2")
+        parts.append(p)
+
+    def merged(name, attack, must):
+        ps = [variant(p, tmp, f"{name}-p{i}") for i, p in enumerate(parts)]
+        attack(ps[1])
+        expect(["merge", *ps, tmp / f"{name}-out"], 5, must)
+
+    merged("fifo", lambda p: fifo(p / "labels.npy"), ["labels.npy", "not a regular file"])
+    merged("zero", lambda p: link(p / "images-00000.npy", "/dev/zero"),
+           ["images-00000.npy", "symlink"])
+    merged("passwd", lambda p: link(p / "sources.jsonl", "/etc/passwd"),
+           ["sources.jsonl", "symlink leads outside the cache directory"])
+    merged("manifest", lambda p: fifo(p / "manifest.json"), ["manifest.json", "not a regular"])
+
+
+CASES = {
+    "fifo_and_devices": case_fifo_and_devices,
+    "symlinks_out": case_symlinks_out,
+    "lying_sizes": case_lying_sizes,
+    "wrapped_shapes": case_wrapped_shapes,
+    "empty_cache": case_empty_cache,
+    "bad_labels": case_bad_labels,
+    "malformed_jsonl": case_malformed_jsonl,
+    "truncated_shards": case_truncated_shards,
+    "build_inputs": case_build_inputs,
+    "merge_parts": case_merge_parts,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main(CASES, sys.argv))
