@@ -286,7 +286,7 @@ class Loader:
         while True:
             if gen != self._generation:
                 return  # a newer iter() took over the Loader
-            b = impl.next()
+            b = impl.next(with_idx)
             if b is None:
                 break
             images, labels, indices, _ = b

@@ -207,8 +207,9 @@ class PyLoader {
     loader_->restore(LoaderPosition{seed, epoch, cursor});
   }
 
-  // (images NHWC uint8 view, labels int64 copy, indices uint64 copy, batch index) or None.
-  py::object next() {
+  // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index) or
+  // None at the end of the epoch.
+  py::object next(bool with_indices) {
     const Batch* b = nullptr;
     {
       py::gil_scoped_release nogil;
@@ -225,6 +226,7 @@ class PyLoader {
     py::array_t<uint8_t> images = view_array(b->images, dims, held, true);
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
     std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
+    if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index);
     py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
     std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
     return py::make_tuple(images, labels, indices, b->index);
@@ -462,7 +464,7 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("ratio_max"), py::arg("flip"))
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
-      .def("next", &PyLoader::next)
+      .def("next", &PyLoader::next, py::arg("with_indices"))
       .def("position", &PyLoader::position)
       .def("sampler_options", &PyLoader::sampler_options)
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
