@@ -232,6 +232,20 @@ class PyLoader {
     return py::make_tuple(images, labels, indices, b->index);
   }
 
+  // Takes the rest of the epoch in C++, nothing done with the batches but reading one byte each:
+  // what a C++ consumer costs, for bench/py_loader.py to compare a Python loop with in the same
+  // process and under the same load. Returns the samples taken.
+  uint64_t drain() {
+    py::gil_scoped_release nogil;
+    uint64_t samples = 0;
+    volatile uint8_t sink = 0;
+    while (const Batch* b = loader_->next()) {
+      samples += b->size;
+      sink = static_cast<uint8_t>(sink + b->images[0]);
+    }
+    return samples;
+  }
+
   py::tuple position() const {
     const LoaderPosition p = loader_->position();
     return py::make_tuple(p.seed, p.epoch, p.cursor);
@@ -465,6 +479,7 @@ PYBIND11_MODULE(_dscache, m) {
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))
+      .def("drain", &PyLoader::drain)
       .def("position", &PyLoader::position)
       .def("sampler_options", &PyLoader::sampler_options)
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
