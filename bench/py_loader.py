@@ -139,12 +139,12 @@ def main():
     mach = host_info(numpy=np.__version__, loadavg_start=list(os.getloadavg()))
     print(f"cache {cache}: {len(c)} samples of {c.shape}, batch {a.batch}, "
           f"dscache workers {a.workers}, epochs {a.epochs}")
-    print(f"{'row':<8} {'workers':>7} {'best samples/s':>15}  epochs (samples/s)")
+    print(f"{'row':<14} {'workers':>7} {'best samples/s':>15}  epochs (samples/s)")
     rows = []
 
     def add(r):
         rows.append(r)
-        print(f"{r['name']:<8} {r['workers']:>7} {r['samples_per_s']:>15,}  {r['epochs']}",
+        print(f"{r['name']:<14} {r['workers']:>7} {r['samples_per_s']:>15,}  {r['epochs']}",
               flush=True)
 
     # Rounds: every row once per round, C++ and Python back to back, so that a change of load on

@@ -269,17 +269,17 @@ class Loader:
         return self._impl.samples_per_epoch()
 
     def __iter__(self):
-        self._generation += 1
-        gen = self._generation
+        # The C++ call first: if it fails (e.g. another thread is iterating), nothing changed.
         if self._pending is not None:
             seed, epoch, cursor = self._pending
+            self._impl.restore(seed, epoch, cursor)
             self._pending = None
             self.seed, self._epoch = seed, epoch
-            self._impl.restore(seed, epoch, cursor)
         else:
             self._impl.start_epoch(self.seed, self._epoch)
+        self._generation += 1
         self._active = True
-        return self._batches(gen)
+        return self._batches(self._generation)
 
     def _batches(self, gen):
         impl, copy, with_idx = self._impl, self.copy, self.return_indices

@@ -178,8 +178,9 @@ CropMode parse_crop(const std::string& s) {
               "transform.crop: '" + s + "' is not one of none, center, random_resized");
 }
 
-// The Loader as Python sees it: one consumer (the GIL serializes callers), views that hold
-// their buffers, the GIL released whenever it may wait for worker threads.
+// The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
+// wait for worker threads. The C++ Loader has one consumer; since the GIL is released while it
+// works, a second Python thread could enter it: that is refused with an error, not undefined.
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
@@ -199,10 +200,12 @@ class PyLoader {
   }
 
   void start_epoch(uint64_t seed, uint64_t epoch) {
+    Exclusive ex(this);
     py::gil_scoped_release nogil;
     loader_->start_epoch(seed, epoch);
   }
   void restore(uint64_t seed, uint64_t epoch, uint64_t cursor) {
+    Exclusive ex(this);
     py::gil_scoped_release nogil;
     loader_->restore(LoaderPosition{seed, epoch, cursor});
   }
@@ -212,6 +215,7 @@ class PyLoader {
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
     {
+      Exclusive ex(this);
       py::gil_scoped_release nogil;
       b = loader_->next();
     }
@@ -236,6 +240,7 @@ class PyLoader {
   // what a C++ consumer costs, for bench/py_loader.py to compare a Python loop with in the same
   // process and under the same load. Returns the samples taken.
   uint64_t drain() {
+    Exclusive ex(this);
     py::gil_scoped_release nogil;
     uint64_t samples = 0;
     volatile uint8_t sink = 0;
@@ -268,6 +273,23 @@ class PyLoader {
   double take_wait_seconds() { return loader_->take_wait_seconds(); }
 
  private:
+  // Marks the Loader in use for one call (taken and checked while the GIL is held).
+  class Exclusive {
+   public:
+    explicit Exclusive(PyLoader* l) : l_(l) {
+      if (l_->busy_) {
+        throw Error(ErrorKind::kInvalidArgument, "",
+                    "Loader: used from two threads at once (iterate it from one thread)");
+      }
+      l_->busy_ = true;
+    }
+    ~Exclusive() { l_->busy_ = false; }  // runs after the GIL is taken back
+
+   private:
+    PyLoader* l_;
+  };
+
+  bool busy_ = false;  // read and written only with the GIL held
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };

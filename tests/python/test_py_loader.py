@@ -174,6 +174,27 @@ def test_gil_released_while_waiting(tmp):
     assert n == 64 and ticks[0] > 10, f"the spinning thread ran {ticks[0]} times"
 
 
+def test_second_thread_refused(tmp):
+    def slow_decode(i):
+        time.sleep(0.05)
+        return np.zeros((4, 4, 1), dtype=np.uint8)
+
+    lazy = dscache.LazyCache(os.path.join(tmp, "slow.bin"), 16, (4, 4, 1), [0] * 16, slow_decode)
+    loader = dscache.Loader(lazy, batch_size=8, workers=1, prefetch=1)
+    got = []
+    t = threading.Thread(target=lambda: got.append(sum(len(y) for _, y in loader)))
+    t.start()
+    time.sleep(0.1)  # the thread now waits in next() without the GIL (a batch takes 0.4 s)
+    try:
+        iter(loader)
+        raise AssertionError("a second thread entered the Loader")
+    except dscache.InvalidArgumentError as e:
+        assert "two threads" in str(e)
+    finally:
+        t.join()
+    assert got == [16], f"the first thread's epoch was disturbed: {got}"
+
+
 RANK_SCRIPT = r"""
 import sys, numpy as np, torch.distributed as dist
 import dscache
