@@ -96,11 +96,15 @@ class Cache(_Source):
         self._src = _dscache.Cache(str(path), memory, int(memory_budget), hint,
                                    bool(verify_checksums))
         self._manifest = self._src.manifest
+        m = self._manifest
+        m["shape"] = [m["height"], m["width"], m["channels"]]
 
     @property
     def manifest(self):
-        """The manifest's fields as a dict (layout, storage, codec, dtype, height, width,
-        channels, channel_order, count, classes, class_counts, shards, source, ...)."""
+        """The manifest's fields as a dict (format_version, layout, storage, codec, dtype,
+        shape [H, W, C] (0, 0, C for ragged), height, width, channels, channel_order, count,
+        classes, class_counts, shards [{file, first, count, bytes}], skipped, source {kind,
+        root, entries}, tool_version, created_utc)."""
         return dict(self._manifest)
 
     count = property(lambda self: self._manifest["count"], doc="samples in the cache")

@@ -23,6 +23,10 @@ def test_manifest_and_samples(tmp):
     assert cache.classes == ["c0", "c1", "c2"] and cache.class_counts == [23, 23, 23]
     assert (cache.layout, cache.storage, cache.codec) == ("fixed", "npy", "raw")
     assert cache.channel_order == "RGB"
+    assert cache.manifest["shape"] == m["shape"] == [16, 12, 3]
+    for key in ("format_version", "count", "classes", "class_counts", "layout", "storage",
+                "dtype", "channel_order", "skipped", "tool_version", "created_utc"):
+        assert cache.manifest[key] == m[key], f"manifest {key}: {cache.manifest[key]!r}"
     assert [s["file"] for s in cache.manifest["shards"]] == [s["file"] for s in m["shards"]]
     assert len(m["shards"]) > 1, "the fixture should span several shards"
     labels = np.load(os.path.join(d, "labels.npy"))
