@@ -46,7 +46,8 @@ def build_cache(tmp, name="cache", size="16x12", shard_size="20K", extra=(), **p
     src = os.path.join(tmp, name + "-src")
     write_pngs(src, **pngs)
     out = os.path.join(tmp, name)
-    r = subprocess.run([DSCACHE, "build", src, out, "--size", size, "--shard-size", shard_size,
+    sized = ["--size", size] if size else []  # None for the ragged layout
+    r = subprocess.run([DSCACHE, "build", src, out, *sized, "--shard-size", shard_size,
                         "--quiet", *extra], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"dscache build failed ({r.returncode}): {r.stderr}"
     return out

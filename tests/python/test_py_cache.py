@@ -69,6 +69,32 @@ def test_pread_mode_copies(tmp):
     assert img.flags.owndata and np.array_equal(img, dscache.Cache(d)[3][0])
 
 
+def test_jpeg_and_ragged_caches(tmp):
+    # JPEG codec: samples are decoded copies; the Loader decodes them in its workers.
+    d = build_cache(tmp, name="jpeg", extra=("--codec", "jpeg:90"))
+    cache = dscache.Cache(d)
+    assert cache.codec == "jpeg" and cache.shape == (16, 12, 3)
+    img, _ = cache[7]
+    assert img.flags.owndata and img.shape == (16, 12, 3)
+    batches = list(dscache.Loader(cache, batch_size=32, shuffle=False, copy=True))
+    assert np.array_equal(batches[0][0][7], img), "the Loader decodes what cache[i] decodes"
+    # Ragged layout: each sample its own shape; the Loader needs a crop to batch them.
+    d = build_cache(tmp, name="ragged", size=None, extra=("--layout", "ragged", "--max-side", "30"))
+    cache = dscache.Cache(d)
+    assert cache.layout == "ragged"
+    shapes = {cache[i][0].shape for i in range(len(cache))}
+    assert len(shapes) > 1 and all(min(h, w) <= 30 for h, w, _ in shapes)
+    assert all(cache[i][0].shape == cache.sample_shape(i) for i in (0, 5, 68))
+    try:
+        dscache.Loader(cache, batch_size=8)
+        raise AssertionError("a ragged cache was batched without a crop")
+    except dscache.InvalidArgumentError as e:
+        assert "transform" in str(e) or "crop" in str(e), str(e)
+    n = sum(len(y) for x, y in dscache.Loader(cache, batch_size=8,
+                                               transform=dscache.Transform("center", 10)))
+    assert n == 69
+
+
 def test_errors_keep_kind_file_reason(tmp):
     d = build_cache(tmp)
     shard = json.load(open(os.path.join(d, "manifest.json")))["shards"][1]["file"]
