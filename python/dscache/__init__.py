@@ -207,7 +207,8 @@ class Loader:
     transform: a dscache.Transform, or None. copy: yield copies instead of views of the ring
     buffers (see the module docstring on batch lifetime).
 
-    Not thread-safe: iterate from one thread. state_dict()/load_state_dict() save and restore
+    Iterate from one thread at a time: a second thread calling into the Loader while the first
+    waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
     the position between any two batches (torchdata StatefulDataLoader semantics).
     """
 
