@@ -6,7 +6,6 @@
 // holds the buffer it points into (the Loader's allocator here frees a buffer only when the
 // Loader released it and no view of it is alive), so a view never points at freed memory. The
 // C++ contract still holds for the contents: a batch's pixels are valid until the next batch.
-#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
