@@ -11,6 +11,8 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   one file that wraps it (feature `jpeg`); never TurboJPEG.
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
+- The Python binding (python/) includes only libcache's public headers (not ingest), pybind11,
+  and the C++ standard library: it wraps the contract, it reaches into nothing.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
 """
 
@@ -81,6 +83,13 @@ def main(argv):
         for n, kind, inc in includes(p):
             if kind == '"' and (inc in trainer_headers or "trainer/" in inc):
                 bad(p, n, inc, "tools/ does not include the trainer")
+    for p in sources(root, "python"):
+        for n, kind, inc in includes(p):
+            std = kind == "<" and "/" not in inc and "." not in inc
+            public_api = inc.startswith("dscache/") and not inc.startswith("dscache/ingest/")
+            if not (std or public_api or inc.startswith("pybind11/")):
+                bad(p, n, inc, "the Python binding includes only public dscache/ headers, "
+                    "pybind11 and the standard library")
     for mb in sorted(root.rglob("meson.build")):
         rel = mb.relative_to(root)
         if rel.parts[0] in ("tools", "build") or rel.parts[0].startswith((".", "build")):

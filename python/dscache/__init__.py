@@ -1,0 +1,391 @@
+"""dscache: serve pre-decoded image caches to Python training loops from libcache's C++ Loader.
+
+    import dscache
+    cache = dscache.Cache("fm-train")                   # validates every file, maps the shards
+    loader = dscache.Loader(cache, batch_size=256, shuffle=True, seed=42, workers=2)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:                   # numpy: (B, H, W, C) uint8, (B,) int64
+            ...
+
+There is one implementation: batches come from the same C++ Loader `dscache-train` uses, with
+the same order for the same (seed, epoch) and options. Worker threads fill batches without
+the GIL; the iterating thread releases it while it waits.
+
+Batch lifetime (the C++ contract): the images array of a batch is a view of one of the
+Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while
+the array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot
+crash the process, but after the next batch the buffer is refilled with other samples. Keep a
+batch beyond the next step with `images.copy()`, or pass copy=True. Labels are always copies.
+
+Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
+InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
+"""
+
+import sys
+
+import numpy as np
+
+from . import _dscache
+from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, IOError,  # noqa
+                      NotFoundError, UnsupportedError)
+
+__all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError",
+           "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
+           "BusyError", "epoch_order"]
+__version__ = "0.1.0"
+
+STATE_VERSION = 1
+
+
+class _Source:
+    """What Cache and LazyCache share: len, indexing, shape, labels."""
+
+    _src = None
+
+    def __len__(self):
+        return len(self._src)
+
+    def __getitem__(self, i):
+        """(image, label): image is a read-only (H, W, C) uint8 view of the sample in place
+        (it keeps the cache open), or a copy when the sample cannot be viewed (pread mode,
+        JPEG codec, compressed HDF5)."""
+        if isinstance(i, slice) or not isinstance(i, (int, np.integer)):
+            raise TypeError("dscache caches are indexed by one int")
+        return self._src.get(int(i))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def shape(self):
+        """(H, W, C) of every sample (fixed layout); (0, 0, C) for the ragged layout."""
+        return tuple(self._src.shape)
+
+    @property
+    def layout(self):
+        """"fixed" or "ragged"."""
+        return self._src.layout
+
+    @property
+    def dtype(self):
+        return np.dtype(np.uint8)
+
+    def label(self, i):
+        return self._src.label(int(i))
+
+    def sample_shape(self, i):
+        """(H, W, C) of sample i (differs per sample in the ragged layout)."""
+        return tuple(self._src.sample_shape(int(i)))
+
+
+class Cache(_Source):
+    """A built cache directory, validated and memory-mapped (libcache's Cache::open).
+
+    memory: "auto" (default: mapped when it fits in available memory, else pread),
+    "page-cache", "in-process" (copied into private memory up to memory_budget bytes, 0 = all)
+    or "pread". hint: madvise hint, "random" (default), "sequential" or "willneed".
+    verify_checksums: hash every file against the manifest at open.
+
+    Thread-safe. Views it returns stay valid while they (or the Cache) are alive.
+    """
+
+    def __init__(self, path, memory="auto", memory_budget=0, hint="random",
+                 verify_checksums=False):
+        self._src = _dscache.Cache(str(path), memory, int(memory_budget), hint,
+                                   bool(verify_checksums))
+        self._manifest = self._src.manifest
+        m = self._manifest
+        m["shape"] = [m["height"], m["width"], m["channels"]]
+
+    @property
+    def manifest(self):
+        """The manifest's fields as a dict (format_version, layout, storage, codec, dtype,
+        shape [H, W, C] (0, 0, C for ragged), height, width, channels, channel_order, count,
+        classes, class_counts, shards [{file, first, count, bytes}], skipped, source {kind,
+        root, entries}, tool_version, created_utc)."""
+        return dict(self._manifest)
+
+    count = property(lambda self: self._manifest["count"], doc="samples in the cache")
+    classes = property(lambda self: list(self._manifest["classes"]), doc="class names")
+    class_counts = property(lambda self: list(self._manifest["class_counts"]))
+    storage = property(lambda self: self._manifest["storage"], doc='"npy" or "hdf5"')
+    codec = property(lambda self: self._manifest["codec"], doc='"raw" or "jpeg"')
+    channel_order = property(lambda self: self._manifest["channel_order"], doc='"RGB" or "L"')
+    path = property(lambda self: self._src.dir, doc="the cache directory")
+    memory_mode = property(lambda self: self._src.memory_mode,
+                           doc='the mode in force: "page-cache", "in-process" or "pread"')
+    stored_bytes = property(lambda self: self._src.stored_bytes)
+
+    @property
+    def labels(self):
+        """All labels as an int64 array."""
+        return np.fromiter((self._src.label(i) for i in range(len(self))), dtype=np.int64,
+                           count=len(self))
+
+    def __repr__(self):
+        return (f"dscache.Cache({self.path!r}: {self.count} samples of {self.shape}, "
+                f"{self.layout}, {self.storage}, {self.codec})")
+
+
+class LazyCache(_Source):
+    """Decodes each sample on first use and serves it from a persistent cache file afterwards
+    (libcache's LazyCache; created sparse at `path` when missing, shared by processes).
+
+    decode(i) must return sample i as a uint8 array of shape (H, W, C) and be deterministic; it
+    is called from the Loader's worker threads (holding the GIL for the call), so a Python
+    decoder runs one at a time. labels: `count` ints. source_digest identifies the source and
+    recipe: a file made for another digest is refused.
+    """
+
+    def __init__(self, path, count, shape, labels, decode, source_digest=0, verify_hits=True):
+        h, w, c = (int(x) for x in shape)
+        labels = [int(x) for x in labels]
+        self._src = _dscache.LazyCache(str(path), int(count), h, w, c, labels, decode,
+                                       int(source_digest), bool(verify_hits))
+
+    filled = property(lambda self: self._src.filled, doc="slots filled (all runs, processes)")
+    hits = property(lambda self: self._src.hits, doc="samples served from the file here")
+    misses = property(lambda self: self._src.misses, doc="samples decoded here")
+
+
+class Transform:
+    """Per-sample crop, resize and flip applied by the Loader's workers (dscache/transform.h),
+    deterministic per (seed, epoch, sample).
+
+    crop: "none" (samples as stored), "center" or "random_resized" (torchvision's
+    RandomResizedCrop with scale and ratio); size: (height, width) of the output, or an int;
+    flip: mirror horizontally with probability 1/2.
+    """
+
+    def __init__(self, crop="none", size=None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                 flip=False):
+        if size is None:
+            h = w = 0
+        elif isinstance(size, (int, np.integer)):
+            h = w = int(size)
+        else:
+            h, w = (int(x) for x in size)
+        self.crop, self.height, self.width = crop, h, w
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.flip = bool(flip)
+
+    def __repr__(self):
+        return (f"dscache.Transform(crop={self.crop!r}, size=({self.height}, {self.width}), "
+                f"scale={self.scale}, ratio={self.ratio}, flip={self.flip})")
+
+
+def _distributed_defaults():
+    """(rank, world_size) of an initialized torch.distributed group, else (0, 1). torch is not
+    imported for this: a program that uses torch.distributed has imported it already."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:  # an odd torch build: behave as if not distributed
+        pass
+    return 0, 1
+
+
+class Loader:
+    """Shuffled, rank-sharded, prefetched batches from a Cache or LazyCache (libcache's Loader).
+
+    Iterating yields (images, labels): images a (B, H, W, C) uint8 numpy array, labels (B,)
+    int64; with return_indices=True also the (B,) uint64 sample indices. Each iteration is one
+    epoch of this rank: the epoch is set_epoch()'s value, or the one after the last complete
+    pass (starting at 0).
+
+    shuffle: True/"global" (a permutation of all samples), False/"none" (storage order) or
+    "windowed" (for caches larger than memory: block, window_blocks, block_bytes,
+    window_bytes as in dscache/sampler.h). seed: the shuffle seed. rank, world_size: this
+    process's share (each rank takes every world_size-th sample of the epoch's order); default
+    torch.distributed's rank and world size when it is initialized, else 0 and 1. rank_tail:
+    "pad" (every rank gets as many samples, a few repeated) or "drop". drop_last: drop this
+    rank's last short batch. workers: threads filling batches; prefetch: batches ready ahead.
+    transform: a dscache.Transform, or None. copy: yield copies instead of views of the ring
+    buffers (see the module docstring on batch lifetime).
+
+    Iterate from one thread at a time: a second thread calling into the Loader while the first
+    waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
+    the position between any two batches (torchdata StatefulDataLoader semantics).
+    """
+
+    def __init__(self, cache, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
+                 drop_last=False, workers=2, prefetch=4, transform=None, copy=False,
+                 return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
+                 window_bytes=0):
+        if not isinstance(cache, _Source):
+            raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
+        if rank is None or world_size is None:
+            d_rank, d_world = _distributed_defaults()
+            rank = d_rank if rank is None else rank
+            world_size = d_world if world_size is None else world_size
+        if shuffle is True:
+            shuffle = "global"
+        elif shuffle is False or shuffle is None:
+            shuffle = "none"
+        t = transform if transform is not None else Transform()
+        if not isinstance(t, Transform):
+            raise TypeError("transform must be a dscache.Transform or None")
+        for name, v in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
+                        ("workers", workers), ("prefetch", prefetch), ("seed", seed)):
+            if int(v) < 0:
+                raise InvalidArgumentError(f"InvalidArgument: {name}: must be >= 0, got {v}",
+                                           "", f"{name}: must be >= 0, got {v}")
+        self.cache = cache
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.drop_last = bool(drop_last)
+        self.copy = bool(copy)
+        self.return_indices = bool(return_indices)
+        self.transform = t
+        self._impl = _dscache.Loader(
+            cache._src, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
+            int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
+            int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
+            t.ratio[0], t.ratio[1], t.flip)
+        self._epoch = 0          # the epoch the next iter() runs (or the one running)
+        self._active = False     # an epoch was started and not finished
+        self._pending = None     # a position from load_state_dict() for the next iter()
+        self._generation = 0     # bumped on every iter(): an abandoned iterator stops
+
+    # ---- epochs -------------------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs (DistributedSampler.set_epoch's role). Calling it
+        is optional: each complete pass advances the epoch by one."""
+        self._epoch = int(epoch)
+        self._pending = None
+        self._active = False
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return self._impl.batches_per_epoch()
+
+    @property
+    def samples_per_epoch(self):
+        return self._impl.samples_per_epoch()
+
+    def __iter__(self):
+        # The C++ call first: if it fails (e.g. another thread is iterating), nothing changed.
+        if self._pending is not None:
+            seed, epoch, cursor = self._pending
+            self._impl.restore(seed, epoch, cursor)
+            self._pending = None
+            self.seed, self._epoch = seed, epoch
+        else:
+            self._impl.start_epoch(self.seed, self._epoch)
+        self._generation += 1
+        self._active = True
+        return self._batches(self._generation)
+
+    def _batches(self, gen):
+        impl, copy, with_idx = self._impl, self.copy, self.return_indices
+        while True:
+            if gen != self._generation:
+                return  # a newer iter() took over the Loader
+            b = impl.next(with_idx)
+            if b is None:
+                break
+            images, labels, indices, _ = b
+            if copy:
+                images = images.copy()
+            yield (images, labels, indices) if with_idx else (images, labels)
+        if gen == self._generation and self._active:
+            self._active = False
+            self._epoch += 1
+
+    def torch(self, device=None, non_blocking=False):
+        """The same batches as torch.Tensors: images (B, H, W, C) uint8 and labels int64 made
+        with torch.from_numpy (sharing memory, same lifetime rule; indices as int64), moved to
+        `device` when given."""
+        import torch
+        for b in self:
+            # torch has no uint64 before 2.3: indices (< 2**63) travel as int64
+            out = tuple(torch.from_numpy(x.view(np.int64) if x.dtype == np.uint64 else x)
+                        for x in b)
+            if device is not None:
+                out = tuple(x.to(device, non_blocking=non_blocking) for x in out)
+            yield out
+
+    def wait_seconds(self):
+        """Seconds spent waiting for batches since the last call (data-loading stall time)."""
+        return self._impl.take_wait_seconds()
+
+    # ---- resumable state ----------------------------------------------------------------
+
+    def state_dict(self):
+        """The position after the last batch yielded: resuming from it (load_state_dict, then
+        iterate) yields exactly the batches an uninterrupted run would have yielded next. Taken
+        between epochs (or after an epoch's last batch) it resumes at the next epoch. Plain
+        ints and strings: picklable, JSON-able, fits in a torch checkpoint."""
+        if self._pending is not None:
+            seed, epoch, cursor = self._pending
+        elif self._active:
+            seed, epoch, cursor = self._impl.position()
+        else:
+            seed, epoch, cursor = self.seed, self._epoch, 0
+        if cursor >= len(self) and len(self) > 0:
+            epoch, cursor = epoch + 1, 0
+        so = self._impl.sampler_options()
+        return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
+                "cursor": int(cursor), "batch_size": self.batch_size, "drop_last": self.drop_last,
+                "rank": self.rank, "world_size": self.world_size,
+                "batches_per_epoch": len(self), "sampler": so}
+
+    def load_state_dict(self, state):
+        """Continue from state_dict()'s position at the next iteration. Refuses (dscache.
+        InvalidArgumentError) a state saved with another batch size, rank, world size or
+        shuffle geometry: its cursor would mean other samples."""
+        if int(state.get("version", 0)) != STATE_VERSION:
+            raise InvalidArgumentError(
+                f"InvalidArgument: state_dict: version {state.get('version')} is not "
+                f"{STATE_VERSION}", "", "state_dict version")
+        mine = self._impl.sampler_options()
+        checks = [("batch_size", self.batch_size), ("drop_last", self.drop_last),
+                  ("rank", self.rank), ("world_size", self.world_size)]
+        for key, val in checks:
+            if state.get(key) != val:
+                raise InvalidArgumentError(
+                    f"InvalidArgument: state_dict: {key} was {state.get(key)!r}, this loader "
+                    f"has {val!r}", "", f"{key} differs")
+        theirs = state.get("sampler", {})
+        for key in ("shuffle", "block", "window_blocks", "rank_tail"):
+            if theirs.get(key) != mine.get(key):
+                raise InvalidArgumentError(
+                    f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
+                    f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
+                    f"sampler {key} differs")
+        cursor = int(state["cursor"])
+        if cursor < 0 or cursor > len(self):
+            raise InvalidArgumentError(
+                f"InvalidArgument: state_dict: cursor {cursor} outside 0..{len(self)}", "",
+                "cursor out of range")
+        self.seed = int(state["seed"])
+        self._epoch = int(state["epoch"])
+        self._active = False
+        self._pending = (self.seed, self._epoch, cursor)
+
+    def __repr__(self):
+        return (f"dscache.Loader(batch_size={self.batch_size}, seed={self.seed}, "
+                f"rank={self.rank}/{self.world_size}, epoch={self._epoch}, "
+                f"{len(self)} batches/epoch)")
+
+
+def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank_tail="pad",
+                block=0, window_blocks=4):
+    """The sample indices rank `rank` visits in epoch `epoch` (dscache/sampler.h epoch_order):
+    what a Loader with these options yields, batch after batch."""
+    if shuffle is True:
+        shuffle = "global"
+    elif shuffle is False or shuffle is None:
+        shuffle = "none"
+    return _dscache.epoch_order(int(n), shuffle, int(block), int(window_blocks), int(rank),
+                                int(world_size), rank_tail, int(seed), int(epoch))

@@ -1,0 +1,530 @@
+// _dscache: the pybind11 binding of libcache's public contract (Cache, LazyCache, Loader, Error).
+// The Python package dscache (__init__.py) wraps it; users import that, not this.
+//
+// Zero-copy: Cache.view() and Loader.next() return numpy arrays that point into the Cache's
+// mappings and the Loader's batch buffers. A view of a sample holds the Cache; a view of a batch
+// holds the buffer it points into (the Loader's allocator here frees a buffer only when the
+// Loader released it and no view of it is alive), so a view never points at freed memory. The
+// C++ contract still holds for the contents: a batch's pixels are valid until the next batch.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dscache/cache.h"
+#include "dscache/error.h"
+#include "dscache/lazy_cache.h"
+#include "dscache/loader.h"
+#include "dscache/manifest.h"
+#include "dscache/sample_source.h"
+#include "dscache/sampler.h"
+#include "dscache/transform.h"
+
+namespace py = pybind11;
+
+namespace dscache {
+namespace {
+
+// Raises the dscache.<Kind>Error Python class for `e` (defined in dscache/_errors.py, so that
+// users can subclass and pickle them like any Python exception).
+void raise_python_error(const Error& e) {
+  py::object make = py::module_::import("dscache._errors").attr("from_cpp");
+  py::object exc = make(to_string(e.kind()), e.path(), e.reason(), std::string(e.what()));
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+}
+
+// ------------------------------------------------------------------------------------------
+// Batch buffers that outlive the Loader while a view holds them.
+
+// One buffer: freed when both the Loader released it and every view dropped its reference.
+struct Buffer {
+  void* data = nullptr;
+  ~Buffer() { std::free(data); }
+};
+
+// The Loader's BufferAllocator. Thread-safe: the Loader may allocate and release from any thread.
+class BufferPool {
+ public:
+  void* allocate(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    auto b = std::make_shared<Buffer>();
+    b->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (b->data == nullptr) throw std::bad_alloc();
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[b->data] = b;
+    return b->data;
+  }
+  void release(void* p) {
+    std::shared_ptr<Buffer> dropped;  // freed outside the lock, if nothing else holds it
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    dropped = std::move(it->second);
+    live_.erase(it);
+  }
+  // The buffer that starts at p (a batch's images), held for as long as the caller keeps it.
+  std::shared_ptr<Buffer> hold(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(const_cast<void*>(p));
+    return it == live_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<void*, std::shared_ptr<Buffer>> live_;
+};
+
+// A numpy array over `data` whose base keeps `owner` (any shared_ptr) alive.
+template <typename T>
+py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> shape,
+                                std::shared_ptr<T> owner, bool writeable) {
+  auto* keep = new std::shared_ptr<T>(std::move(owner));
+  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<T>*>(p); });
+  py::array_t<uint8_t> a(shape, const_cast<uint8_t*>(data), base);
+  if (!writeable) {
+    reinterpret_cast<py::detail::PyArray_Proxy*>(a.ptr())->flags &=
+        ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
+  return a;
+}
+
+std::vector<py::ssize_t> sample_dims(const SampleShape& s) {
+  return {static_cast<py::ssize_t>(s.height), static_cast<py::ssize_t>(s.width),
+          static_cast<py::ssize_t>(s.channels)};
+}
+
+uint64_t check_index(const SampleSource& src, int64_t i) {
+  const int64_t n = static_cast<int64_t>(src.size());
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) throw py::index_error("sample index out of range");
+  return static_cast<uint64_t>(i);
+}
+
+// Sample i of any source: a read-only view that holds the source when it can be viewed in
+// place, otherwise a fresh copy (pread mode, JPEG codec, compressed HDF5).
+py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t index) {
+  const uint64_t i = check_index(*src, index);
+  const bool copy = src->encoded() || [&] {
+    auto cache = std::dynamic_pointer_cast<const Cache>(src);
+    return cache && cache->memory_mode() == MemoryMode::kPread;
+  }();
+  if (!copy) {
+    try {
+      ImageView v;
+      {
+        py::gil_scoped_release nogil;
+        v = src->view(i);  // a lazy cache may decode here
+      }
+      SampleShape s{v.height, v.width, v.channels};
+      return py::make_tuple(view_array(v.data, sample_dims(s), src, false), v.label);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUnsupported) throw;
+    }
+  }
+  const SampleShape s = src->sample_shape(i);
+  py::array_t<uint8_t> out(sample_dims(s));
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    src->copy_sample(i, dst);
+  }
+  return py::make_tuple(out, src->label(i));
+}
+
+// ------------------------------------------------------------------------------------------
+// Options from Python keywords (validated by libcache, which names the field).
+
+Shuffle parse_shuffle(const std::string& s) {
+  if (s == "none") return Shuffle::kNone;
+  if (s == "global") return Shuffle::kGlobal;
+  if (s == "windowed") return Shuffle::kWindowed;
+  throw Error(ErrorKind::kInvalidArgument, "",
+              "shuffle: '" + s + "' is not one of none, global, windowed");
+}
+
+const char* shuffle_name(Shuffle s) {
+  switch (s) {
+    case Shuffle::kNone:
+      return "none";
+    case Shuffle::kGlobal:
+      return "global";
+    case Shuffle::kWindowed:
+      return "windowed";
+  }
+  return "?";
+}
+
+RankTail parse_tail(const std::string& s) {
+  if (s == "pad") return RankTail::kPad;
+  if (s == "drop") return RankTail::kDrop;
+  throw Error(ErrorKind::kInvalidArgument, "", "rank_tail: '" + s + "' is not pad or drop");
+}
+
+CropMode parse_crop(const std::string& s) {
+  if (s == "none") return CropMode::kNone;
+  if (s == "center") return CropMode::kCenter;
+  if (s == "random_resized") return CropMode::kRandomResized;
+  throw Error(ErrorKind::kInvalidArgument, "",
+              "transform.crop: '" + s + "' is not one of none, center, random_resized");
+}
+
+// The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
+// wait for worker threads. The C++ Loader has one consumer; since the GIL is released while it
+// works, a second Python thread could enter it: that is refused with an error, not undefined.
+class PyLoader {
+ public:
+  PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
+      : pool_(std::make_shared<BufferPool>()) {
+    LoaderOptions o = base;
+    std::shared_ptr<BufferPool> pool = pool_;
+    o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
+    o.allocator.release = [pool](void* p) { pool->release(p); };
+    py::gil_scoped_release nogil;
+    loader_ = std::make_unique<Loader>(std::move(source), o);
+  }
+  ~PyLoader() {
+    // Workers may be waiting for the GIL (a Python decode function of a LazyCache): stopping
+    // them must not hold it.
+    py::gil_scoped_release nogil;
+    loader_.reset();
+  }
+
+  void start_epoch(uint64_t seed, uint64_t epoch) {
+    Exclusive ex(this);
+    py::gil_scoped_release nogil;
+    loader_->start_epoch(seed, epoch);
+  }
+  void restore(uint64_t seed, uint64_t epoch, uint64_t cursor) {
+    Exclusive ex(this);
+    py::gil_scoped_release nogil;
+    loader_->restore(LoaderPosition{seed, epoch, cursor});
+  }
+
+  // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index) or
+  // None at the end of the epoch.
+  py::object next(bool with_indices) {
+    const Batch* b = nullptr;
+    {
+      Exclusive ex(this);
+      py::gil_scoped_release nogil;
+      b = loader_->next();
+    }
+    if (b == nullptr) return py::none();
+    std::vector<py::ssize_t> dims{
+        static_cast<py::ssize_t>(b->size), static_cast<py::ssize_t>(b->height),
+        static_cast<py::ssize_t>(b->width), static_cast<py::ssize_t>(b->channels)};
+    std::shared_ptr<Buffer> held = pool_->hold(b->images);
+    if (!held) {  // cannot happen with our allocator; never hand out an unowned pointer
+      throw Error(ErrorKind::kIOError, "", "batch buffer not owned by the Python loader");
+    }
+    py::array_t<uint8_t> images = view_array(b->images, dims, held, true);
+    py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
+    std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
+    if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index);
+    py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
+    std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
+    return py::make_tuple(images, labels, indices, b->index);
+  }
+
+  // Takes the rest of the epoch in C++, nothing done with the batches but reading one byte each:
+  // what a C++ consumer costs, for bench/py_loader.py to compare a Python loop with in the same
+  // process and under the same load. Returns the samples taken.
+  uint64_t drain() {
+    Exclusive ex(this);
+    py::gil_scoped_release nogil;
+    uint64_t samples = 0;
+    volatile uint8_t sink = 0;
+    while (const Batch* b = loader_->next()) {
+      samples += b->size;
+      sink = static_cast<uint8_t>(sink + b->images[0]);
+    }
+    return samples;
+  }
+
+  py::tuple position() const {
+    const LoaderPosition p = loader_->position();
+    return py::make_tuple(p.seed, p.epoch, p.cursor);
+  }
+  py::dict sampler_options() const {
+    const SamplerOptions& s = loader_->sampler_options();
+    py::dict d;
+    d["shuffle"] = shuffle_name(s.shuffle);
+    d["block"] = s.block;
+    d["window_blocks"] = s.window_blocks;
+    d["block_bytes"] = s.block_bytes;
+    d["window_bytes"] = s.window_bytes;
+    d["rank"] = s.rank;
+    d["world_size"] = s.world_size;
+    d["rank_tail"] = s.tail == RankTail::kPad ? "pad" : "drop";
+    return d;
+  }
+  uint64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
+  uint64_t samples_per_epoch() const { return loader_->samples_per_epoch(); }
+  double take_wait_seconds() { return loader_->take_wait_seconds(); }
+
+ private:
+  // Marks the Loader in use for one call (taken and checked while the GIL is held).
+  class Exclusive {
+   public:
+    explicit Exclusive(PyLoader* l) : l_(l) {
+      if (l_->busy_) {
+        throw Error(ErrorKind::kInvalidArgument, "",
+                    "Loader: used from two threads at once (iterate it from one thread)");
+      }
+      l_->busy_ = true;
+    }
+    ~Exclusive() { l_->busy_ = false; }  // runs after the GIL is taken back
+
+   private:
+    PyLoader* l_;
+  };
+
+  bool busy_ = false;  // read and written only with the GIL held
+  std::shared_ptr<BufferPool> pool_;
+  std::unique_ptr<Loader> loader_;
+};
+
+LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std::string& shuffle,
+                                  uint64_t block, uint64_t window_blocks, uint64_t block_bytes,
+                                  uint64_t window_bytes, uint32_t rank, uint32_t world_size,
+                                  const std::string& rank_tail, uint32_t workers, uint32_t prefetch,
+                                  const std::string& crop, uint32_t height, uint32_t width,
+                                  double scale_min, double scale_max, double ratio_min,
+                                  double ratio_max, bool flip) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.drop_last = drop_last;
+  o.sampler.shuffle = parse_shuffle(shuffle);
+  o.sampler.block = block;
+  o.sampler.window_blocks = window_blocks;
+  o.sampler.block_bytes = block_bytes;
+  o.sampler.window_bytes = window_bytes;
+  o.sampler.rank = rank;
+  o.sampler.world_size = world_size;
+  o.sampler.tail = parse_tail(rank_tail);
+  o.workers = workers;
+  o.prefetch = prefetch;
+  o.transform.crop = parse_crop(crop);
+  o.transform.height = height;
+  o.transform.width = width;
+  o.transform.scale_min = scale_min;
+  o.transform.scale_max = scale_max;
+  o.transform.ratio_min = ratio_min;
+  o.transform.ratio_max = ratio_max;
+  o.transform.flip = flip;
+  return o;
+}
+
+MemoryMode parse_memory(const std::string& s) {
+  if (s == "auto") return MemoryMode::kAuto;
+  if (s == "page-cache") return MemoryMode::kPageCache;
+  if (s == "in-process") return MemoryMode::kInProcess;
+  if (s == "pread") return MemoryMode::kPread;
+  throw Error(ErrorKind::kInvalidArgument, "",
+              "memory: '" + s + "' is not one of auto, page-cache, in-process, pread");
+}
+
+AccessHint parse_hint(const std::string& s) {
+  if (s == "random") return AccessHint::kRandom;
+  if (s == "sequential") return AccessHint::kSequential;
+  if (s == "willneed") return AccessHint::kWillNeed;
+  throw Error(ErrorKind::kInvalidArgument, "",
+              "hint: '" + s + "' is not one of random, sequential, willneed");
+}
+
+py::dict manifest_dict(const Manifest& m) {
+  py::dict d;
+  d["format_version"] = m.format_version;
+  d["layout"] = to_string(m.layout);
+  d["storage"] = to_string(m.storage);
+  d["codec"] = to_string(m.codec);
+  d["dtype"] = m.dtype;
+  d["height"] = m.height;
+  d["width"] = m.width;
+  d["channels"] = m.channels;
+  d["channel_order"] = m.channel_order;
+  d["count"] = m.count;
+  d["classes"] = m.classes;
+  d["class_counts"] = m.class_counts;
+  py::list shards;
+  for (const ShardEntry& s : m.shards) {
+    py::dict e;
+    e["file"] = s.file;
+    e["first"] = s.first;
+    e["count"] = s.count;
+    e["bytes"] = s.bytes;
+    shards.append(e);
+  }
+  d["shards"] = shards;
+  d["skipped"] = m.skipped;
+  py::dict src;
+  src["kind"] = m.source.kind;
+  src["root"] = m.source.root;
+  src["entries"] = m.source.entries;
+  d["source"] = src;
+  d["tool_version"] = m.tool_version;
+  d["created_utc"] = m.created_utc;
+  return d;
+}
+
+// A Python decode function for a LazyCache, called from the Loader's worker threads: takes the
+// GIL for the call, copies the returned array into the slot. Deleted with the GIL held.
+DecodeFn python_decode(py::function fn, SampleShape shape) {
+  std::shared_ptr<py::function> f(new py::function(std::move(fn)), [](py::function* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  const uint64_t bytes = shape.bytes();
+  return [f, bytes](uint64_t i, uint8_t* out, std::string* reason) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object r = (*f)(i);
+      auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(r);
+      if (!a) {
+        *reason = "decode function did not return a uint8 array";
+        return false;
+      }
+      if (static_cast<uint64_t>(a.nbytes()) != bytes) {
+        *reason = "decode function returned " + std::to_string(a.nbytes()) + " bytes, expected " +
+                  std::to_string(bytes);
+        return false;
+      }
+      std::memcpy(out, a.data(), bytes);
+      return true;
+    } catch (py::error_already_set& e) {
+      *reason = std::string("decode function raised ") + e.what();
+      return false;
+    }
+  };
+}
+
+}  // namespace
+}  // namespace dscache
+
+PYBIND11_MODULE(_dscache, m) {
+  using namespace dscache;
+  m.doc() = "libcache's Cache, LazyCache and Loader (use the dscache package, not this module)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      raise_python_error(e);
+    }
+  });
+
+  py::class_<SampleSource, std::shared_ptr<SampleSource>>(m, "SampleSource")
+      .def("__len__", [](const SampleSource& s) { return s.size(); })
+      .def_property_readonly("layout", [](const SampleSource& s) { return to_string(s.layout()); })
+      .def_property_readonly("shape",
+                             [](const SampleSource& s) {
+                               const SampleShape sh = s.shape();
+                               return py::make_tuple(sh.height, sh.width, sh.channels);
+                             })
+      .def("label", [](const SampleSource& s, int64_t i) { return s.label(check_index(s, i)); })
+      .def("sample_shape",
+           [](const SampleSource& s, int64_t i) {
+             const SampleShape sh = s.sample_shape(check_index(s, i));
+             return py::make_tuple(sh.height, sh.width, sh.channels);
+           })
+      .def("get", [](std::shared_ptr<SampleSource> s, int64_t i) { return get_sample(s, i); });
+
+  py::class_<Cache, SampleSource, std::shared_ptr<Cache>>(m, "Cache")
+      .def(py::init([](const std::string& dir, const std::string& memory, uint64_t budget,
+                       const std::string& hint, bool verify) {
+             CacheOptions o;
+             o.memory = parse_memory(memory);
+             o.memory_budget = budget;
+             o.hint = parse_hint(hint);
+             o.verify_checksums = verify;
+             py::gil_scoped_release nogil;
+             return std::const_pointer_cast<Cache>(Cache::open(dir, o));
+           }),
+           py::arg("dir"), py::arg("memory"), py::arg("memory_budget"), py::arg("hint"),
+           py::arg("verify_checksums"))
+      .def_property_readonly("manifest", [](const Cache& c) { return manifest_dict(c.manifest()); })
+      .def_property_readonly("dir", &Cache::dir)
+      .def_property_readonly("memory_mode",
+                             [](const Cache& c) { return to_string(c.memory_mode()); })
+      .def_property_readonly("resident_bytes", &Cache::resident_bytes)
+      .def_property_readonly("stored_bytes", &Cache::stored_bytes);
+
+  py::class_<LazyCache, SampleSource, std::shared_ptr<LazyCache>>(m, "LazyCache")
+      .def(py::init([](const std::string& path, uint64_t count, uint32_t h, uint32_t w, uint32_t c,
+                       std::vector<int64_t> labels, py::function decode, uint64_t digest,
+                       bool verify_hits) {
+             SampleShape shape{h, w, c};
+             LazyCacheOptions o;
+             o.source_digest = digest;
+             o.verify_hits = verify_hits;
+             DecodeFn fn = python_decode(std::move(decode), shape);
+             py::gil_scoped_release nogil;
+             return LazyCache::open(path, count, shape, std::move(labels), std::move(fn), o);
+           }),
+           py::arg("path"), py::arg("count"), py::arg("height"), py::arg("width"),
+           py::arg("channels"), py::arg("labels"), py::arg("decode"), py::arg("source_digest"),
+           py::arg("verify_hits"))
+      .def_property_readonly("filled", &LazyCache::filled)
+      .def_property_readonly("hits", &LazyCache::hits)
+      .def_property_readonly("misses", &LazyCache::misses);
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init([](std::shared_ptr<SampleSource> source, uint32_t batch_size, bool drop_last,
+                       const std::string& shuffle, uint64_t block, uint64_t window_blocks,
+                       uint64_t block_bytes, uint64_t window_bytes, uint32_t rank,
+                       uint32_t world_size, const std::string& rank_tail, uint32_t workers,
+                       uint32_t prefetch, const std::string& crop, uint32_t height, uint32_t width,
+                       double scale_min, double scale_max, double ratio_min, double ratio_max,
+                       bool flip) {
+             LoaderOptions o = make_loader_options(
+                 batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
+                 rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
+                 scale_max, ratio_min, ratio_max, flip);
+             return std::make_unique<PyLoader>(std::move(source), o);
+           }),
+           py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
+           py::arg("block"), py::arg("window_blocks"), py::arg("block_bytes"),
+           py::arg("window_bytes"), py::arg("rank"), py::arg("world_size"), py::arg("rank_tail"),
+           py::arg("workers"), py::arg("prefetch"), py::arg("crop"), py::arg("height"),
+           py::arg("width"), py::arg("scale_min"), py::arg("scale_max"), py::arg("ratio_min"),
+           py::arg("ratio_max"), py::arg("flip"))
+      .def("start_epoch", &PyLoader::start_epoch)
+      .def("restore", &PyLoader::restore)
+      .def("next", &PyLoader::next, py::arg("with_indices"))
+      .def("drain", &PyLoader::drain)
+      .def("position", &PyLoader::position)
+      .def("sampler_options", &PyLoader::sampler_options)
+      .def("batches_per_epoch", &PyLoader::batches_per_epoch)
+      .def("samples_per_epoch", &PyLoader::samples_per_epoch)
+      .def("take_wait_seconds", &PyLoader::take_wait_seconds);
+
+  m.def(
+      "epoch_order",
+      [](uint64_t n, const std::string& shuffle, uint64_t block, uint64_t window_blocks,
+         uint32_t rank, uint32_t world_size, const std::string& tail, uint64_t seed,
+         uint64_t epoch) {
+        SamplerOptions s;
+        s.shuffle = parse_shuffle(shuffle);
+        s.block = block;
+        s.window_blocks = window_blocks;
+        s.rank = rank;
+        s.world_size = world_size;
+        s.tail = parse_tail(tail);
+        validate(s, n);
+        std::vector<uint64_t> order = epoch_order(n, s, seed, epoch);
+        py::array_t<uint64_t> out(static_cast<py::ssize_t>(order.size()));
+        std::memcpy(out.mutable_data(), order.data(), order.size() * sizeof(uint64_t));
+        return out;
+      },
+      py::arg("n"), py::arg("shuffle"), py::arg("block"), py::arg("window_blocks"), py::arg("rank"),
+      py::arg("world_size"), py::arg("rank_tail"), py::arg("seed"), py::arg("epoch"));
+}

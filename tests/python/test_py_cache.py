@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""dscache.Cache / LazyCache from Python: manifest fields, zero-copy sample views that keep the
+cache alive, and C++ errors as dscache exceptions that keep the kind, the file and the reason."""
+import gc
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pyhelpers import build_cache, run  # noqa: E402
+
+import dscache  # noqa: E402
+
+
+def test_manifest_and_samples(tmp):
+    d = build_cache(tmp)
+    cache = dscache.Cache(d)
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    assert len(cache) == cache.count == m["count"] == 69
+    assert cache.shape == (16, 12, 3) and cache.dtype == np.uint8
+    assert cache.classes == ["c0", "c1", "c2"] and cache.class_counts == [23, 23, 23]
+    assert (cache.layout, cache.storage, cache.codec) == ("fixed", "npy", "raw")
+    assert cache.channel_order == "RGB"
+    assert cache.manifest["shape"] == m["shape"] == [16, 12, 3]
+    for key in ("format_version", "count", "classes", "class_counts", "layout", "storage",
+                "dtype", "channel_order", "skipped", "tool_version", "created_utc"):
+        assert cache.manifest[key] == m[key], f"manifest {key}: {cache.manifest[key]!r}"
+    assert [s["file"] for s in cache.manifest["shards"]] == [s["file"] for s in m["shards"]]
+    assert len(m["shards"]) > 1, "the fixture should span several shards"
+    labels = np.load(os.path.join(d, "labels.npy"))
+    assert np.array_equal(cache.labels, labels)
+    for s in m["shards"]:
+        arr = np.load(os.path.join(d, s["file"]), mmap_mode="r")
+        for k in (0, s["count"] - 1):
+            img, label = cache[s["first"] + k]
+            assert img.shape == (16, 12, 3) and img.dtype == np.uint8
+            assert np.array_equal(img, arr[k]) and label == labels[s["first"] + k]
+    img, label = cache[-1]
+    assert np.array_equal(img, cache[68][0]) and label == cache[68][1]
+    for bad in (69, -70):
+        try:
+            cache[bad]
+            raise AssertionError(f"cache[{bad}] did not raise")
+        except IndexError:
+            pass
+
+
+def test_view_is_zero_copy_and_keeps_cache_alive(tmp):
+    d = build_cache(tmp)
+    cache = dscache.Cache(d, memory="page-cache")
+    a, _ = cache[5]
+    b, _ = cache[5]
+    assert not a.flags.owndata and not a.flags.writeable
+    assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0], \
+        "two views of one sample should point at the same mapped bytes"
+    want = a.copy()
+    del cache, b
+    gc.collect()
+    assert np.array_equal(a, want), "the view must keep the mapping alive"
+
+
+def test_pread_mode_copies(tmp):
+    d = build_cache(tmp)
+    cache = dscache.Cache(d, memory="pread")
+    assert cache.memory_mode == "pread"
+    img, _ = cache[3]
+    assert img.flags.owndata and np.array_equal(img, dscache.Cache(d)[3][0])
+
+
+def test_jpeg_and_ragged_caches(tmp):
+    # JPEG codec: samples are decoded copies; the Loader decodes them in its workers.
+    d = build_cache(tmp, name="jpeg", extra=("--codec", "jpeg:90"))
+    cache = dscache.Cache(d)
+    assert cache.codec == "jpeg" and cache.shape == (16, 12, 3)
+    img, _ = cache[7]
+    assert img.flags.owndata and img.shape == (16, 12, 3)
+    batches = list(dscache.Loader(cache, batch_size=32, shuffle=False, copy=True))
+    assert np.array_equal(batches[0][0][7], img), "the Loader decodes what cache[i] decodes"
+    # Ragged layout: each sample its own shape; the Loader needs a crop to batch them.
+    d = build_cache(tmp, name="ragged", size=None, extra=("--layout", "ragged", "--max-side", "30"))
+    cache = dscache.Cache(d)
+    assert cache.layout == "ragged"
+    shapes = {cache[i][0].shape for i in range(len(cache))}
+    assert len(shapes) > 1 and all(min(h, w) <= 30 for h, w, _ in shapes)
+    assert all(cache[i][0].shape == cache.sample_shape(i) for i in (0, 5, 68))
+    try:
+        dscache.Loader(cache, batch_size=8)
+        raise AssertionError("a ragged cache was batched without a crop")
+    except dscache.InvalidArgumentError as e:
+        assert "transform" in str(e) or "crop" in str(e), str(e)
+    n = sum(len(y) for x, y in dscache.Loader(cache, batch_size=8,
+                                               transform=dscache.Transform("center", 10)))
+    assert n == 69
+
+
+def test_errors_keep_kind_file_reason(tmp):
+    d = build_cache(tmp)
+    shard = json.load(open(os.path.join(d, "manifest.json")))["shards"][1]["file"]
+    with open(os.path.join(d, shard), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(d, shard)) - 100)
+    try:
+        dscache.Cache(d)
+        raise AssertionError("a truncated shard opened")
+    except dscache.CorruptionError as e:
+        assert isinstance(e, dscache.Error) and e.kind == "Corruption"
+        assert shard in e.path and shard in str(e) and e.reason and e.reason in str(e)
+    try:
+        dscache.Cache(os.path.join(tmp, "nope"))
+        raise AssertionError("a missing cache opened")
+    except dscache.NotFoundError as e:
+        assert isinstance(e, FileNotFoundError) and e.kind == "NotFound"
+        assert "nope" in str(e)
+    good = build_cache(tmp, name="good")
+    try:
+        dscache.Loader(dscache.Cache(good), batch_size=0)
+        raise AssertionError("batch_size 0 accepted")
+    except dscache.InvalidArgumentError as e:
+        assert isinstance(e, ValueError) and "batch_size" in str(e)
+    try:
+        dscache.Loader(dscache.Cache(good), rank=2, world_size=2)
+        raise AssertionError("rank 2 of 2 accepted")
+    except dscache.InvalidArgumentError as e:
+        assert "rank" in str(e)
+    try:
+        dscache.Cache(good, memory="bogus")
+        raise AssertionError("memory='bogus' accepted")
+    except dscache.InvalidArgumentError as e:
+        assert "memory" in str(e)
+    import pickle
+    e2 = pickle.loads(pickle.dumps(dscache.CorruptionError("Corruption: f: r", "f", "r")))
+    assert type(e2) is dscache.CorruptionError and e2.path == "f" and e2.reason == "r"
+    assert set(dscache._errors.BY_KIND) == {"NotFound", "Corruption", "InvalidArgument",
+                                            "IOError", "Unsupported", "Busy"}
+
+
+def test_lazy_cache(tmp):
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, size=(40, 8, 6, 3), dtype=np.uint8)
+    calls = []
+
+    def decode(i):
+        calls.append(i)
+        return data[i]
+
+    path = os.path.join(tmp, "lazy.bin")
+    labels = [i % 4 for i in range(40)]
+    lazy = dscache.LazyCache(path, 40, (8, 6, 3), labels, decode, source_digest=7)
+    assert len(lazy) == 40 and lazy.shape == (8, 6, 3) and lazy.filled == 0
+    img, label = lazy[9]
+    assert np.array_equal(img, data[9]) and label == 1 and calls == [9]
+    loader = dscache.Loader(lazy, batch_size=16, seed=3, workers=2, return_indices=True)
+    seen = []
+    for images, labs, idx in loader:
+        assert np.array_equal(images, data[idx.astype(np.int64)])
+        assert list(labs) == [labels[i] for i in idx]
+        seen.extend(int(i) for i in idx)
+    assert sorted(seen) == list(range(40)) and lazy.filled == 40
+    assert sorted(calls) == list(range(40)), "every sample decoded exactly once"
+    del loader, lazy
+    gc.collect()
+    again = dscache.LazyCache(path, 40, (8, 6, 3), labels, decode, source_digest=7)
+    assert again.filled == 40 and np.array_equal(again[20][0], data[20]) and len(calls) == 40
+
+    def broken(i):
+        raise RuntimeError("no such image")
+
+    bad = dscache.LazyCache(os.path.join(tmp, "bad.bin"), 4, (8, 6, 3), [0] * 4, broken)
+    try:
+        list(dscache.Loader(bad, batch_size=2, workers=1))
+        raise AssertionError("a failing decode function did not raise")
+    except dscache.CorruptionError as e:
+        assert "no such image" in str(e)
+    try:
+        dscache.LazyCache(path, 40, (8, 6, 3), labels, decode, source_digest=8)
+        raise AssertionError("a lazy file made for another digest opened")
+    except dscache.InvalidArgumentError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(run(globals()))
