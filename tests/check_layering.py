@@ -11,6 +11,8 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   one file that wraps it (feature `jpeg`); never TurboJPEG.
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
+- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers and the
+  standard library: they attack the contract a user's input meets, as a user links it.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
 """
 
@@ -81,6 +83,13 @@ def main(argv):
         for n, kind, inc in includes(p):
             if kind == '"' and (inc in trainer_headers or "trainer/" in inc):
                 bad(p, n, inc, "tools/ does not include the trainer")
+    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")}
+    for p in sources(root, "tests/fuzz") if (root / "tests/fuzz").is_dir() else []:
+        for n, kind, inc in includes(p):
+            if kind == '"' and not (inc.startswith("dscache/") or inc in fuzz_local):
+                bad(p, n, inc, "fuzz targets include only public dscache headers")
+            if inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
+                bad(p, n, inc, "fuzz targets need no third-party header")
     for mb in sorted(root.rglob("meson.build")):
         rel = mb.relative_to(root)
         if rel.parts[0] in ("tools", "build") or rel.parts[0].startswith((".", "build")):
