@@ -71,9 +71,12 @@ def build_seeds(dscache, tmp):
             continue
         with open(os.path.join(out, "manifest.json"), "rb") as f:
             text = f.read()
-        # created_utc changes every build: pin it so the corpus is reproducible.
+        # The time, the temp dir and the files' mtimes (in the digest) change every build: pin
+        # them so the corpus is reproducible.
         m = json.loads(text)
         m["created_utc"] = "2024-01-01T00:00:00Z"
+        m["source"]["root"] = "/data/src"
+        m["source"]["digest"] = "00000000000012ab"
         put("manifest", f"seed-{name}.json", json.dumps(m, indent=2).encode())
         for fn in sorted(os.listdir(out)):
             if fn.endswith(".npy"):
