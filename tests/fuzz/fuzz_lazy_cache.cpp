@@ -34,12 +34,15 @@ std::shared_ptr<dscache::LazyCache> open(const std::string& path, bool verify_hi
   return dscache::LazyCache::open(path, kCount, kShape, {0, 1, 0, 1, 1}, decode, opt);
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+dscache::fuzz::TempDir& temp_dir() {
   static dscache::fuzz::TempDir dir;
+  return dir;
+}
+
+// The valid file, made on the first call (from LLVMFuzzerInitialize).
+const std::vector<uint8_t>& valid_file() {
   static const std::vector<uint8_t> valid = [] {
-    const std::string path = dir.file("valid.lazy");
+    const std::string path = temp_dir().file("valid.lazy");
     {
       auto lazy = open(path, true);
       std::vector<uint8_t> buf(kShape.bytes());
@@ -54,6 +57,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dscache::fuzz::write_seed("valid-header", seed);
     return bytes;
   }();
+  return valid;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  valid_file();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::vector<uint8_t>& valid = valid_file();
+  const dscache::fuzz::TempDir& dir = temp_dir();
   if (size < 1) return 0;
   const uint8_t flags = data[0];
   std::vector<uint8_t> file(data + 1, data + size);

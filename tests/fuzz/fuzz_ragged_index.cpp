@@ -4,6 +4,11 @@
 // hand-made bad ones.
 #include "index_target.h"
 
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  dscache::fuzz::index_base(dscache::fuzz::CacheKind::kRagged);
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return dscache::fuzz::run_index_target(dscache::fuzz::CacheKind::kRagged, data, size);
 }
