@@ -13,6 +13,8 @@ violation printed as FILE:LINE: the include and the rule it breaks).
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
 - The Python binding (python/) includes only libcache's public headers (not ingest), pybind11,
   and the C++ standard library: it wraps the contract, it reaches into nothing.
+- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers and the
+  standard library: they attack the contract a user's input meets, as a user links it.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
 """
 
@@ -90,6 +92,13 @@ def main(argv):
             if not (std or public_api or inc.startswith("pybind11/")):
                 bad(p, n, inc, "the Python binding includes only public dscache/ headers, "
                     "pybind11 and the standard library")
+    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")}
+    for p in sources(root, "tests/fuzz") if (root / "tests/fuzz").is_dir() else []:
+        for n, kind, inc in includes(p):
+            if kind == '"' and not (inc.startswith("dscache/") or inc in fuzz_local):
+                bad(p, n, inc, "fuzz targets include only public dscache headers")
+            if inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
+                bad(p, n, inc, "fuzz targets need no third-party header")
     for mb in sorted(root.rglob("meson.build")):
         rel = mb.relative_to(root)
         if rel.parts[0] in ("tools", "build") or rel.parts[0].startswith((".", "build")):

@@ -640,6 +640,17 @@ TEST_CASE("damaged files are refused as Corruption (or Unsupported), naming the 
          write_range(p, 0, h.data(), h.size());
        },
        ErrorKind::kUnsupported},
+      // fuzz (tests/fuzz/corpus/lazy_cache/crash-045a...): a zero side with a valid header
+      // checksum divided by the zero slot size before the shape was checked.
+      {"a zero height, width or channel count with a valid header checksum",
+       [](const std::string& p) {
+         auto h = read_range(p, 0, 96);
+         for (int k = 0; k < 4; ++k) h[28 + k] = 0;  // width
+         const uint64_t sum = dscache::xxh64(h.data(), 88);
+         for (int k = 0; k < 8; ++k) h[88 + k] = static_cast<uint8_t>(sum >> (8 * k));
+         write_range(p, 0, h.data(), h.size());
+       },
+       ErrorKind::kCorruption},
   };
   int n = 0;
   for (const Case& k : cases) {

@@ -20,6 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The most classes integer labels may imply without --classes (ImageNet-21k has ~21,800).
+constexpr int64_t kMaxNumberedClasses = int64_t{1} << 20;
+
 struct FileStat {
   bool exists = false;
   bool is_dir = false;
@@ -96,6 +99,14 @@ std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions
                       std::to_string(opt.class_names.size()) + " classes");
     }
     return opt.class_names;
+  }
+  // Integer labels name the classes "0".."max", one string each: a label far past any real class
+  // count (an id column, a typo) would allocate billions of them. Past kMaxNumberedClasses the
+  // user must name the classes.
+  if (max_label >= kMaxNumberedClasses) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "label " + std::to_string(max_label) + ": integer labels are class indexes below " +
+                    std::to_string(kMaxNumberedClasses) + " (name the classes with --classes)");
   }
   std::vector<std::string> classes;
   for (int64_t i = 0; i <= max_label; ++i) classes.push_back(std::to_string(i));

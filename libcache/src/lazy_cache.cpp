@@ -151,16 +151,20 @@ void validate_existing(int fd, const std::string& path, const Geometry& want, ui
   const uint64_t count = get64(h + 16);
   const SampleShape shape{get32(h + 24), get32(h + 28), get32(h + 32)};
   const uint64_t file_digest = get64(h + 48);
-  // The header must be self-consistent before its sizes are trusted.
+  // The header must be self-consistent before its sizes are trusted (make_geometry divides by
+  // the slot size: a zero side must be refused first).
+  if (shape.bytes() == 0) {
+    throw Error(ErrorKind::kCorruption, path, "header describes an impossible file");
+  }
   Geometry have;
   try {
     have = make_geometry(path, count, shape);
   } catch (const Error&) {
     throw Error(ErrorKind::kCorruption, path, "header describes an impossible file");
   }
-  if (shape.bytes() == 0 || get64(h + 40) != have.slot_bytes ||
-      get64(h + 56) != have.bitmap_offset || get64(h + 64) != have.checksums_offset ||
-      get64(h + 72) != have.slots_offset || get64(h + 80) != have.file_bytes) {
+  if (get64(h + 40) != have.slot_bytes || get64(h + 56) != have.bitmap_offset ||
+      get64(h + 64) != have.checksums_offset || get64(h + 72) != have.slots_offset ||
+      get64(h + 80) != have.file_bytes) {
     throw Error(ErrorKind::kCorruption, path, "header offsets disagree with its count and shape");
   }
   if (size != have.file_bytes) {

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # `meson install` puts the headers, the libraries and dscache.pc / dscache-ingest.pc in place,
 # and programs built only through pkg-config against them serve a real cache and decode its source.
-# Args: BUILD_DIR DSCACHE_BINARY SOURCE_ROOT
+# Args: BUILD_DIR DSCACHE_BINARY SOURCE_ROOT. Env: DSCACHE_SANITIZE, the build's b_sanitize: a
+# sanitized library needs its runtime first in the program, so the programs get the same flags.
 set -euo pipefail
 build=$1 dscache=$2 src=$3
+san=()
+if [[ -n "${DSCACHE_SANITIZE:-}" && "${DSCACHE_SANITIZE}" != none ]]; then
+  san=(-fsanitize="$DSCACHE_SANITIZE")
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -18,7 +23,7 @@ export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$tmp/root"
 flags=$(pkg-config --cflags --libs dscache)
 libdir=$(pkg-config --variable=libdir dscache)  # already under the sysroot
 # The installed headers must not need anything but the standard library.
-c++ -std=c++17 -Wall -Werror "$src/docs/example.cpp" $flags -o "$tmp/example"
+c++ -std=c++17 -Wall -Werror "${san[@]}" "$src/docs/example.cpp" $flags -o "$tmp/example"
 
 # A real cache: 40 PNGs in 4 classes.
 /usr/bin/python3 "$src/tests/write_pngs.py" "$tmp/src" 4 10 20 24 1
@@ -57,7 +62,7 @@ int main(int argc, char** argv) {
   std::printf("%zu classes, %zu entries, %d decoded\n", src.classes.size(), src.entries.size(), ok);
 }
 CPP
-c++ -std=c++17 -Wall -Werror "$tmp/ingest.cpp" $(pkg-config --cflags --libs dscache-ingest) -o "$tmp/ingest"
+c++ -std=c++17 -Wall -Werror "${san[@]}" "$tmp/ingest.cpp" $(pkg-config --cflags --libs dscache-ingest) -o "$tmp/ingest"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/ingest" "$tmp/src")
 echo "$out"
 [[ "$out" == "4 classes, 40 entries, 40 decoded" ]] || { echo "FAIL: unexpected ingest output"; exit 1; }

@@ -36,7 +36,8 @@ struct SourceListing {
 };
 
 // Lists `source`. Throws Error: NotFound (missing source), InvalidArgument (bad list line,
-// label out of range of --classes, a folder with no class folders), Corruption (bad idx file).
+// label out of range of --classes, an integer label >= 2^20 without --classes, a folder with no
+// class folders), Corruption (bad idx file).
 SourceListing list_source(const std::string& source, const SourceOptions& options);
 
 // Resolves the file a recorded source name refers to (for verify --source).
