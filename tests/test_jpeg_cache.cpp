@@ -397,6 +397,7 @@ TEST_SUITE("jpeg cache") {
         {"past the end", 7, 1, 1 << 20, "passes the end"},
         {"height != fixed shape", 2, 2, 23, "fixed layout's samples are 24x40"},
         {"width 0", 0, 3, 0, "0 < h, w"},
+        {"height beyond JPEG's 16 bits", 2, 2, 65536, "h, w <= 65535"},
     };
     for (const Mutation& mu : mutations) {
       CAPTURE(std::string(mu.what));

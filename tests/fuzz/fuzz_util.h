@@ -199,8 +199,8 @@ inline void read_everything(const SampleSource& src) {
     try {
       (void)src.label(i);
       const SampleShape s = src.sample_shape(i);
-      // A JPEG cache's index may claim any size below 2^32 x 2^32 (the stream is checked
-      // against it when decoded): crop small from such a sample instead of allocating it whole.
+      // A JPEG cache's index may claim up to 65535 x 65535 (the stream is checked against it
+      // when decoded): crop small from such a sample instead of allocating it whole.
       const bool huge = s.bytes() > kMaxSampleBytes;
       if (!huge) {
         buf.assign(static_cast<size_t>(s.bytes()), 0);
