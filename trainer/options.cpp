@@ -111,8 +111,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
     ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
     ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
-    ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt")
-    ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt")
+    ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt (one trainer at a time: dscache-train.lock)")
+    ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt (or the older checkpoint.prev.pt when it does not verify)")
+    ("force", po::bool_switch(&o.force), "start over in an --output that holds a run (removes its checkpoints, metrics and model)")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
     ("bucket-mb", po::value(&o.bucket_mb), "data parallel: MiB per gradient all-reduce bucket, overlapped with the last backward of a window (default 25; 0 = one flat buffer after it)")
@@ -217,6 +218,8 @@ void resolve_and_validate(TrainOptions* options) {
   }
   if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
   if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");
+  if (o.force && o.output.empty()) bad("force", "needs --output (the run to start over)");
+  if (o.force && o.resume) bad("force", "and --resume: give one (continue the run, or start over)");
   if (o.dist_timeout == 0) bad("dist-timeout", "must be >= 1 (seconds)");
   if (o.nproc_per_node > 1024) bad("nproc-per-node", "must be at most 1024");
   if (o.checkpoint_every > 0 && o.output.empty()) {
