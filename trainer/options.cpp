@@ -1,8 +1,10 @@
 // Command line → TrainOptions (Boost.Program_options), and the checks that name each field.
 #include "options.h"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -126,6 +128,28 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
+  // Boost reads "-3" for an unsigned option as 4294967293 (lexical_cast wraps): --batch -3 asked
+  // for four billion samples and ended in an out-of-memory error. Refuse a sign up front.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const po::option_description* d = desc.find_nothrow(name, false);
+    if (!d || !d->semantic() || d->semantic()->max_tokens() == 0) continue;
+    const std::string value =
+        eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+    static const char* const kUnsigned[] = {
+        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
+        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
+        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
+        "dist-timeout", "nproc-per-node"};
+    const bool is_unsigned =
+        std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
+    if (is_unsigned && !value.empty() && (value[0] == '-' || value[0] == '+')) {
+      throw UsageError("--" + name + ": '" + value + "' is not a non-negative integer");
+    }
+  }
   po::variables_map vm;
   try {
     std::vector<std::string> copy = args;
