@@ -494,7 +494,10 @@ int Run::go() {
   if (stop_sig) {
     if (comm_) comm_->barrier();  // the others wait for rank 0's checkpoint
     stop_signals_exiting();
-    const std::string where = "stopped by " + signal_name(stop_sig) + " at epoch " +
+    const std::string who = dist_.world_size > 1 ? "rank " + std::to_string(dist_.rank) + " of " +
+                                                       std::to_string(dist_.world_size) + ": "
+                                                 : "";
+    const std::string where = who + "stopped by " + signal_name(stop_sig) + " at epoch " +
                               std::to_string(stop_epoch + 1) + " step " +
                               std::to_string(st_.global_step);
     if (!main_rank_) {
