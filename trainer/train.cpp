@@ -439,6 +439,10 @@ int Run::go() {
         std::raise(kill_sig                                   ? std::atoi(kill_sig)
                    : std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP
                                                               : SIGKILL);
+        if (kill_sig && std::getenv("DSCACHE_TEST_SIGNAL_TWICE")) {  // a second one, 1.2 s later
+          std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+          std::raise(std::atoi(kill_sig));
+        }
       }
       if (!comm_) step_stop = stop_requested();  // one process: whatever came during the step
       if (step_stop) {

@@ -1392,6 +1392,25 @@ TEST_SUITE("cli") {
     }
   }
 
+  TEST_CASE("a second SIGTERM while stopping exits at once, without a checkpoint") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    const std::string out = tmp.path() + "/out";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    // The hook raises SIGTERM after step 2, then again 1.2 s later, before the loop could stop.
+    const int st = run_with_timeout(tiny_args(train, out, {"--epochs", "2"}),
+                                    {"DSCACHE_TEST_KILL_AFTER_STEPS=2",
+                                     "DSCACHE_TEST_KILL_SIGNAL=15", "DSCACHE_TEST_SIGNAL_TWICE=1"},
+                                    log, 120);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 128 + SIGTERM);
+    CHECK(text.find("second SIGTERM while stopping: exiting at once, without a checkpoint") !=
+          std::string::npos);
+    CHECK(text.find("stopped by SIGTERM at") == std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out + "/checkpoint.pt"));
+  }
+
   // The stop line of rank R in `text`: "epoch E step S", or "" when missing.
   std::string stop_point(const std::string& text, int rank) {
     const std::string key = "rank " + std::to_string(rank) + " of 2: stopped by SIGTERM at ";
