@@ -1,5 +1,6 @@
-// OUTPUT/checkpoint.pt and OUTPUT/model.pt: what a resumable checkpoint holds, the settings it
-// must agree with, and their atomic save and load.
+// OUTPUT/checkpoint.pt (and the one before it, checkpoint.prev.pt) and OUTPUT/model.pt: what a
+// resumable checkpoint holds, the settings it must agree with, its checksum, atomic save, and
+// load with fallback to the older checkpoint.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,14 +30,25 @@ struct RunState {
   int64_t epoch_correct = 0, epoch_samples = 0, epoch_skipped = 0;
   double epoch_seconds = 0, epoch_wait = 0;
   uint64_t metrics_bytes = 0;  // metrics.jsonl length when the checkpoint was taken
+  uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs
 };
 
-// The settings a checkpoint must agree with to be resumed, as (option, value).
+// Settings as (option, value) in the form the user gives them.
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;
+
+// What a checkpoint records of the options it was made with (all of it covered by its checksum).
+// `fixed`: options that change the run's meaning; resuming with another value is refused.
+// `adjustable`: options whose new value may take effect from the resumed step on; a resume names
+// each one that differs. Options absent from both (threads, workers, log-every...) change neither
+// the result's meaning nor its numbers beyond rounding.
+struct RunSettings {
+  Fingerprint fixed;
+  Fingerprint adjustable;
+};
 // `sampler` is the training Loader's, resolved (Loader::sampler_options()): a windowed order
 // depends on its block and window, which an auto-sized window takes from free memory.
-Fingerprint fingerprint(const TrainOptions& options, const DataInfo& train, int world_size,
-                        const SamplerOptions& sampler);
+RunSettings run_settings(const TrainOptions& options, const DataInfo& train, int world_size,
+                         const SamplerOptions& sampler);
 
 // The run's parts a checkpoint saves and restores in place. The run owns them; this only
 // borrows them for one call.
@@ -48,15 +60,36 @@ struct CheckpointParts {
   Normalization& norm;
 };
 
-// Writes `parts`, `fp` and the CPU generator's state to `path` atomically (temp file, fsync,
-// rename), so a kill mid-write leaves the previous checkpoint. Throws dscache::Error.
-void save_checkpoint(const std::string& path, const Fingerprint& fp, const CheckpointParts& parts);
+constexpr const char* kCheckpointName = "checkpoint.pt";
+constexpr const char* kPreviousCheckpointName = "checkpoint.prev.pt";
 
-// False when `path` does not exist. Otherwise restores `parts` and the CPU generator, tensors
-// loaded onto `device`; throws UsageError when the checkpoint was made with other settings
-// (`fp`, or loss scaling on/off), std::runtime_error for another checkpoint format.
-bool load_checkpoint(const std::string& path, const Fingerprint& fp, torch::Device device,
-                     const CheckpointParts& parts);
+// Writes `parts`, `settings` and the CPU generator's state to DIR/checkpoint.pt atomically (temp
+// file, fsync, rename, fsync of the directory), as a 32-byte header (magic, format, payload
+// size, XXH64 of the payload) and the LibTorch archive. With `keep_previous` the checkpoint it
+// replaces becomes DIR/checkpoint.prev.pt first, so a kill at any moment leaves at least one
+// complete checkpoint. Throws dscache::Error (e.g. IOError "File too large").
+void save_checkpoint(const std::string& dir, const RunSettings& settings,
+                     const CheckpointParts& parts, bool keep_previous);
+
+struct LoadResult {
+  bool found = false;        // false: neither checkpoint exists (parts untouched)
+  std::string path;          // the checkpoint restored
+  std::string fallback;      // non-empty when checkpoint.pt was unusable: why, in words
+  bool current_bad = false;  // checkpoint.pt exists but is unusable: do not keep it as previous
+  std::vector<std::string> adjusted;  // "--lr 0.1 (checkpoint: 0.05)" for each adjustable change
+};
+
+// Restores `parts` and the CPU generator from DIR/checkpoint.pt, or from checkpoint.prev.pt when
+// the newer one is missing or does not verify; tensors loaded onto `device`. A checkpoint is
+// opened only when it is a regular file (no FIFO or device can block) and used only when its
+// header and checksum verify. Throws UsageError listing every fixed option that differs (or loss
+// scaling on/off), CheckpointError when checkpoints exist but none verifies.
+LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
+                           torch::Device device, const CheckpointParts& parts);
+
+// The bytes of a checkpoint file when its header and checksum verify; throws CheckpointError
+// saying what is wrong (for tests and inspection).
+std::string verified_checkpoint_payload(const std::string& path);
 
 // The trained weights alone (torch::nn::Module::save's archive), written atomically.
 void save_model(const Classifier& model, const std::string& path);

@@ -4,18 +4,41 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include "dscache/cache.h"
 #include "lazy_source.h"
+#include "safety.h"
 
 namespace dscache {
 namespace train {
 
 namespace {
 
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // A built cache, or (with a lazy-cache file) an image folder or list decoded on first use.
-LazySource open_source(const std::string& path, const std::string& lazy_file,
+// `option` ("--train", "--val") names the path in messages. Paths are checked for their type
+// first: a FIFO or device where a file is read would block the open, a file where a directory is
+// expected would give a puzzling error from deeper down.
+LazySource open_source(const std::string& option, const std::string& path,
+                       const std::string& lazy_file, const std::string& lazy_option,
                        const TrainOptions& o) {
-  if (!lazy_file.empty()) return open_lazy_source({path, lazy_file, o.image_size, o.channels});
+  if (!lazy_file.empty()) {
+    check_directory(path, option, /*or_file=*/true);
+    if (!is_directory(path)) {
+      trainer_open_regular_file(path, O_RDONLY, option);  // a list file: FIFO/device refused
+    }
+    check_regular_if_exists(lazy_file, lazy_option);
+    return open_lazy_source({path, lazy_file, o.image_size, o.channels});
+  }
+  check_directory(path, option);
+  // TRAINER-LOCAL pre-check until libcache opens its own files this way (another branch).
+  trainer_open_regular_file(path + "/manifest.json", O_RDONLY, option + " manifest");
   auto cache = Cache::open(path);
   return {cache, cache->manifest().classes};
 }
@@ -64,7 +87,7 @@ Normalization measure_normalization(const SampleSource& cache, NormalizeKind kin
 TrainData open_data(const TrainOptions& o, int rank, int world_size,
                     const BufferAllocator& allocator) {
   TrainData d;
-  LazySource train = open_source(o.train, o.lazy_cache, o);
+  LazySource train = open_source("--train", o.train, o.lazy_cache, "--lazy-cache", o);
   d.train = train.source;
   d.info.classes = train.classes;
   d.info.count = d.train->size();
@@ -108,7 +131,7 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   vo.allocator = allocator;
   d.train_loader = std::make_unique<Loader>(d.train, lo);
   if (!o.val.empty() && rank == 0) {
-    const LazySource val = open_source(o.val, o.val_lazy_cache, o);
+    const LazySource val = open_source("--val", o.val, o.val_lazy_cache, "--val-lazy-cache", o);
     d.val = val.source;
     const SampleShape vs = d.val->shape();
     if (vs.channels != m.channels) {

@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,8 +27,22 @@ namespace train {
 namespace {
 
 volatile sig_atomic_t g_signal = 0;  // the first SIGINT/SIGTERM/SIGHUP the launcher got
+volatile sig_atomic_t g_again = 0;   // a later one, at least 1 s after it
+long long g_first_ns = 0;
+
+long long now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
 void on_signal(int sig) {
-  if (!g_signal) g_signal = sig;
+  if (!g_signal) {
+    g_first_ns = now_ns();
+    g_signal = sig;
+  } else if (now_ns() - g_first_ns >= 1000000000LL) {
+    g_again = sig;
+  }
 }
 
 // A TCP port on 127.0.0.1 free a moment ago (rank 0's TCPStore binds it next).
@@ -81,7 +96,8 @@ std::vector<std::string> strip_nproc_option(const std::vector<std::string>& args
   return out;
 }
 
-int launch_local(int nproc, const std::vector<std::string>& child_args, int grace_seconds) {
+int launch_local(int nproc, const std::vector<std::string>& child_args, int grace_seconds,
+                 int stop_grace_seconds) {
   const std::string port = std::to_string(free_port());
   const std::string run_id = random_run_id();
   const std::string n = std::to_string(nproc);
@@ -132,7 +148,9 @@ int launch_local(int nproc, const std::vector<std::string>& child_args, int grac
   }
 
   int result = 0, running = nproc;
-  bool stopping = false;
+  bool stopping = false;   // a rank failed: the others get SIGTERM, then SIGKILL
+  bool forwarded = false;  // a signal came: the ranks stop at a step and checkpoint
+  bool killed = false;
   auto kill_deadline = std::chrono::steady_clock::time_point::max();
   auto stop_all = [&](int sig) {
     for (pid_t p : pids) {
@@ -150,6 +168,14 @@ int launch_local(int nproc, const std::vector<std::string>& child_args, int grac
       --running;
       int code = 0;
       const std::string what = describe(status, &code);
+      if (forwarded) {  // the ranks' own verdict: 128 + N after a checkpoint, 3, 137...
+        if (code != 0 && result == 0) result = code;
+        if (code != 0 && code != 128 + g_signal && !stopping) {
+          std::fprintf(stderr, "dscache-train: rank %d (pid %d) %s while stopping\n", r,
+                       static_cast<int>(pid), what.c_str());
+        }
+        continue;
+      }
       if (code != 0 && !stopping) {
         result = code;
         std::fprintf(stderr, "dscache-train: rank %d (pid %d) %s; stopping the other %d rank(s)\n",
@@ -163,21 +189,39 @@ int launch_local(int nproc, const std::vector<std::string>& child_args, int grac
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
-    if (g_signal && !stopping) {
-      std::fprintf(stderr, "dscache-train: got signal %d (%s); stopping %d rank(s)\n",
-                   static_cast<int>(g_signal), strsignal(g_signal), running);
-      result = 128 + g_signal;
-      stopping = true;
-      stop_all(SIGTERM);
-      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_seconds);
+    if (g_signal && !stopping && !forwarded) {
+      // SIGINT and SIGTERM are forwarded as they came (SIGHUP as SIGTERM): each rank finishes
+      // its step, rank 0 writes a checkpoint, and they exit 128 + N, which becomes ours.
+      const int sig = g_signal == SIGINT ? SIGINT : SIGTERM;
+      std::fprintf(stderr,
+                   "dscache-train: got signal %d (%s); forwarding %s to %d rank(s): they stop "
+                   "after the current step and write a checkpoint (signal again to kill them)\n",
+                   static_cast<int>(g_signal), strsignal(g_signal),
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", running);
+      forwarded = true;
+      stop_all(sig);
+      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(stop_grace_seconds);
     }
-    if (stopping && std::chrono::steady_clock::now() >= kill_deadline) {
-      std::fprintf(stderr, "dscache-train: %d rank(s) still running %d s after SIGTERM: SIGKILL\n",
-                   running, grace_seconds);
+    if (g_again && !killed) {
+      std::fprintf(stderr, "dscache-train: signal %d again: killing %d rank(s) now\n",
+                   static_cast<int>(g_again), running);
+      stop_all(SIGKILL);
+      killed = true;
+      if (result == 0) result = 128 + g_again;
+      kill_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    if ((stopping || forwarded) && std::chrono::steady_clock::now() >= kill_deadline) {
+      std::fprintf(stderr,
+                   "dscache-train: %d rank(s) still running %d s after the signal: SIGKILL\n",
+                   running, forwarded ? stop_grace_seconds : grace_seconds);
       stop_all(SIGKILL);
       kill_deadline = std::chrono::steady_clock::time_point::max();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (forwarded && result == 0) {
+    std::fprintf(stderr, "dscache-train: every rank completed the run despite signal %d\n",
+                 static_cast<int>(g_signal));
   }
   return result;
 }

@@ -18,11 +18,15 @@ std::vector<std::string> strip_nproc_option(const std::vector<std::string>& args
 // TORCHELASTIC_RUN_ID = a random id, TORCHELASTIC_RESTART_COUNT = 0,
 // TORCHELASTIC_MAX_RESTARTS = 0, TORCHELASTIC_USE_AGENT_STORE = False, and OMP_NUM_THREADS = 1
 // when unset. The ranks share stdout and stderr (no prefixes). When a rank fails (non-zero exit
-// or a signal), or this process gets SIGINT/SIGTERM/SIGHUP, the others get SIGTERM and, after
-// `grace_seconds`, SIGKILL. Returns the exit code: 0 when every rank exited 0, else the first
-// failed rank's code (128 + signal number when it was killed), or 128 + the signal received.
-// Throws std::runtime_error when a rank cannot be started. Not thread-safe (signal handlers).
-int launch_local(int nproc, const std::vector<std::string>& child_args, int grace_seconds = 10);
+// or a signal) the others get SIGTERM and, after `grace_seconds`, SIGKILL; the result is the
+// first failed rank's code (128 + signal number when it was killed). When this process gets
+// SIGINT or SIGTERM (SIGHUP: SIGTERM) it forwards it to every rank, which stop after the same
+// step and checkpoint; it waits `stop_grace_seconds` for them (then SIGKILL), and returns the
+// first non-zero code a rank exits with (128 + N after a clean stop). A second signal at least
+// 1 s after the first kills the ranks at once. 0 when every rank exited 0. Throws
+// std::runtime_error when a rank cannot be started. Not thread-safe (signal handlers).
+int launch_local(int nproc, const std::vector<std::string>& child_args, int grace_seconds = 10,
+                 int stop_grace_seconds = 60);
 
 }  // namespace train
 }  // namespace dscache

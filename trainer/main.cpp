@@ -1,11 +1,14 @@
 // dscache-train: parse the command line, run training (or launch and supervise ranks), map errors
-// to exit codes (0 ok, 1 error, 2 usage, 3 distributed: a rank missing, gone or silent).
+// to exit codes (safety.h: 0 ok, 1 error, 2 usage, 3 distributed: a rank missing, gone or silent,
+// 4 output in use, 5 no checkpoint verifies, 128 + N stopped by signal N).
 #include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "dscache/error.h"
 #include "launch.h"
 #include "options.h"
+#include "safety.h"
 #include "train.h"
 
 namespace {
@@ -49,6 +53,7 @@ std::string rank_prefix() {
 void resume_on_restart(dscache::train::TrainOptions* o) {
   const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (!count || std::atoi(count) <= 0 || o->resume) return;
+  o->force = false;  // --force started the first attempt over; a restart continues it
   if (o->output.empty()) {
     std::fprintf(stderr,
                  "dscache-train: %sTORCHELASTIC_RESTART_COUNT=%s but no --output: nothing to "
@@ -107,27 +112,42 @@ int main(int argc, char** argv) {
   }
   resume_on_restart(&options);
   const std::string who = rank_prefix();
+  install_stop_signals(who);
   try {
-    run_training(options);
+    return run_training(options);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return 2;
+    return kExitUsage;
   } catch (const dscache::Error& e) {
     std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return 1;
+    return kExitError;
   } catch (const DistributedError& e) {
     std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return 3;
+    return kExitDistributed;
+  } catch (const OutputInUseError& e) {
+    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
+    return kExitOutputInUse;
+  } catch (const CheckpointError& e) {
+    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
+    return kExitCheckpoint;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // std's text reads "filesystem error: cannot create directories: Permission denied [p]".
+    std::fprintf(stderr, "dscache-train: %s%s: %s\n", who.c_str(), e.path1().c_str(),
+                 e.code().message().c_str());
+    return kExitError;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dscache-train: %sout of memory (try a smaller --batch or --prefetch)\n",
+                 who.c_str());
+    return kExitError;
   } catch (const std::exception& e) {
     if (is_gloo_failure(e.what())) {
       std::fprintf(stderr,
                    "dscache-train: %sa collective failed: another rank exited or stopped "
                    "responding for --dist-timeout (%u s); see its output above. Gloo: %s\n",
                    who.c_str(), options.dist_timeout, e.what());
-      return 3;
+      return kExitDistributed;
     }
     std::fprintf(stderr, "dscache-train: %serror: %s\n", who.c_str(), e.what());
-    return 1;
+    return kExitError;
   }
-  return 0;
 }

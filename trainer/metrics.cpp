@@ -1,39 +1,54 @@
 // metrics.jsonl, the progress line and the epoch summary.
 #include "metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <filesystem>
 
 #include "dscache/error.h"
+#include "safety.h"
 
 namespace dscache {
 namespace train {
 
-namespace fs = std::filesystem;
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 void MetricsLog::open(const std::string& path, std::optional<uint64_t> resume_bytes) {
   path_ = path;
-  if (resume_bytes) {
-    // Drop what the interrupted run logged after its last checkpoint: it is replayed.
-    if (fs::exists(path) && fs::file_size(path) > *resume_bytes) {
-      fs::resize_file(path, *resume_bytes);
-    }
-    out_.open(path, std::ios::app);
-    bytes_ = fs::exists(path) ? fs::file_size(path) : 0;
-  } else {
-    out_.open(path, std::ios::trunc);
+  Fd fd = trainer_open_regular_file(path, O_WRONLY | O_CREAT, "metrics log");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_errno(path, "fstat");
+  // Resuming drops what the interrupted run logged after its last checkpoint: it is replayed.
+  const uint64_t keep =
+      resume_bytes ? std::min<uint64_t>(*resume_bytes, static_cast<uint64_t>(st.st_size)) : 0;
+  if (static_cast<uint64_t>(st.st_size) != keep &&
+      ::ftruncate(fd.get(), static_cast<off_t>(keep)) != 0) {
+    throw_errno(path, "truncate");
   }
-  if (!out_) throw Error(ErrorKind::kIOError, path, "cannot open for writing");
+  if (::lseek(fd.get(), static_cast<off_t>(keep), SEEK_SET) < 0) throw_errno(path, "seek");
+  bytes_ = keep;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd.release();
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  if (!out_.is_open()) return;
+  if (fd_ < 0) return;
   const std::string text = line.dump() + "\n";
-  out_ << text;
-  out_.flush();
-  if (!out_) throw Error(ErrorKind::kIOError, path_, "write failed");
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno(path_, "write");
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
   bytes_ += text.size();
 }
 

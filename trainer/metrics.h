@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,21 +11,26 @@
 namespace dscache {
 namespace train {
 
-// OUTPUT/metrics.jsonl: one JSON object a line, flushed as written. Counts its length, which a
-// checkpoint records so that a resumed run can drop what was logged after it. Not thread-safe.
+// OUTPUT/metrics.jsonl: one JSON object a line, written with one write(2) each. Counts its
+// length, which a checkpoint records so that a resumed run can drop what was logged after it.
+// Not thread-safe.
 class MetricsLog {
  public:
-  // Truncates `path`, or with `resume_bytes` cuts it back to that length and appends. Throws
-  // Error(kIOError) when it cannot be opened.
+  MetricsLog() = default;
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  // Truncates `path`, or with `resume_bytes` cuts it back to that length and appends. Only a
+  // regular file is opened (a FIFO cannot block). Throws dscache::Error naming the file.
   void open(const std::string& path, std::optional<uint64_t> resume_bytes);
   // Appends `line`; does nothing when not open (no --output, or not rank 0). Throws
-  // Error(kIOError) when the write fails.
+  // Error(kIOError) with the system's reason (e.g. "File too large") when the write fails.
   void write(const nlohmann::json& line);
   uint64_t bytes() const { return bytes_; }  // the file's length; 0 before open
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
   uint64_t bytes_ = 0;
 };
 

@@ -1,8 +1,10 @@
 // Command line → TrainOptions (Boost.Program_options), and the checks that name each field.
 #include "options.h"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -111,8 +113,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
     ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
     ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
-    ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt")
-    ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt")
+    ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt (one trainer at a time: dscache-train.lock)")
+    ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt (or the older checkpoint.prev.pt when it does not verify)")
+    ("force", po::bool_switch(&o.force), "start over in an --output that holds a run (removes its checkpoints, metrics and model)")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
     ("bucket-mb", po::value(&o.bucket_mb), "data parallel: MiB per gradient all-reduce bucket, overlapped with the last backward of a window (default 25; 0 = one flat buffer after it)")
@@ -125,6 +128,28 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
+  // Boost reads "-3" for an unsigned option as 4294967293 (lexical_cast wraps): --batch -3 asked
+  // for four billion samples and ended in an out-of-memory error. Refuse a sign up front.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const po::option_description* d = desc.find_nothrow(name, false);
+    if (!d || !d->semantic() || d->semantic()->max_tokens() == 0) continue;
+    const std::string value =
+        eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+    static const char* const kUnsigned[] = {
+        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
+        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
+        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
+        "dist-timeout", "nproc-per-node"};
+    const bool is_unsigned =
+        std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
+    if (is_unsigned && !value.empty() && (value[0] == '-' || value[0] == '+')) {
+      throw UsageError("--" + name + ": '" + value + "' is not a non-negative integer");
+    }
+  }
   po::variables_map vm;
   try {
     std::vector<std::string> copy = args;
@@ -217,6 +242,8 @@ void resolve_and_validate(TrainOptions* options) {
   }
   if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
   if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");
+  if (o.force && o.output.empty()) bad("force", "needs --output (the run to start over)");
+  if (o.force && o.resume) bad("force", "and --resume: give one (continue the run, or start over)");
   if (o.dist_timeout == 0) bad("dist-timeout", "must be >= 1 (seconds)");
   if (o.nproc_per_node > 1024) bad("nproc-per-node", "must be at most 1024");
   if (o.checkpoint_every > 0 && o.output.empty()) {

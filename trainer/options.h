@@ -66,7 +66,10 @@ struct TrainOptions {
   uint32_t channels = 3;       // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
   std::string output;          // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
   bool resume = false;         // continue from OUTPUT/checkpoint.pt if it exists
-  uint64_t log_every = 50;     // optimizer steps between "step" lines in metrics.jsonl; 0 = none
+  bool force = false;       // start over in an --output that holds a run (its checkpoints, metrics
+                            // and model are removed); without it, or --resume, such an output is
+                            // refused (exit 4)
+  uint64_t log_every = 50;  // optimizer steps between "step" lines in metrics.jsonl; 0 = none
   uint64_t checkpoint_every = 0;  // optimizer steps between checkpoints (plus every epoch end);
                                   // 0 = epoch ends only
   bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on

@@ -2,6 +2,7 @@
 // group, data and model, then runs the step loop (micro-batches, accumulation windows, mixed
 // precision, validation, checkpoints, logs).
 #include <ATen/Parallel.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include "grad_sync.h"
 #include "metrics.h"
 #include "models.h"
+#include "safety.h"
 #include "step.h"
 #include "train.h"
 
@@ -44,13 +46,21 @@ constexpr int kMaxNonFiniteRun = 5;  // consecutive non-finite steps without a s
 class Run {
  public:
   explicit Run(const TrainOptions& o) : o_(o) {}
-  void go();
+  // 0 when the run is complete, 128 + N when signal N stopped it (after its checkpoint).
+  int go();
 
  private:
   void build_model();
-  // OUTPUT/checkpoint.pt with this run's parts and fingerprint (checkpoint.h).
+  // Rank 0 takes --output (creates it, locks it, refuses or clears a run there); every rank
+  // learns the verdict, so all fail together with rank 0's exit code.
+  void claim_output();
+  void claim_output_on_main_rank();
+  // OUTPUT/checkpoint.pt with this run's parts and settings (checkpoint.h).
   void write_checkpoint();
-  bool read_checkpoint();  // false: there is none
+  LoadResult read_checkpoint();
+  RunSettings settings() const {
+    return run_settings(o_, data_.info, dist_.world_size, data_.train_loader->sampler_options());
+  }
 
   TrainOptions o_;
   DistEnv dist_;
@@ -68,6 +78,9 @@ class Run {
   AmpConfig amp_;
   RunState st_;
   MetricsLog metrics_;
+  std::unique_ptr<OutputLock> lock_;       // rank 0 with --output: held until the process ends
+  bool keep_previous_ = true;              // false while checkpoint.pt is one that failed to verify
+  uint64_t checkpoint_step_ = UINT64_MAX;  // global_step of the last checkpoint written
 };
 
 void Run::build_model() {
@@ -109,20 +122,87 @@ void Run::build_model() {
 }
 
 void Run::write_checkpoint() {
-  save_checkpoint(
-      o_.output + "/checkpoint.pt",
-      fingerprint(o_, data_.info, dist_.world_size, data_.train_loader->sampler_options()),
-      {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+  save_checkpoint(o_.output, settings(),
+                  {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_},
+                  keep_previous_);
+  keep_previous_ = true;
+  checkpoint_step_ = st_.global_step;
 }
 
-bool Run::read_checkpoint() {
-  return load_checkpoint(
-      o_.output + "/checkpoint.pt",
-      fingerprint(o_, data_.info, dist_.world_size, data_.train_loader->sampler_options()), device_,
-      {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+LoadResult Run::read_checkpoint() {
+  LoadResult r = load_checkpoint(o_.output, settings(), device_,
+                                 {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+  keep_previous_ = !r.current_bad;  // never keep a damaged checkpoint as the fallback
+  if (r.found) {
+    // The optimizer's archive restores its hyper-parameters too; the adjustable ones take this
+    // run's values from now on (the LR is set every step anyway).
+    for (auto& g : optimizer_->param_groups()) {
+      if (o_.optimizer == OptimizerKind::kSgd) {
+        static_cast<torch::optim::SGDOptions&>(g.options())
+            .momentum(o_.momentum)
+            .weight_decay(o_.weight_decay);
+      } else {
+        static_cast<torch::optim::AdamWOptions&>(g.options()).weight_decay(o_.weight_decay);
+      }
+    }
+  }
+  return r;
 }
 
-void Run::go() {
+void Run::claim_output_on_main_rank() {
+  struct stat st {};
+  if (::stat(o_.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    throw UsageError("--output: " + o_.output + " is " + describe_file_type(st.st_mode) +
+                     ", not a directory");
+  }
+  fs::create_directories(o_.output);
+  lock_ = std::make_unique<OutputLock>(o_.output);
+  const std::vector<std::string> present = run_files_present(o_.output);
+  if (present.empty() || o_.resume) return;
+  std::string names;
+  for (const auto& n : present) names += (names.empty() ? "" : ", ") + n;
+  if (!o_.force) {
+    throw OutputInUseError("--output " + o_.output + " holds a run (" + names +
+                           "); add --resume to continue it, or --force to start over");
+  }
+  for (const auto& n : present) fs::remove(o_.output + "/" + n);
+  std::fprintf(stderr, "dscache-train: --force: removed the previous run's %s from %s\n",
+               names.c_str(), o_.output.c_str());
+}
+
+void Run::claim_output() {
+  if (o_.output.empty()) return;
+  int code = 0;
+  std::exception_ptr failure;
+  if (main_rank_) {
+    try {
+      claim_output_on_main_rank();
+    } catch (const UsageError&) {
+      code = kExitUsage;
+      failure = std::current_exception();
+    } catch (const OutputInUseError&) {
+      code = kExitOutputInUse;
+      failure = std::current_exception();
+    } catch (...) {
+      code = kExitError;
+      failure = std::current_exception();
+    }
+  }
+  if (comm_) {
+    const torch::Tensor verdict =
+        torch::tensor({static_cast<double>(code)}, torch::kDouble).to(device_);
+    comm_->allreduce_sum({verdict});
+    code = static_cast<int>(verdict.item<double>());
+  }
+  if (failure) std::rethrow_exception(failure);
+  if (code == 0) return;
+  const std::string why = "rank 0 could not take --output " + o_.output + " (see its message)";
+  if (code == kExitUsage) throw UsageError(why);
+  if (code == kExitOutputInUse) throw OutputInUseError(why);
+  throw std::runtime_error(why);
+}
+
+int Run::go() {
   const unsigned threads =
       o_.threads ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
   at::set_num_threads(static_cast<int>(threads));  // LibTorch starts at 1 here
@@ -146,6 +226,7 @@ void Run::go() {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
   comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
+  claim_output();  // before anything slow: a second trainer on this output fails at once
   ProgressLine progress(o_.progress && main_rank_, o_.epochs);
   // CUDA: page-locked batches, so the copies to the device are asynchronous and in place.
   const BufferAllocator allocator =
@@ -154,14 +235,37 @@ void Run::go() {
   build_model();
   Loader& train_loader = *data_.train_loader;
 
+  const uint64_t batches = train_loader.batches_per_epoch();
   bool resumed = false;
   if (!o_.output.empty()) {
-    fs::create_directories(o_.output);
     if (o_.resume) {
-      resumed = read_checkpoint();  // every rank reads the same file (a shared directory)
+      const LoadResult r = read_checkpoint();  // every rank reads the same files (shared)
+      resumed = r.found;
       if (!resumed && main_rank_) {
         std::fprintf(stderr, "dscache-train: no checkpoint in %s; starting afresh\n",
                      o_.output.c_str());
+      }
+      if (resumed && main_rank_) {
+        if (!r.fallback.empty()) {
+          std::fprintf(stderr, "dscache-train: %s; falling back to the older %s\n",
+                       r.fallback.c_str(), r.path.c_str());
+        }
+        const bool closed = st_.position.cursor >= batches;
+        std::fprintf(stderr,
+                     "dscache-train: resuming from %s at %s of epoch %llu/%u, step %llu "
+                     "(%llu samples seen)\n",
+                     r.path.c_str(), closed ? "the end" : "a step",
+                     static_cast<unsigned long long>(st_.position.epoch + 1), o_.epochs,
+                     static_cast<unsigned long long>(st_.global_step),
+                     static_cast<unsigned long long>(st_.samples_seen));
+        if (!r.adjusted.empty()) {
+          std::string list;
+          for (const auto& a : r.adjusted) list += (list.empty() ? "" : ", ") + a;
+          std::fprintf(stderr,
+                       "dscache-train: --resume: options that differ from the checkpoint's take "
+                       "effect from now: %s\n",
+                       list.c_str());
+        }
       }
     }
     // Only rank 0 writes metrics, checkpoints and weights.
@@ -193,13 +297,13 @@ void Run::go() {
   }
 
   const uint32_t k = o_.accum_steps;
-  const uint64_t batches = train_loader.batches_per_epoch();
   const uint64_t samples = train_loader.samples_per_epoch();
   const std::vector<int64_t> windows = window_sample_counts(batches, samples, o_.batch, k);
   uint64_t total_steps = windows.size() * o_.epochs;
   if (o_.max_steps) total_steps = std::min(total_steps, o_.max_steps);
 
   const char* kill_env = std::getenv("DSCACHE_TEST_KILL_AFTER_STEPS");  // test hook
+  const char* kill_sig = std::getenv("DSCACHE_TEST_KILL_SIGNAL");       // test hook: not SIGKILL
   const char* kill_rank = std::getenv("DSCACHE_TEST_KILL_RANK");        // test hook: only this rank
   const uint64_t kill_after = kill_env && (!kill_rank || std::atoi(kill_rank) == dist_.rank)
                                   ? std::strtoull(kill_env, nullptr, 10)
@@ -215,6 +319,9 @@ void Run::go() {
   double log_loss = 0;
   int64_t log_samples = 0;
   auto log_start = Clock::now();
+  int stop_sig = 0;  // SIGINT/SIGTERM: every rank stops after the same step
+  uint64_t stop_epoch = 0;
+  stop_signals_training();  // from now on a signal asks to stop at a step boundary
   for (; epoch < o_.epochs && !done; ++epoch) {
     conv.wait_copied();  // start_epoch/restore may refill the buffer of the last batch
     if (restore) {
@@ -253,13 +360,23 @@ void Run::go() {
       double wloss = wloss_t.item<double>();
       int64_t wcorrect = wcorrect_t.item<int64_t>();
       wait += train_loader.take_wait_seconds();
+      int step_stop = 0;
       if (comm_) {  // the gradients' sum over ranks (still loss-scaled), plus the window's totals
         grad_sync_->finish();
-        const torch::Tensor totals =
-            torch::tensor({wloss, static_cast<double>(wcorrect)}, torch::kDouble).to(device_);
+        // and the stop requests: ranks that got SIGINT/SIGTERM, and the sum of those signals, so
+        // that all ranks stop after this same step (a rank whose peer died fails here, exit 3)
+        const int asked = stop_requested();
+        const torch::Tensor totals = torch::tensor({wloss, static_cast<double>(wcorrect),
+                                                    asked ? 1.0 : 0.0, static_cast<double>(asked)},
+                                                   torch::kDouble)
+                                         .to(device_);
         comm_->allreduce_sum({totals});
         wloss = totals[0].item<double>();
         wcorrect = static_cast<int64_t>(totals[1].item<double>());
+        const double votes = totals[2].item<double>();
+        if (votes > 0) {
+          step_stop = asked ? asked : totals[3].item<double>() == votes * SIGINT ? SIGINT : SIGTERM;
+        }
       }
       const double lr = lr_at(o_, st_.sched_step, total_steps);
       bool finite;
@@ -287,6 +404,7 @@ void Run::go() {
       }
       if (scaler_) scaler_->update(!finite);
       ++st_.global_step;
+      st_.samples_seen += static_cast<uint64_t>(wsamples);
       st_.epoch_loss += wloss;
       st_.epoch_correct += wcorrect;
       st_.epoch_samples += wsamples;
@@ -317,9 +435,31 @@ void Run::go() {
         st_.metrics_bytes = metrics_.bytes();
         write_checkpoint();
       }
-      if (kill_after && st_.global_step == kill_after) {
-        std::raise(std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP : SIGKILL);  // test hook
+      if (kill_after && st_.global_step == kill_after) {  // test hook
+        std::raise(kill_sig                                   ? std::atoi(kill_sig)
+                   : std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP
+                                                              : SIGKILL);
+        if (kill_sig && std::getenv("DSCACHE_TEST_SIGNAL_TWICE")) {  // a second one, 1.2 s later
+          std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+          std::raise(std::atoi(kill_sig));
+        }
       }
+      if (!comm_) step_stop = stop_requested();  // one process: whatever came during the step
+      if (step_stop) {
+        stop_sig = step_stop;
+        stop_epoch = epoch;
+        done = true;
+      }
+    }
+    if (stop_sig && b < batches) {  // mid-epoch: checkpoint here (the epoch's line comes later)
+      if (main_rank_ && !o_.output.empty() && checkpoint_step_ != st_.global_step) {
+        st_.epoch_seconds =
+            seconds_before + std::chrono::duration<double>(Clock::now() - epoch_start).count();
+        st_.epoch_wait = wait_before + wait;
+        st_.metrics_bytes = metrics_.bytes();
+        write_checkpoint();
+      }
+      break;
     }
     st_.epoch_seconds =
         seconds_before + std::chrono::duration<double>(Clock::now() - epoch_start).count();
@@ -355,16 +495,42 @@ void Run::go() {
       write_checkpoint();
     }
   }
+  if (stop_sig) {
+    if (comm_) comm_->barrier();  // the others wait for rank 0's checkpoint
+    stop_signals_exiting();
+    const std::string who = dist_.world_size > 1 ? "rank " + std::to_string(dist_.rank) + " of " +
+                                                       std::to_string(dist_.world_size) + ": "
+                                                 : "";
+    const std::string where = who + "stopped by " + signal_name(stop_sig) + " at epoch " +
+                              std::to_string(stop_epoch + 1) + " step " +
+                              std::to_string(st_.global_step);
+    if (!main_rank_) {
+      std::fprintf(stderr, "dscache-train: %s (rank 0 writes the checkpoint)\n", where.c_str());
+    } else if (o_.output.empty()) {
+      std::fprintf(stderr, "dscache-train: %s; no --output, so nothing was saved\n", where.c_str());
+    } else {
+      std::fprintf(stderr, "dscache-train: %s; checkpoint written to %s/%s; resume with --resume\n",
+                   where.c_str(), o_.output.c_str(), kCheckpointName);
+    }
+    return 128 + stop_sig;
+  }
   if (!o_.output.empty() && main_rank_) save_model(*model_, o_.output + "/model.pt");
+  stop_signals_exiting();
+  if (const int late = stop_requested(); late && main_rank_) {
+    std::fprintf(stderr, "dscache-train: %s came after the last step: the run is complete\n",
+                 signal_name(late).c_str());
+  }
+  return 0;
 }
 
 }  // namespace
 
-void run_training(const TrainOptions& options) {
+int run_training(const TrainOptions& options) {
   try {
-    Run(options).go();
+    return Run(options).go();
   } catch (const c10::Error& e) {
-    throw std::runtime_error(std::string("torch: ") + e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    throw std::runtime_error("LibTorch failed: " + what);
   }
 }
 

@@ -10,8 +10,10 @@ namespace train {
 // resolve_and_validate(). Throws UsageError for an inconsistent request found only now (a
 // checkpoint from other settings, a validation cache of another shape, cuda without CUDA),
 // dscache::Error for a bad cache, std::runtime_error for everything else (torch errors
-// included, their backtrace dropped).
-void run_training(const TrainOptions& options);
+// included, their backtrace dropped), OutputInUseError and CheckpointError (safety.h).
+// Returns 0 when the run is complete, or 128 + N when signal N (SIGINT/SIGTERM) stopped it after
+// its checkpoint was written (install_stop_signals() first, or signals keep their defaults).
+int run_training(const TrainOptions& options);
 
 }  // namespace train
 }  // namespace dscache

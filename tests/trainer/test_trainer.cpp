@@ -17,6 +17,7 @@
 #undef CHECK_NOTNULL
 #undef CHECK_FALSE
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -487,6 +489,8 @@ TEST_SUITE("unit") {
         {{"--train", "x", "--lazy-cache", "f.bin"}, "--image-size"},
         {{"--train", "x", "--lazy-cache", "f.bin", "--image-size", "8", "--channels", "2"},
          "--channels"},
+        {{"--train", "x", "--force"}, "--force"},
+        {{"--train", "x", "--output", "o", "--force", "--resume"}, "--force"},
     };
     for (const Row& r : rows) {
       CAPTURE(r.field);
@@ -1018,22 +1022,28 @@ TEST_SUITE("cli") {
     CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
   }
 
-  TEST_CASE("the launcher, sent SIGTERM: stops its ranks (it reaps them) and exits 128 + 15") {
+  // Waits until `path` holds at least `lines` lines (a running trainer's metrics.jsonl), at most
+  // `seconds`; false on timeout.
+  bool wait_for_lines(const std::string& path, size_t lines, double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (seconds_since(t0) < seconds) {
+      const std::string text = trainer_test::read_file(path);
+      if (static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // Since issue 11 the launcher forwards SIGTERM and the ranks stop at a step with a checkpoint
+  // (before: the ranks got SIGTERM and died where they were, leaving no checkpoint).
+  TEST_CASE("the launcher, sent SIGTERM: forwards it, the ranks checkpoint, it exits 128 + 15") {
     TempDir tmp;
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
     // 4000 samples: training runs well past the signal
     trainer_test::write_cache(train, trainer_test::synthetic(4000, 12, 12, 3, 4, 5));
     const int pid = trainer_test::spawn_process(
         dp_args(train, tmp.path() + "/out", {"--nproc-per-node", "2"}), {}, log);
-    // Signal once the ranks are training (the group formed), not after a fixed delay: on a
-    // loaded machine loading LibTorch alone can take longer than any delay, and a launcher
-    // signalled before it has ranks rightly just dies of the signal.
-    const auto t0 = std::chrono::steady_clock::now();
-    while (trainer_test::read_file(log).find("all-reduced per optimizer step") ==
-               std::string::npos &&
-           seconds_since(t0) < 120) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    CHECK(wait_for_lines(tmp.path() + "/out/metrics.jsonl", 2, 120));
     ::kill(pid, SIGTERM);
     const int st = trainer_test::wait_process(pid);
     const std::string text = trainer_test::read_file(log);
@@ -1041,6 +1051,11 @@ TEST_SUITE("cli") {
     REQUIRE(WIFEXITED(st));
     CHECK(WEXITSTATUS(st) == 128 + SIGTERM);
     CHECK(text.find("got signal 15") != std::string::npos);
+    CHECK(text.find("rank 0 of 2: stopped by SIGTERM at epoch") != std::string::npos);
+    CHECK(text.find("rank 1 of 2: stopped by SIGTERM at epoch") != std::string::npos);
+    CHECK(text.find("; checkpoint written to " + tmp.path() + "/out/checkpoint.pt") !=
+          std::string::npos);
+    CHECK(std::filesystem::exists(tmp.path() + "/out/checkpoint.pt"));
     CHECK_FALSE(std::filesystem::exists(tmp.path() + "/out/model.pt"));
   }
 
@@ -1164,6 +1179,486 @@ TEST_SUITE("cli") {
     CHECK(text.find("TORCHELASTIC_RESTART_COUNT=1: restarted by the launcher, resuming") !=
           std::string::npos);
     check_same_result(a_dir, b_dir, ModelKind::kCnn, 3, 4, 12, 12, 12 + 2);
+  }
+
+  // ---- hardening (issue 11): checkpoints, signals, the output lock, bad inputs ----
+
+  // Runs `argv` with at most `seconds`: the raw wait status, or -1 when it had to be killed.
+  int run_with_timeout(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const std::string& log, double seconds) {
+    const int pid = trainer_test::spawn_process(argv, env, log);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+      if (seconds_since(t0) > seconds) {
+        ::kill(pid, SIGKILL);
+        trainer_test::wait_process(pid);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // The exit code as a shell reports it (128 + N for a signal); -1 for a run that timed out.
+  int code_of(int status) {
+    if (status < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // The tiny fixture: 64 samples of 8x8x1, 4 classes, batch 16 → 4 optimizer steps per epoch.
+  std::vector<std::string> tiny_args(const std::string& train, const std::string& out,
+                                     std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {
+        train_exe(), "--train",  train, "--batch",       "16",          "--threads", "1", "--seed",
+        "1",         "--output", out,   "--no-progress", "--log-every", "1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  void write_bytes(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
+  // A finished reference run in WORK/ref and, in WORK/tmpl, the same run killed (SIGKILL) after
+  // step 6 of 8 with a checkpoint every step: checkpoint.pt holds step 6, checkpoint.prev.pt 5.
+  void interrupted_run(const std::string& work, const std::string& train) {
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    const std::string log = work + "/setup.txt";
+    const auto args = [&](const std::string& out) {
+      return tiny_args(train, out, {"--epochs", "2", "--checkpoint-every", "1"});
+    };
+    int st = trainer_test::run_process(args(work + "/ref"), {}, log);
+    INFO(trainer_test::read_file(log));
+    REQUIRE(code_of(st) == 0);
+    st = trainer_test::run_process(args(work + "/tmpl"), {"DSCACHE_TEST_KILL_AFTER_STEPS=6"}, log);
+    REQUIRE(code_of(st) == 128 + SIGKILL);
+    REQUIRE(std::filesystem::exists(work + "/tmpl/checkpoint.pt"));
+    REQUIRE(std::filesystem::exists(work + "/tmpl/checkpoint.prev.pt"));
+  }
+
+  // A fresh copy of WORK/tmpl in WORK/NAME.
+  std::string copy_of_template(const std::string& work, const std::string& name) {
+    const std::string dir = work + "/" + name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(work + "/tmpl", dir, std::filesystem::copy_options::recursive);
+    return dir;
+  }
+
+  TEST_CASE("checkpoint: 40 single-byte flips are each caught; resume falls back or refuses") {
+    TempDir tmp;
+    const std::string w = tmp.path(), train = w + "/train", log = w + "/log.txt";
+    interrupted_run(w, train);
+    const std::string good = trainer_test::read_file(w + "/tmpl/checkpoint.pt");
+    REQUIRE(good.size() > 1000);
+    const std::string want = trainer_test::read_file(w + "/ref/model.pt");
+    // Every field of the 32-byte header, then 27 positions evenly over the archive (the last
+    // byte included).
+    std::vector<size_t> positions = {0, 3, 7, 8, 11, 12, 15, 16, 19, 23, 24, 28, 31};
+    for (size_t i = 0; i < 27; ++i) positions.push_back(32 + (good.size() - 33) * i / 26);
+    REQUIRE(positions.size() >= 40);
+    int fell_back = 0;
+    for (size_t pos : positions) {
+      CAPTURE(pos);
+      const std::string dir = copy_of_template(w, "flip");
+      std::string bad = good;
+      bad[pos] = static_cast<char>(bad[pos] ^ 0xff);
+      write_bytes(dir + "/checkpoint.pt", bad);
+      std::filesystem::remove(log);
+      const int st =
+          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 120);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      REQUIRE(code_of(st) == 0);
+      CHECK(text.find(dir + "/checkpoint.pt: ") != std::string::npos);
+      CHECK(text.find("falling back to the older " + dir + "/checkpoint.prev.pt") !=
+            std::string::npos);
+      CHECK(trainer_test::read_file(dir + "/model.pt") == want);  // the uninterrupted weights
+      fell_back += text.find("falling back") != std::string::npos;
+    }
+    MESSAGE(fell_back << " of " << positions.size() << " flips fell back to checkpoint.prev.pt");
+    // Without the older checkpoint a flip is refused: exit 5, naming the file and the reason.
+    for (size_t pos :
+         {size_t{0}, size_t{20}, size_t{24}, size_t{40}, good.size() / 2, good.size() - 1}) {
+      CAPTURE(pos);
+      const std::string dir = copy_of_template(w, "flip");
+      std::filesystem::remove(dir + "/checkpoint.prev.pt");
+      std::string bad = good;
+      bad[pos] = static_cast<char>(bad[pos] ^ 0xff);
+      write_bytes(dir + "/checkpoint.pt", bad);
+      std::filesystem::remove(log);
+      const int st =
+          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 120);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      CHECK(code_of(st) == 5);
+      CHECK(text.find("no usable checkpoint in " + dir) != std::string::npos);
+      CHECK_FALSE(std::filesystem::exists(dir + "/model.pt"));
+    }
+  }
+
+  TEST_CASE(
+      "checkpoint: FIFO, directory, device, text, bare archive, truncated: refused or fall back") {
+    TempDir tmp;
+    const std::string w = tmp.path(), train = w + "/train", log = w + "/log.txt";
+    interrupted_run(w, train);
+    const std::string good = trainer_test::read_file(w + "/tmpl/checkpoint.pt");
+    struct Row {
+      std::string name;
+      std::function<void(const std::string&)> make;  // creates the bad checkpoint.pt
+      bool keep_previous;
+      int code;
+      std::string needle;
+    };
+    const auto fifo = [](const std::string& p) { REQUIRE(::mkfifo(p.c_str(), 0644) == 0); };
+    const std::vector<Row> rows = {
+        {"a FIFO", fifo, false, 5, "is a FIFO (named pipe), not a regular file"},
+        {"a FIFO, the older one intact", fifo, true, 0, "falling back to the older"},
+        {"a directory", [](const std::string& p) { std::filesystem::create_directory(p); }, false,
+         5, "is a directory, not a regular file"},
+        {"a link to /dev/zero",
+         [](const std::string& p) { std::filesystem::create_symlink("/dev/zero", p); }, false, 5,
+         "is a character device"},
+        {"text",
+         [](const std::string& p) { write_bytes(p, "this is not a checkpoint, only some text\n"); },
+         false, 5, "not a dscache-train checkpoint (no checkpoint header)"},
+        {"a bare LibTorch archive (format 1, no header)",
+         [&](const std::string& p) { std::filesystem::copy_file(w + "/ref/model.pt", p); }, false,
+         5, "a bare LibTorch archive"},
+        {"truncated",
+         [&](const std::string& p) { write_bytes(p, good.substr(0, good.size() / 2)); }, false, 5,
+         "(truncated or damaged)"},
+        {"empty", [](const std::string& p) { write_bytes(p, ""); }, false, 5,
+         "0 bytes, shorter than the header"},
+        {"missing, the older one intact", [](const std::string&) {}, true, 0,
+         "checkpoint.pt is missing; falling back to the older"},
+    };
+    for (const Row& r : rows) {
+      CAPTURE(r.name);
+      const std::string dir = copy_of_template(w, "bad");
+      std::filesystem::remove(dir + "/checkpoint.pt");
+      if (!r.keep_previous) std::filesystem::remove(dir + "/checkpoint.prev.pt");
+      r.make(dir + "/checkpoint.pt");
+      std::filesystem::remove(log);
+      const auto t0 = std::chrono::steady_clock::now();
+      const int st =
+          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 60);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      CHECK(code_of(st) == r.code);
+      CHECK(text.find(r.needle) != std::string::npos);
+      CHECK(seconds_since(t0) < 60);
+      if (r.code == 0) {
+        CHECK(trainer_test::read_file(dir + "/model.pt") ==
+              trainer_test::read_file(w + "/ref/model.pt"));
+      }
+    }
+  }
+
+  TEST_CASE("SIGTERM and SIGINT mid-epoch: checkpoint, exit 128 + N, --resume ends the same") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    const std::string ref = tmp.path() + "/ref";
+    REQUIRE(code_of(trainer_test::run_process(tiny_args(train, ref, {"--epochs", "2"}), {}, log)) ==
+            0);
+    for (int sig : {SIGTERM, SIGINT}) {
+      const std::string name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      CAPTURE(name);
+      const std::string out = tmp.path() + "/" + name;
+      std::filesystem::remove(log);
+      // The test hook raises the signal in the process after step 3 (of 4 in epoch 1).
+      int st = run_with_timeout(
+          tiny_args(train, out, {"--epochs", "2"}),
+          {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_SIGNAL=" + std::to_string(sig)},
+          log, 120);
+      std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      CHECK(code_of(st) == 128 + sig);
+      CHECK(text.find("got " + name + ": stopping after the current optimizer step") !=
+            std::string::npos);
+      CHECK(text.find("stopped by " + name + " at epoch 1 step 3; checkpoint written to " + out +
+                      "/checkpoint.pt; resume with --resume") != std::string::npos);
+      CHECK(std::filesystem::exists(out + "/checkpoint.pt"));
+      CHECK_FALSE(std::filesystem::exists(out + "/model.pt"));
+      std::filesystem::remove(log);
+      st = run_with_timeout(tiny_args(train, out, {"--epochs", "2", "--resume"}), {}, log, 120);
+      text = trainer_test::read_file(log);
+      REQUIRE(code_of(st) == 0);
+      CHECK(text.find("resuming from " + out +
+                      "/checkpoint.pt at a step of epoch 1/2, step 3 (48 samples seen)") !=
+            std::string::npos);
+      check_same_result(ref, out, ModelKind::kCnn, 1, 4, 8, 8, 8 + 2);
+    }
+  }
+
+  TEST_CASE("a second SIGTERM while stopping exits at once, without a checkpoint") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    const std::string out = tmp.path() + "/out";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    // The hook raises SIGTERM after step 2, then again 1.2 s later, before the loop could stop.
+    const int st = run_with_timeout(tiny_args(train, out, {"--epochs", "2"}),
+                                    {"DSCACHE_TEST_KILL_AFTER_STEPS=2",
+                                     "DSCACHE_TEST_KILL_SIGNAL=15", "DSCACHE_TEST_SIGNAL_TWICE=1"},
+                                    log, 120);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 128 + SIGTERM);
+    CHECK(text.find("second SIGTERM while stopping: exiting at once, without a checkpoint") !=
+          std::string::npos);
+    CHECK(text.find("stopped by SIGTERM at") == std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out + "/checkpoint.pt"));
+  }
+
+  // The stop line of rank R in `text`: "epoch E step S", or "" when missing.
+  std::string stop_point(const std::string& text, int rank) {
+    const std::string key = "rank " + std::to_string(rank) + " of 2: stopped by SIGTERM at ";
+    const size_t at = text.find(key);
+    if (at == std::string::npos) return "";
+    const size_t from = at + key.size();
+    return text.substr(from, text.find_first_of(";(\n", from) - from);
+  }
+
+  TEST_CASE(
+      "2 ranks: SIGTERM to one or to both stops both after the same step, with a checkpoint") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    // Rank 1 alone gets SIGTERM after step 3: the stop request travels with step 4's all-reduce.
+    auto st =
+        run_ranks(dp_args(train, tmp.path() + "/one", {"--dist-timeout", "20"}), 2, {0, 1}, log,
+                  {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_RANK=1",
+                   "DSCACHE_TEST_KILL_SIGNAL=15"});
+    std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st[0]) == 128 + SIGTERM);
+    CHECK(code_of(st[1]) == 128 + SIGTERM);
+    CHECK(stop_point(text, 0) == "epoch 1 step 4");
+    CHECK(stop_point(text, 1) == "epoch 1 step 4 ");
+    // Resumed, the pair ends as an uninterrupted pair does.
+    for (int s : run_ranks(dp_args(train, tmp.path() + "/one", {"--resume"}), 2, {0, 1}, log)) {
+      CHECK(code_of(s) == 0);
+    }
+    for (int s : run_ranks(dp_args(train, tmp.path() + "/ref"), 2, {0, 1}, log)) {
+      CHECK(code_of(s) == 0);
+    }
+    check_same_result(tmp.path() + "/ref", tmp.path() + "/one", ModelKind::kCnn, 3, 4, 12, 12,
+                      14 + 2);
+
+    // Both ranks sent SIGTERM from outside, mid-run.
+    const std::string big = tmp.path() + "/big", out = tmp.path() + "/both";
+    trainer_test::write_cache(big, trainer_test::synthetic(16000, 12, 12, 3, 4, 5));
+    std::filesystem::remove(log);
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          dp_args(big, out, {"--dist-timeout", "20"}),
+          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+          log));
+    }
+    CHECK(wait_for_lines(out + "/metrics.jsonl", 3, 120));
+    for (int pid : pids) ::kill(pid, SIGTERM);
+    std::vector<int> codes;
+    for (int pid : pids) codes.push_back(code_of(trainer_test::wait_process(pid)));
+    text = trainer_test::read_file(log);
+    CHECK(codes == std::vector<int>{128 + SIGTERM, 128 + SIGTERM});
+    const std::string p0 = stop_point(text, 0), p1 = stop_point(text, 1);
+    CHECK(!p0.empty());
+    CHECK(p0 + " " == p1);
+    CHECK(std::filesystem::exists(out + "/checkpoint.pt"));
+    CHECK_NOTHROW(read_metrics(out + "/metrics.jsonl"));
+  }
+
+  TEST_CASE("two trainers on one --output: the second refuses at once (exit 4), naming the first") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", out = tmp.path() + "/out";
+    const std::string log_a = tmp.path() + "/a.txt", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(16000, 12, 12, 3, 4, 5));
+    const auto args = [&](std::vector<std::string> extra) {
+      std::vector<std::string> a = {train_exe(), "--train",     train, "--batch",
+                                    "8",         "--threads",   "1",   "--output",
+                                    out,         "--log-every", "1",   "--no-progress"};
+      a.insert(a.end(), extra.begin(), extra.end());
+      return a;
+    };
+    const int first = trainer_test::spawn_process(args({}), {}, log_a);
+    REQUIRE(wait_for_lines(out + "/metrics.jsonl", 1, 120));
+    for (const auto& extra : {std::vector<std::string>{}, std::vector<std::string>{"--resume"},
+                              std::vector<std::string>{"--force"}}) {
+      std::filesystem::remove(log);
+      const auto t0 = std::chrono::steady_clock::now();
+      const int st = run_with_timeout(args(extra), {}, log, 60);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(text);
+      CHECK(code_of(st) == 4);
+      CHECK(text.find("--output " + out + " is in use by another dscache-train (pid " +
+                      std::to_string(first) + " on host ") != std::string::npos);
+      CHECK(seconds_since(t0) < 30);
+    }
+    ::kill(first, SIGTERM);
+    CHECK(code_of(trainer_test::wait_process(first)) == 128 + SIGTERM);
+    const auto lines = read_metrics(out + "/metrics.jsonl");  // every line whole: one writer
+    for (size_t i = 1; i < lines.size(); ++i) CHECK(lines[i]["step"] > lines[i - 1]["step"]);
+    // The kernel released the lock with the process: a resume takes it.
+    std::filesystem::remove(log);
+    const int st = run_with_timeout(args({"--resume", "--max-steps", "1"}), {}, log, 120);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 0);
+    CHECK(text.find("take effect from now: --max-steps 1 (checkpoint: 0)") != std::string::npos);
+  }
+
+  TEST_CASE(
+      "an --output holding a run is refused without --resume or --force; --force starts over") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", out = tmp.path() + "/out";
+    const std::string log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    REQUIRE(code_of(trainer_test::run_process(tiny_args(train, out), {}, log)) == 0);
+    const std::string model = trainer_test::read_file(out + "/model.pt");
+    const std::string metrics = trainer_test::read_file(out + "/metrics.jsonl");
+    std::filesystem::remove(log);
+    int st = run_with_timeout(tiny_args(train, out, {"--lr", "0.2"}), {}, log, 60);
+    std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 4);
+    CHECK(text.find("--output " + out + " holds a run (checkpoint.pt, metrics.jsonl, model.pt); " +
+                    "add --resume to continue it, or --force to start over") != std::string::npos);
+    CHECK(trainer_test::read_file(out + "/model.pt") == model);  // untouched
+    CHECK(trainer_test::read_file(out + "/metrics.jsonl") == metrics);
+    std::filesystem::remove(log);
+    st = run_with_timeout(tiny_args(train, out, {"--lr", "0.2", "--force"}), {}, log, 120);
+    text = trainer_test::read_file(log);
+    CHECK(code_of(st) == 0);
+    CHECK(text.find("--force: removed the previous run's checkpoint.pt, metrics.jsonl, model.pt") !=
+          std::string::npos);
+    CHECK(read_metrics(out + "/metrics.jsonl").size() == 4 + 1);  // a new log, not appended
+    CHECK(trainer_test::read_file(out + "/model.pt") != model);
+    // A metrics log alone is a run too.
+    for (const char* name : {"checkpoint.pt", "model.pt"})
+      std::filesystem::remove(out + "/" + name);
+    CHECK(code_of(run_with_timeout(tiny_args(train, out), {}, log, 60)) == 4);
+  }
+
+  TEST_CASE("--resume says where it resumes, refuses meaning changes and names the rest") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", out = tmp.path() + "/out";
+    const std::string log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    REQUIRE(code_of(trainer_test::run_process(tiny_args(train, out), {}, log)) == 0);
+    std::filesystem::remove(log);
+    auto changed = tiny_args(
+        train, out, {"--resume", "--normalize", "half", "--model", "resnet18", "--lr", "0.1"});
+    // tiny_args gives --batch 16 and --seed 1: change their values
+    *(std::find(changed.begin(), changed.end(), "--batch") + 1) = "8";
+    *(std::find(changed.begin(), changed.end(), "--seed") + 1) = "9";
+    int st = run_with_timeout(changed, {}, log, 120);
+    std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 2);
+    for (const char* needle :
+         {"was made with other settings that change the run's meaning: ",
+          "--model cnn (this run: resnet18)", "--batch 16 (this run: 8)", "--seed 1 (this run: 9)",
+          "--normalize dataset (this run: half)", "or --force to start over"}) {
+      CHECK(text.find(needle) != std::string::npos);
+    }
+    std::filesystem::remove(log);
+    st = run_with_timeout(tiny_args(train, out,
+                                    {"--resume", "--epochs", "2", "--lr", "0.1", "--precision",
+                                     "bf16", "--schedule", "cosine", "--clip-grad", "1"}),
+                          {}, log, 120);
+    text = trainer_test::read_file(log);
+    CHECK(code_of(st) == 0);
+    for (const char* needle :
+         {"at the end of epoch 1/2, step 4 (64 samples seen)",
+          "options that differ from the checkpoint's take effect from now: ",
+          "--lr 0.1 (checkpoint: 0.05)", "--schedule cosine (checkpoint: constant)",
+          "--clip-grad 1 (checkpoint: 0)", "--epochs 2 (checkpoint: 1)",
+          "--precision bf16 (checkpoint: fp32)"}) {
+      CHECK(text.find(needle) != std::string::npos);
+    }
+    CHECK(text.find("--batch") == std::string::npos);  // what did not change is not named
+    CHECK(read_metrics(out + "/metrics.jsonl").size() == 2 * (4 + 1));
+  }
+
+  TEST_CASE("bad trainer inputs: each exits with its code, naming the path or option and why") {
+    TempDir tmp;
+    const std::string t = tmp.path(), good = t + "/good", log = t + "/log.txt";
+    trainer_test::write_cache(good, trainer_test::synthetic(40, 8, 8, 1, 4, 3));
+    trainer_test::write_cache(t + "/noshard", trainer_test::synthetic(40, 8, 8, 1, 4, 3));
+    std::filesystem::remove(t + "/noshard/images-00000.npy");
+    std::filesystem::create_directories(t + "/empty");
+    std::filesystem::create_directories(t + "/fifoman");
+    REQUIRE(::mkfifo((t + "/fifoman/manifest.json").c_str(), 0644) == 0);
+    REQUIRE(::mkfifo((t + "/fifo").c_str(), 0644) == 0);
+    write_bytes(t + "/file", "x");
+    std::filesystem::create_directories(t + "/fifometrics");
+    REQUIRE(::mkfifo((t + "/fifometrics/metrics.jsonl").c_str(), 0644) == 0);
+    std::filesystem::create_directories(t + "/imgs/a");
+    struct Row {
+      std::vector<std::string> args;
+      int code;
+      std::string needle;
+    };
+    const std::vector<Row> rows = {
+        {{"--train", t + "/nope"}, 1, "/nope: --train: no such directory"},
+        {{"--train", t + "/file"}, 1, "is a regular file, not a cache directory"},
+        {{"--train", t + "/fifo"}, 1, "is a FIFO (named pipe), not a cache directory"},
+        {{"--train", "/dev/null"}, 1, "is a character device, not a cache directory"},
+        {{"--train", t + "/empty"}, 1, "--train manifest: no such file"},
+        {{"--train", t + "/fifoman"}, 1, "manifest.json: --train manifest: is a FIFO"},
+        {{"--train", t + "/noshard"}, 1, "images-00000.npy"},
+        {{"--train", good, "--val", t + "/fifo"}, 1, "--val: is a FIFO"},
+        {{"--train", t + "/imgs", "--lazy-cache", "/dev/zero", "--image-size", "8"},
+         1,
+         "--lazy-cache: is a character device, not a regular file"},
+        {{"--train", good, "--output", t + "/file"},
+         2,
+         "--output: " + t + "/file is a regular file"},
+        {{"--train", good, "--output", t + "/fifometrics", "--resume"},
+         1,
+         "metrics log: is a FIFO"},
+        {{"--train", good, "--batch", "-3"}, 2, "--batch: '-3' is not a non-negative integer"},
+        {{"--train", good, "--epochs", "many"}, 2, "--epochs"},
+        {{"--train", good, "--lr", "nan"}, 2, "--lr"},
+        {{"--train", good, "--dist-timeout", "0"}, 2, "--dist-timeout"},
+        {{"--train", good, "--shuffle", "windowed", "--window-bytes", "12Q"}, 2, "--window-bytes"},
+        {{"--train", good, "--force"}, 2, "--force: needs --output"},
+        {{"--train", good, "--output", t + "/o", "--force", "--resume"},
+         2,
+         "--force: and --resume"},
+    };
+    for (const Row& r : rows) {
+      std::vector<std::string> argv = {train_exe(), "--no-progress", "--threads", "1"};
+      argv.insert(argv.end(), r.args.begin(), r.args.end());
+      std::filesystem::remove(log);
+      const int st = run_with_timeout(argv, {}, log, 60);
+      const std::string text = trainer_test::read_file(log);
+      CAPTURE(r.args.back());
+      CAPTURE(text);
+      CHECK(code_of(st) == r.code);
+      CHECK(text.find(r.needle) != std::string::npos);
+      CHECK(text.find("dscache-train: ") == 0);  // our words first, not LibTorch's or std's
+    }
+  }
+
+  TEST_CASE("a file-size limit (ulimit -f) is a write error naming the file, not a SIGXFSZ death") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    // 64 blocks (32 KiB in dash, 64 KiB in bash): the metrics fit, the checkpoint (~400 KB) not.
+    std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -f 64 && exec \"$0\" \"$@\""};
+    const auto args = tiny_args(train, tmp.path() + "/out");
+    argv.insert(argv.end(), args.begin(), args.end());
+    const int st = run_with_timeout(argv, {}, log, 120);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 1);
+    CHECK(text.find("checkpoint.pt") != std::string::npos);
+    CHECK(text.find("File too large") != std::string::npos);
   }
 
   // Debian 12's torchrun (python3-torch 1.13 on Python 3.11) needs PET_REDIRECTS/PET_TEE set to
