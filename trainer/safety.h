@@ -58,8 +58,10 @@ class Fd {
   int fd_ = -1;
 };
 
-// TRAINER-LOCAL helper, to be unified at merge with libcache's public regular-file open (being
-// added on another branch): opens `path` with `flags` (O_RDONLY, or O_WRONLY|O_CREAT...) plus
+// The trainer's regular-file open. libcache's dscache::File (dscache/file.h) is read-only and
+// speaks for cache files (Corruption); the trainer also opens files to write (metrics, the lock)
+// and names the option the path came from, so it keeps this one: opens `path` with `flags`
+// (O_RDONLY, or O_WRONLY|O_CREAT...) plus
 // O_NONBLOCK, O_NOCTTY and O_CLOEXEC, so that a FIFO or a device cannot block the open, checks
 // with fstat that it is a regular file, then clears O_NONBLOCK. `what` names the file for the
 // user ("checkpoint", "--lazy-cache"). Throws dscache::Error: kNotFound when missing,
