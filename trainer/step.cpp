@@ -4,11 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 namespace dscache {
 namespace train {
 
 AmpConfig amp_config(Precision precision, DeviceKind device) {
+  if (precision == Precision::kAuto) {
+    throw std::logic_error("amp_config: --precision auto must be resolved first (precision.h)");
+  }
   AmpConfig a;
   a.device = device == DeviceKind::kCuda ? torch::kCUDA : torch::kCPU;
   a.autocast = precision != Precision::kFp32;

@@ -28,6 +28,7 @@
 #include "grad_sync.h"
 #include "metrics.h"
 #include "models.h"
+#include "precision.h"
 #include "safety.h"
 #include "step.h"
 #include "train.h"
@@ -51,6 +52,8 @@ class Run {
 
  private:
   void build_model();
+  // --precision auto becomes what this device runs natively (precision.h); said once.
+  void resolve_precision();
   // Rank 0 takes --output (creates it, locks it, refuses or clears a run there); every rank
   // learns the verdict, so all fail together with rank 0's exit code.
   void claim_output();
@@ -119,6 +122,21 @@ void Run::build_model() {
                        (o_.loss_scaling == LossScaling::kAuto && o_.precision == Precision::kFp16);
   if (scaling) scaler_.emplace();
   amp_ = amp_config(o_.precision, o_.device);
+}
+
+void Run::resolve_precision() {
+  const int cuda_major = o_.device == DeviceKind::kCuda ? cuda_compute_major(device_.index()) : -1;
+  const CpuBf16 cpu = detect_cpu_bf16();
+  const PrecisionChoice ch = choose_precision(o_.precision, o_.device, cpu, cuda_major);
+  o_.precision = ch.precision;
+  // oneDNN capped below bf16 (ONEDNN_MAX_CPU_ISA) cannot create bf16 primitives, though LibTorch
+  // still routes bf16 to it on an AVX-512 CPU: an explicit bf16 then takes ATen's kernels.
+  if (o_.precision == Precision::kBf16 && o_.device == DeviceKind::kCpu && !cpu.cap_allows_bf16) {
+    at::globalContext().setUserEnabledMkldnn(false);
+  }
+  if (!main_rank_) return;  // every rank decides alike; one says so
+  if (!ch.reason.empty()) std::fprintf(stderr, "dscache-train: %s\n", ch.reason.c_str());
+  if (!ch.warning.empty()) std::fprintf(stderr, "dscache-train: warning: %s\n", ch.warning.c_str());
 }
 
 void Run::write_checkpoint() {
@@ -225,6 +243,7 @@ int Run::go() {
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
+  resolve_precision();
   comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
   claim_output();  // before anything slow: a second trainer on this output fails at once
   ProgressLine progress(o_.progress && main_rank_, o_.epochs);
@@ -258,6 +277,9 @@ int Run::go() {
                      static_cast<unsigned long long>(st_.position.epoch + 1), o_.epochs,
                      static_cast<unsigned long long>(st_.global_step),
                      static_cast<unsigned long long>(st_.samples_seen));
+        if (!r.data_note.empty()) {
+          std::fprintf(stderr, "dscache-train: warning: %s\n", r.data_note.c_str());
+        }
         if (!r.adjusted.empty()) {
           std::string list;
           for (const auto& a : r.adjusted) list += (list.empty() ? "" : ", ") + a;

@@ -1,4 +1,5 @@
 // Fixtures for the trainer tests (no LibTorch here: this file compiles fast).
+#include <algorithm>
 #include "fixtures.h"
 
 #include <arpa/inet.h>
@@ -192,8 +193,22 @@ int free_port() {
 
 int spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                   const std::string& log_path) {
+  // dscache-train's default precision is auto: bf16 on a CPU with native bf16, fp32 elsewhere.
+  // The tests pin fp32 unless they name a precision, so what they compare (weights bit for bit,
+  // K x b against K*b) means the same on every x86-64 CPU.
+  std::vector<std::string> full = argv;
+  const bool trainer = std::any_of(full.begin(), full.end(), [](const std::string& a) {
+    return a.size() >= 13 && a.compare(a.size() - 13, 13, "dscache-train") == 0;
+  });
+  const bool named = std::any_of(full.begin(), full.end(), [](const std::string& a) {
+    return a.rfind("--precision", 0) == 0;
+  });
+  if (trainer && !named) {
+    full.emplace_back("--precision");
+    full.emplace_back("fp32");
+  }
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : full) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<std::string> env_store(extra_env);
   for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
