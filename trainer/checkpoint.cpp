@@ -144,6 +144,8 @@ RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
       {"sync-bn", o.sync_bn ? "on" : "off"},
       {"val", o.val.empty() ? "(none)" : o.val},
   };
+  s.data = m.identity;
+  s.allow_data_change = o.allow_data_change;
   return s;
 }
 
@@ -154,6 +156,8 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   write_i(a, "format", kArchiveFormat);
   for (const auto& [k, v] : settings.fixed) a.write("cfg/" + k, c10::IValue(v));
   for (const auto& [k, v] : settings.adjustable) a.write("now/" + k, c10::IValue(v));
+  a.write("data/recipe", c10::IValue(settings.data.recipe));
+  a.write("data/content", c10::IValue(settings.data.content));
   torch::serialize::OutputArchive model_a, opt_a;
   p.model.save(model_a);
   p.optimizer.save(opt_a);
@@ -251,7 +255,8 @@ namespace {
 
 // Restores `p` from a verified payload. Throws UsageError for other fixed settings.
 void restore(const std::string& payload, const std::string& path, const RunSettings& settings,
-             torch::Device device, const CheckpointParts& p, std::vector<std::string>* adjusted) {
+             torch::Device device, const CheckpointParts& p, std::vector<std::string>* adjusted,
+             std::string* data_note) {
   torch::serialize::InputArchive a;
   std::istringstream in(payload);
   a.load_from(in, device);
@@ -269,6 +274,30 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
     throw UsageError("--resume: " + path +
                      " was made with other settings that change the run's meaning: " + refused +
                      "; give the checkpoint's values to continue it, or --force to start over");
+  }
+  // The data: the same bytes (content digest) or, with --allow-data-change, said so. Checkpoints
+  // from before the record are resumed with a note (nothing to compare).
+  data_note->clear();
+  c10::IValue saved_content, saved_recipe;
+  if (!a.try_read("data/content", saved_content) || !a.try_read("data/recipe", saved_recipe)) {
+    *data_note = path + " does not record which data it was made on (an older dscache-train): "
+                 "cannot check that --train holds the same samples";
+  } else if (saved_content.toStringRef() != settings.data.content) {
+    std::string what = "content digest " + saved_content.toStringRef() +
+                       " (this run: " + settings.data.content + ")";
+    if (saved_recipe.toStringRef() != settings.data.recipe) {
+      what = "recipe \"" + saved_recipe.toStringRef() + "\" (this run: \"" +
+             settings.data.recipe + "\"), " + what;
+    } else {
+      what += ", the same recipe (\"" + settings.data.recipe + "\")";
+    }
+    if (!settings.allow_data_change) {
+      throw UsageError("--resume: " + path +
+                       " was made on other training data: " + what +
+                       "; point --train at the cache it was made on, pass --allow-data-change to "
+                       "continue on this data anyway, or --force to start over");
+    }
+    *data_note = "--allow-data-change: continuing " + path + " on other training data: " + what;
   }
   adjusted->clear();
   for (const auto& [k, v] : settings.adjustable) {
@@ -339,7 +368,8 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
     }
     r.found = true;
     try {
-      restore(verified_checkpoint_payload(path), path, settings, device, p, &r.adjusted);
+      restore(verified_checkpoint_payload(path), path, settings, device, p, &r.adjusted,
+              &r.data_note);
       r.path = path;
       if (i == 1) {
         r.fallback = problems.front();

@@ -44,6 +44,11 @@ using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 struct RunSettings {
   Fingerprint fixed;
   Fingerprint adjustable;
+  // The training data's identity (DataIdentity): a checkpoint made on other samples (content
+  // digest differs) is refused unless allow_data_change, since its Loader position, weights and
+  // normalization would silently continue on different data.
+  DataIdentity data;
+  bool allow_data_change = false;
 };
 // `sampler` is the training Loader's, resolved (Loader::sampler_options()): a windowed order
 // depends on its block and window, which an auto-sized window takes from free memory.
@@ -77,6 +82,8 @@ struct LoadResult {
   std::string fallback;      // non-empty when checkpoint.pt was unusable: why, in words
   bool current_bad = false;  // checkpoint.pt exists but is unusable: do not keep it as previous
   std::vector<std::string> adjusted;  // "--lr 0.1 (checkpoint: 0.05)" for each adjustable change
+  std::string data_note;  // non-empty: the data changed (allowed) or the checkpoint predates the
+                          // record of its data; one line saying which
 };
 
 // Restores `parts` and the CPU generator from DIR/checkpoint.pt, or from checkpoint.prev.pt when

@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cstdio>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include "dscache/cache.h"
+#include "dscache/checksum.h"
+#include "dscache/manifest.h"
 #include "lazy_source.h"
 #include "safety.h"
 
@@ -19,6 +23,23 @@ namespace {
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// A built cache's samples: every byte (the shards, labels and per-sample checksums as the
+// manifest records their XXH64s) and the recipe that made them.
+DataIdentity cache_identity(const Manifest& m) {
+  std::vector<uint64_t> words = {m.count, m.labels.xxh64, m.checksums.xxh64, m.index.xxh64};
+  for (const ShardEntry& s : m.shards) words.insert(words.end(), {s.first, s.count, s.xxh64});
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(xxh64(words.data(), words.size() * 8)));
+  const BuildRecipe& r = m.recipe;
+  std::string recipe = std::string(to_string(m.codec)) + " " + to_string(m.storage) + " " +
+                       to_string(m.layout) + ", " + std::to_string(m.count) + " samples";
+  if (r.quality) recipe += ", quality " + std::to_string(r.quality);
+  recipe += r.shuffled ? ", shuffle seed " + std::to_string(r.shuffle_seed) : ", source order";
+  recipe += ", from " + m.source.kind + " " + m.source.root;
+  return {recipe, hex};
 }
 
 // A built cache, or (with a lazy-cache file) an image folder or list decoded on first use.
@@ -40,7 +61,7 @@ LazySource open_source(const std::string& option, const std::string& path,
   // TRAINER-LOCAL pre-check until libcache opens its own files this way (another branch).
   trainer_open_regular_file(path + "/manifest.json", O_RDONLY, option + " manifest");
   auto cache = Cache::open(path);
-  return {cache, cache->manifest().classes};
+  return {cache, cache->manifest().classes, cache_identity(cache->manifest())};
 }
 
 }  // namespace
@@ -90,6 +111,7 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   LazySource train = open_source("--train", o.train, o.lazy_cache, "--lazy-cache", o);
   d.train = train.source;
   d.info.classes = train.classes;
+  d.info.identity = train.identity;
   d.info.count = d.train->size();
   d.info.layout = d.train->layout();
   d.info.height = d.train->shape().height;

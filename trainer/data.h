@@ -9,6 +9,7 @@
 
 #include "dscache/loader.h"
 #include "dscache/sample_source.h"
+#include "lazy_source.h"
 #include "options.h"
 
 namespace dscache {
@@ -31,6 +32,9 @@ struct DataInfo {
   Layout layout = Layout::kFixed;
   uint32_t height = 0, width = 0, channels = 0;  // height/width 0 for ragged
   std::vector<std::string> classes;
+  // What identifies the samples, so --resume can refuse another cache with the same count and
+  // shape (lazy_source.h: DataIdentity).
+  DataIdentity identity;
 };
 
 // Owns the sources and their Loaders (which share the sources); members are destroyed Loaders

@@ -4,6 +4,7 @@
 #include "dscache/error.h"
 
 #ifdef DSCACHE_TRAIN_HAVE_LAZY
+#include <cstdio>
 #include <vector>
 
 #include "dscache/checksum.h"
@@ -61,6 +62,13 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
       LazyCache::open(o.cache_file, listing->entries.size(),
                       SampleShape{o.size, o.size, o.channels}, std::move(labels), decode, lo);
   s.classes = listing->classes;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(lo.source_digest));
+  s.identity.content = hex;
+  s.identity.recipe = "lazy " + listing->kind + " " + o.source + ", " +
+                      std::to_string(listing->entries.size()) + " entries, " +
+                      std::to_string(o.size) + "x" + std::to_string(o.size) + "x" +
+                      std::to_string(o.channels) + " crop";
   return s;
 }
 

@@ -19,9 +19,20 @@ struct LazySourceOptions {
   uint32_t channels = 3;   // 3 (RGB) or 1 (grey)
 };
 
+// What identifies a training set's samples (their bytes, order and labels), recorded in
+// checkpoints. `recipe` is readable (how the samples were made, from what); `content` is a digest
+// of the bytes themselves: a built cache's per-shard, label and checksum-file XXH64s (so any
+// rebuild from other images, in another order, codec or quality differs), a lazy source's
+// listing digest (every file's path, size and mtime) with the decode recipe.
+struct DataIdentity {
+  std::string recipe;
+  std::string content;  // 16 hex digits
+};
+
 struct LazySource {
   std::shared_ptr<const SampleSource> source;  // a LazyCache
   std::vector<std::string> classes;            // label i names classes[i]
+  DataIdentity identity;
 };
 
 // True when this build can decode images (OpenCV) for --lazy-cache.

@@ -19,6 +19,8 @@ const char* to_string(Precision v) {
       return "fp32";
     case Precision::kBf16:
       return "bf16";
+    case Precision::kAuto:
+      return "auto";
     case Precision::kFp16:
       return "fp16";
   }
@@ -74,7 +76,7 @@ uint64_t parse_byte_count(const std::string& option, const std::string& text) {
 TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
                            std::string* help_text) {
   TrainOptions o;
-  std::string model = "cnn", precision = "fp32", optimizer = "sgd", schedule = "constant",
+  std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
               window_bytes;
   po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
@@ -89,7 +91,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("batch", po::value(&o.batch), "micro-batch size (default 64)")
     ("accum-steps", po::value(&o.accum_steps), "micro-batches per optimizer step (default 1)")
     ("effective-batch", po::value(&o.effective_batch), "samples per optimizer step; sets --accum-steps")
-    ("precision", po::value(&precision), "fp32 | bf16 | fp16 (fp16: CUDA only)")
+    ("precision", po::value(&precision), "auto | fp32 | bf16 | fp16 (default auto: bf16 where the CPU/GPU has it natively, fp16 on older GPUs, else fp32; fp16: CUDA only)")
     ("loss-scaling", po::value(&loss_scaling), "auto | on | off: dynamic loss scaling (auto: fp16)")
     ("optimizer", po::value(&optimizer), "sgd | adamw (default sgd)")
     ("lr", po::value(&o.lr), "peak learning rate (default 0.05 sgd, 1e-3 adamw)")
@@ -115,6 +117,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
     ("output", po::value(&o.output), "directory for metrics.jsonl, checkpoint.pt, model.pt (one trainer at a time: dscache-train.lock)")
     ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt (or the older checkpoint.prev.pt when it does not verify)")
+    ("allow-data-change", po::bool_switch(&o.allow_data_change), "with --resume: continue even though --train holds other samples than the checkpoint was made on (refused without it)")
     ("force", po::bool_switch(&o.force), "start over in an --output that holds a run (removes its checkpoints, metrics and model)")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
@@ -176,7 +179,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
                             {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});
   o.precision = pick<Precision>(
       "precision", precision,
-      {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}});
+      {{"auto", Precision::kAuto},
+       {"fp32", Precision::kFp32},
+       {"bf16", Precision::kBf16},
+       {"fp16", Precision::kFp16}});
   o.loss_scaling = pick<LossScaling>(
       "loss-scaling", loss_scaling,
       {{"auto", LossScaling::kAuto}, {"on", LossScaling::kOn}, {"off", LossScaling::kOff}});
@@ -225,6 +231,8 @@ void resolve_and_validate(TrainOptions* options) {
   if (!std::isfinite(o.bucket_mb) || o.bucket_mb < 0) bad("bucket-mb", "must be >= 0");
   if (o.workers == 0) bad("workers", "must be >= 1");
   if (o.prefetch == 0) bad("prefetch", "must be >= 1");
+  // Each slot holds a whole batch; past a few dozen nothing is gained and memory runs out.
+  if (o.prefetch > 1024) bad("prefetch", "at most 1024 batches ahead");
   if (o.precision == Precision::kFp16 && o.device == DeviceKind::kCpu) {
     bad("precision", "fp16 needs --device cuda (LibTorch 1.13 autocasts to bf16 only on CPU)");
   }
@@ -243,6 +251,7 @@ void resolve_and_validate(TrainOptions* options) {
   if (o.channels != 1 && o.channels != 3) bad("channels", "must be 1 or 3");
   if (o.resume && o.output.empty()) bad("resume", "needs --output (where checkpoint.pt lives)");
   if (o.force && o.output.empty()) bad("force", "needs --output (the run to start over)");
+  if (o.allow_data_change && !o.resume) bad("allow-data-change", "needs --resume");
   if (o.force && o.resume) bad("force", "and --resume: give one (continue the run, or start over)");
   if (o.dist_timeout == 0) bad("dist-timeout", "must be >= 1 (seconds)");
   if (o.nproc_per_node > 1024) bad("nproc-per-node", "must be at most 1024");

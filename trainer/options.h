@@ -10,7 +10,7 @@ namespace dscache {
 namespace train {
 
 enum class ModelKind { kCnn, kResnet18 };
-enum class Precision { kFp32, kBf16, kFp16 };
+enum class Precision { kFp32, kBf16, kFp16, kAuto };  // kAuto: precision.h decides
 enum class OptimizerKind { kSgd, kAdamW };
 enum class ScheduleKind { kConstant, kCosine, kStep };
 enum class DeviceKind { kCpu, kCuda };
@@ -37,7 +37,8 @@ struct TrainOptions {
   uint32_t batch = 64;                // micro-batch: samples per forward/backward; default 64
   uint32_t accum_steps = 1;           // micro-batches per optimizer step (K); default 1
   uint64_t effective_batch = 0;       // if > 0: accum_steps = effective_batch / batch (must divide)
-  Precision precision = Precision::kFp32;  // forward+loss precision under autocast; default fp32
+  Precision precision = Precision::kAuto;  // forward+loss precision under autocast; default auto:
+                                           // bf16 where native, else fp32 (precision.h)
   LossScaling loss_scaling = LossScaling::kAuto;  // dynamic loss scaling; auto = fp16 only
   OptimizerKind optimizer = OptimizerKind::kSgd;  // default sgd
   double lr = -1;            // peak learning rate; < 0 = 0.05 for sgd, 1e-3 for adamw
@@ -66,6 +67,8 @@ struct TrainOptions {
   uint32_t channels = 3;       // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
   std::string output;          // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
   bool resume = false;         // continue from OUTPUT/checkpoint.pt if it exists
+  bool allow_data_change = false;  // --resume onto a --train whose samples differ from the
+                                   // checkpoint's (refused without it, exit 2)
   bool force = false;       // start over in an --output that holds a run (its checkpoints, metrics
                             // and model are removed); without it, or --resume, such an output is
                             // refused (exit 4)
