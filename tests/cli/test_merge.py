@@ -259,6 +259,57 @@ def case_part_auto(tmp):
         check(not (tmp / "bad").exists(), f"{args}: output created")
 
 
+def case_part_auto_step(tmp):
+    """Slurm `--array=0-10:2` (ids 0, 2, ..., 10; COUNT 6, MIN 0, MAX 10, STEP 2, as Slurm sets
+    them) builds parts 0..5 of 6 and merges to the single build; ids off the step and arrays
+    that are not a range are refused. Negative or too large counts are usage errors (exit 2)
+    naming the option, on the Kubernetes path as on the others."""
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--quiet"]
+    (tmp / "p").mkdir()
+    slurm = {"SLURM_ARRAY_TASK_COUNT": "6", "SLURM_ARRAY_TASK_MIN": "0",
+             "SLURM_ARRAY_TASK_MAX": "10", "SLURM_ARRAY_TASK_STEP": "2"}
+    for task in range(0, 11, 2):
+        env = dict(slurm, SLURM_ARRAY_TASK_ID=str(task))
+        p = build(src, tmp / "p" / f"s{task}", *opts, "--part", "auto", env_extra=env)
+        check(f"part {task // 2} of 6" in p.stderr and "SLURM_ARRAY_TASK_STEP=2" in p.stderr,
+              f"slurm id {task}: stderr {p.stderr!r}")
+    run(["merge"] + [tmp / "p" / f"s{t}" for t in range(0, 11, 2)] + [tmp / "ms"])
+    build(src, tmp / "single", *opts)
+    compare_merged(tmp / "ms", tmp / "single", "slurm step 2")
+    bad = [
+        (["--part", "auto"], dict(slurm, SLURM_ARRAY_TASK_ID="3"), r"not MIN \+ k \* STEP"),
+        # --array=1,3,7: COUNT 3, MIN 1, MAX 7, whatever STEP Slurm reports
+        (["--part", "auto"], {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "3",
+                              "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7",
+                              "SLURM_ARRAY_TASK_STEP": "1"}, r"not the range"),
+        (["--part", "auto"], dict(slurm, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_STEP="0"),
+         r"step must be at least 1"),
+        (["--part", "auto", "--parts", "-1"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts '-1': expected a non-negative integer"),
+        (["--part", "auto", "--parts=-1"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts '-1': expected a non-negative integer"),
+        (["--part", "auto", "--parts", "2000000"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts 2000000: expected an integer 1..1000000"),
+        (["--channels", "-1"], {}, r"--channels '-1'"),
+        (["--max-pixels", "-5"], {}, r"--max-pixels '-5'"),
+        (["--layout", "ragged", "--max-side", "-1"], {}, r"--max-side '-1'"),
+    ]
+    for args, env, pattern in bad:
+        if "--size" in args or "--layout" in args:
+            base = ["--quiet"]
+        else:
+            base = opts
+        p = build(src, tmp / "bad", *base, *args, expect_rc=2, env_extra=env)
+        check(re.search(pattern, p.stderr), f"{args} {env}: stderr {p.stderr!r} lacks {pattern}")
+        check(not (tmp / "bad").exists(), f"{args}: output created")
+    run(["build"], expect_rc=2)
+    # The commands that take one CACHE (inspect, verify, bench) parse the same way.
+    p = run(["bench", tmp / "single", "--batch", "-1"], expect_rc=2)
+    check("--batch '-1'" in p.stderr, f"bench --batch -1: {p.stderr!r}")
+
+
 def case_merge_resume_hardlinks(tmp):
     src = tmp / "src"
     make_source(src)
@@ -365,6 +416,7 @@ CASES = {
     "merge_jpeg": case_merge_jpeg,
     "merge_refusals": case_merge_refusals,
     "part_auto": case_part_auto,
+    "part_auto_step": case_part_auto_step,
     "merge_resume_hardlinks": case_merge_resume_hardlinks,
     "doc_examples": case_doc_examples,
 }
