@@ -190,11 +190,15 @@ BuildSummary run_build(const BuildOptions& opt) {
     std::fprintf(stderr, "... and %llu more skipped; all are listed in skipped.jsonl\n",
                  static_cast<unsigned long long>(writer.skipped() - skips_printed));
   }
-  if (writer.count() == 0) {
+  // A part may hold no sample (every entry of its range skipped, or an empty range when N
+  // exceeds the listing): it records its skips and merges like any part. A whole build with no
+  // sample is refused.
+  if (writer.count() == 0 && !partitioned) {
     remove_tree(partial);
-    throw Error(
-        ErrorKind::kInvalidArgument, src.root,
-        "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
+    throw Error(ErrorKind::kInvalidArgument, src.root,
+                n == 0 ? std::string("no sample could be decoded: the source lists no entries")
+                       : "no sample could be decoded: all " + std::to_string(writer.skipped()) +
+                             " of " + std::to_string(n) + " entries were skipped");
   }
 
   PartRecord part{opt.part_index, opt.part_count, first, end - first};

@@ -310,6 +310,48 @@ def case_part_auto_step(tmp):
     check("--batch '-1'" in p.stderr, f"bench --batch -1: {p.stderr!r}")
 
 
+def case_merge_empty_part(tmp):
+    """A part whose entries all fail to decode, and a part with no entries (N above the
+    listing's size), are valid parts (0 samples, their skips recorded): the merge equals a single
+    build. A whole build with nothing decoded is still refused, with the right count."""
+    src = tmp / "src"
+    for k in range(3):
+        write_img(src / "a" / f"f{k}.png", rand_rgb(k, 20 + k, 30))
+        write_bytes(src / "b" / f"bad{k}.png", b"not a png")
+    opts = ["--size", "16"]
+    single = tmp / "single"
+    build(src, single, *opts, "--quiet")
+    check_eq(load_manifest(single)["skipped"], 3, "single build skips")
+    (tmp / "two").mkdir()
+    parts = build_parts(src, tmp / "two", opts, n=2)  # part 1/2 is b/bad0..2: all skipped
+    m = load_manifest(parts[1])
+    check_eq((m["count"], m["skipped"], len(m["shards"])), (0, 3, 0), "all-skipped part")
+    check_eq(len(read_jsonl(parts[1] / "skipped.jsonl")), 3, "all-skipped part: skip report")
+    run(["verify", parts[1]])
+    run(["merge"] + parts + [tmp / "m2"])
+    compare_merged(tmp / "m2", single, "2 parts, one all skipped")
+    check_eq(read_jsonl(tmp / "m2" / "skipped.jsonl"), read_jsonl(single / "skipped.jsonl"),
+             "skip report")
+    (tmp / "eight").mkdir()
+    parts = build_parts(src, tmp / "eight", opts, n=8)  # 6 entries: parts 0 and 4 are empty
+    check_eq(load_manifest(parts[0])["part"]["entries"], 0, "empty part")
+    run(["merge"] + parts + [tmp / "m8"])
+    compare_merged(tmp / "m8", single, "8 parts of 6 entries")
+    shuffled = tmp / "single_shuffled"
+    build(src, shuffled, *opts, "--shuffle", "7", "--quiet")
+    (tmp / "shuf").mkdir()
+    parts = build_parts(src, tmp / "shuf", opts + ["--shuffle", "7"], n=4)
+    run(["merge"] + parts + [tmp / "ms"])
+    compare_merged(tmp / "ms", shuffled, "4 shuffled parts")
+    bad = tmp / "allbad"
+    for k in range(2):
+        write_bytes(bad / "x" / f"bad{k}.png", b"not a png")
+    p = build(bad, tmp / "none", *opts, "--quiet", expect_rc=1)
+    check("all 2 of 2 entries were skipped" in p.stderr, f"nothing decoded: {p.stderr!r}")
+    check(not (tmp / "none").exists() and not partial_dir(tmp / "none").exists(),
+          "nothing decoded: output left")
+
+
 def case_merge_resume_hardlinks(tmp):
     src = tmp / "src"
     make_source(src)
@@ -417,6 +459,7 @@ CASES = {
     "merge_refusals": case_merge_refusals,
     "part_auto": case_part_auto,
     "part_auto_step": case_part_auto_step,
+    "merge_empty_part": case_merge_empty_part,
     "merge_resume_hardlinks": case_merge_resume_hardlinks,
     "doc_examples": case_doc_examples,
 }
