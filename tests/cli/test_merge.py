@@ -352,6 +352,52 @@ def case_merge_empty_part(tmp):
           "nothing decoded: output left")
 
 
+def case_merge_refusal_leaves_nothing(tmp):
+    """A merge refused for a bad part (a shard that is a symlink, a shard of the wrong size, a
+    side file that fails its checksum: exit 5) creates nothing at OUTPUT, no partial directory,
+    so the corrected merge then runs without --force or --resume (before: .OUT.partial was left
+    and the next merge exited 4)."""
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--shard-size", str(16 * 16 * 3 * 2)]
+    (tmp / "p").mkdir()
+    parts = build_parts(src, tmp / "p", opts)
+    out = tmp / "out"
+    bad = tmp / "bad"
+
+    def variant(name, change):
+        if bad.exists():
+            subprocess.run(["rm", "-rf", str(bad)], check=True)
+        subprocess.run(["cp", "-a", str(parts[2]), str(bad)], check=True)
+        change(bad / name)
+        return parts[:2] + [bad, parts[3]]
+
+    def symlink(f):
+        f.unlink()
+        f.symlink_to(parts[2] / f.name)
+
+    def shorten(f):
+        f.write_bytes(f.read_bytes()[:-1])
+
+    def flip(f):
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 1
+        f.write_bytes(bytes(data))
+
+    last_shard = load_manifest(parts[2])["shards"][-1]["file"]
+    for what, name, change, pattern in [
+        ("symlinked shard", last_shard, symlink, r"symlink|symbolic link"),
+        ("short shard", last_shard, shorten, r"bytes, its manifest says"),
+        ("flipped sources.jsonl", "sources.jsonl", flip, r"sources.jsonl.*does not match"),
+    ]:
+        given = variant(name, change)
+        expect_refusal(given, 5, pattern, out, what)
+        check_eq(sorted(x.name for x in tmp.iterdir() if "out" in x.name), [],
+                 f"{what}: files left beside OUTPUT")
+    run(["merge"] + parts + [out])
+    run(["verify", out])
+
+
 def case_merge_resume_hardlinks(tmp):
     src = tmp / "src"
     make_source(src)
@@ -460,6 +506,7 @@ CASES = {
     "part_auto": case_part_auto,
     "part_auto_step": case_part_auto_step,
     "merge_empty_part": case_merge_empty_part,
+    "merge_refusal_leaves_nothing": case_merge_refusal_leaves_nothing,
     "merge_resume_hardlinks": case_merge_resume_hardlinks,
     "doc_examples": case_doc_examples,
 }
