@@ -270,6 +270,30 @@ def case_csv_list(tmp):
     del p
 
 
+def case_csv_header(tmp):
+    """A CSV as pandas writes it (`image_path,label` header) with 12 integer classes: the header
+    is not a sample, no class `label` appears, and integer labels keep their values (before: exit
+    0 with the header skipped, a 13th class `label`, and labels sorted as strings, so CSV label 2
+    became index 4)."""
+    root = tmp / "data"
+    rows = []
+    for k in range(24):
+        rel = f"imgs/{k:02d}.png"
+        write_img(root / rel, rand_rgb(100 + k, 12, 12))
+        rows.append((rel, (k * 5) % 12))
+    for head in ("image_path,label", "filename,class"):
+        lst = root / f"list_{head.split(',')[0]}.csv"
+        lst.write_text(head + "\n" + "".join(f"{p},{l}\n" for p, l in rows))
+        out = tmp / f"out_{head.split(',')[0]}"
+        p = build(lst, out, "--size", "12")
+        m, _, labels = check_cache(out)
+        check_eq(m["skipped"], 0, f"{head}: skipped")
+        check("skipped" in p.stdout and "(0 skipped)" in p.stdout, f"{head}: {p.stdout!r}")
+        check_eq(m["classes"], [str(c) for c in range(12)], f"{head}: classes")
+        check_eq(labels.tolist(), [l for _, l in rows], f"{head}: labels keep their values")
+        check_eq(read_jsonl(out / "sources.jsonl"), [r[0] for r in rows], f"{head}: sources")
+
+
 def case_tsv_list_names(tmp):
     root = tmp / "data"
     rows = [("x/1.png", "dog"), ("x/2.png", "cat"), ("y/3.png", "emu"), ("y/4.png", "cat"),
@@ -1066,6 +1090,7 @@ CASES = {
     "reduced_decode": case_reduced_decode,
     "hdf5_interop": case_hdf5_interop,
     "csv_list": case_csv_list,
+    "csv_header": case_csv_header,
     "tsv_list_names": case_tsv_list_names,
     "list_missing_file": case_list_missing_file,
     "idx_source": case_idx_source,
