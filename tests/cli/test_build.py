@@ -15,6 +15,7 @@ import re
 import struct
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import cv2
@@ -292,6 +293,45 @@ def case_csv_header(tmp):
         check_eq(m["classes"], [str(c) for c in range(12)], f"{head}: classes")
         check_eq(labels.tolist(), [l for _, l in rows], f"{head}: labels keep their values")
         check_eq(read_jsonl(out / "sources.jsonl"), [r[0] for r in rows], f"{head}: sources")
+
+
+def png_with_bad_iccp(pixels):
+    """A valid PNG of `pixels` (RGB) with an iCCP chunk whose profile libpng rejects ("iCCP: too
+    short"): a warning, and the image still decodes."""
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    ok, png = cv2.imencode(".png", cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR))
+    check(ok, "fixture: imencode")
+    png = png.tobytes()
+    profile = struct.pack(">I", 132) + bytes(128)
+    return png[:33] + chunk(b"iCCP", b"bad\0\0" + zlib.compress(profile)) + png[33:]  # after IHDR
+
+
+def case_png_warnings_quiet(tmp):
+    """PNGs with a bad iCCP profile: libpng's warnings (one line per file, through OpenCV) do not
+    reach stderr; a --quiet build prints nothing there, a plain one a single summary line
+    (before: 24 "libpng warning: iCCP: too short" lines under --quiet). The pixels are built."""
+    src = tmp / "src"
+    imgs = {}
+    for k in range(24):
+        rel = f"c{k % 2}/f{k:02d}.png"
+        imgs[rel] = rand_rgb(300 + k, 16, 16)
+        write_bytes(src / rel, png_with_bad_iccp(imgs[rel]))
+    check(cv2.imread(str(src / "c0/f00.png")) is not None, "fixture: OpenCV decodes it")
+    out = tmp / "out"
+    p = build(src, out, "--size", "16", "--quiet", "--threads", "2")
+    check_eq(p.stderr, "", "stderr of a --quiet build")
+    m, images, _ = check_cache(out)
+    check_eq((m["count"], m["skipped"]), (24, 0), "count, skipped")
+    names = read_jsonl(out / "sources.jsonl")
+    for i, rel in enumerate(names):
+        check(np.array_equal(images[i], imgs[rel]), f"sample {i} ({rel}) pixels")
+    p = build(src, tmp / "out2", "--size", "16", "--threads", "2")
+    lines = p.stderr.splitlines()
+    check(not any(x.startswith("libpng") for x in lines), f"libpng lines on stderr: {p.stderr!r}")
+    check_eq(sum("24x libpng warning: iCCP: too short" in x for x in lines), 1,
+             f"one summary of the warnings: {p.stderr!r}")
 
 
 def case_tsv_list_names(tmp):
@@ -1091,6 +1131,7 @@ CASES = {
     "hdf5_interop": case_hdf5_interop,
     "csv_list": case_csv_list,
     "csv_header": case_csv_header,
+    "png_warnings_quiet": case_png_warnings_quiet,
     "tsv_list_names": case_tsv_list_names,
     "list_missing_file": case_list_missing_file,
     "idx_source": case_idx_source,
