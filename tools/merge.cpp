@@ -288,6 +288,12 @@ MergeSummary run_merge(const MergeOptions& opt) {
     m.skipped += p.m.skipped;
     for (size_t c = 0; c < m.class_counts.size(); ++c) m.class_counts[c] += p.m.class_counts[c];
   }
+  if (m.count == 0) {
+    // As a single build of the listing would: refused, and before anything is written.
+    throw Error(ErrorKind::kInvalidArgument, output,
+                "no sample could be decoded: all " + std::to_string(m.skipped) + " of " +
+                    std::to_string(m.source.entries) + " entries were skipped in the parts");
+  }
   MergeSummary sum;
   sum.parts = parts.size();
   sum.shards = m.shards.size();

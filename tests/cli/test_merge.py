@@ -350,6 +350,13 @@ def case_merge_empty_part(tmp):
     check("all 2 of 2 entries were skipped" in p.stderr, f"nothing decoded: {p.stderr!r}")
     check(not (tmp / "none").exists() and not partial_dir(tmp / "none").exists(),
           "nothing decoded: output left")
+    # Parts that are all empty are valid parts, but their merge is refused as the build is.
+    (tmp / "allbad_parts").mkdir()
+    parts = build_parts(bad, tmp / "allbad_parts", opts, n=2)
+    p = run(["merge"] + parts + [tmp / "none"], expect_rc=1)
+    check("all 2 of 2 entries were skipped" in p.stderr, f"merge, nothing decoded: {p.stderr!r}")
+    check(not (tmp / "none").exists() and not partial_dir(tmp / "none").exists(),
+          "merge, nothing decoded: output left")
 
 
 def case_merge_refusal_leaves_nothing(tmp):
