@@ -60,6 +60,11 @@ bool is_library_warning(const std::string& line) {
 LibraryWarnings::LibraryWarnings() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  if (fds[0] <= STDERR_FILENO || fds[1] <= STDERR_FILENO) {  // stderr (or stdin) was closed
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return;
+  }
   std::fflush(stderr);
   saved_ = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
   if (saved_ < 0 || ::dup2(fds[1], STDERR_FILENO) < 0) {
