@@ -47,25 +47,51 @@ PartSpec resolve_part(const std::string& text, uint32_t parts,
     return checked(parse_count(text.substr(0, slash), "--part index"),
                    parse_count(text.substr(slash + 1), "--part count"), "--part " + text);
   }
+  if (parts > kMaxParts) {
+    throw UsageError("--parts " + std::to_string(parts) + ": expected an integer 1.." +
+                     std::to_string(kMaxParts));
+  }
   const char* slurm_id = getenv("SLURM_ARRAY_TASK_ID");
   if (slurm_id != nullptr) {
+    // Slurm sets, for `--array=MIN-MAX:STEP`, ID (this task's id), COUNT (the number of tasks),
+    // MIN, MAX and STEP. Task ids MIN, MIN+STEP, ..., MAX are parts 0, 1, ..., COUNT-1.
     const char* slurm_count = getenv("SLURM_ARRAY_TASK_COUNT");
     const char* slurm_min = getenv("SLURM_ARRAY_TASK_MIN");
+    const char* slurm_max = getenv("SLURM_ARRAY_TASK_MAX");
+    const char* slurm_step = getenv("SLURM_ARRAY_TASK_STEP");
     if (slurm_count == nullptr) {
       throw UsageError("--part auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
     }
     const uint64_t id = parse_count(slurm_id, "SLURM_ARRAY_TASK_ID");
     const uint64_t count = parse_count(slurm_count, "SLURM_ARRAY_TASK_COUNT");
     const uint64_t min = slurm_min ? parse_count(slurm_min, "SLURM_ARRAY_TASK_MIN") : 0;
+    const uint64_t step = slurm_step ? parse_count(slurm_step, "SLURM_ARRAY_TASK_STEP") : 1;
     std::string origin =
         "SLURM_ARRAY_TASK_ID=" + std::string(slurm_id) + ", SLURM_ARRAY_TASK_COUNT=" + slurm_count;
     if (slurm_min) origin += ", SLURM_ARRAY_TASK_MIN=" + std::string(slurm_min);
+    if (slurm_max) origin += ", SLURM_ARRAY_TASK_MAX=" + std::string(slurm_max);
+    if (slurm_step) origin += ", SLURM_ARRAY_TASK_STEP=" + std::string(slurm_step);
+    if (step == 0) throw UsageError("--part auto: " + origin + ": the step must be at least 1");
     if (id < min) throw UsageError("--part auto: " + origin + ": the task id is below the minimum");
+    if ((id - min) % step != 0) {
+      throw UsageError("--part auto: " + origin +
+                       ": the task id is not MIN + k * STEP (an array given as a list, such as "
+                       "--array=1,3,7, cannot be numbered; use a range MIN-MAX[:STEP])");
+    }
+    if (slurm_max) {
+      const uint64_t max = parse_count(slurm_max, "SLURM_ARRAY_TASK_MAX");
+      if (max < min || (max - min) % step != 0 || (max - min) / step + 1 != count) {
+        throw UsageError("--part auto: " + origin +
+                         ": the task ids are not the range MIN, MIN + STEP, ..., MAX of COUNT "
+                         "ids (an array given as a list, such as --array=1,3,7, cannot be "
+                         "numbered; use a range MIN-MAX[:STEP])");
+      }
+    }
     if (parts != 0 && parts != count) {
       throw UsageError("--part auto: --parts " + std::to_string(parts) + " disagrees with " +
                        origin);
     }
-    PartSpec spec = checked(id - min, count, "--part auto: " + origin);
+    PartSpec spec = checked((id - min) / step, count, "--part auto: " + origin);
     spec.origin = origin;
     return spec;
   }

@@ -13,6 +13,7 @@
 
 #include "build_decode.h"
 #include "build_finish.h"
+#include "build_notices.h"
 #include "build_part.h"
 #include "build_partial.h"
 #include "build_writer.h"
@@ -159,6 +160,7 @@ BuildSummary run_build(const BuildOptions& opt) {
     order.resize(n);
     std::iota(order.begin(), order.end(), uint64_t{0});
   }
+  LibraryWarnings library_warnings;  // out of stderr while decoding; summarised below
   run_decode_pipeline(
       SampleDecoder(src, r, ragged, opt.codec), order, start, end, threads, [&](const Token& t) {
         const SourceEntry& e = src.entries[t.entry];
@@ -180,6 +182,7 @@ BuildSummary run_build(const BuildOptions& opt) {
         return !failed;
       });
 
+  library_warnings.stop();
   if (failed) {
     remove_tree(partial);
     throw BadSourceError(ErrorKind::kCorruption, fail_source, fail_reason + " (--strict)");
@@ -190,11 +193,31 @@ BuildSummary run_build(const BuildOptions& opt) {
     std::fprintf(stderr, "... and %llu more skipped; all are listed in skipped.jsonl\n",
                  static_cast<unsigned long long>(writer.skipped() - skips_printed));
   }
-  if (writer.count() == 0) {
+  if (!opt.quiet && library_warnings.total() > 0) {
+    // One line per kind instead of one per file; the samples decoded, so nothing is skipped.
+    constexpr size_t kKindsShown = 5;
+    const auto& kinds = library_warnings.warnings();
+    std::fprintf(stderr,
+                 "note: %llu warnings from the image libraries while decoding (not errors: a "
+                 "file that could not be decoded is a skip, reported as such):\n",
+                 static_cast<unsigned long long>(library_warnings.total()));
+    for (size_t i = 0; i < kinds.size() && i < kKindsShown; ++i) {
+      std::fprintf(stderr, "  %llux %s\n", static_cast<unsigned long long>(kinds[i].second),
+                   kinds[i].first.c_str());
+    }
+    if (kinds.size() > kKindsShown) {
+      std::fprintf(stderr, "  ... and %zu more kinds\n", kinds.size() - kKindsShown);
+    }
+  }
+  // A part may hold no sample (every entry of its range skipped, or an empty range when N
+  // exceeds the listing): it records its skips and merges like any part. A whole build with no
+  // sample is refused.
+  if (writer.count() == 0 && !partitioned) {
     remove_tree(partial);
-    throw Error(
-        ErrorKind::kInvalidArgument, src.root,
-        "no sample could be decoded (" + std::to_string(writer.skipped()) + " entries skipped)");
+    throw Error(ErrorKind::kInvalidArgument, src.root,
+                n == 0 ? std::string("no sample could be decoded: the source lists no entries")
+                       : "no sample could be decoded: all " + std::to_string(writer.skipped()) +
+                             " of " + std::to_string(n) + " entries were skipped");
   }
 
   PartRecord part{opt.part_index, opt.part_count, first, end - first};

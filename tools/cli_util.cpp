@@ -26,7 +26,38 @@ bool parse_u64(const std::string& s, uint64_t* out) {
   return true;
 }
 
+// An option whose value Boost converts to an unsigned integer (and so wraps "-1").
+bool is_unsigned_option(const boost::program_options::value_semantic* v) {
+  namespace po = boost::program_options;
+  return dynamic_cast<const po::typed_value<unsigned char>*>(v) != nullptr ||
+         dynamic_cast<const po::typed_value<unsigned short>*>(v) != nullptr ||
+         dynamic_cast<const po::typed_value<unsigned int>*>(v) != nullptr ||
+         dynamic_cast<const po::typed_value<unsigned long>*>(v) != nullptr ||
+         dynamic_cast<const po::typed_value<unsigned long long>*>(v) != nullptr;
+}
+
 }  // namespace
+
+void store_command_line(int argc, char** argv,
+                        const boost::program_options::options_description& options,
+                        const boost::program_options::positional_options_description& positional,
+                        boost::program_options::variables_map* vm) {
+  namespace po = boost::program_options;
+  const po::parsed_options parsed =
+      po::command_line_parser(argc, argv).options(options).positional(positional).run();
+  for (const po::option& o : parsed.options) {
+    if (o.unregistered || o.string_key.empty()) continue;
+    const po::option_description* d = options.find_nothrow(o.string_key, false);
+    if (d == nullptr || !is_unsigned_option(d->semantic().get())) continue;
+    for (const std::string& v : o.value) {
+      const size_t b = v.find_first_not_of(" \t");
+      if (b != std::string::npos && v[b] == '-') {
+        throw UsageError("--" + o.string_key + " '" + v + "': expected a non-negative integer");
+      }
+    }
+  }
+  po::store(parsed, *vm);
+}
 
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
                 uint32_t* width) {
@@ -76,7 +107,7 @@ bool parse_cache_args(int argc, char** argv,
   all.add(desc).add(hidden);
   po::positional_options_description pos;
   pos.add("cache", 1);
-  po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), *vm);
+  store_command_line(argc, argv, all, pos, vm);
   po::notify(*vm);
   if (vm->count("help")) {
     std::cout << desc << "\n";

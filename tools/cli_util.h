@@ -23,6 +23,14 @@ bool parse_cache_args(int argc, char** argv,
                       const std::string& command, std::string* cache,
                       boost::program_options::variables_map* vm);
 
+// Parses and stores the command line into `vm` (po::store): as po::store would, but a negative
+// value for an unsigned option (`--parts -1`, `--batch=-2`), which Boost reads as a huge number,
+// throws UsageError naming the option. Throws po::error on other bad input.
+void store_command_line(int argc, char** argv,
+                        const boost::program_options::options_description& options,
+                        const boost::program_options::positional_options_description& positional,
+                        boost::program_options::variables_map* vm);
+
 // "224" -> 224x224, "256x192" -> H=256, W=192. Throws UsageError naming `option`.
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
                 uint32_t* width);

@@ -102,7 +102,7 @@ int cmd_build(int argc, char** argv) {
 
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    store_command_line(argc, argv, all, pos, &vm);
     po::notify(vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";

@@ -36,7 +36,7 @@ int cmd_merge(int argc, char** argv) {
   bool quiet = false;
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    store_command_line(argc, argv, all, pos, &vm);
     po::notify(vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";

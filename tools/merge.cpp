@@ -169,17 +169,46 @@ bool same_file(const std::string& a, const std::string& b) {
          sa.st_ino == sb.st_ino;
 }
 
+// Checks part shard `src` as the merge will take it: a regular file, not a symlink (link()
+// would copy the link itself, dangling or leading out of the output, and copying a FIFO would
+// block), of its manifest's size. Returns it open.
+File open_part_shard(const std::string& src, const ShardEntry& e) {
+  File f = File::open(src, FollowSymlinks::kNo);
+  if (f.size() != e.bytes) {
+    throw Error(ErrorKind::kCorruption, src,
+                "is " + std::to_string(f.size()) + " bytes, its manifest says " +
+                    std::to_string(e.bytes) + "; run dscache verify");
+  }
+  return f;
+}
+
+// Copies `from` (open, `e.bytes` long) to `dst` through a temp file renamed into place. Done
+// here rather than with std::filesystem::copy_file, which reports a short copy onto a full disk
+// as EIO: a write error keeps its errno (ENOSPC, EDQUOT, EFBIG: exit 7) and names the file.
+void copy_shard(const File& from, const std::string& src, const std::string& dst,
+                const ShardEntry& e) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(kChunk, std::max<uint64_t>(e.bytes, 1))),
+                  '\0');
+  AtomicFile out(dst);  // removes its temp file unless committed: a failed copy leaves nothing
+  for (uint64_t done = 0; done < e.bytes;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), e.bytes - done);
+    from.read_at(done, n, buf.data());
+    out.write(buf.data(), static_cast<size_t>(n));
+    done += n;
+  }
+  const FileEntry got = out.commit();
+  if (got.bytes != e.bytes || got.xxh64 != e.xxh64) {
+    ::unlink(dst.c_str());
+    throw Error(ErrorKind::kCorruption, src,
+                "does not match its manifest entry (size or XXH64); run dscache verify");
+  }
+}
+
 // Puts part shard `src` at `dst`: kept when already there (a resumed merge), else hard-linked,
 // else (another filesystem) copied. Returns 0 kept, 1 linked, 2 copied.
 int place_shard(const std::string& src, const std::string& dst, const ShardEntry& e) {
-  // A regular file, not a symlink: link() would copy the link itself (dangling or leading out of
-  // the output), and copying a FIFO would block.
-  const uint64_t size = File::open(src, FollowSymlinks::kNo).size();
-  if (size != e.bytes) {
-    throw Error(ErrorKind::kCorruption, src,
-                "is " + std::to_string(size) + " bytes, its manifest says " +
-                    std::to_string(e.bytes) + "; run dscache verify");
-  }
+  const File from = open_part_shard(src, e);
   if (path_exists(dst)) {
     if (same_file(src, dst)) return 0;
     const FileEntry have = hash_file(dst);
@@ -190,15 +219,7 @@ int place_shard(const std::string& src, const std::string& dst, const ShardEntry
   if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
     throw_errno(dst, "cannot hard-link " + src);
   }
-  const std::string tmp = dst + ".tmp";
-  try {
-    fs::copy_file(src, tmp, fs::copy_options::overwrite_existing);
-    if (::rename(tmp.c_str(), dst.c_str()) != 0) throw_errno(dst, "cannot rename the copy");
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);  // a full disk must not leave half a copy behind
-    throw;
-  }
+  copy_shard(from, src, dst, e);
   return 2;
 }
 
@@ -267,6 +288,12 @@ MergeSummary run_merge(const MergeOptions& opt) {
     m.skipped += p.m.skipped;
     for (size_t c = 0; c < m.class_counts.size(); ++c) m.class_counts[c] += p.m.class_counts[c];
   }
+  if (m.count == 0) {
+    // As a single build of the listing would: refused, and before anything is written.
+    throw Error(ErrorKind::kInvalidArgument, output,
+                "no sample could be decoded: all " + std::to_string(m.skipped) + " of " +
+                    std::to_string(m.source.entries) + " entries were skipped in the parts");
+  }
   MergeSummary sum;
   sum.parts = parts.size();
   sum.shards = m.shards.size();
@@ -287,6 +314,21 @@ MergeSummary run_merge(const MergeOptions& opt) {
     }
     if (!opt.force) throw_output_exists(output);
   }
+  // Everything a refusal can find is checked before the partial directory exists, so that a
+  // refused merge leaves nothing behind (a later merge needs no --force): each part's shards
+  // (regular files of their manifest's size) and side files (size and XXH64).
+  for (const Part& p : parts) {
+    for (const ShardEntry& s : p.m.shards) open_part_shard(p.dir + "/" + s.file, s);
+  }
+  std::string labels, checksums, index, sources, skips;
+  for (const Part& p : parts) {
+    labels += npy_data(p.dir, p.m.labels);
+    checksums += npy_data(p.dir, p.m.checksums);
+    if (m.has_index()) index += npy_data(p.dir, p.m.index);
+    sources += read_checked(p.dir, p.m.sources);
+    skips += read_checked(p.dir, p.m.skips);
+  }
+
   open_partial(partial, fp);
   crash_point("partial-open");
 
@@ -311,14 +353,6 @@ MergeSummary run_merge(const MergeOptions& opt) {
     }
   }
 
-  std::string labels, checksums, index, sources, skips;
-  for (const Part& p : parts) {
-    labels += npy_data(p.dir, p.m.labels);
-    checksums += npy_data(p.dir, p.m.checksums);
-    if (m.has_index()) index += npy_data(p.dir, p.m.index);
-    sources += read_checked(p.dir, p.m.sources);
-    skips += read_checked(p.dir, p.m.skips);
-  }
   auto npy = [&](const FileEntry& like, const std::string& descr, std::vector<uint64_t> shape,
                  const std::string& data) {
     write_npy_file(partial + "/" + like.file, descr, shape, data.data(), data.size());

@@ -228,6 +228,24 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     rows.emplace_back(p, l);
   }
   if (in.bad()) throw_errno(list_path, "read");
+  auto resolve = [&](const std::string& p) {
+    return (!p.empty() && p[0] == '/') ? p : base + "/" + p;
+  };
+  // A header row under another name than `path,label` (pandas writes its column names, such as
+  // `image_path,label` or `file,class`): the first row, when its path names no file and its label
+  // is not an integer while every other row's is, or is the label of no other row. Such a row
+  // is not a sample (it would be a skip and a phantom class, and its non-integer label would turn
+  // integer labels into class names sorted as strings). docs/USAGE.md "Sources".
+  if (!rows.empty() && !stat_follow(resolve(rows[0].first)).exists) {
+    int64_t v;
+    const std::string& head = rows[0].second;
+    bool others_numeric = rows.size() > 1, head_elsewhere = false;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      if (!parse_index(rows[i].second, &v)) others_numeric = false;
+      if (rows[i].second == head) head_elsewhere = true;
+    }
+    if (!parse_index(head, &v) && (others_numeric || !head_elsewhere)) rows.erase(rows.begin());
+  }
   bool numeric = true;
   int64_t max_label = -1;
   for (auto& [p, l] : rows) {
@@ -256,7 +274,7 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
   for (auto& [p, l] : rows) {
     SourceEntry e;
     e.name = p;
-    e.path = (!p.empty() && p[0] == '/') ? p : base + "/" + p;
+    e.path = resolve(p);
     if (numeric) {
       parse_index(l, &e.label);
     } else {

@@ -15,6 +15,7 @@ import re
 import struct
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import cv2
@@ -268,6 +269,69 @@ def case_csv_list(tmp):
     check_eq(class_counts_list(m2), [2, 0, 3], "class_counts without --classes")
     check_eq(l2.tolist(), [2, 0, 2, 0, 2], "labels without --classes")
     del p
+
+
+def case_csv_header(tmp):
+    """A CSV as pandas writes it (`image_path,label` header) with 12 integer classes: the header
+    is not a sample, no class `label` appears, and integer labels keep their values (before: exit
+    0 with the header skipped, a 13th class `label`, and labels sorted as strings, so CSV label 2
+    became index 4)."""
+    root = tmp / "data"
+    rows = []
+    for k in range(24):
+        rel = f"imgs/{k:02d}.png"
+        write_img(root / rel, rand_rgb(100 + k, 12, 12))
+        rows.append((rel, (k * 5) % 12))
+    for head in ("image_path,label", "filename,class"):
+        lst = root / f"list_{head.split(',')[0]}.csv"
+        lst.write_text(head + "\n" + "".join(f"{p},{l}\n" for p, l in rows))
+        out = tmp / f"out_{head.split(',')[0]}"
+        p = build(lst, out, "--size", "12")
+        m, _, labels = check_cache(out)
+        check_eq(m["skipped"], 0, f"{head}: skipped")
+        check("skipped" in p.stdout and "(0 skipped)" in p.stdout, f"{head}: {p.stdout!r}")
+        check_eq(m["classes"], [str(c) for c in range(12)], f"{head}: classes")
+        check_eq(labels.tolist(), [l for _, l in rows], f"{head}: labels keep their values")
+        check_eq(read_jsonl(out / "sources.jsonl"), [r[0] for r in rows], f"{head}: sources")
+
+
+def png_with_bad_iccp(pixels):
+    """A valid PNG of `pixels` (RGB) with an iCCP chunk whose profile libpng rejects ("iCCP: too
+    short"): a warning, and the image still decodes."""
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    ok, png = cv2.imencode(".png", cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR))
+    check(ok, "fixture: imencode")
+    png = png.tobytes()
+    profile = struct.pack(">I", 132) + bytes(128)
+    return png[:33] + chunk(b"iCCP", b"bad\0\0" + zlib.compress(profile)) + png[33:]  # after IHDR
+
+
+def case_png_warnings_quiet(tmp):
+    """PNGs with a bad iCCP profile: libpng's warnings (one line per file, through OpenCV) do not
+    reach stderr; a --quiet build prints nothing there, a plain one a single summary line
+    (before: 24 "libpng warning: iCCP: too short" lines under --quiet). The pixels are built."""
+    src = tmp / "src"
+    imgs = {}
+    for k in range(24):
+        rel = f"c{k % 2}/f{k:02d}.png"
+        imgs[rel] = rand_rgb(300 + k, 16, 16)
+        write_bytes(src / rel, png_with_bad_iccp(imgs[rel]))
+    check(cv2.imread(str(src / "c0/f00.png")) is not None, "fixture: OpenCV decodes it")
+    out = tmp / "out"
+    p = build(src, out, "--size", "16", "--quiet", "--threads", "2")
+    check_eq(p.stderr, "", "stderr of a --quiet build")
+    m, images, _ = check_cache(out)
+    check_eq((m["count"], m["skipped"]), (24, 0), "count, skipped")
+    names = read_jsonl(out / "sources.jsonl")
+    for i, rel in enumerate(names):
+        check(np.array_equal(images[i], imgs[rel]), f"sample {i} ({rel}) pixels")
+    p = build(src, tmp / "out2", "--size", "16", "--threads", "2")
+    lines = p.stderr.splitlines()
+    check(not any(x.startswith("libpng") for x in lines), f"libpng lines on stderr: {p.stderr!r}")
+    check_eq(sum("24x libpng warning: iCCP: too short" in x for x in lines), 1,
+             f"one summary of the warnings: {p.stderr!r}")
 
 
 def case_tsv_list_names(tmp):
@@ -1066,6 +1130,8 @@ CASES = {
     "reduced_decode": case_reduced_decode,
     "hdf5_interop": case_hdf5_interop,
     "csv_list": case_csv_list,
+    "csv_header": case_csv_header,
+    "png_warnings_quiet": case_png_warnings_quiet,
     "tsv_list_names": case_tsv_list_names,
     "list_missing_file": case_list_missing_file,
     "idx_source": case_idx_source,

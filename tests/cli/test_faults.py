@@ -445,6 +445,54 @@ def case_disk_full_tmpfs(tmp):
         subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
+def case_merge_disk_full_tmpfs(tmp):
+    """A merge whose parts are on another filesystem than OUTPUT copies the shards; on a full
+    OUTPUT filesystem that is exit 7 naming the file and "No space left on device" (before: exit
+    1, "filesystem error: cannot copy file: Input/output error" from std::filesystem's short
+    copy), no temp file left, the copied shards kept; --resume after the disk grew finishes it
+    equal to a merge on one filesystem."""
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): the "
+                   "full-filesystem variant needs root and CAP_SYS_ADMIN")
+    try:
+        src = tmp / "src"
+        make_simple_folder(src, ["c0", "c1"], 24, (32, 32), seed=5)
+        # One 72 KiB shard per part: the first fits in the 128k tmpfs, the second's copy runs
+        # out of room part way (the short copy std::filesystem::copy_file called EIO).
+        opts = ["--size", "32", "--shard-size", str(32 * 32 * 3 * 24), "--threads", "2",
+                "--quiet", "--shuffle", "none"]
+        parts = [tmp / f"part{i}" for i in range(2)]
+        for i, d in enumerate(parts):
+            build(src, d, *opts, "--part", f"{i}/2")
+        ref = tmp / "ref"
+        run(["merge", "--quiet"] + parts + [ref])
+        total = sum(e["bytes"] for e in load_manifest(ref)["shards"])
+        check(total > 128 * 1024, f"fixture: {total} B fits in the 128k tmpfs")
+        out = mnt / "out"
+        p = run(["merge"] + parts + [out], expect_rc=None)
+        check_eq(p.returncode, EXIT_NO_SPACE,
+                 f"merge exit status on a full filesystem ({p.returncode}: {p.stderr.strip()!r})")
+        check("No space left on device" in p.stderr and "--resume" in p.stderr and
+              str(mnt) in p.stderr, f"the error does not name the file, the reason and what to "
+              f"do: {p.stderr!r}")
+        check(not out.exists(), "a cache was published although the merge failed")
+        check_eq(stray_temps(mnt), [], "temp files left on the full filesystem")
+        kept = sorted(x.name for x in partial_dir(out).glob("images-*"))
+        check(kept, "no copied shard was kept in the partial dir")
+        subprocess.run(["mount", "-o", "remount,size=1m", str(mnt)], check=True)
+        p = run(["merge", "--resume"] + parts + [out])
+        check("copied" in p.stdout, f"resumed merge summary {p.stdout!r}")
+        compare_caches(out, ref, "merge resumed after the tmpfs grew")
+        run(["verify", out])
+        print(f"tmpfs: merge failed with {len(kept)} copied shards kept, resumed identical")
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 def case_source_changes(tmp):
     """Source files deleted, truncated or rewritten after the listing: recorded skips, never a
     sample other than the one the listing (recorded in the manifest) names."""
@@ -494,6 +542,7 @@ CASES = {
     "sigkill_merge": case_sigkill_merge,
     "disk_full_fsize": case_disk_full_fsize,
     "disk_full_tmpfs": case_disk_full_tmpfs,
+    "merge_disk_full_tmpfs": case_merge_disk_full_tmpfs,
     "source_changes": case_source_changes,
 }
 

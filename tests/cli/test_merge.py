@@ -259,6 +259,152 @@ def case_part_auto(tmp):
         check(not (tmp / "bad").exists(), f"{args}: output created")
 
 
+def case_part_auto_step(tmp):
+    """Slurm `--array=0-10:2` (ids 0, 2, ..., 10; COUNT 6, MIN 0, MAX 10, STEP 2, as Slurm sets
+    them) builds parts 0..5 of 6 and merges to the single build; ids off the step and arrays
+    that are not a range are refused. Negative or too large counts are usage errors (exit 2)
+    naming the option, on the Kubernetes path as on the others."""
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--quiet"]
+    (tmp / "p").mkdir()
+    slurm = {"SLURM_ARRAY_TASK_COUNT": "6", "SLURM_ARRAY_TASK_MIN": "0",
+             "SLURM_ARRAY_TASK_MAX": "10", "SLURM_ARRAY_TASK_STEP": "2"}
+    for task in range(0, 11, 2):
+        env = dict(slurm, SLURM_ARRAY_TASK_ID=str(task))
+        p = build(src, tmp / "p" / f"s{task}", *opts, "--part", "auto", env_extra=env)
+        check(f"part {task // 2} of 6" in p.stderr and "SLURM_ARRAY_TASK_STEP=2" in p.stderr,
+              f"slurm id {task}: stderr {p.stderr!r}")
+    run(["merge"] + [tmp / "p" / f"s{t}" for t in range(0, 11, 2)] + [tmp / "ms"])
+    build(src, tmp / "single", *opts)
+    compare_merged(tmp / "ms", tmp / "single", "slurm step 2")
+    bad = [
+        (["--part", "auto"], dict(slurm, SLURM_ARRAY_TASK_ID="3"), r"not MIN \+ k \* STEP"),
+        # --array=1,3,7: COUNT 3, MIN 1, MAX 7, whatever STEP Slurm reports
+        (["--part", "auto"], {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "3",
+                              "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7",
+                              "SLURM_ARRAY_TASK_STEP": "1"}, r"not the range"),
+        (["--part", "auto"], dict(slurm, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_TASK_STEP="0"),
+         r"step must be at least 1"),
+        (["--part", "auto", "--parts", "-1"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts '-1': expected a non-negative integer"),
+        (["--part", "auto", "--parts=-1"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts '-1': expected a non-negative integer"),
+        (["--part", "auto", "--parts", "2000000"], {"JOB_COMPLETION_INDEX": "0"},
+         r"--parts 2000000: expected an integer 1..1000000"),
+        (["--channels", "-1"], {}, r"--channels '-1'"),
+        (["--max-pixels", "-5"], {}, r"--max-pixels '-5'"),
+        (["--layout", "ragged", "--max-side", "-1"], {}, r"--max-side '-1'"),
+    ]
+    for args, env, pattern in bad:
+        if "--size" in args or "--layout" in args:
+            base = ["--quiet"]
+        else:
+            base = opts
+        p = build(src, tmp / "bad", *base, *args, expect_rc=2, env_extra=env)
+        check(re.search(pattern, p.stderr), f"{args} {env}: stderr {p.stderr!r} lacks {pattern}")
+        check(not (tmp / "bad").exists(), f"{args}: output created")
+    run(["build"], expect_rc=2)
+    # The commands that take one CACHE (inspect, verify, bench) parse the same way.
+    p = run(["bench", tmp / "single", "--batch", "-1"], expect_rc=2)
+    check("--batch '-1'" in p.stderr, f"bench --batch -1: {p.stderr!r}")
+
+
+def case_merge_empty_part(tmp):
+    """A part whose entries all fail to decode, and a part with no entries (N above the
+    listing's size), are valid parts (0 samples, their skips recorded): the merge equals a single
+    build. A whole build with nothing decoded is still refused, with the right count."""
+    src = tmp / "src"
+    for k in range(3):
+        write_img(src / "a" / f"f{k}.png", rand_rgb(k, 20 + k, 30))
+        write_bytes(src / "b" / f"bad{k}.png", b"not a png")
+    opts = ["--size", "16"]
+    single = tmp / "single"
+    build(src, single, *opts, "--quiet")
+    check_eq(load_manifest(single)["skipped"], 3, "single build skips")
+    (tmp / "two").mkdir()
+    parts = build_parts(src, tmp / "two", opts, n=2)  # part 1/2 is b/bad0..2: all skipped
+    m = load_manifest(parts[1])
+    check_eq((m["count"], m["skipped"], len(m["shards"])), (0, 3, 0), "all-skipped part")
+    check_eq(len(read_jsonl(parts[1] / "skipped.jsonl")), 3, "all-skipped part: skip report")
+    run(["verify", parts[1]])
+    run(["merge"] + parts + [tmp / "m2"])
+    compare_merged(tmp / "m2", single, "2 parts, one all skipped")
+    check_eq(read_jsonl(tmp / "m2" / "skipped.jsonl"), read_jsonl(single / "skipped.jsonl"),
+             "skip report")
+    (tmp / "eight").mkdir()
+    parts = build_parts(src, tmp / "eight", opts, n=8)  # 6 entries: parts 0 and 4 are empty
+    check_eq(load_manifest(parts[0])["part"]["entries"], 0, "empty part")
+    run(["merge"] + parts + [tmp / "m8"])
+    compare_merged(tmp / "m8", single, "8 parts of 6 entries")
+    shuffled = tmp / "single_shuffled"
+    build(src, shuffled, *opts, "--shuffle", "7", "--quiet")
+    (tmp / "shuf").mkdir()
+    parts = build_parts(src, tmp / "shuf", opts + ["--shuffle", "7"], n=4)
+    run(["merge"] + parts + [tmp / "ms"])
+    compare_merged(tmp / "ms", shuffled, "4 shuffled parts")
+    bad = tmp / "allbad"
+    for k in range(2):
+        write_bytes(bad / "x" / f"bad{k}.png", b"not a png")
+    p = build(bad, tmp / "none", *opts, "--quiet", expect_rc=1)
+    check("all 2 of 2 entries were skipped" in p.stderr, f"nothing decoded: {p.stderr!r}")
+    check(not (tmp / "none").exists() and not partial_dir(tmp / "none").exists(),
+          "nothing decoded: output left")
+    # Parts that are all empty are valid parts, but their merge is refused as the build is.
+    (tmp / "allbad_parts").mkdir()
+    parts = build_parts(bad, tmp / "allbad_parts", opts, n=2)
+    p = run(["merge"] + parts + [tmp / "none"], expect_rc=1)
+    check("all 2 of 2 entries were skipped" in p.stderr, f"merge, nothing decoded: {p.stderr!r}")
+    check(not (tmp / "none").exists() and not partial_dir(tmp / "none").exists(),
+          "merge, nothing decoded: output left")
+
+
+def case_merge_refusal_leaves_nothing(tmp):
+    """A merge refused for a bad part (a shard that is a symlink, a shard of the wrong size, a
+    side file that fails its checksum: exit 5) creates nothing at OUTPUT, no partial directory,
+    so the corrected merge then runs without --force or --resume (before: .OUT.partial was left
+    and the next merge exited 4)."""
+    src = tmp / "src"
+    make_source(src)
+    opts = ["--size", "16", "--shard-size", str(16 * 16 * 3 * 2)]
+    (tmp / "p").mkdir()
+    parts = build_parts(src, tmp / "p", opts)
+    out = tmp / "out"
+    bad = tmp / "bad"
+
+    def variant(name, change):
+        if bad.exists():
+            subprocess.run(["rm", "-rf", str(bad)], check=True)
+        subprocess.run(["cp", "-a", str(parts[2]), str(bad)], check=True)
+        change(bad / name)
+        return parts[:2] + [bad, parts[3]]
+
+    def symlink(f):
+        f.unlink()
+        f.symlink_to(parts[2] / f.name)
+
+    def shorten(f):
+        f.write_bytes(f.read_bytes()[:-1])
+
+    def flip(f):
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 1
+        f.write_bytes(bytes(data))
+
+    last_shard = load_manifest(parts[2])["shards"][-1]["file"]
+    for what, name, change, pattern in [
+        ("symlinked shard", last_shard, symlink, r"symlink|symbolic link"),
+        ("short shard", last_shard, shorten, r"bytes, its manifest says"),
+        ("flipped sources.jsonl", "sources.jsonl", flip, r"sources.jsonl.*does not match"),
+    ]:
+        given = variant(name, change)
+        expect_refusal(given, 5, pattern, out, what)
+        check_eq(sorted(x.name for x in tmp.iterdir() if "out" in x.name), [],
+                 f"{what}: files left beside OUTPUT")
+    run(["merge"] + parts + [out])
+    run(["verify", out])
+
+
 def case_merge_resume_hardlinks(tmp):
     src = tmp / "src"
     make_source(src)
@@ -365,6 +511,9 @@ CASES = {
     "merge_jpeg": case_merge_jpeg,
     "merge_refusals": case_merge_refusals,
     "part_auto": case_part_auto,
+    "part_auto_step": case_part_auto_step,
+    "merge_empty_part": case_merge_empty_part,
+    "merge_refusal_leaves_nothing": case_merge_refusal_leaves_nothing,
     "merge_resume_hardlinks": case_merge_resume_hardlinks,
     "doc_examples": case_doc_examples,
 }
