@@ -2,6 +2,8 @@
 // aligned buffers, handed out in order.
 #include "dscache/loader.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +24,23 @@ constexpr size_t kAlign = 64;
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
 
+// a * b, or false when it does not fit in 64 bits.
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+// This machine's physical memory in bytes (UINT64_MAX when unknown): no ring of batch buffers
+// larger than that can ever be allocated, so such options are refused up front by name.
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  uint64_t bytes = 0;
+  if (pages <= 0 || page <= 0 || !checked_mul(uint64_t(pages), uint64_t(page), &bytes)) {
+    return UINT64_MAX;
+  }
+  return bytes;
+}
+
 // Frees with the allocator's release, or std::free for the default buffers.
 struct BufferDeleter {
   std::function<void(void*)> release;
@@ -36,6 +55,7 @@ struct BufferDeleter {
 using AlignedBytes = std::unique_ptr<uint8_t, BufferDeleter>;
 
 AlignedBytes aligned_bytes(size_t size, const BufferAllocator& a) {
+  if (size > SIZE_MAX - kAlign) throw invalid("loader: batch buffer size does not fit in memory");
   const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
   const size_t bytes = rounded == 0 ? kAlign : rounded;
   if (a.allocate) {
@@ -115,6 +135,10 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
   if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
   if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  if (options_.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
+    throw invalid("loader.prefetch " + std::to_string(options_.prefetch) + " > " +
+                  std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
+  }
   if (static_cast<bool>(options_.allocator.allocate) !=
       static_cast<bool>(options_.allocator.release)) {
     throw invalid("loader.allocator needs both allocate and release, or neither");
@@ -151,14 +175,40 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     out_h_ = t.height;  // validate() made both > 0
     out_w_ = t.width;
   }
-  sample_bytes_ = uint64_t{out_h_} * out_w_ * channels_;
+  // Every product that sizes an allocation is checked: a wrapped size would allocate a few bytes
+  // that the workers then write far past.
+  uint64_t hw = 0;
+  if (!checked_mul(out_h_, out_w_, &hw) || !checked_mul(hw, channels_, &sample_bytes_)) {
+    throw invalid("transform: output sample " + std::to_string(out_h_) + "x" +
+                  std::to_string(out_w_) + "x" + std::to_string(channels_) +
+                  " bytes does not fit in 64 bits");
+  }
 
   const uint64_t per_rank = samples_per_rank(n, options_.sampler);
   const uint64_t bs = options_.batch_size;
   batches_per_epoch_ = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
   samples_per_epoch_ = options_.drop_last ? batches_per_epoch_ * bs : per_rank;
 
-  const uint32_t slot_count = options_.prefetch + 1;
+  const uint32_t slot_count = options_.prefetch + 1;  // <= kMaxPrefetch + 1: no wrap
+  // Per slot: the images plus a label and an index per sample; slot_count slots.
+  const std::string sizes = "loader.batch_size " + std::to_string(bs) + " x " +
+                            std::to_string(sample_bytes_) + " bytes per sample (" +
+                            std::to_string(out_h_) + "x" + std::to_string(out_w_) + "x" +
+                            std::to_string(channels_) + ") x " + std::to_string(slot_count) +
+                            " buffers (prefetch " + std::to_string(options_.prefetch) + " + 1)";
+  uint64_t batch_bytes = 0, slot_bytes = 0, ring_bytes = 0;
+  if (!checked_mul(bs, sample_bytes_, &batch_bytes) || batch_bytes > UINT64_MAX - 2 * kAlign ||
+      !checked_mul(bs, sizeof(int64_t) + sizeof(uint64_t), &slot_bytes) ||
+      slot_bytes > UINT64_MAX - batch_bytes - kAlign ||
+      !checked_mul(slot_bytes + batch_bytes + kAlign, slot_count, &ring_bytes)) {
+    throw invalid(sizes + " does not fit in 64 bits");
+  }
+  const uint64_t memory = physical_memory_bytes();
+  if (ring_bytes > memory || batch_bytes > SIZE_MAX) {
+    throw invalid(sizes + " = " + std::to_string(ring_bytes) +
+                  " bytes, more than this machine's memory (" + std::to_string(memory) +
+                  " bytes); lower batch_size, prefetch or the transform size");
+  }
   slots_.resize(slot_count);
   for (Slot& s : slots_) {
     s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);

@@ -1,8 +1,12 @@
 // Prefetcher: the ring of slots, the worker threads and the in-order hand-off to the consumer.
 #include "prefetcher.h"
 
+#include <cxxabi.h>
+
 #include <chrono>
 #include <utility>
+
+#include "dscache/error.h"
 
 namespace dscache {
 
@@ -111,6 +115,22 @@ void Prefetcher::work() {
     std::exception_ptr error;
     try {
       fill_(job, slot, Cancel(this, gen));
+    } catch (abi::__forced_unwind&) {
+      // The thread is being cancelled or ended by pthread_exit (Python does that to a thread
+      // taking the GIL during interpreter finalization): it must unwind, never be swallowed
+      // (that aborts with "FATAL: exception not rethrown"). Leave the books straight first so
+      // the consumer and the destructor never wait for this fill.
+      lock.lock();
+      --busy_;
+      if (generation_.load() == gen) {
+        Slot& s = slots_[slot];
+        s.state = SlotState::kFailed;
+        s.error = std::make_exception_ptr(
+            Error(ErrorKind::kIOError, "", "loader worker thread ended while filling a batch"));
+      }
+      done_cv_.notify_all();
+      lock.unlock();
+      throw;
     } catch (...) {
       error = std::current_exception();
     }

@@ -23,6 +23,12 @@ struct BufferAllocator {
   std::function<void(void* p)> release;
 };
 
+// The most batches a Loader buffers ahead. The Loader also refuses options whose ring of
+// buffers ((prefetch + 1) x batch_size x output sample bytes, plus labels and indices) exceeds
+// this machine's physical memory, or whose sizes overflow 64 bits: Error(kInvalidArgument)
+// naming batch_size, prefetch or the transform, never a failed allocation.
+constexpr uint32_t kMaxPrefetch = 4096;
+
 struct LoaderOptions {
   uint32_t batch_size = 256;   // samples per batch
   bool drop_last = false;      // drop this rank's last short batch
@@ -31,7 +37,7 @@ struct LoaderOptions {
                                // with source->stored_bytes() and available_memory_bytes())
   TransformOptions transform;  // crop/resize/flip; default: samples as stored
   uint32_t workers = 2;        // threads filling batches; >= 1
-  uint32_t prefetch = 4;       // batches buffered ahead; >= 1 (buffers = prefetch + 1)
+  uint32_t prefetch = 4;       // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;   // image buffers; both empty = aligned host memory
 };
 
