@@ -9,6 +9,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -183,7 +184,7 @@ CropMode parse_crop(const std::string& s) {
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
-      : pool_(std::make_shared<BufferPool>()) {
+      : pid_(getpid()), pool_(std::make_shared<BufferPool>()) {
     LoaderOptions o = base;
     std::shared_ptr<BufferPool> pool = pool_;
     o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
@@ -191,7 +192,20 @@ class PyLoader {
     py::gil_scoped_release nogil;
     loader_ = std::make_unique<Loader>(std::move(source), o);
   }
-  ~PyLoader() {
+  ~PyLoader() { close(); }
+
+  // Stops and joins the worker threads and frees the C++ Loader; later calls raise. Called by
+  // the package's atexit hook for every live Loader, so that no worker is inside Python (a
+  // LazyCache's decode function) when the interpreter finalizes. In a forked child the Loader
+  // is the parent's: its threads do not exist here and its mutexes may be held forever, so it
+  // is left alone (leaked), never joined.
+  void close() {
+    if (!loader_) return;
+    if (forked()) {
+      (void)loader_.release();  // see above: destroying it would join threads that are not ours
+      return;
+    }
+    if (busy_) return;  // another Python thread is inside next(): it owns the Loader until then
     // Workers may be waiting for the GIL (a Python decode function of a LazyCache): stopping
     // them must not hold it.
     py::gil_scoped_release nogil;
@@ -251,10 +265,12 @@ class PyLoader {
   }
 
   py::tuple position() const {
+    check_usable();
     const LoaderPosition p = loader_->position();
     return py::make_tuple(p.seed, p.epoch, p.cursor);
   }
   py::dict sampler_options() const {
+    check_usable();
     const SamplerOptions& s = loader_->sampler_options();
     py::dict d;
     d["shuffle"] = shuffle_name(s.shuffle);
@@ -267,15 +283,40 @@ class PyLoader {
     d["rank_tail"] = s.tail == RankTail::kPad ? "pad" : "drop";
     return d;
   }
-  uint64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
-  uint64_t samples_per_epoch() const { return loader_->samples_per_epoch(); }
-  double take_wait_seconds() { return loader_->take_wait_seconds(); }
+  uint64_t batches_per_epoch() const {
+    check_usable();
+    return loader_->batches_per_epoch();
+  }
+  uint64_t samples_per_epoch() const {
+    check_usable();
+    return loader_->samples_per_epoch();
+  }
+  double take_wait_seconds() {
+    check_usable();
+    return loader_->take_wait_seconds();
+  }
 
  private:
+  bool forked() const { return getpid() != pid_; }
+
+  // A Loader made before os.fork() has no worker threads in the child: waiting for its batches
+  // would block forever. Refused by name instead (checked with the GIL held, before any wait).
+  void check_usable() const {
+    if (forked()) {
+      throw Error(ErrorKind::kUnsupported, "",
+                  "Loader: used in a forked child (pid " + std::to_string(getpid()) +
+                      ") of the process that made it (pid " + std::to_string(pid_) +
+                      "); its worker threads exist only there: create the Loader in the worker "
+                      "process (e.g. in worker_init_fn)");
+    }
+    if (!loader_) throw Error(ErrorKind::kInvalidArgument, "", "Loader: used after close()");
+  }
+
   // Marks the Loader in use for one call (taken and checked while the GIL is held).
   class Exclusive {
    public:
     explicit Exclusive(PyLoader* l) : l_(l) {
+      l_->check_usable();
       if (l_->busy_) {
         throw Error(ErrorKind::kInvalidArgument, "",
                     "Loader: used from two threads at once (iterate it from one thread)");
@@ -289,6 +330,7 @@ class PyLoader {
   };
 
   bool busy_ = false;  // read and written only with the GIL held
+  pid_t pid_;          // the process that made the Loader (and owns its threads)
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };
@@ -362,6 +404,7 @@ py::dict manifest_dict(const Manifest& m) {
     e["first"] = s.first;
     e["count"] = s.count;
     e["bytes"] = s.bytes;
+    e["xxh64"] = s.xxh64;
     shards.append(e);
   }
   d["shards"] = shards;
@@ -370,7 +413,11 @@ py::dict manifest_dict(const Manifest& m) {
   src["kind"] = m.source.kind;
   src["root"] = m.source.root;
   src["entries"] = m.source.entries;
+  src["digest"] = m.source.digest;
   d["source"] = src;
+  d["labels_xxh64"] = m.labels.xxh64;
+  d["checksums_xxh64"] = m.checksums.xxh64;
+  d["index_xxh64"] = m.index.xxh64;
   d["tool_version"] = m.tool_version;
   d["created_utc"] = m.created_utc;
   return d;
@@ -505,7 +552,8 @@ PYBIND11_MODULE(_dscache, m) {
       .def("sampler_options", &PyLoader::sampler_options)
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("samples_per_epoch", &PyLoader::samples_per_epoch)
-      .def("take_wait_seconds", &PyLoader::take_wait_seconds);
+      .def("take_wait_seconds", &PyLoader::take_wait_seconds)
+      .def("close", &PyLoader::close);
 
   m.def(
       "epoch_order",
