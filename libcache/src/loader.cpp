@@ -249,7 +249,7 @@ const Batch* Loader::Impl::next() {
     prefetcher_->release();
     return nullptr;
   }
-  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_);
+  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_, options_.wait_poll);
   read_ahead_.advance(*source_, cursor_, cursor_ + options_.prefetch + 1);
   ++cursor_;
   return &slots_[slot].batch;

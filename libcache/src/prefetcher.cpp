@@ -75,7 +75,7 @@ void Prefetcher::release() {
   work_cv_.notify_all();
 }
 
-uint32_t Prefetcher::acquire(uint64_t job, double* waited) {
+uint32_t Prefetcher::acquire(uint64_t job, double* waited, const std::function<void()>& poll) {
   release();
   const uint32_t slot = static_cast<uint32_t>(job % slot_count_);
   std::unique_lock<std::mutex> lock(mu_);
@@ -85,9 +85,25 @@ uint32_t Prefetcher::acquire(uint64_t job, double* waited) {
   };
   if (!done()) {
     const auto t0 = std::chrono::steady_clock::now();
-    done_cv_.wait(lock, done);
-    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-    if (waited) *waited += dt.count();
+    auto add_wait = [&] {
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      if (waited) *waited += dt.count();
+    };
+    if (!poll) {
+      done_cv_.wait(lock, done);
+    } else {
+      while (!done_cv_.wait_for(lock, std::chrono::milliseconds(100), done)) {
+        lock.unlock();
+        try {
+          poll();
+        } catch (...) {
+          add_wait();
+          throw;
+        }
+        lock.lock();
+      }
+    }
+    add_wait();
   }
   Slot& s = slots_[slot];
   if (s.state == SlotState::kFailed) std::rethrow_exception(s.error);  // slot stays failed

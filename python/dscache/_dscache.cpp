@@ -181,6 +181,9 @@ CropMode parse_crop(const std::string& s) {
 // The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
 // wait for worker threads. The C++ Loader has one consumer; since the GIL is released while it
 // works, a second Python thread could enter it: that is refused with an error, not undefined.
+// Thrown by the Loader's wait_poll when a signal handler raised: the Python exception is set.
+struct Interrupted {};
+
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
@@ -189,6 +192,12 @@ class PyLoader {
     std::shared_ptr<BufferPool> pool = pool_;
     o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
     o.allocator.release = [pool](void* p) { pool->release(p); };
+    // Ctrl-C while next() waits: Python's handler only sets a flag; run it here (with the GIL)
+    // and leave the wait when it raised (KeyboardInterrupt), so a stalled epoch is interruptible.
+    o.wait_poll = [] {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw Interrupted();  // the exception stays set
+    };
     py::gil_scoped_release nogil;
     loader_ = std::make_unique<Loader>(std::move(source), o);
   }
@@ -227,10 +236,12 @@ class PyLoader {
   // None at the end of the epoch.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
-    {
+    try {
       Exclusive ex(this);
       py::gil_scoped_release nogil;
       b = loader_->next();
+    } catch (const Interrupted&) {
+      throw py::error_already_set();  // the signal handler's exception, set by wait_poll
     }
     if (b == nullptr) return py::none();
     std::vector<py::ssize_t> dims{
@@ -253,13 +264,17 @@ class PyLoader {
   // what a C++ consumer costs, for bench/py_loader.py to compare a Python loop with in the same
   // process and under the same load. Returns the samples taken.
   uint64_t drain() {
-    Exclusive ex(this);
-    py::gil_scoped_release nogil;
     uint64_t samples = 0;
-    volatile uint8_t sink = 0;
-    while (const Batch* b = loader_->next()) {
-      samples += b->size;
-      sink = static_cast<uint8_t>(sink + b->images[0]);
+    try {
+      Exclusive ex(this);
+      py::gil_scoped_release nogil;
+      volatile uint8_t sink = 0;
+      while (const Batch* b = loader_->next()) {
+        samples += b->size;
+        sink = static_cast<uint8_t>(sink + b->images[0]);
+      }
+    } catch (const Interrupted&) {
+      throw py::error_already_set();
     }
     return samples;
   }

@@ -79,6 +79,43 @@ def test_interpreter_exit_with_live_loader(tmp):
             run_ending(tmp, name, k)
 
 
+# Ctrl-C while next() waits for a batch that takes long to decode: KeyboardInterrupt at once.
+STALL = """
+import sys, time
+import dscache
+import numpy as np
+def decode(i):
+    if i >= 4:
+        time.sleep(2)  # a stalled source (time.sleep releases the GIL)
+    return np.full((8, 6, 3), i % 256, dtype=np.uint8)
+lazy = dscache.LazyCache(sys.argv[1], 64, (8, 6, 3), [0] * 64, decode)
+loader = dscache.Loader(lazy, batch_size=4, shuffle=False, workers=1, prefetch=1)
+it = iter(loader)
+next(it)
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    next(it)
+    print("no interrupt", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t0:.2f} s", flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_a_waiting_next(tmp):
+    p = subprocess.Popen([PY, "-c", STALL, os.path.join(tmp, "stall.bin")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, (p.returncode, err[-2000:])
+    line = out.strip()
+    assert line.startswith("interrupted after "), (line, err[-2000:])
+    waited = float(line.split()[2])
+    assert waited < 1.5, f"next() ignored Ctrl-C for {waited} s (a batch takes 8 s)"
+
+
 def expect_error(fn, *words):
     try:
         fn()

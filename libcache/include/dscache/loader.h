@@ -39,6 +39,10 @@ struct LoaderOptions {
   uint32_t workers = 2;        // threads filling batches; >= 1
   uint32_t prefetch = 4;       // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;   // image buffers; both empty = aligned host memory
+  // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
+  // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
+  // binding checks for Ctrl-C here. Empty: next() just waits.
+  std::function<void()> wait_poll;
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
