@@ -1010,6 +1010,9 @@ TEST_SUITE("loader") {
     cases.push_back({"prefetch max", false, o, "loader.prefetch 4294967295 > 4096", ""});
     o.prefetch = dscache::kMaxPrefetch + 1;
     cases.push_back({"prefetch cap + 1", false, o, "loader.prefetch", ""});
+    o = small_options();
+    o.workers = 1u << 20;  // started threads until the system refused: std::system_error
+    cases.push_back({"workers", false, o, "loader.workers 1048576 > 1024", ""});
     o = center(1u << 20);  // 2^24 x 3 x 2^40 wraps to 0: 64-byte buffers, workers write past them
     o.batch_size = 1u << 24;
     cases.push_back({"batch x sample wraps", false, o, "loader.batch_size 16777216", "64 bits"});

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "dscache/error.h"
@@ -134,6 +135,10 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   if (!source_) throw invalid("loader: source is null");
   if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
   if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
+  if (options_.workers > kMaxWorkers) {
+    throw invalid("loader.workers " + std::to_string(options_.workers) + " > " +
+                  std::to_string(kMaxWorkers) + " (threads filling batches)");
+  }
   if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
   if (options_.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
     throw invalid("loader.prefetch " + std::to_string(options_.prefetch) + " > " +
@@ -215,11 +220,17 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     s.labels.resize(bs);
     s.indices.resize(bs);
   }
-  prefetcher_ = std::make_unique<Prefetcher>(
-      options_.workers, slot_count,
-      [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
-        fill(job, slot, cancel);
-      });
+  try {
+    prefetcher_ = std::make_unique<Prefetcher>(
+        options_.workers, slot_count,
+        [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
+          fill(job, slot, cancel);
+        });
+  } catch (const std::system_error& e) {  // the system refused a thread (limits, memory)
+    throw Error(ErrorKind::kIOError, "",
+                "loader: cannot start " + std::to_string(options_.workers) +
+                    " worker threads: " + e.code().message());
+  }
 }
 
 void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {

@@ -134,6 +134,8 @@ def test_prefetch_out_of_range(tmp):
         expect_error(lambda: dscache.Loader(cache, batch_size=4, prefetch=p), "prefetch")
     expect_error(lambda: dscache.Loader(cache, batch_size=4, prefetch=0), "prefetch")
     expect_error(lambda: dscache.Loader(cache, batch_size=4, prefetch=2**40), "prefetch")
+    # workers: a million threads were started until the system refused (RuntimeError)
+    expect_error(lambda: dscache.Loader(cache, batch_size=4, workers=2**20), "workers")
     # A sane large value still works and yields every sample.
     loader = dscache.Loader(cache, batch_size=4, prefetch=64, return_indices=True)
     seen = sorted(int(i) for _, _, idx in loader for i in idx)

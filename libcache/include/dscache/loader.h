@@ -28,6 +28,8 @@ struct BufferAllocator {
 // this machine's physical memory, or whose sizes overflow 64 bits: Error(kInvalidArgument)
 // naming batch_size, prefetch or the transform, never a failed allocation.
 constexpr uint32_t kMaxPrefetch = 4096;
+// The most worker threads a Loader starts (a thread the system refuses is Error(kIOError)).
+constexpr uint32_t kMaxWorkers = 1024;
 
 struct LoaderOptions {
   uint32_t batch_size = 256;   // samples per batch
@@ -36,7 +38,7 @@ struct LoaderOptions {
                                // kWindowed with block 0: sized in stored bytes (resolve_window
                                // with source->stored_bytes() and available_memory_bytes())
   TransformOptions transform;  // crop/resize/flip; default: samples as stored
-  uint32_t workers = 2;        // threads filling batches; >= 1
+  uint32_t workers = 2;        // threads filling batches; 1..kMaxWorkers
   uint32_t prefetch = 4;       // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;   // image buffers; both empty = aligned host memory
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
