@@ -24,6 +24,7 @@ InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path an
 
 import atexit
 import hashlib
+import os
 import sys
 import warnings
 import weakref
@@ -63,6 +64,18 @@ def _check_int(name, v, lo, hi):
 # Every live Loader, closed (workers stopped and joined) at interpreter exit: a worker still
 # inside Python then (a LazyCache's decode function) would be killed by finalization.
 _live_loaders = weakref.WeakSet()
+
+
+def _mark_loaders_forked():
+    """In a fork's child: every Loader made before the fork lost its worker threads (they stayed
+    in the parent); using one raises UnsupportedError instead of waiting forever."""
+    for loader in list(_live_loaders):
+        impl = getattr(loader, "_impl", None)
+        if impl is not None:
+            impl.mark_forked()
+
+
+os.register_at_fork(after_in_child=_mark_loaders_forked)
 
 
 @atexit.register

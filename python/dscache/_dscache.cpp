@@ -9,7 +9,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -187,7 +186,7 @@ struct Interrupted {};
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
-      : pid_(getpid()), pool_(std::make_shared<BufferPool>()) {
+      : pool_(std::make_shared<BufferPool>()) {
     LoaderOptions o = base;
     std::shared_ptr<BufferPool> pool = pool_;
     o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
@@ -208,6 +207,9 @@ class PyLoader {
   // LazyCache's decode function) when the interpreter finalizes. In a forked child the Loader
   // is the parent's: its threads do not exist here and its mutexes may be held forever, so it
   // is left alone (leaked), never joined.
+  // This process is a fork's child: the Loader's threads stayed in the parent.
+  void mark_forked() { forked_ = true; }
+
   void close() {
     if (!loader_) return;
     if (forked()) {
@@ -312,17 +314,16 @@ class PyLoader {
   }
 
  private:
-  bool forked() const { return getpid() != pid_; }
+  bool forked() const { return forked_; }
 
   // A Loader made before os.fork() has no worker threads in the child: waiting for its batches
   // would block forever. Refused by name instead (checked with the GIL held, before any wait).
   void check_usable() const {
     if (forked()) {
       throw Error(ErrorKind::kUnsupported, "",
-                  "Loader: used in a forked child (pid " + std::to_string(getpid()) +
-                      ") of the process that made it (pid " + std::to_string(pid_) +
-                      "); its worker threads exist only there: create the Loader in the worker "
-                      "process (e.g. in worker_init_fn)");
+                  "Loader: used in a process forked after it was made; its worker threads exist "
+                  "only in the parent: create the Loader in the worker process (e.g. in "
+                  "worker_init_fn)");
     }
     if (!loader_) throw Error(ErrorKind::kInvalidArgument, "", "Loader: used after close()");
   }
@@ -344,8 +345,8 @@ class PyLoader {
     PyLoader* l_;
   };
 
-  bool busy_ = false;  // read and written only with the GIL held
-  pid_t pid_;          // the process that made the Loader (and owns its threads)
+  bool busy_ = false;    // read and written only with the GIL held
+  bool forked_ = false;  // set in a fork's child (os.register_at_fork, dscache/__init__.py)
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };
@@ -568,7 +569,8 @@ PYBIND11_MODULE(_dscache, m) {
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("samples_per_epoch", &PyLoader::samples_per_epoch)
       .def("take_wait_seconds", &PyLoader::take_wait_seconds)
-      .def("close", &PyLoader::close);
+      .def("close", &PyLoader::close)
+      .def("mark_forked", &PyLoader::mark_forked);
 
   m.def(
       "epoch_order",
