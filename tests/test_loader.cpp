@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <numeric>
 #include <set>
 #include <string>
@@ -982,6 +983,69 @@ TEST_SUITE("loader") {
       }
     }
     CHECK(ctor_message(nullptr, small_options()).find("source") != std::string::npos);
+  }
+
+  TEST_CASE("prefetch and buffer sizes that cannot be allocated are refused by name") {
+    TempDir fixed_dir, ragged_dir;
+    const Built fixed = build_cache(fixed_dir.path(), Spec{});
+    Spec ragged_spec;
+    ragged_spec.layout = Layout::kRagged;
+    const Built ragged = build_cache(ragged_dir.path(), ragged_spec);
+    auto center = [](uint32_t side) {
+      LoaderOptions o = small_options();
+      o.transform.crop = CropMode::kCenter;
+      o.transform.height = o.transform.width = side;
+      return o;
+    };
+    struct Case {
+      const char* name;
+      bool use_ragged;
+      LoaderOptions options;
+      const char* prefix;
+      const char* contains;
+    };
+    std::vector<Case> cases;
+    LoaderOptions o = small_options();
+    o.prefetch = UINT32_MAX;  // prefetch + 1 slots wrapped to 0: SIGFPE in job % slots
+    cases.push_back({"prefetch max", false, o, "loader.prefetch 4294967295 > 4096", ""});
+    o.prefetch = dscache::kMaxPrefetch + 1;
+    cases.push_back({"prefetch cap + 1", false, o, "loader.prefetch", ""});
+    o = small_options();
+    o.workers = 1u << 20;  // started threads until the system refused: std::system_error
+    cases.push_back({"workers", false, o, "loader.workers 1048576 > 1024", ""});
+    o = center(1u << 20);  // 2^24 x 3 x 2^40 wraps to 0: 64-byte buffers, workers write past them
+    o.batch_size = 1u << 24;
+    cases.push_back({"batch x sample wraps", false, o, "loader.batch_size 16777216", "64 bits"});
+    cases.push_back({"ragged batch x sample wraps", true, o, "loader.batch_size", "64 bits"});
+    o = center(UINT32_MAX);  // the sample's own h x w x c does not fit
+    o.batch_size = 1;
+    cases.push_back({"sample wraps", false, o, "transform:", "64 bits"});
+    o = small_options();
+    o.batch_size = 1u << 31;  // fits in 64 bits, not in memory (was std::bad_alloc)
+    cases.push_back({"batch beyond memory", false, o, "loader.batch_size 2147483648", "memory"});
+    for (const Case& c : cases) {
+      const std::string name = c.name;
+      CAPTURE(name);
+      std::string msg;
+      try {
+        msg = ctor_message(c.use_ragged ? ragged.cache : fixed.cache, c.options);
+      } catch (const std::bad_alloc&) {
+        msg = "(std::bad_alloc escaped)";
+      }
+      CAPTURE(msg);
+      CHECK(msg.rfind(c.prefix, 0) == 0);
+      CHECK(msg.find(c.contains) != std::string::npos);
+      CHECK(msg.find("std::") == std::string::npos);
+    }
+    // The largest prefetch works and yields every sample once.
+    LoaderOptions big = small_options(4);
+    big.prefetch = dscache::kMaxPrefetch;
+    Loader loader(fixed.cache, big);
+    loader.start_epoch(1, 0);
+    std::vector<uint64_t> seen = all_indices(drain(loader));
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen.size() == fixed.cache->size());
+    CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
   }
 
   TEST_CASE("take_wait_seconds is non-negative and resets") {

@@ -2,12 +2,15 @@
 // aligned buffers, handed out in order.
 #include "dscache/loader.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "dscache/error.h"
@@ -21,6 +24,23 @@ namespace {
 constexpr size_t kAlign = 64;
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
+
+// a * b, or false when it does not fit in 64 bits.
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+// This machine's physical memory in bytes (UINT64_MAX when unknown): no ring of batch buffers
+// larger than that can ever be allocated, so such options are refused up front by name.
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  uint64_t bytes = 0;
+  if (pages <= 0 || page <= 0 || !checked_mul(uint64_t(pages), uint64_t(page), &bytes)) {
+    return UINT64_MAX;
+  }
+  return bytes;
+}
 
 // Frees with the allocator's release, or std::free for the default buffers.
 struct BufferDeleter {
@@ -36,6 +56,7 @@ struct BufferDeleter {
 using AlignedBytes = std::unique_ptr<uint8_t, BufferDeleter>;
 
 AlignedBytes aligned_bytes(size_t size, const BufferAllocator& a) {
+  if (size > SIZE_MAX - kAlign) throw invalid("loader: batch buffer size does not fit in memory");
   const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
   const size_t bytes = rounded == 0 ? kAlign : rounded;
   if (a.allocate) {
@@ -114,7 +135,15 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   if (!source_) throw invalid("loader: source is null");
   if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
   if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
+  if (options_.workers > kMaxWorkers) {
+    throw invalid("loader.workers " + std::to_string(options_.workers) + " > " +
+                  std::to_string(kMaxWorkers) + " (threads filling batches)");
+  }
   if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  if (options_.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
+    throw invalid("loader.prefetch " + std::to_string(options_.prefetch) + " > " +
+                  std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
+  }
   if (static_cast<bool>(options_.allocator.allocate) !=
       static_cast<bool>(options_.allocator.release)) {
     throw invalid("loader.allocator needs both allocate and release, or neither");
@@ -151,25 +180,57 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     out_h_ = t.height;  // validate() made both > 0
     out_w_ = t.width;
   }
-  sample_bytes_ = uint64_t{out_h_} * out_w_ * channels_;
+  // Every product that sizes an allocation is checked: a wrapped size would allocate a few bytes
+  // that the workers then write far past.
+  uint64_t hw = 0;
+  if (!checked_mul(out_h_, out_w_, &hw) || !checked_mul(hw, channels_, &sample_bytes_)) {
+    throw invalid("transform: output sample " + std::to_string(out_h_) + "x" +
+                  std::to_string(out_w_) + "x" + std::to_string(channels_) +
+                  " bytes does not fit in 64 bits");
+  }
 
   const uint64_t per_rank = samples_per_rank(n, options_.sampler);
   const uint64_t bs = options_.batch_size;
   batches_per_epoch_ = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
   samples_per_epoch_ = options_.drop_last ? batches_per_epoch_ * bs : per_rank;
 
-  const uint32_t slot_count = options_.prefetch + 1;
+  const uint32_t slot_count = options_.prefetch + 1;  // <= kMaxPrefetch + 1: no wrap
+  // Per slot: the images plus a label and an index per sample; slot_count slots.
+  const std::string sizes = "loader.batch_size " + std::to_string(bs) + " x " +
+                            std::to_string(sample_bytes_) + " bytes per sample (" +
+                            std::to_string(out_h_) + "x" + std::to_string(out_w_) + "x" +
+                            std::to_string(channels_) + ") x " + std::to_string(slot_count) +
+                            " buffers (prefetch " + std::to_string(options_.prefetch) + " + 1)";
+  uint64_t batch_bytes = 0, slot_bytes = 0, ring_bytes = 0;
+  if (!checked_mul(bs, sample_bytes_, &batch_bytes) || batch_bytes > UINT64_MAX - 2 * kAlign ||
+      !checked_mul(bs, sizeof(int64_t) + sizeof(uint64_t), &slot_bytes) ||
+      slot_bytes > UINT64_MAX - batch_bytes - kAlign ||
+      !checked_mul(slot_bytes + batch_bytes + kAlign, slot_count, &ring_bytes)) {
+    throw invalid(sizes + " does not fit in 64 bits");
+  }
+  const uint64_t memory = physical_memory_bytes();
+  if (ring_bytes > memory || batch_bytes > SIZE_MAX) {
+    throw invalid(sizes + " = " + std::to_string(ring_bytes) +
+                  " bytes, more than this machine's memory (" + std::to_string(memory) +
+                  " bytes); lower batch_size, prefetch or the transform size");
+  }
   slots_.resize(slot_count);
   for (Slot& s : slots_) {
     s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);
     s.labels.resize(bs);
     s.indices.resize(bs);
   }
-  prefetcher_ = std::make_unique<Prefetcher>(
-      options_.workers, slot_count,
-      [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
-        fill(job, slot, cancel);
-      });
+  try {
+    prefetcher_ = std::make_unique<Prefetcher>(
+        options_.workers, slot_count,
+        [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
+          fill(job, slot, cancel);
+        });
+  } catch (const std::system_error& e) {  // the system refused a thread (limits, memory)
+    throw Error(ErrorKind::kIOError, "",
+                "loader: cannot start " + std::to_string(options_.workers) +
+                    " worker threads: " + e.code().message());
+  }
 }
 
 void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
@@ -199,7 +260,7 @@ const Batch* Loader::Impl::next() {
     prefetcher_->release();
     return nullptr;
   }
-  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_);
+  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_, options_.wait_poll);
   read_ahead_.advance(*source_, cursor_, cursor_ + options_.prefetch + 1);
   ++cursor_;
   return &slots_[slot].batch;

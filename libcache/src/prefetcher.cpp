@@ -1,8 +1,12 @@
 // Prefetcher: the ring of slots, the worker threads and the in-order hand-off to the consumer.
 #include "prefetcher.h"
 
+#include <cxxabi.h>
+
 #include <chrono>
 #include <utility>
+
+#include "dscache/error.h"
 
 namespace dscache {
 
@@ -71,7 +75,7 @@ void Prefetcher::release() {
   work_cv_.notify_all();
 }
 
-uint32_t Prefetcher::acquire(uint64_t job, double* waited) {
+uint32_t Prefetcher::acquire(uint64_t job, double* waited, const std::function<void()>& poll) {
   release();
   const uint32_t slot = static_cast<uint32_t>(job % slot_count_);
   std::unique_lock<std::mutex> lock(mu_);
@@ -81,9 +85,25 @@ uint32_t Prefetcher::acquire(uint64_t job, double* waited) {
   };
   if (!done()) {
     const auto t0 = std::chrono::steady_clock::now();
-    done_cv_.wait(lock, done);
-    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-    if (waited) *waited += dt.count();
+    auto add_wait = [&] {
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      if (waited) *waited += dt.count();
+    };
+    if (!poll) {
+      done_cv_.wait(lock, done);
+    } else {
+      while (!done_cv_.wait_for(lock, std::chrono::milliseconds(100), done)) {
+        lock.unlock();
+        try {
+          poll();
+        } catch (...) {
+          add_wait();
+          throw;
+        }
+        lock.lock();
+      }
+    }
+    add_wait();
   }
   Slot& s = slots_[slot];
   if (s.state == SlotState::kFailed) std::rethrow_exception(s.error);  // slot stays failed
@@ -111,6 +131,22 @@ void Prefetcher::work() {
     std::exception_ptr error;
     try {
       fill_(job, slot, Cancel(this, gen));
+    } catch (abi::__forced_unwind&) {
+      // The thread is being cancelled or ended by pthread_exit (Python does that to a thread
+      // taking the GIL during interpreter finalization): it must unwind, never be swallowed
+      // (that aborts with "FATAL: exception not rethrown"). Leave the books straight first so
+      // the consumer and the destructor never wait for this fill.
+      lock.lock();
+      --busy_;
+      if (generation_.load() == gen) {
+        Slot& s = slots_[slot];
+        s.state = SlotState::kFailed;
+        s.error = std::make_exception_ptr(
+            Error(ErrorKind::kIOError, "", "loader worker thread ended while filling a batch"));
+      }
+      done_cv_.notify_all();
+      lock.unlock();
+      throw;
     } catch (...) {
       error = std::current_exception();
     }

@@ -49,8 +49,9 @@ class Prefetcher {
   // Releases the previously acquired job's slot, then blocks until `job` (the next job of the
   // run, in order) is filled and returns its slot. Rethrows the exception its fill threw (and
   // keeps rethrowing it for that job until the next start()). Adds the seconds spent blocked to
-  // *waited.
-  uint32_t acquire(uint64_t job, double* waited);
+  // *waited. While it waits, calls poll (when given) about every 100 ms without the lock; an
+  // exception poll throws abandons the wait (nothing is acquired; call again for the same job).
+  uint32_t acquire(uint64_t job, double* waited, const std::function<void()>& poll = {});
   // Frees the slot of the job last acquired (if any) without waiting for another.
   void release();
 

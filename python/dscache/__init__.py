@@ -22,7 +22,12 @@ Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
 """
 
+import atexit
+import hashlib
+import os
 import sys
+import warnings
+import weakref
 
 import numpy as np
 
@@ -35,7 +40,50 @@ __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError"
            "BusyError", "epoch_order"]
 __version__ = "0.1.0"
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: records the cache's identity ("data"); 1 is read, unchecked, with a warning
+
+_U64 = 2**64 - 1
+_U32 = 2**32 - 1
+
+
+def _invalid(reason):
+    return InvalidArgumentError(f"InvalidArgument: {reason}", "", reason)
+
+
+def _check_int(name, v, lo, hi):
+    """int(v) when lo <= v <= hi, else InvalidArgumentError naming `name` (not a TypeError or an
+    OverflowError from the binding later)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise _invalid(f"{name}: must be an int, got {v!r}")
+    v = int(v)
+    if v < lo or v > hi:
+        raise _invalid(f"{name}: {v} is outside {lo}..{hi}")
+    return v
+
+
+# Every live Loader, closed (workers stopped and joined) at interpreter exit: a worker still
+# inside Python then (a LazyCache's decode function) would be killed by finalization.
+_live_loaders = weakref.WeakSet()
+
+
+def _mark_loaders_forked():
+    """In a fork's child: every Loader made before the fork lost its worker threads (they stayed
+    in the parent); using one raises UnsupportedError instead of waiting forever."""
+    for loader in list(_live_loaders):
+        impl = getattr(loader, "_impl", None)
+        if impl is not None:
+            impl.mark_forked()
+
+
+os.register_at_fork(after_in_child=_mark_loaders_forked)
+
+
+@atexit.register
+def _close_live_loaders():
+    for loader in list(_live_loaders):
+        impl = getattr(loader, "_impl", None)
+        if impl is not None:
+            impl.close()
 
 
 class _Source:
@@ -74,6 +122,11 @@ class _Source:
 
     def label(self, i):
         return self._src.label(int(i))
+
+    def _identity(self):
+        """What identifies these samples, for Loader.state_dict(): a resumed position means the
+        same samples only on the same data."""
+        raise NotImplementedError
 
     def sample_shape(self, i):
         """(H, W, C) of sample i (differs per sample in the ragged layout)."""
@@ -124,6 +177,14 @@ class Cache(_Source):
         return np.fromiter((self._src.label(i) for i in range(len(self))), dtype=np.int64,
                            count=len(self))
 
+    def _identity(self):
+        m = self._manifest
+        parts = [m["count"], m["layout"], m["codec"], m["height"], m["width"], m["channels"],
+                 m["labels_xxh64"], m["checksums_xxh64"], m["index_xxh64"], m["source"]["digest"],
+                 [(s["first"], s["count"], s["bytes"], s["xxh64"]) for s in m["shards"]]]
+        digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+        return {"kind": "cache", "count": int(m["count"]), "digest": digest}
+
     def __repr__(self):
         return (f"dscache.Cache({self.path!r}: {self.count} samples of {self.shape}, "
                 f"{self.layout}, {self.storage}, {self.codec})")
@@ -144,6 +205,11 @@ class LazyCache(_Source):
         labels = [int(x) for x in labels]
         self._src = _dscache.LazyCache(str(path), int(count), h, w, c, labels, decode,
                                        int(source_digest), bool(verify_hits))
+        parts = [int(count), h, w, c, int(source_digest), labels]
+        self._digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+    def _identity(self):
+        return {"kind": "lazy", "count": len(self), "digest": self._digest}
 
     filled = property(lambda self: self._src.filled, doc="slots filled (all runs, processes)")
     hits = property(lambda self: self._src.hits, doc="samples served from the file here")
@@ -230,10 +296,13 @@ class Loader:
         if not isinstance(t, Transform):
             raise TypeError("transform must be a dscache.Transform or None")
         for name, v in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
-                        ("workers", workers), ("prefetch", prefetch), ("seed", seed)):
-            if int(v) < 0:
-                raise InvalidArgumentError(f"InvalidArgument: {name}: must be >= 0, got {v}",
-                                           "", f"{name}: must be >= 0, got {v}")
+                        ("workers", workers), ("prefetch", prefetch)):
+            _check_int(name, v, 0, _U32)
+        for name, v in (("seed", seed), ("block", block), ("window_blocks", window_blocks),
+                        ("block_bytes", block_bytes), ("window_bytes", window_bytes)):
+            _check_int(name, v, 0, _U64)
+        for name, v in (("transform height", t.height), ("transform width", t.width)):
+            _check_int(name, v, 0, _U32)
         self.cache = cache
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -251,13 +320,14 @@ class Loader:
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
         self._generation = 0     # bumped on every iter(): an abandoned iterator stops
+        _live_loaders.add(self)
 
     # ---- epochs -------------------------------------------------------------------------
 
     def set_epoch(self, epoch):
         """The epoch the next iteration runs (DistributedSampler.set_epoch's role). Calling it
         is optional: each complete pass advances the epoch by one."""
-        self._epoch = int(epoch)
+        self._epoch = _check_int("epoch", epoch, 0, _U64)
         self._pending = None
         self._active = False
 
@@ -338,16 +408,30 @@ class Loader:
         return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
                 "cursor": int(cursor), "batch_size": self.batch_size, "drop_last": self.drop_last,
                 "rank": self.rank, "world_size": self.world_size,
-                "batches_per_epoch": len(self), "sampler": so}
+                "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
 
     def load_state_dict(self, state):
         """Continue from state_dict()'s position at the next iteration. Refuses (dscache.
-        InvalidArgumentError) a state saved with another batch size, rank, world size or
-        shuffle geometry: its cursor would mean other samples."""
-        if int(state.get("version", 0)) != STATE_VERSION:
-            raise InvalidArgumentError(
-                f"InvalidArgument: state_dict: version {state.get('version')} is not "
-                f"{STATE_VERSION}", "", "state_dict version")
+        InvalidArgumentError) a state saved on another cache (its sample count or contents
+        differ), with another batch size, rank, world size or shuffle geometry, or with a seed or
+        epoch outside 0..2**64-1: its cursor would mean other samples."""
+        version = state.get("version", 0)
+        if version not in (1, STATE_VERSION):
+            raise _invalid(f"state_dict: version {version!r} is not {STATE_VERSION}")
+        if version == 1:
+            warnings.warn("dscache: a version 1 state_dict does not record its cache; it is "
+                          "resumed without checking that the cache is the same", stacklevel=2)
+        else:
+            theirs, mine_id = state.get("data") or {}, self.cache._identity()
+            if theirs.get("count") != mine_id["count"]:
+                raise _invalid(f"state_dict: saved on a cache of {theirs.get('count')!r} samples, "
+                               f"this loader's cache has {mine_id['count']}")
+            if theirs.get("kind") != mine_id["kind"] or theirs.get("digest") != mine_id["digest"]:
+                raise _invalid(f"state_dict: saved on another cache (same {mine_id['count']} "
+                               f"samples, content digest {theirs.get('digest')!r}, this one "
+                               f"{mine_id['digest']!r}): its positions would mean other samples")
+        seed = _check_int("state_dict seed", state.get("seed"), 0, _U64)
+        epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
         mine = self._impl.sampler_options()
         checks = [("batch_size", self.batch_size), ("drop_last", self.drop_last),
                   ("rank", self.rank), ("world_size", self.world_size)]
@@ -363,13 +447,9 @@ class Loader:
                     f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
                     f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
                     f"sampler {key} differs")
-        cursor = int(state["cursor"])
-        if cursor < 0 or cursor > len(self):
-            raise InvalidArgumentError(
-                f"InvalidArgument: state_dict: cursor {cursor} outside 0..{len(self)}", "",
-                "cursor out of range")
-        self.seed = int(state["seed"])
-        self._epoch = int(state["epoch"])
+        cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
+        self.seed = seed
+        self._epoch = epoch
         self._active = False
         self._pending = (self.seed, self._epoch, cursor)
 

@@ -180,6 +180,9 @@ CropMode parse_crop(const std::string& s) {
 // The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
 // wait for worker threads. The C++ Loader has one consumer; since the GIL is released while it
 // works, a second Python thread could enter it: that is refused with an error, not undefined.
+// Thrown by the Loader's wait_poll when a signal handler raised: the Python exception is set.
+struct Interrupted {};
+
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
@@ -188,10 +191,32 @@ class PyLoader {
     std::shared_ptr<BufferPool> pool = pool_;
     o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
     o.allocator.release = [pool](void* p) { pool->release(p); };
+    // Ctrl-C while next() waits: Python's handler only sets a flag; run it here (with the GIL)
+    // and leave the wait when it raised (KeyboardInterrupt), so a stalled epoch is interruptible.
+    o.wait_poll = [] {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw Interrupted();  // the exception stays set
+    };
     py::gil_scoped_release nogil;
     loader_ = std::make_unique<Loader>(std::move(source), o);
   }
-  ~PyLoader() {
+  ~PyLoader() { close(); }
+
+  // Stops and joins the worker threads and frees the C++ Loader; later calls raise. Called by
+  // the package's atexit hook for every live Loader, so that no worker is inside Python (a
+  // LazyCache's decode function) when the interpreter finalizes. In a forked child the Loader
+  // is the parent's: its threads do not exist here and its mutexes may be held forever, so it
+  // is left alone (leaked), never joined.
+  // This process is a fork's child: the Loader's threads stayed in the parent.
+  void mark_forked() { forked_ = true; }
+
+  void close() {
+    if (!loader_) return;
+    if (forked()) {
+      (void)loader_.release();  // see above: destroying it would join threads that are not ours
+      return;
+    }
+    if (busy_) return;  // another Python thread is inside next(): it owns the Loader until then
     // Workers may be waiting for the GIL (a Python decode function of a LazyCache): stopping
     // them must not hold it.
     py::gil_scoped_release nogil;
@@ -213,10 +238,12 @@ class PyLoader {
   // None at the end of the epoch.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
-    {
+    try {
       Exclusive ex(this);
       py::gil_scoped_release nogil;
       b = loader_->next();
+    } catch (const Interrupted&) {
+      throw py::error_already_set();  // the signal handler's exception, set by wait_poll
     }
     if (b == nullptr) return py::none();
     std::vector<py::ssize_t> dims{
@@ -239,22 +266,28 @@ class PyLoader {
   // what a C++ consumer costs, for bench/py_loader.py to compare a Python loop with in the same
   // process and under the same load. Returns the samples taken.
   uint64_t drain() {
-    Exclusive ex(this);
-    py::gil_scoped_release nogil;
     uint64_t samples = 0;
-    volatile uint8_t sink = 0;
-    while (const Batch* b = loader_->next()) {
-      samples += b->size;
-      sink = static_cast<uint8_t>(sink + b->images[0]);
+    try {
+      Exclusive ex(this);
+      py::gil_scoped_release nogil;
+      volatile uint8_t sink = 0;
+      while (const Batch* b = loader_->next()) {
+        samples += b->size;
+        sink = static_cast<uint8_t>(sink + b->images[0]);
+      }
+    } catch (const Interrupted&) {
+      throw py::error_already_set();
     }
     return samples;
   }
 
   py::tuple position() const {
+    check_usable();
     const LoaderPosition p = loader_->position();
     return py::make_tuple(p.seed, p.epoch, p.cursor);
   }
   py::dict sampler_options() const {
+    check_usable();
     const SamplerOptions& s = loader_->sampler_options();
     py::dict d;
     d["shuffle"] = shuffle_name(s.shuffle);
@@ -267,15 +300,39 @@ class PyLoader {
     d["rank_tail"] = s.tail == RankTail::kPad ? "pad" : "drop";
     return d;
   }
-  uint64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
-  uint64_t samples_per_epoch() const { return loader_->samples_per_epoch(); }
-  double take_wait_seconds() { return loader_->take_wait_seconds(); }
+  uint64_t batches_per_epoch() const {
+    check_usable();
+    return loader_->batches_per_epoch();
+  }
+  uint64_t samples_per_epoch() const {
+    check_usable();
+    return loader_->samples_per_epoch();
+  }
+  double take_wait_seconds() {
+    check_usable();
+    return loader_->take_wait_seconds();
+  }
 
  private:
+  bool forked() const { return forked_; }
+
+  // A Loader made before os.fork() has no worker threads in the child: waiting for its batches
+  // would block forever. Refused by name instead (checked with the GIL held, before any wait).
+  void check_usable() const {
+    if (forked()) {
+      throw Error(ErrorKind::kUnsupported, "",
+                  "Loader: used in a process forked after it was made; its worker threads exist "
+                  "only in the parent: create the Loader in the worker process (e.g. in "
+                  "worker_init_fn)");
+    }
+    if (!loader_) throw Error(ErrorKind::kInvalidArgument, "", "Loader: used after close()");
+  }
+
   // Marks the Loader in use for one call (taken and checked while the GIL is held).
   class Exclusive {
    public:
     explicit Exclusive(PyLoader* l) : l_(l) {
+      l_->check_usable();
       if (l_->busy_) {
         throw Error(ErrorKind::kInvalidArgument, "",
                     "Loader: used from two threads at once (iterate it from one thread)");
@@ -288,7 +345,8 @@ class PyLoader {
     PyLoader* l_;
   };
 
-  bool busy_ = false;  // read and written only with the GIL held
+  bool busy_ = false;    // read and written only with the GIL held
+  bool forked_ = false;  // set in a fork's child (os.register_at_fork, dscache/__init__.py)
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };
@@ -362,6 +420,7 @@ py::dict manifest_dict(const Manifest& m) {
     e["first"] = s.first;
     e["count"] = s.count;
     e["bytes"] = s.bytes;
+    e["xxh64"] = s.xxh64;
     shards.append(e);
   }
   d["shards"] = shards;
@@ -370,7 +429,11 @@ py::dict manifest_dict(const Manifest& m) {
   src["kind"] = m.source.kind;
   src["root"] = m.source.root;
   src["entries"] = m.source.entries;
+  src["digest"] = m.source.digest;
   d["source"] = src;
+  d["labels_xxh64"] = m.labels.xxh64;
+  d["checksums_xxh64"] = m.checksums.xxh64;
+  d["index_xxh64"] = m.index.xxh64;
   d["tool_version"] = m.tool_version;
   d["created_utc"] = m.created_utc;
   return d;
@@ -505,7 +568,9 @@ PYBIND11_MODULE(_dscache, m) {
       .def("sampler_options", &PyLoader::sampler_options)
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("samples_per_epoch", &PyLoader::samples_per_epoch)
-      .def("take_wait_seconds", &PyLoader::take_wait_seconds);
+      .def("take_wait_seconds", &PyLoader::take_wait_seconds)
+      .def("close", &PyLoader::close)
+      .def("mark_forked", &PyLoader::mark_forked);
 
   m.def(
       "epoch_order",

@@ -178,6 +178,40 @@ def jpeg_seeds():
         put("jpeg_decode", "seed-restart.jpg", enc.tobytes())
 
 
+def loader_options_seeds():
+    """fuzz_loader_options: the Loader keywords packed as the target reads them. Defaults, each
+    crop and shuffle, ranks, and every size issue 17 found (prefetch 2**32-1, batch x sample
+    wrapping to 0, batch beyond memory, a million workers, NaN scales)."""
+    import struct
+
+    def pack(kind=0, batch=2, drop=0, shuffle=1, block=0, wblocks=4, bbytes=0, wbytes=0, rank=0,
+             world=1, tail=0, workers=2, prefetch=2, crop=0, h=0, w=0, smin=0.08, smax=1.0,
+             rmin=0.75, rmax=4 / 3, flip=0, seed=1, epoch=0):
+        return struct.pack("<BIBBQQQQIIBHIBIIddddBQQ", kind, batch, drop, shuffle, block, wblocks,
+                           bbytes, wbytes, rank, world, tail, workers, prefetch, crop, h, w, smin,
+                           smax, rmin, rmax, flip, seed, epoch)
+
+    seeds = {
+        "defaults": pack(),
+        "center": pack(crop=1, h=3, w=4, flip=1),
+        "random_resized": pack(crop=2, h=4, w=4, flip=1, seed=7),
+        "ragged_center": pack(kind=1, crop=1, h=4, w=4),
+        "ragged_random": pack(kind=1, crop=2, h=5, w=3, epoch=3),
+        "windowed": pack(shuffle=2, block=2, wblocks=2),
+        "windowed_bytes": pack(shuffle=2, wblocks=0, bbytes=100, wbytes=300),
+        "rank_drop": pack(rank=1, world=3, tail=1, drop=1, batch=1),
+        "prefetch_wraps": pack(prefetch=2**32 - 1),
+        "batch_times_sample_wraps": pack(batch=2**24, crop=1, h=2**20, w=2**20),
+        "sample_wraps": pack(batch=1, crop=1, h=2**32 - 1, w=2**32 - 1),
+        "batch_beyond_memory": pack(batch=2**31),
+        "workers_million": pack(workers=65535),
+        "nan_scale": pack(crop=2, h=4, w=4, smin=float("nan")),
+        "empty": b"",
+    }
+    for name, data in seeds.items():
+        put("loader_options", "seed-" + name, data)
+
+
 def self_seeds(builddir):
     for target in ["ragged_index", "jpeg_index", "lazy_cache", "cache_open"]:
         exe = os.path.join(builddir, "tests", "fuzz", f"fuzz_{target}_corpus")
@@ -201,6 +235,7 @@ def main(argv):
     list_seeds()
     image_header_seeds()
     jpeg_seeds()
+    loader_options_seeds()
     self_seeds(builddir)
     for t in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, t))

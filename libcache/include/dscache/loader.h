@@ -23,6 +23,14 @@ struct BufferAllocator {
   std::function<void(void* p)> release;
 };
 
+// The most batches a Loader buffers ahead. The Loader also refuses options whose ring of
+// buffers ((prefetch + 1) x batch_size x output sample bytes, plus labels and indices) exceeds
+// this machine's physical memory, or whose sizes overflow 64 bits: Error(kInvalidArgument)
+// naming batch_size, prefetch or the transform, never a failed allocation.
+constexpr uint32_t kMaxPrefetch = 4096;
+// The most worker threads a Loader starts (a thread the system refuses is Error(kIOError)).
+constexpr uint32_t kMaxWorkers = 1024;
+
 struct LoaderOptions {
   uint32_t batch_size = 256;   // samples per batch
   bool drop_last = false;      // drop this rank's last short batch
@@ -30,9 +38,13 @@ struct LoaderOptions {
                                // kWindowed with block 0: sized in stored bytes (resolve_window
                                // with source->stored_bytes() and available_memory_bytes())
   TransformOptions transform;  // crop/resize/flip; default: samples as stored
-  uint32_t workers = 2;        // threads filling batches; >= 1
-  uint32_t prefetch = 4;       // batches buffered ahead; >= 1 (buffers = prefetch + 1)
+  uint32_t workers = 2;        // threads filling batches; 1..kMaxWorkers
+  uint32_t prefetch = 4;       // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;   // image buffers; both empty = aligned host memory
+  // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
+  // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
+  // binding checks for Ctrl-C here. Empty: next() just waits.
+  std::function<void()> wait_poll;
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
