@@ -280,20 +280,20 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   data_note->clear();
   c10::IValue saved_content, saved_recipe;
   if (!a.try_read("data/content", saved_content) || !a.try_read("data/recipe", saved_recipe)) {
-    *data_note = path + " does not record which data it was made on (an older dscache-train): "
+    *data_note = path +
+                 " does not record which data it was made on (an older dscache-train): "
                  "cannot check that --train holds the same samples";
   } else if (saved_content.toStringRef() != settings.data.content) {
     std::string what = "content digest " + saved_content.toStringRef() +
                        " (this run: " + settings.data.content + ")";
     if (saved_recipe.toStringRef() != settings.data.recipe) {
-      what = "recipe \"" + saved_recipe.toStringRef() + "\" (this run: \"" +
-             settings.data.recipe + "\"), " + what;
+      what = "recipe \"" + saved_recipe.toStringRef() + "\" (this run: \"" + settings.data.recipe +
+             "\"), " + what;
     } else {
       what += ", the same recipe (\"" + settings.data.recipe + "\")";
     }
     if (!settings.allow_data_change) {
-      throw UsageError("--resume: " + path +
-                       " was made on other training data: " + what +
+      throw UsageError("--resume: " + path + " was made on other training data: " + what +
                        "; point --train at the cache it was made on, pass --allow-data-change to "
                        "continue on this data anyway, or --force to start over");
     }

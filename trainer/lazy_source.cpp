@@ -4,8 +4,14 @@
 #include "dscache/error.h"
 
 #ifdef DSCACHE_TRAIN_HAVE_LAZY
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dscache/checksum.h"
 #include "dscache/ingest/image_decode.h"
@@ -21,6 +27,62 @@ namespace train {
 
 bool lazy_source_supported() { return true; }
 
+namespace {
+
+// Drops the entries `dscache build` would skip before decoding anything: not a regular file, an
+// empty file, or no known image format in its first bytes (a README, .DS_Store, a half-copied
+// file). Says how many, and the first few, on stderr. Listing order is kept, so the choice is
+// the same on every run and rank. A file that passes and fails to decode later is still an error
+// naming it (its pixels cannot be made up).
+void skip_non_images(SourceListing* listing) {
+  std::vector<SourceEntry> kept;
+  kept.reserve(listing->entries.size());
+  std::vector<std::string> why;
+  uint64_t skipped = 0;
+  for (auto& e : listing->entries) {
+    std::string reason;
+    struct stat st {};
+    if (::stat(e.path.c_str(), &st) != 0) {
+      reason = std::strerror(errno);
+    } else if (!S_ISREG(st.st_mode)) {
+      reason = "not a regular file";
+    } else if (st.st_size == 0) {
+      reason = "zero-byte file";
+    } else {
+      uint8_t head[64];
+      const int fd = ::open(e.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      ssize_t n = -1;
+      if (fd >= 0) {
+        n = ::read(fd, head, sizeof head);
+        ::close(fd);
+      }
+      if (n < 0) {
+        reason = std::strerror(errno);
+      } else if (sniff_format(head, static_cast<size_t>(n)) == ImageFormat::kUnknown) {
+        reason = "not an image (unknown format)";
+      }
+    }
+    if (reason.empty()) {
+      kept.push_back(std::move(e));
+      continue;
+    }
+    if (why.size() < 3) why.push_back(e.path + ": " + reason);
+    ++skipped;
+  }
+  listing->entries = std::move(kept);
+  if (skipped == 0) return;
+  std::string list;
+  for (const auto& w : why) list += "\n  " + w;
+  std::fprintf(stderr,
+               "dscache-train: --lazy-cache: skipped %llu of %zu listed entries, as dscache build "
+               "does%s%s\n",
+               static_cast<unsigned long long>(skipped),
+               static_cast<size_t>(listing->entries.size() + skipped), list.c_str(),
+               skipped > why.size() ? "\n  ..." : "");
+}
+
+}  // namespace
+
 LazySource open_lazy_source(const LazySourceOptions& o) {
   if (o.size == 0)
     throw Error(ErrorKind::kInvalidArgument, "", "--image-size: required with --lazy-cache");
@@ -33,6 +95,7 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
         ErrorKind::kInvalidArgument, o.source,
         "--lazy-cache is for image folders and lists; build idx files with `dscache build`");
   }
+  skip_non_images(listing.get());
   if (listing->entries.empty()) throw Error(ErrorKind::kNotFound, o.source, "no images listed");
   DecodeOptions dec;
   dec.height = dec.width = o.size;

@@ -177,12 +177,11 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   }
   o.model = pick<ModelKind>("model", model,
                             {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});
-  o.precision = pick<Precision>(
-      "precision", precision,
-      {{"auto", Precision::kAuto},
-       {"fp32", Precision::kFp32},
-       {"bf16", Precision::kBf16},
-       {"fp16", Precision::kFp16}});
+  o.precision = pick<Precision>("precision", precision,
+                                {{"auto", Precision::kAuto},
+                                 {"fp32", Precision::kFp32},
+                                 {"bf16", Precision::kBf16},
+                                 {"fp16", Precision::kFp16}});
   o.loss_scaling = pick<LossScaling>(
       "loss-scaling", loss_scaling,
       {{"auto", LossScaling::kAuto}, {"on", LossScaling::kOn}, {"off", LossScaling::kOff}});

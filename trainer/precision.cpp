@@ -34,9 +34,9 @@ std::string upper(std::string s) {
 // oneDNN's ISA names (dnnl_cpu_isa_t, as ONEDNN_MAX_CPU_ISA spells them) that still include
 // bf16 dot products. An unknown name is ignored by oneDNN, so it caps nothing.
 bool isa_allows_bf16(const std::string& cap) {
-  static const char* const kWithout[] = {"SSE41",       "AVX",           "AVX2",
-                                         "AVX2_VNNI",   "AVX512_MIC",    "AVX512_MIC_4OPS",
-                                         "AVX512_CORE", "AVX512_CORE_VNNI"};
+  static const char* const kWithout[] = {
+      "SSE41",           "AVX", "AVX2", "AVX2_VNNI", "AVX512_MIC", "AVX512_MIC_4OPS", "AVX512_CORE",
+      "AVX512_CORE_VNNI"};
   const std::string c = upper(cap);
   return std::find(std::begin(kWithout), std::end(kWithout), c) == std::end(kWithout);
 }

@@ -1,6 +1,6 @@
 // Fixtures for the trainer tests (no LibTorch here: this file compiles fast).
-#include <algorithm>
 #include "fixtures.h"
+#include <algorithm>
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -28,7 +28,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <tuple>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "amp.h"
@@ -350,9 +350,9 @@ TEST_SUITE("unit") {
         err_leaf += sq_dist(g_leaf, g32) / n32;
       }
       const double ratio = std::sqrt(err16 / err_leaf);
-      MESSAGE(std::string(onednn ? "oneDNN" : "ATen") << " bf16 kernels: pooled relative gradient error "
-                                            << std::sqrt(err16 / 8) << ", " << ratio
-                                            << " x the leaves' rounding (bound " << factor << ")");
+      MESSAGE(std::string(onednn ? "oneDNN" : "ATen")
+              << " bf16 kernels: pooled relative gradient error " << std::sqrt(err16 / 8) << ", "
+              << ratio << " x the leaves' rounding (bound " << factor << ")");
       CHECK(err_leaf > 0);
       CHECK(ratio <= factor);
     }
@@ -947,6 +947,9 @@ TEST_SUITE("cli") {
     };
     write_images(tmp.path() + "/imgs", 16);
     write_images(tmp.path() + "/val", 5);
+    // What real folders hold besides images: skipped as `dscache build` skips them.
+    std::ofstream(tmp.path() + "/imgs/c0/README.txt") << "three classes of colour blobs\n";
+    std::ofstream(tmp.path() + "/imgs/c1/empty.ppm");
     const std::string lazy = tmp.path() + "/lazy.bin", val_lazy = tmp.path() + "/val.bin";
     const std::string log = tmp.path() + "/log.txt";
     auto args = [&](const std::string& out, const std::string& size) {
@@ -975,6 +978,10 @@ TEST_SUITE("cli") {
     INFO(trainer_test::read_file(log));
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
+    const std::string first_log = trainer_test::read_file(log);
+    CHECK(first_log.find("--lazy-cache: skipped 2 of 50 listed entries") != std::string::npos);
+    CHECK(first_log.find("README.txt: not an image") != std::string::npos);
+    CHECK(first_log.find("empty.ppm: zero-byte file") != std::string::npos);
     CHECK(std::filesystem::exists(lazy));
     CHECK(std::filesystem::exists(val_lazy));
     const auto val_file_size = std::filesystem::file_size(val_lazy);
