@@ -1,6 +1,7 @@
 // JPEG caches (codec "jpeg"): the format read by Cache in every storage and layout, served by the
 // Loader with serve-time decoding, in page-cache and pread modes, and corrupt samples named.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -380,6 +381,44 @@ TEST_SUITE("jpeg cache") {
       uint64_t want = 0;
       std::memcpy(&want, sums.data() + 6 * 8, 8);
       CHECK(dscache::xxh64(stored.data(), stored.size()) != want);
+    }
+  }
+
+  TEST_CASE("a JPEG shard truncated under an open Cache: every decode is Corruption, not SIGBUS") {
+    // libjpeg must never read the mapping itself: the stream is copied out through the guard.
+    for (Storage storage : storages()) {
+      for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
+        CAPTURE(dscache::to_string(storage));
+        CAPTURE(dscache::to_string(layout));
+        TempDir tmp;
+        JpegCache f = write_jpeg_cache(tmp.path(), storage, layout, {300});
+        CacheOptions co;
+        co.memory = MemoryMode::kPageCache;
+        auto cache = Cache::open(tmp.path(), co);
+        const std::string shard = dscache::shard_file_name(storage, 0);
+        REQUIRE(::truncate((tmp.path() + "/" + shard).c_str(), 128) == 0);
+        const std::vector<std::string> parts = {shard, "file shrank while mapped"};
+        const uint64_t last = f.manifest.count - 1;  // far past the first page
+        std::vector<uint8_t> out(size_t{f.shapes[last].bytes()});
+        expect_error([&] { cache->copy_sample(last, out.data()); }, ErrorKind::kCorruption, parts);
+        const dscache::CropBox box{0, 0, 8, 8, false};
+        expect_error([&] { cache->decode_crop(last, box, 4, 4, out.data()); },
+                     ErrorKind::kCorruption, parts);
+        dscache::LoaderOptions o;
+        o.batch_size = 16;
+        o.workers = 2;
+        o.transform.crop = dscache::CropMode::kRandomResized;
+        o.transform.height = 8;
+        o.transform.width = 8;
+        dscache::Loader loader(cache, o);
+        loader.start_epoch(0, 0);
+        expect_error(
+            [&] {
+              while (loader.next() != nullptr) {
+              }
+            },
+            ErrorKind::kCorruption, {shard});  // a zeroed stream in the first page, or SIGBUS
+      }
     }
   }
 

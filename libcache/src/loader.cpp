@@ -90,7 +90,6 @@ class Loader::Impl {
   uint64_t sample_bytes_ = 0;
   bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
   bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
-  std::atomic<bool> view_unsupported_{false};  // fixed layout source without stable pointers
   uint64_t samples_per_epoch_ = 0;
   uint64_t batches_per_epoch_ = 0;
   std::vector<Slot> slots_;
@@ -211,7 +210,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   const uint64_t begin = job * bs;
   const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
   const TransformOptions& t = options_.transform;
-  std::vector<uint8_t> scratch;  // fixed layout whose source cannot hand out views
+  std::vector<uint8_t> scratch;  // a sample copied out of the source, for crop_resize
   uint64_t run_left = 0;         // samples copy_run already copied for the coming positions
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
@@ -229,26 +228,12 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
         mirror_rows(out, out_h_, out_w_, channels_);
       }
     } else {
-      ImageView view;
-      bool have_view = false;
-      if (!view_unsupported_.load(std::memory_order_relaxed)) {
-        try {
-          view = source_->view(idx);
-          have_view = true;
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::kUnsupported || layout_ != Layout::kFixed) throw;
-          view_unsupported_.store(true, std::memory_order_relaxed);
-        }
-      }
-      if (!have_view) {
-        const SampleShape s = source_->shape();
-        scratch.resize(s.bytes());
-        source_->copy_sample(idx, scratch.data());
-        view.data = scratch.data();
-        view.height = s.height;
-        view.width = s.width;
-        view.channels = s.channels;
-      }
+      // Copied out (guarded_copy from a mapping) rather than cropped from view(): crop_resize
+      // reading a mapping directly would die of SIGBUS on a shard truncated under the reader.
+      const SampleShape s = source_->sample_shape(idx);
+      scratch.resize(s.bytes());
+      source_->copy_sample(idx, scratch.data());
+      const ImageView view{scratch.data(), s.height, s.width, s.channels};
       if (view.channels != channels_) {
         throw Error(ErrorKind::kCorruption, "",
                     "sample " + std::to_string(idx) + " has " + std::to_string(view.channels) +

@@ -109,13 +109,16 @@ uint64_t check_index(const SampleSource& src, int64_t i) {
   return static_cast<uint64_t>(i);
 }
 
-// Sample i of any source: a read-only view that holds the source when it can be viewed in
-// place, otherwise a fresh copy (pread mode, JPEG codec, compressed HDF5).
+// Sample i of any source: a read-only view that holds the source when the whole cache is in
+// private memory (in-process, every shard resident), otherwise a fresh copy. A view into a file
+// mapping would be read by numpy outside libcache's SIGBUS guard: a shard truncated under it
+// would kill the interpreter (exit 135) instead of raising dscache.Error.
 py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t index) {
   const uint64_t i = check_index(*src, index);
   const bool copy = src->encoded() || [&] {
     auto cache = std::dynamic_pointer_cast<const Cache>(src);
-    return cache && cache->memory_mode() == MemoryMode::kPread;
+    return !cache || cache->memory_mode() != MemoryMode::kInProcess ||
+           cache->resident_bytes() != cache->stored_bytes();
   }();
   if (!copy) {
     try {

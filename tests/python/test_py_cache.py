@@ -48,8 +48,10 @@ def test_manifest_and_samples(tmp):
 
 
 def test_view_is_zero_copy_and_keeps_cache_alive(tmp):
+    # Zero-copy only from private memory (in-process): a view of a file mapping would be read by
+    # numpy outside libcache's SIGBUS guard (see test_truncated_shard_is_error_not_sigbus).
     d = build_cache(tmp)
-    cache = dscache.Cache(d, memory="page-cache")
+    cache = dscache.Cache(d, memory="in-process")
     a, _ = cache[5]
     b, _ = cache[5]
     assert not a.flags.owndata and not a.flags.writeable
@@ -59,6 +61,24 @@ def test_view_is_zero_copy_and_keeps_cache_alive(tmp):
     del cache, b
     gc.collect()
     assert np.array_equal(a, want), "the view must keep the mapping alive"
+
+
+def test_truncated_shard_is_error_not_sigbus(tmp):
+    # A shard cut under an open page-cache Cache: cache[i] copies through the guarded read, so
+    # the read is dscache.Error (Corruption naming the shard), never SIGBUS (exit 135).
+    d = build_cache(tmp)
+    cache = dscache.Cache(d, memory="page-cache")
+    s = json.load(open(os.path.join(d, "manifest.json")))["shards"][0]
+    before, _ = cache[s["first"] + s["count"] - 1]
+    assert before.flags.owndata, "cache[i] on a mapped cache must be a copy"
+    os.truncate(os.path.join(d, s["file"]), 128)
+    try:
+        cache[s["first"] + s["count"] - 1]
+        raise AssertionError("cache[i] on a truncated shard did not raise")
+    except dscache.Error as e:
+        assert s["file"] in str(e) and "shrank" in str(e), str(e)
+    # The copy taken before the cut is the caller's and unaffected.
+    assert before.sum() >= 0
 
 
 def test_pread_mode_copies(tmp):
