@@ -209,12 +209,23 @@ def case_bench_truncated_live(tmp):
               f"--memory {memory}: stderr does not name the shard and the cause: {p.stderr!r}")
 
 
+def case_bench_disk_truncated(tmp):
+    """--rows disk: a shard shrinking while disk_random's threads pread it is reported on the
+    main thread (exit 5, naming the shard), not std::terminate (exit 134)."""
+    p = truncate_under_bench(tmp, "disk", ["--rows", "disk", "--seconds", "4"])
+    check(p.returncode == 5, f"--rows disk, shard truncated under it: exit {p.returncode} "
+          f"(want 5)\n{p.stderr}")
+    check("terminate" not in p.stderr and "images-00000.npy" in p.stderr,
+          f"--rows disk: stderr should name the shard, not 'terminate called': {p.stderr!r}")
+
+
 CASES = {
     "bench_json": case_bench_json,
     "bench_corrupt": case_bench_corrupt,
     "bench_moved_source": case_bench_moved_source,
     "bench_memory_mode": case_bench_memory_mode,
     "bench_truncated_live": case_bench_truncated_live,
+    "bench_disk_truncated": case_bench_disk_truncated,
 }
 
 
