@@ -443,6 +443,21 @@ JpegInfo jpeg_info(const uint8_t* data, size_t size) {
   return info;
 }
 
+namespace {
+
+// The stream's own frame header against the size the caller (an index row) claims: a lying row
+// (65500x65500 over a 64x79 stream) is Corruption here, before a buffer of its claimed size is
+// allocated. Only called when a buffer would grow, so a warm decoder pays nothing.
+void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t width) {
+  const JpegInfo info = jpeg_info(data, size);
+  if (info.height != height || info.width != width) {
+    throw corrupt("stream is " + std::to_string(info.height) + "x" + std::to_string(info.width) +
+                  ", expected " + std::to_string(height) + "x" + std::to_string(width));
+  }
+}
+
+}  // namespace
+
 void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
                  int quality, std::vector<uint8_t>* out) {
   check_shape(height, width, channels);
@@ -504,7 +519,10 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
   if (fast) {
     const size_t need =
         size_t{ceil_scaled(height, m)} * ceil_scaled(width, m) * channels;  // upper bound
-    if (s->image.size() < need) s->image.resize(need);
+    if (s->image.size() < need) {
+      check_header(data, size, height, width);  // before allocating what the caller claims
+      s->image.resize(need);
+    }
     DecodeJob job{};
     job.data = data;
     job.size = size;
@@ -548,7 +566,10 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
   }
   // The reference path: the whole image, then crop_resize.
   const size_t need = size_t{height} * width * channels;
-  if (s->image.size() < need) s->image.resize(need);
+  if (s->image.size() < need) {
+    check_header(data, size, height, width);
+    s->image.resize(need);
+  }
   decode_full(s, data, size, height, width, channels, s->image.data());
   const ImageView view{s->image.data(), height, width, channels};
   crop_resize(view, box, out_h, out_w, out);
