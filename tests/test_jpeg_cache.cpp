@@ -494,7 +494,9 @@ TEST_SUITE("jpeg cache") {
         {"past the end", 7, 1, 1 << 20, "passes the end"},
         {"height != fixed shape", 2, 2, 23, "fixed layout's samples are 24x40"},
         {"width 0", 0, 3, 0, "0 < h, w"},
-        {"height beyond JPEG's 16 bits", 2, 2, 65536, "h, w <= 65535"},
+        {"height beyond JPEG's 16 bits", 2, 2, 65536, "h, w <= 65500"},
+        {"height beyond libjpeg's 65500", 2, 2, 65520, "row 2 (images-00000.npy), sample 2, is ("},
+        {"width 65501", 3, 3, 65501, "h, w <= 65500 (libjpeg's limit)"},
     };
     for (const Mutation& mu : mutations) {
       CAPTURE(std::string(mu.what));

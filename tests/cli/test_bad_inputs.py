@@ -489,6 +489,16 @@ def case_jpeg_lying_index_row(tmp):
             check(leak not in text, f"inspect {' '.join(args)}: {leak!r} leaked:\n{text}")
 
 
+def case_jpeg_side_cap(tmp):
+    """A jpeg-index row of 65520 x 65520 (under the frame header's 65535, over libjpeg's 65500):
+    Corruption at open (exit 5) naming jpeg-index.npy, the sample and its shard, for inspect
+    and verify, not an InvalidArgument naming neither (exit 1)."""
+    d, shard = lying_jpeg_row(tmp, "cap", 65520)
+    for args in (["inspect", d, "--sample", "0", "--out", tmp / "cap.png"], ["inspect", d],
+                 ["verify", d]):
+        expect(args, 5, ["jpeg-index.npy", "sample 0", shard, "65500"])
+
+
 CASES = {
     "fifo_and_devices": case_fifo_and_devices,
     "symlinks_out": case_symlinks_out,
@@ -501,6 +511,7 @@ CASES = {
     "build_inputs": case_build_inputs,
     "merge_parts": case_merge_parts,
     "jpeg_lying_index_row": case_jpeg_lying_index_row,
+    "jpeg_side_cap": case_jpeg_side_cap,
 }
 
 
