@@ -294,8 +294,8 @@ TEST_SUITE("file") {
     // mapped it, before the epoch starts: every sample past the first page faults.
     for (dscache::Storage storage : storages()) {
       for (dscache::Layout layout : {dscache::Layout::kFixed, dscache::Layout::kRagged}) {
-        for (dscache::CropMode crop : {dscache::CropMode::kCenter,
-                                       dscache::CropMode::kRandomResized}) {
+        for (dscache::CropMode crop :
+             {dscache::CropMode::kCenter, dscache::CropMode::kRandomResized}) {
           CAPTURE(dscache::to_string(storage));
           CAPTURE(dscache::to_string(layout));
           TempDir dir;

@@ -332,9 +332,9 @@ int cmd_verify(int argc, char** argv) {
         const bool jpeg = c.manifest().codec == Codec::kJpeg;
         std::printf("OK: %llu samples in %zu shards, every file and sample checksum matches%s%s\n",
                     static_cast<unsigned long long>(c.manifest().count), c.manifest().shards.size(),
-                    !jpeg             ? ""
-                    : check.decode    ? ", every JPEG stream decodes"
-                                      : ", every JPEG header matches (--quick: not decoded)",
+                    !jpeg          ? ""
+                    : check.decode ? ", every JPEG stream decodes"
+                                   : ", every JPEG header matches (--quick: not decoded)",
                     !vm.count("source") ? ""
                     : c.manifest().codec == Codec::kJpeg
                         ? ", and every source re-encodes to the stored JPEG"

@@ -126,7 +126,7 @@ size_t first_image_end(const uint8_t* d, size_t n) {
       continue;
     }
     p += 2;
-    if (m == 0xD9) return p;                                // EOI
+    if (m == 0xD9) return p;                              // EOI
     if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
     if (p + 2 > n) return 0;
     const size_t len = size_t{d[p]} << 8 | d[p + 1];
