@@ -161,6 +161,7 @@ void check_stream(const uint8_t* data, size_t size) {
   if (data[size - 2] != 0xFF || data[size - 1] != 0xD9) {
     throw corrupt("stream does not end with an EOI marker (truncated or trailing bytes)");
   }
+  if (data[0] != 0xFF || data[1] != 0xD8) return;  // not a JPEG at all: libjpeg says so
   const size_t end = first_image_end(data, size);
   if (end == 0) {
     throw corrupt("malformed marker structure: no end-of-image marker reached from the start");
