@@ -134,6 +134,14 @@ py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t ind
     }
   }
   const SampleShape s = src->sample_shape(i);
+  if (src->encoded() && s.bytes() > (uint64_t{64} << 20)) {
+    // A JPEG sample's size is its index row's claim: before an array that large is allocated,
+    // the stream's own header must agree (a 1x1 decode_crop checks it and names shard and
+    // sample), so a lying row is dscache.Error, not a MemoryError from a 12.9 GB allocation.
+    uint8_t pixel[3];
+    py::gil_scoped_release nogil;
+    src->decode_crop(i, CropBox{0, 0, 1, 1, false}, 1, 1, pixel);
+  }
   py::array_t<uint8_t> out(sample_dims(s));
   uint8_t* dst = out.mutable_data();
   {
