@@ -287,4 +287,49 @@ TEST_SUITE("file") {
     }
     CHECK(corrupt);
   }
+
+  TEST_CASE("a shard truncated under an open Cache: the Loader's crop path is Corruption") {
+    // Every layout and storage the crop path reads through view() memory: npy and HDF5, fixed
+    // and ragged, kCenter and kRandomResized. The shard is cut to 128 bytes after the Cache
+    // mapped it, before the epoch starts: every sample past the first page faults.
+    for (dscache::Storage storage : storages()) {
+      for (dscache::Layout layout : {dscache::Layout::kFixed, dscache::Layout::kRagged}) {
+        for (dscache::CropMode crop :
+             {dscache::CropMode::kCenter, dscache::CropMode::kRandomResized}) {
+          CAPTURE(dscache::to_string(storage));
+          CAPTURE(dscache::to_string(layout));
+          TempDir dir;
+          Spec spec;
+          spec.storage = storage;
+          spec.layout = layout;
+          spec.shard_counts = {200};
+          spec.height = 32;
+          spec.width = 32;
+          spec.ragged_min_side = 24;
+          spec.ragged_max_side = 40;
+          const WrittenCache f = write_test_cache(dir.path(), spec);
+          dscache::CacheOptions co;
+          co.memory = dscache::MemoryMode::kPageCache;
+          auto cache = dscache::Cache::open(dir.path(), co);
+          dscache::LoaderOptions lo;
+          lo.batch_size = 16;
+          lo.workers = 2;
+          lo.prefetch = 1;
+          lo.transform.crop = crop;
+          lo.transform.height = 16;
+          lo.transform.width = 16;
+          dscache::Loader loader(cache, lo);
+          const std::string shard = f.manifest.shards[0].file;
+          REQUIRE(::truncate((dir.path() + "/" + shard).c_str(), 128) == 0);
+          loader.start_epoch(1, 0);
+          expect_error(
+              [&] {
+                while (loader.next() != nullptr) {
+                }
+              },
+              ErrorKind::kCorruption, shard + ": file shrank while mapped (truncated");
+        }
+      }
+    }
+  }
 }

@@ -348,6 +348,44 @@ TEST_SUITE("jpeg") {
     CHECK(psnr(img, Image(decode(bytes, 32, 48, 3, &scratch))) > 26.0);
   }
 
+  TEST_CASE("bytes after the first EOI are Corruption; FF D9 inside an APP segment is not an EOI") {
+    JpegScratch scratch;
+    const Image img = synthetic(32, 48, 3);
+    const std::vector<uint8_t> bytes = encode(img, 90);
+    const std::vector<uint8_t> second = encode(synthetic(16, 16, 3, 7), 50);
+    std::vector<uint8_t> out(32 * 48 * 3);
+    const CropBox box{0, 0, 16, 16, false};
+    std::vector<std::vector<uint8_t>> bad;
+    bad.push_back(bytes);
+    bad.back().insert(bad.back().end(), second.begin(), second.end());  // a second image
+    bad.push_back(bytes);
+    bad.back().insert(bad.back().end(), {0x00, 0x12, 0xFF, 0xD9});  // junk ending in EOI
+    for (const std::vector<uint8_t>& b : bad) {
+      CAPTURE(b.size());
+      for (int entry = 0; entry < 3; ++entry) {
+        CAPTURE(entry);
+        try {
+          if (entry == 0) dscache::jpeg_decode(b.data(), b.size(), 32, 48, 3, out.data(), &scratch);
+          if (entry == 1) {
+            dscache::jpeg_decode_crop(b.data(), b.size(), 32, 48, 3, box, 8, 8, out.data(),
+                                      &scratch, JpegDecodeOptions{});
+          }
+          if (entry == 2) dscache::jpeg_info(b.data(), b.size());
+          FAIL("accepted a stream with bytes after its EOI");
+        } catch (const Error& e) {
+          CHECK(e.kind() == ErrorKind::kCorruption);
+          CHECK(std::string(e.what()).find("after the end-of-image marker") != std::string::npos);
+        }
+      }
+    }
+    // An APP15 segment holding FF D9 (as an EXIF thumbnail would) right after SOI: still one
+    // image, which decodes to the same pixels.
+    std::vector<uint8_t> app = {bytes[0], bytes[1], 0xFF, 0xEF, 0x00, 0x06, 0xFF, 0xD9, 0xFF, 0xD8};
+    app.insert(app.end(), bytes.begin() + 2, bytes.end());
+    const Image a = decode(app, 32, 48, 3, &scratch), b = decode(bytes, 32, 48, 3, &scratch);
+    CHECK(a.px == b.px);
+  }
+
   TEST_CASE("the DCT scale rule") {
     using dscache::detail::jpeg_scale_num;
     struct Case {

@@ -1,9 +1,13 @@
 // JPEG caches (codec "jpeg"): the format read by Cache in every storage and layout, served by the
 // Loader with serve-time decoding, in page-cache and pread modes, and corrupt samples named.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -383,6 +387,99 @@ TEST_SUITE("jpeg cache") {
     }
   }
 
+  TEST_CASE("a JPEG shard truncated under an open Cache: every decode is Corruption, not SIGBUS") {
+    // libjpeg must never read the mapping itself: the stream is copied out through the guard.
+    for (Storage storage : storages()) {
+      for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
+        CAPTURE(dscache::to_string(storage));
+        CAPTURE(dscache::to_string(layout));
+        TempDir tmp;
+        JpegCache f = write_jpeg_cache(tmp.path(), storage, layout, {300});
+        CacheOptions co;
+        co.memory = MemoryMode::kPageCache;
+        auto cache = Cache::open(tmp.path(), co);
+        const std::string shard = dscache::shard_file_name(storage, 0);
+        REQUIRE(::truncate((tmp.path() + "/" + shard).c_str(), 128) == 0);
+        const std::vector<std::string> parts = {shard, "file shrank while mapped"};
+        const uint64_t last = f.manifest.count - 1;  // far past the first page
+        std::vector<uint8_t> out(size_t{f.shapes[last].bytes()});
+        expect_error([&] { cache->copy_sample(last, out.data()); }, ErrorKind::kCorruption, parts);
+        const dscache::CropBox box{0, 0, 8, 8, false};
+        expect_error([&] { cache->decode_crop(last, box, 4, 4, out.data()); },
+                     ErrorKind::kCorruption, parts);
+        dscache::LoaderOptions o;
+        o.batch_size = 16;
+        o.workers = 2;
+        o.transform.crop = dscache::CropMode::kRandomResized;
+        o.transform.height = 8;
+        o.transform.width = 8;
+        dscache::Loader loader(cache, o);
+        loader.start_epoch(0, 0);
+        expect_error(
+            [&] {
+              while (loader.next() != nullptr) {
+              }
+            },
+            ErrorKind::kCorruption, {shard});  // a zeroed stream in the first page, or SIGBUS
+      }
+    }
+  }
+
+  TEST_CASE("a lying index row (65500x65500 over a small stream) is Corruption before allocating") {
+    // Run in a child under a 4 GB address-space limit: a decoder that sized its buffer from the
+    // row would need 12.9 GB (bad_alloc, exit 3 below) before it ever read the stream's header.
+    TempDir tmp;
+    JpegCache f = write_jpeg_cache(tmp.path(), Storage::kNpy, Layout::kRagged, {6});
+    f.index[2] = f.index[3] = 65500;  // row 0: h, w
+    dscache::write_npy_file(tmp.path() + "/jpeg-index.npy", "<i8", {f.manifest.count, 4},
+                            f.index.data(), f.index.size() * 8);
+    f.manifest.index = dscache::hash_file(tmp.path() + "/jpeg-index.npy");
+    dscache::write_manifest(tmp.path(), f.manifest);
+    const std::string want = "stream is " + std::to_string(f.shapes[0].height) + "x" +
+                             std::to_string(f.shapes[0].width) + ", expected 65500x65500";
+    for (int path = 0; path < 3; ++path) {
+      CAPTURE(path);
+      const pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        struct rlimit lim {
+          uint64_t{4} << 30, uint64_t{4} << 30
+        };
+        ::setrlimit(RLIMIT_AS, &lim);
+        int code = 0;
+        try {
+          CacheOptions co;
+          co.memory = MemoryMode::kPageCache;
+          co.jpeg.crop = path != 2;  // path 2: the full decode + crop_resize reference path
+          co.jpeg.scale = path != 2;
+          auto cache = Cache::open(tmp.path(), co);
+          std::vector<uint8_t> out(8 * 8 * 3);
+          const dscache::CropBox box{0, 0, 65500, 65500, false};
+          if (path == 0) {
+            cache->decode_crop(0, box, 8, 8, out.data());  // scaled: 1/8
+          } else {
+            cache->decode_crop(0, dscache::CropBox{0, 0, 64, 64, false}, 64, 64, out.data());
+          }
+          code = 2;  // no error at all
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          code = e.kind() == ErrorKind::kCorruption && what.find(want) != std::string::npos &&
+                         what.find("sample 0") != std::string::npos
+                     ? 0
+                     : 1;
+          if (code != 0) std::fprintf(stderr, "%s\n", e.what());
+        } catch (const std::bad_alloc&) {
+          code = 3;
+        }
+        ::_exit(code);
+      }
+      int status = 0;
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+      REQUIRE(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 0);
+    }
+  }
+
   TEST_CASE("index rows that disagree with the shards or the shape are Corruption") {
     struct Mutation {
       const char* what;
@@ -397,7 +494,9 @@ TEST_SUITE("jpeg cache") {
         {"past the end", 7, 1, 1 << 20, "passes the end"},
         {"height != fixed shape", 2, 2, 23, "fixed layout's samples are 24x40"},
         {"width 0", 0, 3, 0, "0 < h, w"},
-        {"height beyond JPEG's 16 bits", 2, 2, 65536, "h, w <= 65535"},
+        {"height beyond JPEG's 16 bits", 2, 2, 65536, "h, w <= 65500"},
+        {"height beyond libjpeg's 65500", 2, 2, 65520, "row 2 (images-00000.npy), sample 2, is ("},
+        {"width 65501", 3, 3, 65501, "h, w <= 65500 (libjpeg's limit)"},
     };
     for (const Mutation& mu : mutations) {
       CAPTURE(std::string(mu.what));

@@ -84,9 +84,18 @@ void CacheView::read_sample(uint64_t i, std::vector<uint8_t>* out, uint32_t* hei
   }
   std::vector<uint8_t> stored;
   read_stored(i, &stored, height, width);
-  out->resize(size_t{*height} * *width * m.channels);  // the index checked both sides
   JpegScratch scratch;
   try {
+    // The stream's own header first: the index row's size is only a claim, and a lying row
+    // (65500x65500 over a 64x79 stream) must not size the buffer below.
+    const JpegInfo info = jpeg_info(stored.data(), stored.size());
+    if (info.height != *height || info.width != *width) {
+      throw Error(ErrorKind::kCorruption, "",
+                  "jpeg: stream is " + std::to_string(info.height) + "x" +
+                      std::to_string(info.width) + ", the index says " + std::to_string(*height) +
+                      "x" + std::to_string(*width));
+    }
+    out->resize(size_t{*height} * *width * m.channels);
     jpeg_decode(stored.data(), stored.size(), *height, *width, m.channels, out->data(), &scratch);
   } catch (const Error& e) {
     throw Error(e.kind(), path(shard_of(i).file),

@@ -14,9 +14,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -177,25 +179,38 @@ double disk_random(const Cache& cache, const std::vector<std::string>& files, in
   drop_pages(files);
   const uint64_t n = cache.size(), sb = cache.shape().bytes();
   std::atomic<uint64_t> reads{0};
+  // A read that fails (a shard shrank under the bench) must not escape its std::thread, which
+  // would call std::terminate (exit 134): the first error stops every thread and is rethrown
+  // here, on the caller's thread, where main reports it with its exit code.
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::exception_ptr error;
   auto t0 = Clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      Rng rng(2024, static_cast<uint64_t>(t));
-      std::vector<uint8_t> buf(sb);
-      uint64_t mine = 0;
-      while (seconds_since(t0) < min_seconds) {
-        if (cache.encoded()) {
-          cache.stored_sample(rng.below(n), &buf);  // the stored bytes, not a decode
-        } else {
-          cache.copy_sample(rng.below(n), buf.data());
+      try {
+        Rng rng(2024, static_cast<uint64_t>(t));
+        std::vector<uint8_t> buf(sb);
+        uint64_t mine = 0;
+        while (seconds_since(t0) < min_seconds && !failed.load(std::memory_order_relaxed)) {
+          if (cache.encoded()) {
+            cache.stored_sample(rng.below(n), &buf);  // the stored bytes, not a decode
+          } else {
+            cache.copy_sample(rng.below(n), buf.data());
+          }
+          ++mine;
         }
-        ++mine;
+        reads += mine;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        failed = true;
       }
-      reads += mine;
     });
   }
   for (std::thread& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
   const double rate = reads / seconds_since(t0);
   drop_pages(files);
   return rate;
@@ -341,7 +356,9 @@ int cmd_bench(int argc, char** argv) {
                   uint64_t k = 0;
                   for (uint64_t i = r.begin(); i != r.end(); ++i) {
                     const uint64_t src = random_order ? shuffled[i] : i;
-                    std::memcpy(buf.data() + (k++ % slots) * sb, cache->view(src).data, sb);
+                    // copy_sample, not memcpy from view(): its copy is guarded, so a shard
+                    // truncated under the bench is Corruption (exit 5), not SIGBUS.
+                    cache->copy_sample(src, buf.data() + (k++ % slots) * sb);
                   }
                   copied += r.size();
                 });

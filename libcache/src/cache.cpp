@@ -104,16 +104,6 @@ struct Cache::Impl {
     return index.empty() ? shape.bytes() : index[i].length;
   }
 
-  // Sample i's stored bytes: a pointer into a mapping or private copy, or (pread, HDF5) read into
-  // *buffer. Returns the pointer; the size is stored_bytes(i).
-  const uint8_t* stored(uint64_t i, std::vector<uint8_t>* buffer) const {
-    const ShardState& s = find_shard(i);
-    if (s.data != nullptr) return s.data + data_offset(s, i);
-    buffer->resize(static_cast<size_t>(stored_bytes(i)));
-    read_stored(s, i, buffer->data());
-    return buffer->data();
-  }
-
   // Copies sample i's stored bytes from shard s into `out` (any mode).
   void read_stored(const ShardState& s, uint64_t i, uint8_t* out) const {
     if (s.pread) {
@@ -335,10 +325,14 @@ void Cache::stored_sample(uint64_t i, std::vector<uint8_t>* out) const {
 
 void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w,
                          uint8_t* out) const {
-  // One decoder and read buffer per thread, reused by every sample it serves.
+  // One decoder and read buffer per thread, reused by every sample it serves. The stream is
+  // always copied out first (guarded_copy when mapped): libjpeg reading the mapping itself would
+  // die of SIGBUS on a shard truncated under the reader. The copy is of compressed bytes only.
   static thread_local JpegScratch scratch;
   static thread_local std::vector<uint8_t> buffer;
-  const uint8_t* data = stored(i, &buffer);
+  buffer.resize(static_cast<size_t>(stored_bytes(i)));
+  read_stored(find_shard(i), i, buffer.data());
+  const uint8_t* data = buffer.data();
   const SampleShape s = sample_shape(i);
   try {
     if (box == nullptr) {

@@ -296,9 +296,10 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
   if (!raw.empty()) std::memcpy(raw.data(), bytes.data(), bytes.size());
   std::vector<IndexRow> index(static_cast<size_t>(m.count));
   const uint64_t channels = m.channels;
-  // A JPEG frame header holds each side in 16 bits: a larger claim can only be a lie, and one
-  // taken on trust would size a decode buffer of up to 2^64 bytes before the stream is read.
-  const int64_t max_side = jpeg ? 65535 : std::numeric_limits<uint32_t>::max();
+  // A JPEG frame header holds each side in 16 bits, and libjpeg refuses sides above 65500
+  // (JPEG_MAX_DIMENSION): a larger claim can only be a lie, or a sample no reader can decode.
+  // Checked here, at open, so it is Corruption naming the index, the sample and its shard.
+  const int64_t max_side = jpeg ? 65500 : std::numeric_limits<uint32_t>::max();
   for (size_t k = 0; k < m.shards.size(); ++k) {
     const ShardEntry& s = m.shards[k];
     const uint64_t data_bytes = shard_data_bytes[k];
@@ -312,8 +313,9 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
         if (jpeg) values += std::to_string(length) + ", ";
         values += std::to_string(h) + ", " + std::to_string(w);
         throw Error(ErrorKind::kCorruption, path,
-                    row + " is (" + values + "): needs offset >= 0, " +
-                        (jpeg ? "length > 0, and 0 < h, w <= 65535 (JPEG's limit)"
+                    row + ", sample " + std::to_string(i) + ", is (" + values +
+                        "): needs offset >= 0, " +
+                        (jpeg ? "length > 0, and 0 < h, w <= 65500 (libjpeg's limit)"
                               : "and 0 < h, w < 2^32"));
       }
       if (m.layout == Layout::kFixed && (uint64_t(h) != m.height || uint64_t(w) != m.width)) {

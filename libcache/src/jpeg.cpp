@@ -111,14 +111,64 @@ void init_error_mgr(ErrorMgr* err) {
 
 constexpr uint32_t kMaxSide = JPEG_MAX_DIMENSION;
 
-// Cheap checks before libjpeg sees the bytes. A stream must end with EOI (FF D9): the crop
-// decoder stops reading after the rows it needs, so this is what makes a truncated stream an
-// error there too (entropy-coded data cannot contain FF D9: 0xFF is always stuffed).
+// Where the first image of `d` ends: the offset just past its EOI, walking the marker segments
+// (lengths skipped, so bytes inside an APPn/COM segment are never taken for markers) and the
+// entropy-coded data after each SOS (up to the next marker that is not a stuffed 0xFF00 or an
+// RSTn). 0 when the walk finds no EOI (not a marker where one must be, or a length past the end).
+size_t first_image_end(const uint8_t* d, size_t n) {
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return 0;
+  size_t p = 2;
+  while (p + 1 < n) {
+    if (d[p] != 0xFF) return 0;
+    const uint8_t m = d[p + 1];
+    if (m == 0xFF) {  // fill byte before a marker
+      ++p;
+      continue;
+    }
+    p += 2;
+    if (m == 0xD9) return p;                              // EOI
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
+    if (p + 2 > n) return 0;
+    const size_t len = size_t{d[p]} << 8 | d[p + 1];
+    if (len < 2 || len > n - p) return 0;
+    p += len;
+    if (m != 0xDA) continue;
+    // SOS: entropy-coded data, in which 0xFF is always followed by 0x00 (stuffing) or RSTn.
+    while (true) {
+      const void* ff = p < n ? std::memchr(d + p, 0xFF, n - p) : nullptr;
+      if (ff == nullptr) return 0;
+      p = static_cast<size_t>(static_cast<const uint8_t*>(ff) - d);
+      if (p + 1 >= n) return 0;
+      const uint8_t x = d[p + 1];
+      if (x == 0x00 || (x >= 0xD0 && x <= 0xD7)) {
+        p += 2;
+      } else {
+        break;  // a marker (or fill bytes before one): the outer loop reads it
+      }
+    }
+  }
+  return 0;
+}
+
+// Cheap checks before libjpeg sees the bytes. A stream must be exactly one image: its first
+// EOI (FF D9) is its last two bytes. The crop decoder stops reading after the rows it needs, so
+// this is what makes a truncated stream an error there too; and libjpeg itself stops at the
+// first EOI, so a second image or other bytes after it would otherwise be served silently
+// (docs/FORMAT.md: bytes after EOI are corruption).
 void check_stream(const uint8_t* data, size_t size) {
   if (data == nullptr || size == 0) throw corrupt("empty stream (0 bytes)");
   if (size < 4) throw corrupt(std::to_string(size) + " bytes is too short for a JPEG stream");
   if (data[size - 2] != 0xFF || data[size - 1] != 0xD9) {
     throw corrupt("stream does not end with an EOI marker (truncated or trailing bytes)");
+  }
+  if (data[0] != 0xFF || data[1] != 0xD8) return;  // not a JPEG at all: libjpeg says so
+  const size_t end = first_image_end(data, size);
+  if (end == 0) {
+    throw corrupt("malformed marker structure: no end-of-image marker reached from the start");
+  }
+  if (end != size) {
+    throw corrupt(std::to_string(size - end) +
+                  " bytes after the end-of-image marker (a second image or trailing data)");
   }
 }
 
@@ -443,6 +493,21 @@ JpegInfo jpeg_info(const uint8_t* data, size_t size) {
   return info;
 }
 
+namespace {
+
+// The stream's own frame header against the size the caller (an index row) claims: a lying row
+// (65500x65500 over a 64x79 stream) is Corruption here, before a buffer of its claimed size is
+// allocated. Only called when a buffer would grow, so a warm decoder pays nothing.
+void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t width) {
+  const JpegInfo info = jpeg_info(data, size);
+  if (info.height != height || info.width != width) {
+    throw corrupt("stream is " + std::to_string(info.height) + "x" + std::to_string(info.width) +
+                  ", expected " + std::to_string(height) + "x" + std::to_string(width));
+  }
+}
+
+}  // namespace
+
 void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
                  int quality, std::vector<uint8_t>* out) {
   check_shape(height, width, channels);
@@ -504,7 +569,10 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
   if (fast) {
     const size_t need =
         size_t{ceil_scaled(height, m)} * ceil_scaled(width, m) * channels;  // upper bound
-    if (s->image.size() < need) s->image.resize(need);
+    if (s->image.size() < need) {
+      check_header(data, size, height, width);  // before allocating what the caller claims
+      s->image.resize(need);
+    }
     DecodeJob job{};
     job.data = data;
     job.size = size;
@@ -548,7 +616,10 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
   }
   // The reference path: the whole image, then crop_resize.
   const size_t need = size_t{height} * width * channels;
-  if (s->image.size() < need) s->image.resize(need);
+  if (s->image.size() < need) {
+    check_header(data, size, height, width);
+    s->image.resize(need);
+  }
   decode_full(s, data, size, height, width, channels, s->image.data());
   const ImageView view{s->image.data(), height, width, channels};
   crop_resize(view, box, out_h, out_w, out);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dscache/error.h"
+#include "mapped_file.h"
 #include "prefetcher.h"
 #include "read_ahead.h"
 
@@ -111,7 +112,6 @@ class Loader::Impl {
   uint64_t sample_bytes_ = 0;
   bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
   bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
-  std::atomic<bool> view_unsupported_{false};  // fixed layout source without stable pointers
   uint64_t samples_per_epoch_ = 0;
   uint64_t batches_per_epoch_ = 0;
   std::vector<Slot> slots_;
@@ -272,7 +272,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   const uint64_t begin = job * bs;
   const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
   const TransformOptions& t = options_.transform;
-  std::vector<uint8_t> scratch;  // fixed layout whose source cannot hand out views
+  std::vector<uint8_t> scratch;  // a crop box (or sample) copied out of the source
   uint64_t run_left = 0;         // samples copy_run already copied for the coming positions
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
@@ -290,33 +290,47 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
         mirror_rows(out, out_h_, out_w_, channels_);
       }
     } else {
-      ImageView view;
-      bool have_view = false;
-      if (!view_unsupported_.load(std::memory_order_relaxed)) {
-        try {
-          view = source_->view(idx);
-          have_view = true;
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::kUnsupported || layout_ != Layout::kFixed) throw;
-          view_unsupported_.store(true, std::memory_order_relaxed);
-        }
-      }
-      if (!have_view) {
-        const SampleShape s = source_->shape();
-        scratch.resize(s.bytes());
-        source_->copy_sample(idx, scratch.data());
-        view.data = scratch.data();
-        view.height = s.height;
-        view.width = s.width;
-        view.channels = s.channels;
-      }
-      if (view.channels != channels_) {
+      // Only the crop box is copied out of view() memory, row by row through guarded_copy, and
+      // crop_resize reads the copy: reading a mapping directly would die of SIGBUS on a shard
+      // truncated under the reader. Sources without stable pointers copy the whole sample.
+      const SampleShape s = source_->sample_shape(idx);
+      if (s.channels != channels_) {
         throw Error(ErrorKind::kCorruption, "",
-                    "sample " + std::to_string(idx) + " has " + std::to_string(view.channels) +
+                    "sample " + std::to_string(idx) + " has " + std::to_string(s.channels) +
                         " channels, the source says " + std::to_string(channels_));
       }
-      const CropBox box = choose_crop(t, view.height, view.width, seed_, epoch_, idx);
-      crop_resize(view, box, out_h_, out_w_, out);
+      const CropBox box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      ImageView view;
+      bool have_view = false;
+      try {
+        view = source_->view(idx);
+        have_view = view.height == s.height && view.width == s.width && view.channels == s.channels;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUnsupported) throw;
+      }
+      if (have_view) {
+        const size_t c = s.channels, stride = size_t{s.width} * c, row = size_t{box.width} * c;
+        scratch.resize(size_t{box.height} * row);
+        try {
+          for (uint32_t y = 0; y < box.height; ++y) {
+            detail::guarded_copy(scratch.data() + y * row,
+                                 view.data + (size_t{box.y} + y) * stride + size_t{box.x} * c, row,
+                                 "");
+          }
+        } catch (const Error&) {
+          // The source's own guarded read meets the same fault and names the file.
+          std::vector<uint8_t> whole(static_cast<size_t>(s.bytes()));
+          source_->copy_sample(idx, whole.data());
+          throw;
+        }
+        crop_resize(ImageView{scratch.data(), box.height, box.width, s.channels},
+                    CropBox{0, 0, box.height, box.width, box.flip}, out_h_, out_w_, out);
+      } else {
+        scratch.resize(static_cast<size_t>(s.bytes()));
+        source_->copy_sample(idx, scratch.data());
+        crop_resize(ImageView{scratch.data(), s.height, s.width, s.channels}, box, out_h_, out_w_,
+                    out);
+      }
     }
     slot.labels[k] = source_->label(idx);
     slot.indices[k] = idx;

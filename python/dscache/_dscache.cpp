@@ -109,13 +109,16 @@ uint64_t check_index(const SampleSource& src, int64_t i) {
   return static_cast<uint64_t>(i);
 }
 
-// Sample i of any source: a read-only view that holds the source when it can be viewed in
-// place, otherwise a fresh copy (pread mode, JPEG codec, compressed HDF5).
+// Sample i of any source: a read-only view that holds the source when the whole cache is in
+// private memory (in-process, every shard resident), otherwise a fresh copy. A view into a file
+// mapping would be read by numpy outside libcache's SIGBUS guard: a shard truncated under it
+// would kill the interpreter (exit 135) instead of raising dscache.Error.
 py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t index) {
   const uint64_t i = check_index(*src, index);
   const bool copy = src->encoded() || [&] {
     auto cache = std::dynamic_pointer_cast<const Cache>(src);
-    return cache && cache->memory_mode() == MemoryMode::kPread;
+    return !cache || cache->memory_mode() != MemoryMode::kInProcess ||
+           cache->resident_bytes() != cache->stored_bytes();
   }();
   if (!copy) {
     try {
@@ -131,6 +134,14 @@ py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t ind
     }
   }
   const SampleShape s = src->sample_shape(i);
+  if (src->encoded() && s.bytes() > (uint64_t{64} << 20)) {
+    // A JPEG sample's size is its index row's claim: before an array that large is allocated,
+    // the stream's own header must agree (a 1x1 decode_crop checks it and names shard and
+    // sample), so a lying row is dscache.Error, not a MemoryError from a 12.9 GB allocation.
+    uint8_t pixel[3];
+    py::gil_scoped_release nogil;
+    src->decode_crop(i, CropBox{0, 0, 1, 1, false}, 1, 1, pixel);
+  }
   py::array_t<uint8_t> out(sample_dims(s));
   uint8_t* dst = out.mutable_data();
   {

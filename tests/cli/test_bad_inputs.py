@@ -458,6 +458,47 @@ def case_merge_parts(tmp):
     merged("manifest", lambda p: fifo(p / "manifest.json"), ["manifest.json", "not a regular"])
 
 
+def lying_jpeg_row(tmp, name, side):
+    """A ragged JPEG cache whose jpeg-index.npy row 0 claims side x side over its real stream,
+    with the index's manifest entry refreshed (only the lie remains)."""
+    d = base_cache(tmp, name, "--layout", "ragged", "--max-side", "64", "--codec", "jpeg")
+    index = np.load(d / "jpeg-index.npy")
+    index[0][2] = index[0][3] = side
+    with open(d / "jpeg-index.npy", "wb") as f:
+        np.save(f, index)
+    refresh(d, "jpeg-index.npy")
+    shard = json.loads((d / "manifest.json").read_text())["shards"][0]["file"]
+    return d, shard
+
+
+def case_jpeg_lying_index_row(tmp):
+    """inspect --sample/--grid over one lying jpeg-index row (65500 x 65500 over a 16x16 stream):
+    the stream's own header is read first, so under a 4 GB address-space limit this is
+    Corruption (exit 5) naming the shard and sample, not a 12.9 GB allocation (bad_alloc)."""
+    d, shard = lying_jpeg_row(tmp, "lie", 65500)
+    limit = ["prlimit", "--as=4294967296", "--"]
+    for args in (["--sample", "0"], ["--grid", "4"]):
+        cmd = limit + [DSCACHE, "inspect", str(d), *args, "--out", str(tmp / "lie.png")]
+        p = subprocess.run(cmd, capture_output=True, timeout=HANG_S)
+        text = (p.stdout + p.stderr).decode("utf-8", "replace")
+        check(p.returncode == 5, f"inspect {' '.join(args)} on a lying row: exit {p.returncode} "
+              f"(want 5):\n{text}")
+        for want in (shard, "sample 0", "stream is 16x16"):
+            check(want in text, f"inspect {' '.join(args)}: output lacks {want!r}:\n{text}")
+        for leak in LEAKS + ("bad_alloc",):
+            check(leak not in text, f"inspect {' '.join(args)}: {leak!r} leaked:\n{text}")
+
+
+def case_jpeg_side_cap(tmp):
+    """A jpeg-index row of 65520 x 65520 (under the frame header's 65535, over libjpeg's 65500):
+    Corruption at open (exit 5) naming jpeg-index.npy, the sample and its shard, for inspect
+    and verify, not an InvalidArgument naming neither (exit 1)."""
+    d, shard = lying_jpeg_row(tmp, "cap", 65520)
+    for args in (["inspect", d, "--sample", "0", "--out", tmp / "cap.png"], ["inspect", d],
+                 ["verify", d]):
+        expect(args, 5, ["jpeg-index.npy", "sample 0", shard, "65500"])
+
+
 CASES = {
     "fifo_and_devices": case_fifo_and_devices,
     "symlinks_out": case_symlinks_out,
@@ -469,6 +510,8 @@ CASES = {
     "truncated_shards": case_truncated_shards,
     "build_inputs": case_build_inputs,
     "merge_parts": case_merge_parts,
+    "jpeg_lying_index_row": case_jpeg_lying_index_row,
+    "jpeg_side_cap": case_jpeg_side_cap,
 }
 
 

@@ -7,11 +7,14 @@ Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures, cache checkers and the runn
 in cli_helpers.py.
 """
 
+import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 
-from cli_helpers import build, check, check_cache, check_eq, main, make_simple_folder, run, run_json
+from cli_helpers import DSCACHE, Failure, build, check, check_cache, check_eq, main, make_simple_folder, run, run_json
 
 
 BENCH_ROWS = ["memcpy ceiling", "loader, global shuffle", "loader, windowed shuffle",
@@ -177,11 +180,52 @@ def case_bench_memory_mode(tmp):
     check("--rows 'bogus'" in p.stderr, f"bad --rows not named: {p.stderr}")
 
 
+def truncate_under_bench(tmp, name, bench_args, at_s=1.5):
+    """Starts `dscache bench` on a fresh cache, cuts its shard to 128 bytes `at_s` seconds in,
+    and returns the finished process (returncode, stdout, stderr)."""
+    _, out = make_bench_cache(tmp / name, n=300)
+    cmd = [DSCACHE, "bench", str(out), *bench_args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(at_s)
+    os.truncate(out / "images-00000.npy", 128)
+    try:
+        stdout, stderr = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Failure(f"bench hung after its shard was truncated: {' '.join(cmd)}")
+    p.stdout, p.stderr = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
+    return p
+
+
+def case_bench_truncated_live(tmp):
+    """A shard truncated while the memcpy rows copy from its mapping: Corruption (exit 5)
+    naming the shard, never SIGBUS (exit 135 / -7)."""
+    for memory in ("page-cache", "pread"):
+        p = truncate_under_bench(tmp, "memcpy-" + memory,
+                                 ["--rows", "memcpy", "--seconds", "4", "--memory", memory])
+        check(p.returncode == 5, f"--rows memcpy --memory {memory}, shard truncated under it: "
+              f"exit {p.returncode} (want 5)\n{p.stderr}")
+        check("images-00000.npy" in p.stderr and "shrank" in p.stderr,
+              f"--memory {memory}: stderr does not name the shard and the cause: {p.stderr!r}")
+
+
+def case_bench_disk_truncated(tmp):
+    """--rows disk: a shard shrinking while disk_random's threads pread it is reported on the
+    main thread (exit 5, naming the shard), not std::terminate (exit 134)."""
+    p = truncate_under_bench(tmp, "disk", ["--rows", "disk", "--seconds", "4"])
+    check(p.returncode == 5, f"--rows disk, shard truncated under it: exit {p.returncode} "
+          f"(want 5)\n{p.stderr}")
+    check("terminate" not in p.stderr and "images-00000.npy" in p.stderr,
+          f"--rows disk: stderr should name the shard, not 'terminate called': {p.stderr!r}")
+
+
 CASES = {
     "bench_json": case_bench_json,
     "bench_corrupt": case_bench_corrupt,
     "bench_moved_source": case_bench_moved_source,
     "bench_memory_mode": case_bench_memory_mode,
+    "bench_truncated_live": case_bench_truncated_live,
+    "bench_disk_truncated": case_bench_disk_truncated,
 }
 
 

@@ -8,6 +8,7 @@ Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures, cache checkers and the runn
 in cli_helpers.py.
 """
 
+import json
 import re
 import shutil
 import sys
@@ -18,9 +19,9 @@ import h5py
 import numpy as np
 
 from cli_helpers import (
-    build, check, check_cache, check_eq, check_ragged_cache, imread_rgb, main,
+    build, check, check_cache, check_eq, check_ragged_cache, file_xxh64, imread_rgb, main,
     make_ragged_folder, make_simple_folder, npy_header, rand_rgb, read_jsonl, run, run_json,
-    smooth_rgb, write_img,
+    smooth_rgb, write_img, xxh64,
 )
 
 
@@ -209,10 +210,96 @@ def case_ragged_inspect_verify(tmp):
     run(["verify", out])  # the cache itself is intact
 
 
+def _refresh(d, *names):
+    """Manifest entries of NAMES take their new size and hash: only the lie under test stays."""
+    mp = d / "manifest.json"
+    m = json.loads(mp.read_text())
+    for name in names:
+        size, digest = (d / name).stat().st_size, file_xxh64(d / name)
+        for e in list(m["shards"]) + list(m["files"].values()):
+            if e.get("file") == name:
+                e["bytes"], e["xxh64"] = size, digest
+    mp.write_text(json.dumps(m, indent=2))
+
+
+def case_verify_decodes_jpeg(tmp):
+    """verify decodes every JPEG stream: a torn stream with EOI appended, garbage entropy data
+    and a stream followed by a second image, each with its checksums rewritten to match, are
+    Corruption (exit 5) naming the shard and the sample. --quick (header only) still passes the
+    first two, as documented; the trailing image fails even there (and in inspect: the library
+    rejects bytes after EOI)."""
+    src = tmp / "src"
+    for c in "ab":
+        for j in range(6):
+            write_img(src / c / f"i{j}.png", smooth_rgb(10 * j + ord(c), 48, 48))
+    out = tmp / "c"
+    build(src, out, "--size", "48", "--codec", "jpeg:90", "--shuffle", "none")
+    run(["verify", out])
+    m = json.loads((out / "manifest.json").read_text())
+    i = 5
+    s = next(s for s in m["shards"] if s["first"] <= i < s["first"] + s["count"])
+    index = np.load(out / "jpeg-index.npy")
+    off, n = int(index[i][0]), int(index[i][1])
+
+    def mutate(name, f):
+        d = tmp / name
+        shutil.copytree(out, d)
+        shard = d / s["file"]
+        arr = np.load(shard, mmap_mode="r")
+        data_offset = shard.stat().st_size - arr.shape[0]
+        del arr
+        raw = bytearray(shard.read_bytes())
+        stream = bytes(raw[data_offset + off:data_offset + off + n])
+        new = f(stream)
+        check_eq(len(new), n, f"{name}: mutated stream length")
+        raw[data_offset + off:data_offset + off + n] = new
+        shard.write_bytes(bytes(raw))
+        sums = np.load(d / "checksums.npy")
+        sums[i] = xxh64(new)
+        with open(d / "checksums.npy", "wb") as fh:
+            np.save(fh, sums)
+        _refresh(d, s["file"], "checksums.npy")
+        return d
+
+    def torn(b):  # first half kept, the rest zeroed, EOI put back at the end
+        return b[:n // 2] + bytes(n - n // 2 - 2) + b"\xff\xd9"
+
+    def garbage(b):  # the middle third of the entropy-coded data: 0xFE, no valid Huffman code
+        sos = b.index(b"\xff\xda")
+        start = sos + 2 + (b[sos + 2] << 8 | b[sos + 3])
+        lo, hi = start + (n - start) // 3, start + 2 * (n - start) // 3
+        return b[:lo] + b"\xfe" * (hi - lo) + b[hi:]
+
+    def trailing(b):  # a smaller encoding of the same image, then a second "image" to fill
+        img = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
+        ok, small = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 10])
+        small = small.tobytes()
+        check(ok and len(small) + 4 <= n, f"re-encoded stream too long: {len(small)} vs {n}")
+        return small + b"\xff\xd8" + bytes(n - len(small) - 4) + b"\xff\xd9"
+
+    for name, f, quick_rc in (("torn", torn, 0), ("garbage", garbage, 0),
+                              ("trailing", trailing, 5)):
+        d = mutate(name, f)
+        p = run(["verify", d], expect_rc=5)
+        check(s["file"] in p.stdout and f"sample {i}" in p.stdout,
+              f"verify {name}: does not name {s['file']} and sample {i}:\n{p.stdout}")
+        run(["verify", d, "--quick"], expect_rc=quick_rc)
+        if name == "garbage":
+            check("bad Huffman code" in p.stdout, f"verify {name}: {p.stdout}")
+        if name == "trailing":
+            check("after the end-of-image marker" in p.stdout, f"verify {name}: {p.stdout}")
+            p = run(["inspect", d, "--sample", str(i), "--out", tmp / "t.png"], expect_rc=5)
+            check(s["file"] in p.stderr and "after the end-of-image marker" in p.stderr,
+                  f"inspect {name}: {p.stderr}")
+    p = run(["verify", out])
+    check("every JPEG stream decodes" in p.stdout, f"verify OK line: {p.stdout}")
+
+
 CASES = {
     "verify_ok_and_flipped_byte": case_verify_ok_and_flipped_byte,
     "verify_source": case_verify_source,
     "ragged_inspect_verify": case_ragged_inspect_verify,
+    "verify_decodes_jpeg": case_verify_decodes_jpeg,
 }
 
 

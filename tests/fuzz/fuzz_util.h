@@ -199,7 +199,7 @@ inline void read_everything(const SampleSource& src) {
     try {
       (void)src.label(i);
       const SampleShape s = src.sample_shape(i);
-      // A JPEG cache's index may claim up to 65535 x 65535 (the stream is checked against it
+      // A JPEG cache's index may claim up to 65500 x 65500 (the stream is checked against it
       // when decoded): crop small from such a sample instead of allocating it whole.
       const bool huge = s.bytes() > kMaxSampleBytes;
       if (!huge) {

@@ -4,6 +4,7 @@ cache alive, and C++ errors as dscache exceptions that keep the kind, the file a
 import gc
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -48,8 +49,10 @@ def test_manifest_and_samples(tmp):
 
 
 def test_view_is_zero_copy_and_keeps_cache_alive(tmp):
+    # Zero-copy only from private memory (in-process): a view of a file mapping would be read by
+    # numpy outside libcache's SIGBUS guard (see test_truncated_shard_is_error_not_sigbus).
     d = build_cache(tmp)
-    cache = dscache.Cache(d, memory="page-cache")
+    cache = dscache.Cache(d, memory="in-process")
     a, _ = cache[5]
     b, _ = cache[5]
     assert not a.flags.owndata and not a.flags.writeable
@@ -59,6 +62,57 @@ def test_view_is_zero_copy_and_keeps_cache_alive(tmp):
     del cache, b
     gc.collect()
     assert np.array_equal(a, want), "the view must keep the mapping alive"
+
+
+def test_truncated_shard_is_error_not_sigbus(tmp):
+    # A shard cut under an open page-cache Cache: cache[i] copies through the guarded read, so
+    # the read is dscache.Error (Corruption naming the shard), never SIGBUS (exit 135).
+    d = build_cache(tmp)
+    cache = dscache.Cache(d, memory="page-cache")
+    s = json.load(open(os.path.join(d, "manifest.json")))["shards"][0]
+    before, _ = cache[s["first"] + s["count"] - 1]
+    assert before.flags.owndata, "cache[i] on a mapped cache must be a copy"
+    os.truncate(os.path.join(d, s["file"]), 128)
+    try:
+        cache[s["first"] + s["count"] - 1]
+        raise AssertionError("cache[i] on a truncated shard did not raise")
+    except dscache.Error as e:
+        assert s["file"] in str(e) and "shrank" in str(e), str(e)
+    # The copy taken before the cut is the caller's and unaffected.
+    assert before.sum() >= 0
+
+
+def test_lying_jpeg_row_is_error_not_allocation(tmp):
+    # One jpeg-index row claims 65500 x 65500 over a small stream (the index's hash refreshed):
+    # under a 4 GB address-space limit, cache[0] must raise dscache.Error naming the shard and
+    # the sample (the stream's header is read first), not MemoryError (a 12.9 GB array).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+    from cli_helpers import file_xxh64
+    d = build_cache(tmp, name="lie", size=None,
+                    extra=("--layout", "ragged", "--max-side", "32", "--codec", "jpeg"))
+    path = os.path.join(d, "jpeg-index.npy")
+    index = np.load(path)
+    index[0][2] = index[0][3] = 65500
+    with open(path, "wb") as f:
+        np.save(f, index)
+    mp = os.path.join(d, "manifest.json")
+    m = json.load(open(mp))
+    m["files"]["index"]["bytes"], m["files"]["index"]["xxh64"] = os.path.getsize(path), \
+        file_xxh64(path)
+    json.dump(m, open(mp, "w"), indent=2)
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+            "import dscache\n"
+            "c = dscache.Cache(sys.argv[1])\n"
+            "try:\n    c[0]\nexcept dscache.Error as e:\n    print(e)\n    sys.exit(0)\n"
+            "except MemoryError as e:\n    print('MemoryError', e)\n    sys.exit(3)\n"
+            "sys.exit(2)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stdout} {r.stderr}"
+    assert m["shards"][0]["file"] in r.stdout and "sample 0" in r.stdout and \
+        "stream is" in r.stdout, r.stdout
 
 
 def test_pread_mode_copies(tmp):
