@@ -95,9 +95,10 @@ class _Source:
         return len(self._src)
 
     def __getitem__(self, i):
-        """(image, label): image is a read-only (H, W, C) uint8 view of the sample in place
-        (it keeps the cache open), or a copy when the sample cannot be viewed (pread mode,
-        JPEG codec, compressed HDF5)."""
+        """(image, label): image is a (H, W, C) uint8 copy of the sample, read through the
+        guard that turns a shard truncated under the reader into dscache.Error; a read-only
+        view in place (keeping the cache open) only when the whole cache is in process memory
+        (memory="in-process"), where no file can shrink under it."""
         if isinstance(i, slice) or not isinstance(i, (int, np.integer)):
             raise TypeError("dscache caches are indexed by one int")
         return self._src.get(int(i))
