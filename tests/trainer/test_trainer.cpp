@@ -1240,7 +1240,10 @@ TEST_SUITE("cli") {
         REQUIRE(WIFEXITED(st[i]));
         CHECK(WEXITSTATUS(st[i]) == 3);
       }
-      CHECK(took >= 2.5);
+      // It waited for the timeout rather than failing at once (which takes well under 0.5 s);
+      // c10d's client gives up a little before its deadline (2.46 s seen for 3 s), so the
+      // lower bound is half the timeout, not the timeout.
+      CHECK(took >= 1.5);
       CHECK(took < 30);
     }
   }
