@@ -1,6 +1,5 @@
 // Fixtures for the trainer tests (no LibTorch here: this file compiles fast).
 #include "fixtures.h"
-#include <algorithm>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
