@@ -375,6 +375,18 @@ Manifest CacheWriter::Impl::write_side_files() {
   m.skipped = skips.size();
   m.source = opt.source;
   m.recipe = r;
+  if (ragged && m.recipe.max_side == 0) {
+    // No limit was given (a writer's caller, not a build): record the bound the samples meet,
+    // the largest shorter side written.
+    const size_t cols = index_columns();
+    uint32_t most = 1;
+    for (size_t i = 0; i + cols <= index.size(); i += cols) {
+      const auto h = static_cast<uint32_t>(index[i + cols - 2]);
+      const auto w = static_cast<uint32_t>(index[i + cols - 1]);
+      most = std::max(most, std::min(h, w));
+    }
+    m.recipe.max_side = most;
+  }
   m.tool_version = opt.tool_version.empty() ? DSCACHE_VERSION : opt.tool_version;
   m.created_utc = opt.created_utc.empty() ? utc_now() : opt.created_utc;
   m.has_part = opt.has_part;

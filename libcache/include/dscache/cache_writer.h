@@ -33,7 +33,8 @@ struct CacheWriterOptions {
   // recipe.width (fixed layout, > 0), recipe.quality (codec kJpeg: what append() encodes at,
   // 1..100), recipe.shard_bytes (> 0; the shard cut: a fixed shard holds
   // max(1, shard_bytes / sample bytes) samples; a byte shard (ragged or JPEG) closes before the
-  // sample that would take it past shard_bytes stored bytes). The rest is recorded as given.
+  // sample that would take it past shard_bytes stored bytes), recipe.max_side (ragged: 0 =
+  // record the largest shorter side written). The rest is recorded as given.
   BuildRecipe recipe;
   std::vector<std::string> classes;  // class names; every label is an index into it; empty: an
                                      // unlabeled cache (any int64 label, no class counts)
