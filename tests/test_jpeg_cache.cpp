@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dscache/cache.h"
+#include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
@@ -89,30 +90,32 @@ JpegCache write_jpeg_cache(const std::string& dir, Storage storage, Layout layou
                            int quality = 90) {
   JpegCache f;
   f.dir = dir;
-  Manifest& m = f.manifest;
-  m.format_version = dscache::format_version_for(Codec::kJpeg);
-  m.codec = Codec::kJpeg;
-  m.layout = layout;
-  m.storage = storage;
-  m.channels = channels;
-  m.channel_order = channels == 3 ? "RGB" : "L";
   const bool ragged = layout == Layout::kRagged;
-  if (!ragged) {
-    m.height = 24;
-    m.width = 40;
-  }
-  m.classes = {"a", "b", "c"};
-  m.class_counts.assign(3, 0);
+  const uint32_t height = ragged ? 0 : 24, width = ragged ? 0 : 40;
+  uint64_t count = 0;
+  for (uint64_t n : counts) count += n;
+  dscache::CacheWriterOptions o;
+  o.storage = storage;
+  o.layout = layout;
+  o.codec = Codec::kJpeg;
+  o.recipe.height = height;
+  o.recipe.width = width;
+  o.recipe.channels = channels;
+  o.recipe.max_side = ragged ? 48 : 0;
+  o.recipe.quality = static_cast<uint32_t>(quality);
+  o.recipe.shard_bytes = 1 << 24;  // shards are cut where told
+  o.classes = {"a", "b", "c"};
+  o.source = {"folder", "/data/x", "", count, 0x1234};
+  o.tool_version = "test";
+  o.created_utc = "2024-01-01T00:00:00Z";
+  o.force = true;
+  auto w = dscache::CacheWriter::open(dir, o);
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> sums;
-  std::string sources;
-  uint64_t first = 0;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    auto w = dscache::RaggedShardWriter::create(
-        storage, dir + "/" + dscache::shard_file_name(storage, k), channels, 1 << 24);
-    for (uint64_t j = 0; j < counts[k]; ++j) {
+  for (uint64_t n : counts) {
+    uint64_t offset = 0;
+    for (uint64_t j = 0; j < n; ++j) {
       const uint64_t i = f.pixels.size();
-      SampleShape s{m.height, m.width, channels};
+      SampleShape s{height, width, channels};
       if (ragged)
         s = {static_cast<uint32_t>(9 + rng() % 40), static_cast<uint32_t>(9 + rng() % 40),
              channels};
@@ -120,42 +123,19 @@ JpegCache write_jpeg_cache(const std::string& dir, Storage storage, Layout layou
       std::vector<uint8_t> jpg;
       dscache::jpeg_encode(px.data(), s.height, s.width, channels, quality, &jpg);
       const int64_t label = static_cast<int64_t>(i % 3);
-      const uint64_t off = w->append_bytes(jpg.data(), jpg.size(), label);
-      f.index.insert(f.index.end(), {static_cast<int64_t>(off), static_cast<int64_t>(jpg.size()),
+      w->append_encoded(jpg.data(), jpg.size(), s.height, s.width, label,
+                        "img/" + std::to_string(i) + ".png");
+      f.index.insert(f.index.end(), {static_cast<int64_t>(offset), static_cast<int64_t>(jpg.size()),
                                      s.height, s.width});
-      sums.push_back(dscache::xxh64(jpg.data(), jpg.size()));
-      sources += "\"img/" + std::to_string(i) + ".png\"\n";
+      offset += jpg.size();
       f.labels.push_back(label);
-      ++m.class_counts[static_cast<size_t>(label)];
       f.pixels.push_back(std::move(px));
       f.stored.push_back(std::move(jpg));
       f.shapes.push_back(s);
     }
-    dscache::ShardEntry e = w->commit();
-    e.first = first;
-    first += counts[k];
-    m.shards.push_back(e);
+    w->cut_shard();
   }
-  m.count = first;
-  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(),
-                          f.labels.size() * 8);
-  m.labels = dscache::hash_file(dir + "/labels.npy");
-  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, sums.data(), sums.size() * 8);
-  m.checksums = dscache::hash_file(dir + "/checksums.npy");
-  m.sources = dscache::write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
-  m.skips = dscache::write_file_atomic(dir + "/skipped.jsonl", "", 0);
-  dscache::write_npy_file(dir + "/jpeg-index.npy", "<i8", {m.count, 4}, f.index.data(),
-                          f.index.size() * 8);
-  m.index = dscache::hash_file(dir + "/jpeg-index.npy");
-  m.recipe.height = m.height;
-  m.recipe.width = m.width;
-  m.recipe.channels = channels;
-  m.recipe.max_side = ragged ? 48 : 0;
-  m.recipe.quality = static_cast<uint32_t>(quality);
-  m.source = {"folder", "/data/x", "", m.count, 0x1234};
-  m.tool_version = "test";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  dscache::write_manifest(dir, m);
+  f.manifest = w->publish();
   return f;
 }
 

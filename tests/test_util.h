@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "dscache/atomic_file.h"
+#include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/manifest.h"
@@ -159,34 +161,41 @@ struct WrittenCache {
   std::string path(const std::string& name) const { return dir + "/" + name; }
 };
 
-// Writes a complete cache into `dir` with the library's own writers: shards, labels.npy,
-// checksums.npy, sources/skips, the ragged index and manifest.json.
+// Writes a complete cache at `dir` (replaced if it exists) through CacheWriter, one shard per
+// entry of spec.shard_counts (cut_shard()), and returns what it should serve.
 inline WrittenCache write_test_cache(const std::string& dir, const CacheSpec& spec) {
   std::mt19937_64 rng(spec.seed);
   WrittenCache f;
   f.dir = dir;
-  Manifest& m = f.manifest;
-  m.layout = spec.layout;
-  m.storage = spec.storage;
-  m.channels = spec.channels;
-  m.channel_order = spec.channels == 3 ? "RGB" : "L";
   const bool ragged = spec.layout == Layout::kRagged;
-  if (!ragged) {
-    m.height = spec.height;
-    m.width = spec.width;
-  }
-  m.classes = spec.classes;
-  m.class_counts.assign(spec.classes.size(), 0);
   const uint32_t sides = spec.ragged_max_side - spec.ragged_min_side + 1;
-  std::string sources;
-  std::vector<uint64_t> checksums;
-  uint64_t first = 0;
-  for (size_t k = 0; k < spec.shard_counts.size(); ++k) {
-    const std::string path = dir + "/" + shard_file_name(spec.storage, k);
-    const uint64_t n = spec.shard_counts[k];
+  uint64_t count = 0, most = 0;
+  for (uint64_t n : spec.shard_counts) {
+    count += n;
+    most = std::max(most, n);
+  }
+  CacheWriterOptions o;
+  o.storage = spec.storage;
+  o.layout = spec.layout;
+  o.recipe.channels = spec.channels;
+  if (ragged) {
+    o.recipe.max_side = spec.ragged_max_side;
+    o.recipe.shard_bytes = uint64_t{1} << 40;  // shards are cut only where told
+  } else {
+    o.recipe.height = spec.height;
+    o.recipe.width = spec.width;
+    o.recipe.shard_bytes =
+        (most + spec.spare_samples + 1) * spec.height * spec.width * spec.channels;
+  }
+  o.classes = spec.classes;
+  o.source = {"folder", "/data/x", "", count, 0x1234};
+  o.tool_version = "test";
+  o.created_utc = "2024-01-01T00:00:00Z";
+  o.force = true;
+  auto w = CacheWriter::open(dir, o);
+  for (uint64_t n : spec.shard_counts) {
     std::vector<std::vector<uint8_t>> batch;
     std::vector<SampleShape> shapes;
-    uint64_t bytes = 0;
     for (uint64_t j = 0; j < n; ++j) {
       SampleShape s{spec.height, spec.width, spec.channels};
       if (ragged) {
@@ -195,65 +204,26 @@ inline WrittenCache write_test_cache(const std::string& dir, const CacheSpec& sp
       }
       std::vector<uint8_t> b(s.bytes());
       for (auto& x : b) x = static_cast<uint8_t>(rng());
-      bytes += b.size();
       batch.push_back(std::move(b));
       shapes.push_back(s);
     }
-    ShardEntry e;
-    if (ragged) {
-      auto w =
-          RaggedShardWriter::create(spec.storage, path, spec.channels, bytes + spec.spare_bytes);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % spec.classes.size());
-        const uint64_t off = w->append(batch[j].data(), shapes[j].height, shapes[j].width, label);
-        f.index.insert(f.index.end(),
-                       {static_cast<int64_t>(off), shapes[j].height, shapes[j].width});
-        f.labels.push_back(label);
-      }
-      e = w->commit();
-    } else {
-      auto w = ShardWriter::create(spec.storage, path,
-                                   SampleShape{spec.height, spec.width, spec.channels},
-                                   n + spec.spare_samples);
-      for (uint64_t j = 0; j < n; ++j) {
-        const int64_t label = static_cast<int64_t>(rng() % spec.classes.size());
-        w->append(batch[j].data(), label);
-        f.labels.push_back(label);
-      }
-      e = w->commit();
-    }
-    e.first = first;
-    first += n;
-    m.shards.push_back(e);
+    uint64_t offset = 0;
     for (uint64_t j = 0; j < n; ++j) {
-      checksums.push_back(xxh64(batch[j].data(), batch[j].size()));
-      sources += "\"img/" + std::to_string(f.samples.size()) + ".png\"\n";
+      const int64_t label = static_cast<int64_t>(rng() % spec.classes.size());
+      const std::string name = "img/" + std::to_string(f.samples.size()) + ".png";
+      w->append(batch[j].data(), shapes[j].height, shapes[j].width, label, name);
+      if (ragged) {
+        f.index.insert(f.index.end(),
+                       {static_cast<int64_t>(offset), shapes[j].height, shapes[j].width});
+      }
+      offset += batch[j].size();
+      f.labels.push_back(label);
       f.samples.push_back(std::move(batch[j]));
       f.shapes.push_back(shapes[j]);
     }
+    w->cut_shard();
   }
-  m.count = first;
-  for (int64_t l : f.labels) ++m.class_counts[static_cast<size_t>(l)];
-  write_npy_file(dir + "/labels.npy", "<i8", {m.count}, f.labels.data(), f.labels.size() * 8);
-  m.labels = hash_file(dir + "/labels.npy");
-  write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(), checksums.size() * 8);
-  m.checksums = hash_file(dir + "/checksums.npy");
-  m.sources = write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
-  m.skips = write_file_atomic(dir + "/skipped.jsonl", "", 0);
-  if (ragged) {
-    write_npy_file(dir + "/ragged-index.npy", "<i8", {m.count, 3}, f.index.data(),
-                   f.index.size() * 8);
-    m.index = hash_file(dir + "/ragged-index.npy");
-    m.recipe.max_side = spec.ragged_max_side;
-  } else {
-    m.recipe.height = spec.height;
-    m.recipe.width = spec.width;
-  }
-  m.recipe.channels = spec.channels;
-  m.source = {"folder", "/data/x", "", m.count, 0x1234};
-  m.tool_version = "test";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  write_manifest(dir, m);
+  f.manifest = w->publish();
   return f;
 }
 

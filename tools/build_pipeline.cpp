@@ -1,7 +1,6 @@
-// `dscache build`: resolves the recipe, then runs the stages in order: list the source
-// (dscache_ingest), open the partial directory (build_partial), decode in parallel
-// (build_decode), write shards in order (build_writer), write the side files and manifest
-// (build_finish), publish.
+// `dscache build`: claims OUTPUT (dscache/cache_writer.h), lists the source (dscache_ingest),
+// resolves the recipe, then decodes in parallel (build_decode) and hands the samples in order
+// to the cache writer, which cuts shards, writes the side files and manifest and publishes.
 #include "build_pipeline.h"
 
 #include <algorithm>
@@ -12,17 +11,14 @@
 #include <thread>
 
 #include "build_decode.h"
-#include "build_finish.h"
+#include "build_fingerprint.h"
 #include "build_notices.h"
 #include "build_part.h"
-#include "build_partial.h"
-#include "build_writer.h"
+#include "dscache/crash_point.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/jpeg.h"
-#include "dscache/lock.h"
 #include "dscache/sampler.h"
 #include "progress.h"
-#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -31,22 +27,9 @@ namespace fs = std::filesystem;
 
 constexpr size_t kSkipsShown = 20;  // skip reasons printed to stderr before "... N more"
 
-}  // namespace
-
-BuildSummary run_build(const BuildOptions& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  std::string output = absolute_path(opt.output);
-  while (output.size() > 1 && output.back() == '/') output.pop_back();
-  std::string partial = partial_dir_for(output);
-
-  // One writer per output: the lock file lives beside OUTPUT (the directories are swapped).
-  fs::create_directories(fs::path(output).parent_path());
-  const auto lock = PathLock::acquire(output, opt.command);
-  recover_interrupted(output, partial);
-  const OutputPlan plan = check_output(output, partial, opt.force, opt.resume);
-  const bool replace = plan.replace;
-
-  SourceListing src = list_source(opt.source, SourceOptions{opt.labels_file, opt.class_names});
+// The recipe a build of `src` uses: the options resolved against the source (idx sources have a
+// native size and one channel), checked. Error(kInvalidArgument) names the flag.
+BuildRecipe resolve_recipe(const BuildOptions& opt, const SourceListing& src) {
   BuildRecipe r = opt.recipe;
   const bool ragged = opt.layout == Layout::kRagged;
   if (ragged) {
@@ -71,10 +54,6 @@ BuildSummary run_build(const BuildOptions& opt) {
                 "is required for folder and list sources (e.g. --size 224 or --size 256x192)");
   }
   if (!ragged) r.max_side = 0;
-  SampleShape shape{r.height, r.width, r.channels};
-  // Raw ragged and every JPEG cache write byte shards capped at shard_bytes; raw fixed shards
-  // hold a whole number of samples.
-  const bool byte_shards = ragged || opt.codec == Codec::kJpeg;
   if (opt.codec == Codec::kJpeg) {
     if (!jpeg_supported()) {
       throw Error(ErrorKind::kUnsupported, "--codec",
@@ -87,113 +66,52 @@ BuildSummary run_build(const BuildOptions& opt) {
   } else {
     r.quality = 0;
   }
-  uint64_t per_shard = byte_shards ? 0 : std::max<uint64_t>(1, r.shard_bytes / shape.bytes());
+  return r;
+}
 
-  crash_point("listed");
+// What the cache writer is told: the recipe, the classes, the source and the part, and the
+// build's own fingerprint (build_fingerprint.h).
+CacheWriterOptions writer_options(const BuildOptions& opt, const SourceListing& src,
+                                  const BuildRecipe& r, uint64_t first) {
+  CacheWriterOptions w;
+  w.storage = opt.storage;
+  w.layout = opt.layout;
+  w.codec = opt.codec;
+  w.recipe = r;
+  w.classes = src.classes;
+  w.source = SourceRecord{src.kind, src.root, src.labels_path, src.entries.size(), src.digest};
+  w.force = opt.force;
+  w.resume = opt.resume;
+  w.command = opt.command;
   const auto fp = build_fingerprint(src, r, opt.storage, opt.codec, opt.part_index, opt.part_count);
-  auto summary = [&](const Manifest& m, uint64_t resumed) {
-    BuildSummary s;
-    s.count = m.count;
-    s.skipped = m.skipped;
-    s.resumed = resumed;
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    s.output = output;
-    return s;
-  };
-  if (plan.maybe_done) {
-    // --resume and no interrupted build: done if OUTPUT is this very build (killed after its
-    // publish), refused as any existing OUTPUT otherwise.
-    Manifest done;
-    try {
-      done = read_manifest(output);
-    } catch (const Error&) {
-      throw_output_exists(output);
+  w.fingerprint = fp.dump();
+  w.is_this_write = [fp](const Manifest& done) { return build_fingerprint(done) == fp; };
+  w.first_position = first;
+  if (opt.part_count != 0) {
+    const uint64_t n = src.entries.size();
+    w.has_part = true;
+    w.part = PartRecord{opt.part_index, opt.part_count, first,
+                        part_first(n, opt.part_index + 1, opt.part_count) - first};
+  }
+  return w;
+}
+
+// The skips and library warnings a build reports on stderr as it runs and at its end.
+class BuildReport {
+ public:
+  explicit BuildReport(bool quiet) : quiet_(quiet) {}
+  void skipped(const std::string& source, const std::string& reason) {
+    if (quiet_ || printed_ >= kSkipsShown) return;
+    std::fprintf(stderr, "skipped %s: %s\n", source.c_str(), reason.c_str());
+    ++printed_;
+  }
+  void finish(uint64_t skipped, const LibraryWarnings& library_warnings) const {
+    if (quiet_) return;
+    if (skipped > printed_) {
+      std::fprintf(stderr, "... and %llu more skipped; all are listed in skipped.jsonl\n",
+                   static_cast<unsigned long long>(skipped - printed_));
     }
-    if (build_fingerprint(done) != fp) {
-      if (!opt.force) throw_output_exists(output);
-    } else {
-      if (!opt.quiet) std::fprintf(stderr, "resuming: %s is already complete\n", output.c_str());
-      return summary(done, done.count);
-    }
-  }
-  // The partial directory and its fingerprint: a resumed build must be the same build.
-  open_partial(partial, fp);
-  crash_point("partial-open");
-  if (path_exists(partial + "/manifest.json")) {
-    // Killed after the manifest was written: only the publish is left.
-    const Manifest m = finish_partial(partial);
-    if (!opt.quiet) std::fprintf(stderr, "resuming: the build was complete; publishing it\n");
-    publish(partial, output, replace);
-    return summary(m, m.count);
-  }
-
-  // --part I/N: positions [first, end) of the cache order below (docs/FORMAT.md "Parts").
-  const uint64_t n = src.entries.size();
-  const bool partitioned = opt.part_count != 0;
-  const uint64_t first = partitioned ? part_first(n, opt.part_index, opt.part_count) : 0;
-  const uint64_t end = partitioned ? part_first(n, opt.part_index + 1, opt.part_count) : n;
-
-  BuildWriter writer(partial, opt.storage, shape, per_shard, byte_shards ? r.shard_bytes : 0,
-                     opt.codec);
-  uint64_t start = std::max(first, writer.adopt_finished());
-  uint64_t resumed = writer.count();
-  if (opt.resume && start > first && !opt.quiet) {
-    std::fprintf(stderr, "resuming: %llu samples in %llu finished shards kept\n",
-                 static_cast<unsigned long long>(resumed),
-                 static_cast<unsigned long long>(writer.shard_count()));
-  }
-
-  int threads = opt.threads > 0
-                    ? opt.threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool failed = false;  // --strict met a bad file
-  std::string fail_source, fail_reason;
-  Progress progress(end - first, opt.quiet);
-  size_t skips_printed = 0;
-
-  // The cache's order: the source order, or with --shuffle a seeded permutation of it (the same
-  // whatever the thread count, and for a resumed build).
-  std::vector<uint64_t> order;
-  if (r.shuffled) {
-    order = build_order(n, r.shuffle_seed);  // over the whole listing, whatever the part
-  } else {
-    order.resize(n);
-    std::iota(order.begin(), order.end(), uint64_t{0});
-  }
-  LibraryWarnings library_warnings;  // out of stderr while decoding; summarised below
-  run_decode_pipeline(
-      SampleDecoder(src, r, ragged, opt.codec), order, start, end, threads, [&](const Token& t) {
-        const SourceEntry& e = src.entries[t.entry];
-        if (t.ok) {
-          writer.add_sample(t, e);
-        } else if (opt.strict) {
-          failed = true;
-          fail_source = e.path.empty() ? e.name : e.path;
-          fail_reason = t.reason;
-        } else {
-          writer.add_skip(e, t.reason);
-          if (!opt.quiet && skips_printed < kSkipsShown) {
-            std::fprintf(stderr, "skipped %s: %s\n", (e.path.empty() ? e.name : e.path).c_str(),
-                         t.reason.c_str());
-            ++skips_printed;
-          }
-        }
-        progress.update(t.index + 1 - first, writer.skipped());
-        return !failed;
-      });
-
-  library_warnings.stop();
-  if (failed) {
-    remove_tree(partial);
-    throw BadSourceError(ErrorKind::kCorruption, fail_source, fail_reason + " (--strict)");
-  }
-  writer.commit_shard(end);
-  progress.finish(end - first, writer.skipped());
-  if (!opt.quiet && writer.skipped() > skips_printed) {
-    std::fprintf(stderr, "... and %llu more skipped; all are listed in skipped.jsonl\n",
-                 static_cast<unsigned long long>(writer.skipped() - skips_printed));
-  }
-  if (!opt.quiet && library_warnings.total() > 0) {
+    if (library_warnings.total() == 0) return;
     // One line per kind instead of one per file; the samples decoded, so nothing is skipped.
     constexpr size_t kKindsShown = 5;
     const auto& kinds = library_warnings.warnings();
@@ -209,22 +127,127 @@ BuildSummary run_build(const BuildOptions& opt) {
       std::fprintf(stderr, "  ... and %zu more kinds\n", kinds.size() - kKindsShown);
     }
   }
+
+ private:
+  bool quiet_;
+  size_t printed_ = 0;
+};
+
+// Decodes source positions [writer.position(), end) in parallel and hands them in order to the
+// writer. Under --strict the first bad file stops the pipeline: returned as (source, reason).
+std::pair<std::string, std::string> decode_into(CacheWriter& writer, const BuildOptions& opt,
+                                                const SourceListing& src, const BuildRecipe& r,
+                                                uint64_t first, uint64_t end, BuildReport& report) {
+  const uint64_t n = src.entries.size();
+  const bool ragged = opt.layout == Layout::kRagged;
+  const int threads = opt.threads > 0
+                          ? opt.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::pair<std::string, std::string> failure;
+  Progress progress(end - first, opt.quiet);
+  // The cache's order: the source order, or with --shuffle a seeded permutation of it (the same
+  // whatever the thread count, and for a resumed build).
+  std::vector<uint64_t> order;
+  if (r.shuffled) {
+    order = build_order(n, r.shuffle_seed);  // over the whole listing, whatever the part
+  } else {
+    order.resize(n);
+    std::iota(order.begin(), order.end(), uint64_t{0});
+  }
+  LibraryWarnings library_warnings;  // out of stderr while decoding; summarised at the end
+  run_decode_pipeline(SampleDecoder(src, r, ragged, opt.codec), order, writer.position(), end,
+                      threads, [&](const Token& t) {
+                        const SourceEntry& e = src.entries[t.entry];
+                        const std::string where = e.path.empty() ? e.name : e.path;
+                        if (t.ok && opt.codec == Codec::kJpeg) {
+                          writer.append_encoded(t.stored.data(), t.stored.size(), t.height, t.width,
+                                                e.label, e.name, &t.checksum);
+                        } else if (t.ok) {
+                          writer.append(t.pixels.data(), ragged ? t.height : r.height,
+                                        ragged ? t.width : r.width, e.label, e.name, &t.checksum);
+                        } else if (opt.strict) {
+                          failure = {where, t.reason};
+                        } else {
+                          writer.skip(e.name, t.reason);
+                          report.skipped(where, t.reason);
+                        }
+                        progress.update(t.index + 1 - first, writer.skipped());
+                        return failure.first.empty();
+                      });
+  library_warnings.stop();
+  if (failure.first.empty()) {
+    progress.finish(end - first, writer.skipped());
+    report.finish(writer.skipped(), library_warnings);
+  }
+  return failure;
+}
+
+}  // namespace
+
+BuildSummary run_build(const BuildOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Claimed before the listing: a refusal (locked, OUTPUT exists) comes before a long listing.
+  CacheWriterOptions claim_opt;
+  claim_opt.force = opt.force;
+  claim_opt.resume = opt.resume;
+  claim_opt.command = opt.command;
+  const auto writer = CacheWriter::claim(opt.output, claim_opt);
+  auto summary = [&](const Manifest& m, uint64_t resumed) {
+    BuildSummary s;
+    s.count = m.count;
+    s.skipped = m.skipped;
+    s.resumed = resumed;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.output = writer->output();
+    return s;
+  };
+
+  const SourceListing src =
+      list_source(opt.source, SourceOptions{opt.labels_file, opt.class_names});
+  const BuildRecipe r = resolve_recipe(opt, src);
+  crash_point("listed");
+  // --part I/N: positions [first, end) of the cache order (docs/FORMAT.md "Parts").
+  const uint64_t n = src.entries.size();
+  const bool partitioned = opt.part_count != 0;
+  const uint64_t first = partitioned ? part_first(n, opt.part_index, opt.part_count) : 0;
+  const uint64_t end = partitioned ? part_first(n, opt.part_index + 1, opt.part_count) : n;
+  writer->begin(writer_options(opt, src, r, first));
+  if (writer->complete()) {
+    if (!opt.quiet) {
+      std::fprintf(stderr, "resuming: %s is already complete\n", writer->output().c_str());
+    }
+    const Manifest m = writer->publish();
+    return summary(m, m.count);
+  }
+  if (writer->finished()) {
+    if (!opt.quiet) std::fprintf(stderr, "resuming: the build was complete; publishing it\n");
+    const Manifest m = writer->publish();
+    return summary(m, m.count);
+  }
+  const uint64_t resumed = writer->count();
+  if (opt.resume && writer->position() > first && !opt.quiet) {
+    std::fprintf(stderr, "resuming: %llu samples in %llu finished shards kept\n",
+                 static_cast<unsigned long long>(resumed),
+                 static_cast<unsigned long long>(writer->shard_count()));
+  }
+
+  BuildReport report(opt.quiet);
+  const auto failure = decode_into(*writer, opt, src, r, first, end, report);
+  if (!failure.first.empty()) {
+    writer->abandon();
+    throw BadSourceError(ErrorKind::kCorruption, failure.first, failure.second + " (--strict)");
+  }
   // A part may hold no sample (every entry of its range skipped, or an empty range when N
   // exceeds the listing): it records its skips and merges like any part. A whole build with no
   // sample is refused.
-  if (writer.count() == 0 && !partitioned) {
-    remove_tree(partial);
+  if (writer->count() == 0 && !partitioned) {
+    writer->abandon();
     throw Error(ErrorKind::kInvalidArgument, src.root,
                 n == 0 ? std::string("no sample could be decoded: the source lists no entries")
-                       : "no sample could be decoded: all " + std::to_string(writer.skipped()) +
+                       : "no sample could be decoded: all " + std::to_string(writer->skipped()) +
                              " of " + std::to_string(n) + " entries were skipped");
   }
-
-  PartRecord part{opt.part_index, opt.part_count, first, end - first};
-  const Manifest m = finish_cache(partial, src, r, opt.storage, ragged, opt.codec, writer,
-                                  partitioned ? &part : nullptr);
-  publish(partial, output, replace);
-  return summary(m, resumed);
+  return summary(writer->publish(), resumed);
 }
 
 }  // namespace dscache

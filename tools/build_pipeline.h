@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/cache_writer.h"
 #include "dscache/error.h"
 #include "dscache/manifest.h"
 
@@ -45,19 +46,11 @@ class BadSourceError : public Error {
   using Error::Error;
 };
 
-// OUTPUT exists (without --force) or an interrupted build exists (without --resume/--force).
-class OutputExistsError : public Error {
- public:
-  using Error::Error;
-};
-
-// Runs the whole build holding the lock on `output` (dscache/lock.h; LockedError when another
-// process holds it). Throws the errors above, or Error for anything else (in which case an
+// Runs the whole build through a CacheWriter (dscache/cache_writer.h: the lock on `output`, the
+// partial directory, resume, publish; LockedError when another process holds the lock). Throws
+// BadSourceError, OutputExistsError (cache_writer.h), or Error for anything else (in which case an
 // interrupted build is left in `.<name>.partial` for --resume). A --resume of a build that is
 // already complete at `output` (killed after its publish) returns its summary.
 BuildSummary run_build(const BuildOptions& options);
-
-// The sibling directory a build of `output` works in.
-std::string partial_dir_for(const std::string& output);
 
 }  // namespace dscache

@@ -171,7 +171,7 @@ int out_of_space(const char* command, const std::string& output) {
                "dscache %s: out of space (disk full, quota or file size limit): nothing was "
                "published; the finished work is kept in %s: free space and rerun with --resume "
                "to continue\n",
-               command, partial_dir_for(out).c_str());
+               command, CacheWriter::partial_dir_for(out).c_str());
   return kExitNoSpace;
 }
 

@@ -14,20 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "build_finish.h"
 #include "build_part.h"
-#include "build_partial.h"
 #include "build_pipeline.h"
 #include "dscache/atomic_file.h"
 #include "dscache/cache_dir.h"
+#include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/file.h"
 #include "dscache/ingest/source_list.h"
-#include "dscache/lock.h"
 #include "dscache/manifest.h"
-#include "dscache/npy.h"
-#include "dscache/shard.h"
-#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -38,6 +33,7 @@ using json = nlohmann::json;
 struct Part {
   std::string dir;  // absolute path
   Manifest m;
+  std::shared_ptr<const CacheDir> files;  // every file of the part is read through it
 };
 
 std::string strip_slashes(std::string p) {
@@ -76,8 +72,9 @@ std::string part_name(const Manifest& m) {
 std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::string& output) {
   std::vector<Part> parts;
   for (const auto& d : dirs) {
-    Part p{strip_slashes(d), Manifest{}};
-    p.m = read_manifest(p.dir);
+    Part p{strip_slashes(d), Manifest{}, nullptr};
+    p.files = CacheDir::open(p.dir);
+    p.m = p.files->manifest();
     if (!p.m.has_part) {
       throw PartsMismatchError(ErrorKind::kInvalidArgument, p.dir,
                                "not a part of a partitioned build (its manifest has no part; "
@@ -144,83 +141,58 @@ std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::st
   return parts;
 }
 
-std::string read_checked(const std::string& dir, const FileEntry& f) {
-  const std::string path = dir + "/" + f.file;
-  // Opened like Cache::open opens it: a regular file inside the part, of the manifest's size
-  // (checked before reading), never a FIFO or a symlink out.
-  const std::string bytes = CacheDir::open(dir)->open_file(f.file, f.bytes).read_all(f.bytes);
-  if (xxh64(bytes.data(), bytes.size()) != f.xxh64) {
-    throw Error(ErrorKind::kCorruption, path,
+// Side file `f` of part `p`, opened through its CacheDir, checked against its manifest entry
+// (size and XXH64) before anything is taken from it.
+File checked_file(const Part& p, const FileEntry& f) {
+  File file = p.files->open_file(f.file, f.bytes);
+  if (hash_file(file).xxh64 != f.xxh64) {
+    throw Error(ErrorKind::kCorruption, p.dir + "/" + f.file,
                 "does not match its manifest entry (size or XXH64); run dscache verify");
   }
-  return bytes;
+  return file;
 }
 
-// The array bytes of a part's .npy side file (checked against its manifest entry).
-std::string npy_data(const std::string& dir, const FileEntry& f) {
-  const std::string bytes = read_checked(dir, f);
-  const NpyHeader h = parse_npy_header(bytes.data(), bytes.size(), dir + "/" + f.file);
-  return bytes.substr(h.data_offset);
+// What a part contributes to the side files, read through CacheDir's validated accessors.
+struct PartRecords {
+  std::vector<int64_t> labels;
+  std::vector<uint64_t> checksums;
+  std::vector<std::string> sources;
+  std::vector<SkipRecord> skips;
+  std::vector<int64_t> index;  // rows as the index file holds them (3 or 4 columns)
+};
+
+PartRecords read_records(const Part& p) {
+  const Manifest& m = p.m;
+  for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips}) checked_file(p, *f);
+  PartRecords r;
+  r.labels = p.files->labels();
+  r.checksums = p.files->checksums();
+  r.sources = p.files->sources();
+  r.skips = p.files->skips();
+  if (m.has_index()) {
+    checked_file(p, m.index);
+    const bool jpeg = m.codec == Codec::kJpeg;
+    for (const IndexRow& row : p.files->index()) {
+      r.index.push_back(static_cast<int64_t>(row.offset));
+      if (jpeg) r.index.push_back(static_cast<int64_t>(row.length));
+      r.index.push_back(row.height);
+      r.index.push_back(row.width);
+    }
+  }
+  return r;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa, sb;
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
-
-// Checks part shard `src` as the merge will take it: a regular file, not a symlink (link()
-// would copy the link itself, dangling or leading out of the output, and copying a FIFO would
-// block), of its manifest's size. Returns it open.
-File open_part_shard(const std::string& src, const ShardEntry& e) {
-  File f = File::open(src, FollowSymlinks::kNo);
-  if (f.size() != e.bytes) {
-    throw Error(ErrorKind::kCorruption, src,
-                "is " + std::to_string(f.size()) + " bytes, its manifest says " +
-                    std::to_string(e.bytes) + "; run dscache verify");
-  }
-  return f;
-}
-
-// Copies `from` (open, `e.bytes` long) to `dst` through a temp file renamed into place. Done
-// here rather than with std::filesystem::copy_file, which reports a short copy onto a full disk
-// as EIO: a write error keeps its errno (ENOSPC, EDQUOT, EFBIG: exit 7) and names the file.
-void copy_shard(const File& from, const std::string& src, const std::string& dst,
-                const ShardEntry& e) {
-  constexpr uint64_t kChunk = uint64_t{4} << 20;
-  std::string buf(static_cast<size_t>(std::min<uint64_t>(kChunk, std::max<uint64_t>(e.bytes, 1))),
-                  '\0');
-  AtomicFile out(dst);  // removes its temp file unless committed: a failed copy leaves nothing
-  for (uint64_t done = 0; done < e.bytes;) {
-    const uint64_t n = std::min<uint64_t>(buf.size(), e.bytes - done);
-    from.read_at(done, n, buf.data());
-    out.write(buf.data(), static_cast<size_t>(n));
-    done += n;
-  }
-  const FileEntry got = out.commit();
-  if (got.bytes != e.bytes || got.xxh64 != e.xxh64) {
-    ::unlink(dst.c_str());
-    throw Error(ErrorKind::kCorruption, src,
-                "does not match its manifest entry (size or XXH64); run dscache verify");
-  }
-}
-
-// Puts part shard `src` at `dst`: kept when already there (a resumed merge), else hard-linked,
-// else (another filesystem) copied. Returns 0 kept, 1 linked, 2 copied.
-int place_shard(const std::string& src, const std::string& dst, const ShardEntry& e) {
-  const File from = open_part_shard(src, e);
-  if (path_exists(dst)) {
-    if (same_file(src, dst)) return 0;
-    const FileEntry have = hash_file(dst);
-    if (have.bytes == e.bytes && have.xxh64 == e.xxh64) return 0;
-    fs::remove(dst);
-  }
-  if (::link(src.c_str(), dst.c_str()) == 0) return 1;
-  if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
-    throw_errno(dst, "cannot hard-link " + src);
-  }
-  copy_shard(from, src, dst, e);
-  return 2;
+// The side-file rows of shard `k` of a part.
+ShardRecords shard_records(const Manifest& m, const PartRecords& r, size_t k) {
+  const ShardEntry& e = m.shards[k];
+  const size_t columns = m.has_index() ? (m.codec == Codec::kJpeg ? 4 : 3) : 0;
+  auto slice = [&](const auto& v, size_t width) {
+    using V = std::decay_t<decltype(v)>;
+    return V(v.begin() + static_cast<ptrdiff_t>(e.first * width),
+             v.begin() + static_cast<ptrdiff_t>((e.first + e.count) * width));
+  };
+  return ShardRecords{slice(r.labels, 1), slice(r.checksums, 1), slice(r.sources, 1),
+                      slice(r.index, columns)};
 }
 
 // `have` (an existing OUTPUT's manifest) is the merge `want` describes: the same listing,
@@ -242,146 +214,115 @@ bool same_merge(const Manifest& have, const Manifest& want) {
   return true;
 }
 
-}  // namespace
-
-MergeSummary run_merge(const MergeOptions& opt) {
-  std::string output = strip_slashes(opt.output);
-  const std::string partial = partial_dir_for(output);
-  fs::create_directories(fs::path(output).parent_path());
-  const auto lock = PathLock::acquire(output, opt.command);  // one writer per output
-  std::vector<Part> parts = load_parts(opt.parts, output);
-  if (opt.strict) {
-    for (const Part& p : parts) {
-      if (p.m.skipped == 0) continue;
-      std::string first = read_checked(p.dir, p.m.skips);
-      first = first.substr(0, first.find('\n'));
-      throw BadSourceError(ErrorKind::kCorruption, p.dir,
-                           part_name(p.m) + " skipped " + std::to_string(p.m.skipped) +
-                               " entries (first: " + first + ") (--strict)");
-    }
-  }
-  recover_interrupted(output, partial);
-  const OutputPlan plan = check_output(output, partial, opt.force, opt.resume);
-  const bool replace = plan.replace;
-
-  // A resumed merge must join the same parts: their directories and manifests.
-  json fp{{"merge", json::array()}};
-  for (const Part& p : parts) {
-    fp["merge"].push_back({p.dir, hex64(hash_file(p.dir + "/manifest.json").xxh64)});
-  }
+// The merged cache's manifest as the parts make it (shards renumbered, counts summed): what an
+// existing OUTPUT must equal to be this merge. Side-file entries are left as the first part's.
+Manifest planned_manifest(const std::vector<Part>& parts) {
   Manifest m = parts.front().m;
   m.has_part = false;
   m.part = PartRecord{};
   m.count = m.skipped = 0;
   m.shards.clear();
   std::fill(m.class_counts.begin(), m.class_counts.end(), 0);
-  std::vector<std::string> wanted{kFingerprintFile};
   for (const Part& p : parts) {
     for (const ShardEntry& s : p.m.shards) {
       ShardEntry e = s;
       e.file = shard_file_name(m.storage, m.shards.size());
       e.first = m.count;
       m.count += e.count;
-      wanted.push_back(e.file);
       m.shards.push_back(e);
     }
     m.skipped += p.m.skipped;
     for (size_t c = 0; c < m.class_counts.size(); ++c) m.class_counts[c] += p.m.class_counts[c];
   }
-  if (m.count == 0) {
+  return m;
+}
+
+// What the cache writer is told: the parts' recipe, classes and source, and a fingerprint of
+// the parts (their directories and manifests): a resumed merge must join the same parts.
+CacheWriterOptions writer_options(const MergeOptions& opt, const std::vector<Part>& parts,
+                                  const Manifest& want) {
+  const Manifest& ref = parts.front().m;
+  CacheWriterOptions w;
+  w.storage = ref.storage;
+  w.layout = ref.layout;
+  w.codec = ref.codec;
+  w.recipe = ref.recipe;
+  w.recipe.channels = ref.channels;
+  w.classes = ref.classes;
+  w.source = ref.source;
+  w.tool_version = ref.tool_version;
+  w.force = opt.force;
+  w.resume = opt.resume;
+  w.command = opt.command;
+  json fp{{"merge", json::array()}};
+  for (const Part& p : parts) {
+    fp["merge"].push_back({p.dir, hex64(hash_file(p.files->open_file("manifest.json")).xxh64)});
+  }
+  w.fingerprint = fp.dump();
+  w.is_this_write = [want](const Manifest& done) { return same_merge(done, want); };
+  return w;
+}
+
+}  // namespace
+
+MergeSummary run_merge(const MergeOptions& opt) {
+  const std::string output = strip_slashes(opt.output);
+  CacheWriterOptions claim;
+  claim.force = opt.force;
+  claim.resume = opt.resume;
+  claim.command = opt.command;
+  const auto writer = CacheWriter::claim(output, claim);  // one writer per output, first
+  std::vector<Part> parts = load_parts(opt.parts, output);
+  if (opt.strict) {
+    for (const Part& p : parts) {
+      if (p.m.skipped == 0) continue;
+      std::string first = checked_file(p, p.m.skips).read_all(p.m.skips.bytes);
+      first = first.substr(0, first.find('\n'));
+      throw BadSourceError(ErrorKind::kCorruption, p.dir,
+                           part_name(p.m) + " skipped " + std::to_string(p.m.skipped) +
+                               " entries (first: " + first + ") (--strict)");
+    }
+  }
+  const Manifest want = planned_manifest(parts);
+  if (want.count == 0) {
     // As a single build of the listing would: refused, and before anything is written.
     throw Error(ErrorKind::kInvalidArgument, output,
-                "no sample could be decoded: all " + std::to_string(m.skipped) + " of " +
-                    std::to_string(m.source.entries) + " entries were skipped in the parts");
+                "no sample could be decoded: all " + std::to_string(want.skipped) + " of " +
+                    std::to_string(want.source.entries) + " entries were skipped in the parts");
   }
   MergeSummary sum;
   sum.parts = parts.size();
-  sum.shards = m.shards.size();
+  sum.shards = want.shards.size();
   sum.output = output;
-  if (plan.maybe_done) {
-    // --resume and no interrupted merge: done if OUTPUT is this merge (killed after its
-    // publish), refused as any existing OUTPUT otherwise.
-    Manifest done;
-    try {
-      done = read_manifest(output);
-    } catch (const Error&) {
-      throw_output_exists(output);
-    }
-    if (same_merge(done, m)) {
-      sum.count = done.count;
-      sum.skipped = done.skipped;
-      return sum;
-    }
-    if (!opt.force) throw_output_exists(output);
-  }
   // Everything a refusal can find is checked before the partial directory exists, so that a
   // refused merge leaves nothing behind (a later merge needs no --force): each part's shards
-  // (regular files of their manifest's size) and side files (size and XXH64).
+  // (regular files inside it, of their manifest's size and header) and side files (size, XXH64
+  // and content).
+  std::vector<PartRecords> records;
   for (const Part& p : parts) {
-    for (const ShardEntry& s : p.m.shards) open_part_shard(p.dir + "/" + s.file, s);
+    for (size_t k = 0; k < p.m.shards.size(); ++k) p.files->open_shard(k);
+    records.push_back(read_records(p));
   }
-  std::string labels, checksums, index, sources, skips;
-  for (const Part& p : parts) {
-    labels += npy_data(p.dir, p.m.labels);
-    checksums += npy_data(p.dir, p.m.checksums);
-    if (m.has_index()) index += npy_data(p.dir, p.m.index);
-    sources += read_checked(p.dir, p.m.sources);
-    skips += read_checked(p.dir, p.m.skips);
-  }
-
-  open_partial(partial, fp);
-  crash_point("partial-open");
-
-  // Anything else in the partial directory is a temp file of an interrupted run (or the side
-  // files and manifest of one killed before its publish: written again, the same bytes).
-  for (const auto& ent : fs::directory_iterator(partial)) {
-    const std::string name = ent.path().filename().string();
-    if (std::find(wanted.begin(), wanted.end(), name) == wanted.end()) fs::remove_all(ent.path());
-  }
-
-  const char* kill = std::getenv("DSCACHE_TEST_KILL_AFTER_SHARDS");  // test hook, as build's
-  const uint64_t kill_after = kill ? std::strtoull(kill, nullptr, 10) : 0;
-  size_t g = 0;
-  for (const Part& p : parts) {
-    for (const ShardEntry& s : p.m.shards) {
-      const int how = place_shard(p.dir + "/" + s.file, partial + "/" + m.shards[g].file, s);
-      sum.linked += how == 1;
-      sum.copied += how == 2;
-      ++g;
-      crash_point("shard-placed");
-      if (kill_after != 0 && sum.linked + sum.copied == kill_after) std::raise(SIGKILL);
+  writer->begin(writer_options(opt, parts, want));
+  if (!writer->complete() && !writer->finished()) {
+    // Records in order: each part's shards, then its skips. A resumed merge has position()
+    // records already (the finished shards the writer kept).
+    uint64_t next = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      for (size_t k = 0; k < parts[i].m.shards.size(); ++k) {
+        if (next++ < writer->position()) continue;
+        const bool copied =
+            writer->add_shard(*parts[i].files, k, shard_records(parts[i].m, records[i], k));
+        sum.linked += !copied;
+        sum.copied += copied;
+      }
+      for (const SkipRecord& s : records[i].skips) {
+        if (next++ < writer->position()) continue;
+        writer->skip(s.source, s.reason);
+      }
     }
   }
-
-  auto npy = [&](const FileEntry& like, const std::string& descr, std::vector<uint64_t> shape,
-                 const std::string& data) {
-    write_npy_file(partial + "/" + like.file, descr, shape, data.data(), data.size());
-    FileEntry e = hash_file(partial + "/" + like.file);
-    e.file = like.file;
-    crash_point("side-file");
-    return e;
-  };
-  auto text = [&](const FileEntry& like, const std::string& data) {
-    FileEntry e = write_file_atomic(partial + "/" + like.file, data.data(), data.size());
-    e.file = like.file;
-    crash_point("side-file");
-    return e;
-  };
-  m.labels = npy(m.labels, "<i8", {m.count}, labels);
-  m.checksums = npy(m.checksums, "<u8", {m.count}, checksums);
-  if (m.has_index()) {
-    const uint64_t columns = m.codec == Codec::kJpeg ? 4 : 3;
-    m.index = npy(m.index, "<i8", {m.count, columns}, index);
-  }
-  m.sources = text(m.sources, sources);
-  m.skips = text(m.skips, skips);
-  m.created_utc = utc_now();
-
-  write_manifest(partial, m);  // last: a directory without it is not a cache
-  crash_point("manifest-written");
-  fsync_directory(partial);
-  publish(partial, output, replace);  // the fingerprint goes last (build_partial.h)
-
+  const Manifest m = writer->publish();  // the fingerprint goes last (cache_writer.h)
   sum.count = m.count;
   sum.skipped = m.skipped;
   return sum;

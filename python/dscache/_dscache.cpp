@@ -482,6 +482,9 @@ DecodeFn python_decode(py::function fn, SampleShape shape) {
 }
 
 }  // namespace
+
+void bind_writer(py::module_& m);  // _writer.cpp
+
 }  // namespace dscache
 
 PYBIND11_MODULE(_dscache, m) {
@@ -603,4 +606,6 @@ PYBIND11_MODULE(_dscache, m) {
       },
       py::arg("n"), py::arg("shuffle"), py::arg("block"), py::arg("window_blocks"), py::arg("rank"),
       py::arg("world_size"), py::arg("rank_tail"), py::arg("seed"), py::arg("epoch"));
+
+  bind_writer(m);
 }

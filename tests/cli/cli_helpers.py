@@ -127,7 +127,7 @@ def run(args, expect_rc=0, env_extra=None, cwd=None, timeout=TIMEOUT_S):
     """Runs dscache with args; raises with stdout/stderr when the exit code is not expect_rc."""
     cmd = [DSCACHE] + [str(a) for a in args]
     env = dict(os.environ)
-    env.pop("DSCACHE_TEST_KILL_AFTER_SHARDS", None)
+    env.pop("DSCACHE_TEST_KILL_AT", None)
     if env_extra:
         env.update(env_extra)
     try:

@@ -646,7 +646,7 @@ def _resume(tmp, storage):
     ext = ".npy" if storage == "npy" else ".h5"
     opts = ["--size", "16", "--storage", storage, "--shard-size", str(16 * 16 * 3 * 10)]
     out, ref = tmp / f"out_{storage}", tmp / f"ref_{storage}"
-    p = build(src, out, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "3"})
+    p = build(src, out, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:3"})
     part = partial_dir(out)
     check(not out.exists(), "OUTPUT exists after the build was killed")
     check(part.is_dir(), f"{part} missing after the build was killed")
@@ -994,7 +994,7 @@ def case_ragged_resume_threads(tmp):
     # SIGKILL after 2 shards, then --resume: identical to the uninterrupted build.
     out = tmp / "out"
     build(src, out, *opts, "--threads", "2", expect_rc=-9,
-          env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "2"})
+          env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:2"})
     part = partial_dir(out)
     check(not out.exists(), "OUTPUT exists after the build was killed")
     check(part.is_dir(), f"{part} missing after the build was killed")
@@ -1012,7 +1012,7 @@ def case_ragged_resume_threads(tmp):
     compare_caches(t1, out, "ragged: resumed vs uninterrupted build")
     # A resume with another --max-side is refused.
     out2 = tmp / "out2"
-    build(src, out2, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "1"})
+    build(src, out2, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:1"})
     other = ["--layout", "ragged", "--max-side", "20", "--shard-size", "5000"]
     p = build(src, out2, *other, "--resume", expect_rc=None)
     check(p.returncode not in (0, -9), f"--resume with another --max-side: exit {p.returncode}")
@@ -1066,7 +1066,7 @@ def case_shuffle_build(tmp):
     # Killed after 2 shards, resumed: identical to the uninterrupted build.
     killed = tmp / "killed"
     build(src, killed, *opts, "--shuffle", "7", expect_rc=-9,
-          env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "2"})
+          env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:2"})
     check(partial_dir(killed).is_dir(), "no partial dir after the kill")
     p = build(src, killed, *opts, "--shuffle", "8", "--resume", expect_rc=1)
     check("other options" in p.stderr, f"another seed resumed: {p.stderr}")

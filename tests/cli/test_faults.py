@@ -54,7 +54,7 @@ def lock_file(out):
 
 def env_with(extra):
     env = dict(os.environ)
-    for k in ("DSCACHE_TEST_KILL_AFTER_SHARDS", "DSCACHE_TEST_CRASH_AT", "DSCACHE_TEST_CRASH_TRACE",
+    for k in ("DSCACHE_TEST_KILL_AT", "DSCACHE_TEST_CRASH_AT", "DSCACHE_TEST_CRASH_TRACE",
               "DSCACHE_TEST_PAUSE_AT"):
         env.pop(k, None)
     env.update(extra or {})

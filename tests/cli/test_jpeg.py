@@ -177,7 +177,7 @@ def case_jpeg_threads_resume(tmp):
     build(src, b, *opts, "--threads", "2")
     compare_caches(a, b, "--threads 1 vs 2")
     c = tmp / "c"
-    build(src, c, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AFTER_SHARDS": "2"})
+    build(src, c, *opts, expect_rc=-9, env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:2"})
     part = partial_dir(c)
     kept = {p.name: p.stat().st_ino for p in part.glob("images-*.npy")}
     check_eq(len(kept), 2, "shards in the partial dir after the kill")

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dscache/atomic_file.h"
+#include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
@@ -94,98 +95,56 @@ inline void write_seed(const std::string& name, const std::vector<uint8_t>& byte
 // Which small valid cache to write.
 enum class CacheKind { kFixed, kRagged, kJpegFixed, kJpegRagged };
 
-// Writes a complete valid npy cache of 5 samples in shards of {2, 0, 3} into `dir` (which must
-// exist and be empty of cache files), deterministic bytes. Returns its manifest.
+// Writes a complete valid npy cache of 5 samples in shards of {2, 0, 3} at `dir` (an empty
+// directory or none) through CacheWriter, deterministic bytes. Returns its manifest.
 inline Manifest write_small_cache(const std::string& dir, CacheKind kind) {
   const bool jpeg = kind == CacheKind::kJpegFixed || kind == CacheKind::kJpegRagged;
   const bool ragged = kind == CacheKind::kRagged || kind == CacheKind::kJpegRagged;
-  if (jpeg && !jpeg_supported()) throw Error(ErrorKind::kUnsupported, dir, "no JPEG support");
   const uint32_t channels = 3;
-  Manifest m;
-  m.layout = ragged ? Layout::kRagged : Layout::kFixed;
-  m.storage = Storage::kNpy;
-  m.codec = jpeg ? Codec::kJpeg : Codec::kRaw;
-  m.format_version = format_version_for(m.codec);
-  m.channels = channels;
-  m.channel_order = "RGB";
-  if (!ragged) {
-    m.height = 6;
-    m.width = 5;
-  }
-  m.classes = {"a", "b"};
-  m.class_counts = {0, 0};
+  const uint32_t height = ragged ? 0 : 6, width = ragged ? 0 : 5;
+  CacheWriterOptions o;
+  o.storage = Storage::kNpy;
+  o.layout = ragged ? Layout::kRagged : Layout::kFixed;
+  o.codec = jpeg ? Codec::kJpeg : Codec::kRaw;
+  o.recipe.height = height;
+  o.recipe.width = width;
+  o.recipe.channels = channels;
+  o.recipe.max_side = ragged ? 8 : 0;
+  o.recipe.quality = jpeg ? 90 : 0;
+  o.recipe.shard_bytes = 1 << 16;  // shards are cut where told
+  o.classes = {"a", "b"};
+  o.source = {"folder", "/data/x", "", 5, 0x1234};
+  o.tool_version = "fuzz";
+  o.created_utc = "2024-01-01T00:00:00Z";
+  o.force = true;
+  auto w = CacheWriter::open(dir, o);  // Error(kUnsupported) without JPEG support
   std::mt19937_64 rng(42);
-  const std::vector<uint64_t> counts = {2, 0, 3};
-  std::vector<int64_t> labels, index;
-  std::vector<uint64_t> sums;
-  std::string sources;
-  uint64_t first = 0;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    const std::string path = dir + "/" + shard_file_name(Storage::kNpy, k);
-    ShardEntry e;
-    if (ragged || jpeg) {
-      auto w = RaggedShardWriter::create(Storage::kNpy, path, channels, 1 << 16);
-      for (uint64_t j = 0; j < counts[k]; ++j) {
-        SampleShape s{m.height, m.width, channels};
-        if (ragged)
-          s = {static_cast<uint32_t>(3 + rng() % 6), static_cast<uint32_t>(3 + rng() % 6),
-               channels};
-        std::vector<uint8_t> px(s.bytes());
+  uint64_t i = 0;
+  for (uint64_t n : {2, 0, 3}) {
+    for (uint64_t j = 0; j < n; ++j, ++i) {
+      SampleShape s{height, width, channels};
+      if (ragged) {
+        s = {static_cast<uint32_t>(3 + rng() % 6), static_cast<uint32_t>(3 + rng() % 6), channels};
+      }
+      std::vector<uint8_t> px(s.bytes());
+      if (ragged || jpeg) {
         for (size_t p = 0; p < px.size(); ++p) px[p] = static_cast<uint8_t>(p * 7 + rng() % 16);
-        std::vector<uint8_t> stored = px;
-        if (jpeg) jpeg_encode(px.data(), s.height, s.width, channels, 90, &stored);
-        const int64_t label = static_cast<int64_t>(labels.size() % 2);
-        const uint64_t off = w->append_bytes(stored.data(), stored.size(), label);
-        index.push_back(static_cast<int64_t>(off));
-        if (jpeg) index.push_back(static_cast<int64_t>(stored.size()));
-        index.push_back(s.height);
-        index.push_back(s.width);
-        sums.push_back(xxh64(stored.data(), stored.size()));
-        labels.push_back(label);
-      }
-      e = w->commit();
-    } else {
-      const SampleShape s{m.height, m.width, channels};
-      auto w = ShardWriter::create(Storage::kNpy, path, s, counts[k]);
-      for (uint64_t j = 0; j < counts[k]; ++j) {
-        std::vector<uint8_t> px(s.bytes());
+      } else {
         for (auto& x : px) x = static_cast<uint8_t>(rng());
-        const int64_t label = static_cast<int64_t>(labels.size() % 2);
-        w->append(px.data(), label);
-        sums.push_back(xxh64(px.data(), px.size()));
-        labels.push_back(label);
       }
-      e = w->commit();
+      const int64_t label = static_cast<int64_t>(i % 2);
+      const std::string name = "img/" + std::to_string(i) + ".png";
+      if (jpeg) {
+        std::vector<uint8_t> stored;
+        jpeg_encode(px.data(), s.height, s.width, channels, 90, &stored);
+        w->append_encoded(stored.data(), stored.size(), s.height, s.width, label, name);
+      } else {
+        w->append(px.data(), s.height, s.width, label, name);
+      }
     }
-    e.first = first;
-    first += counts[k];
-    m.shards.push_back(e);
+    w->cut_shard();
   }
-  m.count = first;
-  for (int64_t l : labels) ++m.class_counts[static_cast<size_t>(l)];
-  for (uint64_t i = 0; i < m.count; ++i) sources += "\"img/" + std::to_string(i) + ".png\"\n";
-  write_npy_file(dir + "/labels.npy", "<i8", {m.count}, labels.data(), labels.size() * 8);
-  m.labels = hash_file(dir + "/labels.npy");
-  write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, sums.data(), sums.size() * 8);
-  m.checksums = hash_file(dir + "/checksums.npy");
-  m.sources = write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
-  m.skips = write_file_atomic(dir + "/skipped.jsonl", "", 0);
-  if (ragged || jpeg) {
-    const std::string name = jpeg ? "jpeg-index.npy" : "ragged-index.npy";
-    write_npy_file(dir + "/" + name, "<i8", {m.count, jpeg ? 4u : 3u}, index.data(),
-                   index.size() * 8);
-    m.index = hash_file(dir + "/" + name);
-  }
-  m.recipe.height = m.height;
-  m.recipe.width = m.width;
-  m.recipe.channels = channels;
-  m.recipe.max_side = ragged ? 8 : 0;
-  m.recipe.quality = jpeg ? 90 : 0;
-  m.source = {"folder", "/data/x", "", m.count, 0x1234};
-  m.tool_version = "fuzz";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  write_manifest(dir, m);
-  return m;
+  return w->publish();
 }
 
 // The most bytes read_everything allocates for one sample (or all of a fixed cache's).

@@ -23,6 +23,7 @@
 #endif
 
 #include "dscache/atomic_file.h"
+#include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
@@ -72,52 +73,23 @@ Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t class
 }
 
 void write_cache(const std::string& dir, const Dataset& d, uint64_t shard_samples) {
-  ::mkdir(dir.c_str(), 0755);
-  dscache::Manifest m;
-  m.layout = dscache::Layout::kFixed;
-  m.storage = dscache::Storage::kNpy;
-  m.height = d.height;
-  m.width = d.width;
-  m.channels = d.channels;
-  m.channel_order = d.channels == 3 ? "RGB" : "L";
-  for (uint32_t k = 0; k < d.classes; ++k) m.classes.push_back("class" + std::to_string(k));
-  m.class_counts.assign(d.classes, 0);
-  const dscache::SampleShape shape{d.height, d.width, d.channels};
-  const uint64_t bytes = shape.bytes();
-  std::vector<uint64_t> checksums;
-  std::string sources;
-  for (uint64_t first = 0, k = 0; first < d.count(); first += shard_samples, ++k) {
-    const uint64_t n = std::min(shard_samples, d.count() - first);
-    auto w = dscache::ShardWriter::create(
-        dscache::Storage::kNpy, dir + "/" + dscache::shard_file_name(dscache::Storage::kNpy, k),
-        shape, n);
-    for (uint64_t i = first; i < first + n; ++i) {
-      const uint8_t* s = d.images.data() + i * bytes;
-      w->append(s, d.labels[i]);
-      checksums.push_back(dscache::xxh64(s, bytes));
-      sources += "\"sample/" + std::to_string(i) + "\"\n";
-    }
-    dscache::ShardEntry e = w->commit();
-    e.first = first;
-    m.shards.push_back(e);
+  dscache::CacheWriterOptions o;
+  o.recipe.height = d.height;
+  o.recipe.width = d.width;
+  o.recipe.channels = d.channels;
+  o.recipe.shard_bytes = shard_samples * d.height * d.width * d.channels;
+  for (uint32_t k = 0; k < d.classes; ++k) o.classes.push_back("class" + std::to_string(k));
+  o.source = {"idx", "/test/fixture", "", d.count(), 0};
+  o.tool_version = "test";
+  o.created_utc = "2024-01-01T00:00:00Z";
+  o.force = true;
+  auto w = dscache::CacheWriter::open(dir, o);
+  const uint64_t bytes = uint64_t{d.height} * d.width * d.channels;
+  for (uint64_t i = 0; i < d.count(); ++i) {
+    w->append(d.images.data() + i * bytes, d.height, d.width, d.labels[i],
+              "sample/" + std::to_string(i));
   }
-  m.count = d.count();
-  for (int64_t l : d.labels) ++m.class_counts[static_cast<size_t>(l)];
-  dscache::write_npy_file(dir + "/labels.npy", "<i8", {m.count}, d.labels.data(),
-                          d.labels.size() * 8);
-  m.labels = dscache::hash_file(dir + "/labels.npy");
-  dscache::write_npy_file(dir + "/checksums.npy", "<u8", {m.count}, checksums.data(),
-                          checksums.size() * 8);
-  m.checksums = dscache::hash_file(dir + "/checksums.npy");
-  m.sources = dscache::write_file_atomic(dir + "/sources.jsonl", sources.data(), sources.size());
-  m.skips = dscache::write_file_atomic(dir + "/skipped.jsonl", "", 0);
-  m.recipe.height = d.height;
-  m.recipe.width = d.width;
-  m.recipe.channels = d.channels;
-  m.source = {"idx", "/test/fixture", "", m.count, 0};
-  m.tool_version = "test";
-  m.created_utc = "2024-01-01T00:00:00Z";
-  dscache::write_manifest(dir, m);
+  w->publish();
 }
 
 #ifdef DSCACHE_TEST_HAVE_ZLIB

@@ -1,4 +1,4 @@
-#include "build_partial.h"
+#include "partial_dir.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "build_pipeline.h"
 #include "dscache/atomic_file.h"
+#include "dscache/cache_writer.h"
+#include "dscache/crash_point.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
-#include "test_hooks.h"
 
 namespace dscache {
 namespace {
@@ -31,11 +31,6 @@ bool is_replaceable(const std::string& output) {
 bool path_exists(const std::string& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0;
-}
-
-std::string partial_dir_for(const std::string& output) {
-  fs::path p = fs::path(output);
-  return (p.parent_path() / ("." + p.filename().string() + ".partial")).string();
 }
 
 void throw_output_exists(const std::string& output) {
@@ -81,51 +76,6 @@ OutputPlan check_output(const std::string& output, const std::string& partial, b
   }
   plan.maybe_done = resume && replace && !interrupted;
   return plan;
-}
-
-namespace {
-
-json fingerprint(const std::string& kind, const std::string& root, const std::string& labels,
-                 uint64_t entries, uint64_t digest, const std::vector<std::string>& classes,
-                 const BuildRecipe& r, Storage storage, Codec codec, uint32_t part_index,
-                 uint32_t part_count) {
-  json fp{{"source_kind", kind},
-          {"source_root", root},
-          {"source_labels", labels},
-          {"source_entries", entries},
-          {"source_digest", digest},
-          {"classes", classes},
-          {"storage", to_string(storage)},
-          {"height", r.height},
-          {"width", r.width},
-          {"channels", r.channels},
-          {"resize", to_string(r.resize)},
-          {"reduced_decode", r.reduced_decode},
-          {"max_pixels", r.max_pixels},
-          {"shard_bytes", r.shard_bytes},
-          {"layout", r.max_side > 0 ? "ragged" : "fixed"},
-          {"max_side", r.max_side}};
-  if (r.shuffled) fp["shuffle_seed"] = r.shuffle_seed;  // absent otherwise, as before --shuffle
-  if (codec != Codec::kRaw) {                           // absent for raw, as before --codec
-    fp["codec"] = to_string(codec);
-    fp["quality"] = r.quality;
-  }
-  if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
-  return fp;
-}
-
-}  // namespace
-
-json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
-                       uint32_t part_index, uint32_t part_count) {
-  return fingerprint(src.kind, src.root, src.labels_path, src.entries.size(), src.digest,
-                     src.classes, r, storage, codec, part_index, part_count);
-}
-
-json build_fingerprint(const Manifest& m) {
-  return fingerprint(m.source.kind, m.source.root, m.source.labels, m.source.entries,
-                     m.source.digest, m.classes, m.recipe, m.storage, m.codec,
-                     m.has_part ? m.part.index : 0, m.has_part ? m.part.count : 0);
 }
 
 void open_partial(const std::string& partial, const json& fp) {

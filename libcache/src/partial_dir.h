@@ -1,12 +1,12 @@
-// The build's working directory: where a build of OUTPUT works (`.OUTPUT.partial`), the
-// fingerprint that lets only the same build resume there, and the final atomic publish.
+// The cache writer's working directory (internal): where a write of OUTPUT works
+// (`.OUTPUT.partial`), the fingerprint that lets only the same write resume there, the recovery
+// of an interrupted publish and the atomic publish itself. See dscache/cache_writer.h.
 #pragma once
 
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "dscache/ingest/source_list.h"
 #include "dscache/manifest.h"
 
 namespace dscache {
@@ -15,8 +15,6 @@ namespace dscache {
 // published and is removed from the published cache last, so it also tells an unfinished build
 // (partial dir with it) from the old cache a --force swap moved out (partial dir without it).
 inline constexpr const char* kFingerprintFile = ".build.json";
-
-// partial_dir_for (the directory itself) is declared in build_pipeline.h.
 
 // lstat succeeds (a dangling symlink exists too).
 bool path_exists(const std::string& path);
@@ -48,15 +46,6 @@ OutputPlan check_output(const std::string& output, const std::string& partial, b
 
 // The refusal check_output makes for an existing `output` without --force.
 [[noreturn]] void throw_output_exists(const std::string& output);
-
-// What makes two builds the same build: the source listing, every option that changes bytes and
-// the part (`part_count` 0 = the whole listing).
-nlohmann::json build_fingerprint(const SourceListing& src, const BuildRecipe& recipe,
-                                 Storage storage, Codec codec, uint32_t part_index = 0,
-                                 uint32_t part_count = 0);
-
-// The fingerprint of the build that wrote manifest `m` (what build_fingerprint gave it).
-nlohmann::json build_fingerprint(const Manifest& m);
 
 // Creates `partial` holding `fingerprint`, or, when it exists, checks that its fingerprint is
 // this one (Error naming the directory otherwise).

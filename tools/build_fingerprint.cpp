@@ -1,0 +1,51 @@
+#include "build_fingerprint.h"
+
+namespace dscache {
+namespace {
+
+using json = nlohmann::json;
+
+json fingerprint(const std::string& kind, const std::string& root, const std::string& labels,
+                 uint64_t entries, uint64_t digest, const std::vector<std::string>& classes,
+                 const BuildRecipe& r, Storage storage, Codec codec, uint32_t part_index,
+                 uint32_t part_count) {
+  json fp{{"source_kind", kind},
+          {"source_root", root},
+          {"source_labels", labels},
+          {"source_entries", entries},
+          {"source_digest", digest},
+          {"classes", classes},
+          {"storage", to_string(storage)},
+          {"height", r.height},
+          {"width", r.width},
+          {"channels", r.channels},
+          {"resize", to_string(r.resize)},
+          {"reduced_decode", r.reduced_decode},
+          {"max_pixels", r.max_pixels},
+          {"shard_bytes", r.shard_bytes},
+          {"layout", r.max_side > 0 ? "ragged" : "fixed"},
+          {"max_side", r.max_side}};
+  if (r.shuffled) fp["shuffle_seed"] = r.shuffle_seed;  // absent otherwise, as before --shuffle
+  if (codec != Codec::kRaw) {                           // absent for raw, as before --codec
+    fp["codec"] = to_string(codec);
+    fp["quality"] = r.quality;
+  }
+  if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
+  return fp;
+}
+
+}  // namespace
+
+json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
+                       uint32_t part_index, uint32_t part_count) {
+  return fingerprint(src.kind, src.root, src.labels_path, src.entries.size(), src.digest,
+                     src.classes, r, storage, codec, part_index, part_count);
+}
+
+json build_fingerprint(const Manifest& m) {
+  return fingerprint(m.source.kind, m.source.root, m.source.labels, m.source.entries,
+                     m.source.digest, m.classes, m.recipe, m.storage, m.codec,
+                     m.has_part ? m.part.index : 0, m.has_part ? m.part.count : 0);
+}
+
+}  // namespace dscache
