@@ -45,9 +45,10 @@ namespace {
 // The bytes just read are those the listing saw (its size and modification time, recorded in
 // the manifest's source digest) only if the file still has that size and time now: a file
 // deleted, truncated or rewritten since the listing is refused, never a sample of other bytes.
-bool unchanged_since_listing(const SourceEntry& e, size_t bytes_read, std::string* reason) {
+bool unchanged_since_listing(const std::string& path, const SourceEntry& e, size_t bytes_read,
+                             std::string* reason) {
   struct stat st;
-  if (::stat(e.path.c_str(), &st) != 0) {
+  if (::stat(path.c_str(), &st) != 0) {
     *reason = "vanished while the build ran";
     return false;
   }
@@ -68,7 +69,9 @@ const std::vector<uint8_t>* read_listed_file(const std::string& path, const Sour
                                              std::string* reason) {
   thread_local std::vector<uint8_t> bytes;
   if (!read_whole_file(path, bytes, *reason)) return nullptr;
-  if (listed != nullptr && !unchanged_since_listing(*listed, bytes.size(), reason)) return nullptr;
+  if (listed != nullptr && !unchanged_since_listing(path, *listed, bytes.size(), reason)) {
+    return nullptr;
+  }
   return &bytes;
 }
 
