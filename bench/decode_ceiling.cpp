@@ -27,7 +27,6 @@
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
-#include <opencv2/core.hpp>
 
 #include "dscache/ingest/image_decode.h"
 
@@ -138,7 +137,7 @@ std::vector<uint8_t> read_all(const std::string& path) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  cv::setNumThreads(0);  // as `dscache build`: TBB threads are the parallelism
+  dscache::set_decode_threads(0);  // as `dscache build`: TBB threads are the parallelism
 
   std::vector<std::string> files;
   std::vector<std::vector<uint8_t>> bytes;

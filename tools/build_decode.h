@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dscache/ingest/image_decode.h"
+#include "dscache/ingest/source_decoder.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/manifest.h"
 
@@ -18,7 +18,6 @@ namespace dscache {
 struct Token {
   uint64_t index = 0;           // position in the cache's order (what shards and resume count)
   uint64_t entry = 0;           // the source entry stored there (== index unless --shuffle)
-  std::vector<uint8_t> file;    // encoded bytes, grows to the largest file seen
   std::vector<uint8_t> pixels;  // decoded sample
   std::vector<uint8_t> stored;  // codec kJpeg: the sample as stored (its JPEG stream)
   uint32_t height = 0;          // its size (the ragged layout varies per sample)
@@ -28,8 +27,9 @@ struct Token {
   std::string reason;  // why not ok, for the skip report
 };
 
-// Decodes one source entry with the build's recipe. Thread-safe; holds references to `src`,
-// which must outlive it.
+// Decodes one source entry with the build's recipe (ingest's RecipeDecoder, checking each file
+// against the listing) and makes the stored form and checksum. Thread-safe; holds references to
+// `src`, which must outlive it.
 class SampleDecoder {
  public:
   // `recipe` is resolved (idx sizes and channels filled in); `ragged` selects the ragged
@@ -47,9 +47,8 @@ class SampleDecoder {
  private:
   const SourceListing& src_;
   BuildRecipe recipe_;
-  bool ragged_;
   Codec codec_;
-  DecodeOptions dopt_;
+  RecipeDecoder decoder_;
 };
 
 // Runs positions [start, end) of `order` (position k holds source entry order[k]) through

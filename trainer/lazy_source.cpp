@@ -97,28 +97,26 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
   }
   skip_non_images(listing.get());
   if (listing->entries.empty()) throw Error(ErrorKind::kNotFound, o.source, "no images listed");
-  DecodeOptions dec;
-  dec.height = dec.width = o.size;
-  dec.channels = o.channels;
-  dec.resize = ResizePolicy::kCrop;
+  BuildRecipe made;  // size x size center crops, refusing images over DecodeOptions' pixel limit
+  made.height = made.width = o.size;
+  made.channels = o.channels;
+  made.resize = ResizePolicy::kCrop;
+  made.max_pixels = DecodeOptions{}.max_pixels;
+  const RecipeDecoder decoder(made, Layout::kFixed);
   std::vector<int64_t> labels;
   for (const auto& e : listing->entries) labels.push_back(e.label);
   const uint64_t recipe[3] = {o.size, o.channels, 1 /* crop */};
   LazyCacheOptions lo;
   lo.source_digest = listing->digest ^ xxh64(recipe, sizeof recipe);
-  auto decode = [listing, dec](uint64_t i, uint8_t* out, std::string* reason) {
-    const std::string& path = listing->entries[i].path;
+  auto decode = [listing, decoder](uint64_t i, uint8_t* out, std::string* reason) {
     // The ingest library's reader: regular files only (a FIFO is an error, not a hang), and
-    // one buffer per thread instead of one allocation per sample.
-    thread_local std::vector<uint8_t> bytes;
+    // one buffer per thread instead of one allocation per sample. Not checked against the
+    // listing's size and mtime (nullptr), unlike a build's reads.
+    const std::string& path = listing->entries[i].path;
     std::string why;
-    if (!read_whole_file(path, bytes, why)) {
-      *reason = path + ": " + why;
-      return false;
-    }
-    const DecodeResult r = decode_image(bytes.data(), bytes.size(), dec, out);
-    if (!r.ok) *reason = path + ": " + r.reason;
-    return r.ok;
+    if (decoder.decode_file(path, nullptr, out, &why)) return true;
+    *reason = path + ": " + why;
+    return false;
   };
   LazySource s;
   s.source =

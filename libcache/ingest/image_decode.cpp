@@ -1,5 +1,6 @@
 // Decoding (OpenCV imdecode on in-memory bytes), JPEG reduced-scale decoding and the three
-// resize policies. No global state is read or written here besides what OpenCV itself keeps.
+// resize policies. No global state is read or written here besides what OpenCV itself keeps
+// (and its thread count, in set_decode_threads).
 #include "dscache/ingest/image_decode.h"
 
 #include <algorithm>
@@ -417,5 +418,7 @@ void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t 
     throw Error(ErrorKind::kInvalidArgument, "", "resize failed: OpenCV error: " + e.err);
   }
 }
+
+void set_decode_threads(int threads) { cv::setNumThreads(threads < 0 ? -1 : threads); }
 
 }  // namespace dscache

@@ -11,7 +11,6 @@
 
 #include "dscache/error.h"
 #include "dscache/file.h"
-#include "dscache/ingest/source_list.h"
 
 namespace dscache {
 
@@ -41,19 +40,107 @@ bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::st
   return true;
 }
 
+namespace {
+
+// The bytes just read are those the listing saw (its size and modification time, recorded in
+// the manifest's source digest) only if the file still has that size and time now: a file
+// deleted, truncated or rewritten since the listing is refused, never a sample of other bytes.
+bool unchanged_since_listing(const std::string& path, const SourceEntry& e, size_t bytes_read,
+                             std::string* reason) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    *reason = "vanished while the build ran";
+    return false;
+  }
+  const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  if (bytes_read != e.size || static_cast<uint64_t>(st.st_size) != e.size ||
+      mtime_ns != e.mtime_ns) {
+    *reason = "changed while the build ran (listed " + std::to_string(e.size) + " bytes, read " +
+              std::to_string(bytes_read) + ", now " + std::to_string(st.st_size) +
+              (mtime_ns != e.mtime_ns ? ", modified)" : ")");
+    return false;
+  }
+  return true;
+}
+
+// The file's bytes, in a buffer of the calling thread's (grows to the largest file it has read),
+// or null with *reason.
+const std::vector<uint8_t>* read_listed_file(const std::string& path, const SourceEntry* listed,
+                                             std::string* reason) {
+  thread_local std::vector<uint8_t> bytes;
+  if (!read_whole_file(path, bytes, *reason)) return nullptr;
+  if (listed != nullptr && !unchanged_since_listing(path, *listed, bytes.size(), reason)) {
+    return nullptr;
+  }
+  return &bytes;
+}
+
+}  // namespace
+
+RecipeDecoder::RecipeDecoder(const BuildRecipe& r, Layout layout)
+    : layout_(layout), max_side_(r.max_side) {
+  const bool ragged = layout == Layout::kRagged;
+  opt_.height = ragged ? 1 : r.height;  // unused by the ragged decode
+  opt_.width = ragged ? 1 : r.width;
+  opt_.channels = r.channels;
+  opt_.resize = r.resize;
+  opt_.reduced_decode = r.reduced_decode;
+  opt_.max_pixels = r.max_pixels;
+}
+
+size_t RecipeDecoder::fixed_bytes() const {
+  return layout_ == Layout::kRagged ? 0 : size_t{opt_.height} * opt_.width * opt_.channels;
+}
+
+bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* listed,
+                                std::vector<uint8_t>* out, uint32_t* h, uint32_t* w,
+                                std::string* reason) const {
+  const std::vector<uint8_t>* bytes = read_listed_file(path, listed, reason);
+  if (bytes == nullptr) return false;
+  DecodeResult d;
+  if (layout_ == Layout::kRagged) {
+    d = decode_image_ragged(bytes->data(), bytes->size(), opt_, max_side_, out, h, w);
+  } else {
+    out->resize(fixed_bytes());
+    d = decode_image(bytes->data(), bytes->size(), opt_, out->data());
+    *h = opt_.height;
+    *w = opt_.width;
+  }
+  *reason = d.reason;
+  return d.ok;
+}
+
+bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* listed, uint8_t* out,
+                                std::string* reason) const {
+  if (layout_ == Layout::kRagged) {
+    throw Error(ErrorKind::kInvalidArgument, path, "ragged samples need a growable buffer");
+  }
+  const std::vector<uint8_t>* bytes = read_listed_file(path, listed, reason);
+  if (bytes == nullptr) return false;
+  const DecodeResult d = decode_image(bytes->data(), bytes->size(), opt_, out);
+  *reason = d.reason;
+  return d.ok;
+}
+
+void RecipeDecoder::decode_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w,
+                                  uint32_t src_channels, std::vector<uint8_t>* out, uint32_t* h,
+                                  uint32_t* w) const {
+  if (layout_ == Layout::kRagged) {
+    resize_pixels_ragged(src, src_h, src_w, src_channels, opt_.channels, max_side_, out, h, w);
+    return;
+  }
+  out->resize(fixed_bytes());
+  resize_pixels(src, src_h, src_w, src_channels, opt_, out->data());
+  *h = opt_.height;
+  *w = opt_.width;
+}
+
 SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root)
     : SourceDecoder(m, std::move(names), std::move(root), UINT64_MAX) {}
 
 SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root,
                              uint64_t samples)
-    : m_(m), names_(std::move(names)), root_(std::move(root)) {
-  const bool ragged = m.layout == Layout::kRagged;
-  opt_.height = ragged ? 1 : m.recipe.height;  // unused by the ragged decode
-  opt_.width = ragged ? 1 : m.recipe.width;
-  opt_.channels = m.recipe.channels;
-  opt_.resize = m.recipe.resize;
-  opt_.reduced_decode = m.recipe.reduced_decode;
-  opt_.max_pixels = m.recipe.max_pixels;
+    : m_(m), names_(std::move(names)), root_(std::move(root)), decoder_(m.recipe, m.layout) {
   if (m.source.kind == "idx") {
     uint64_t records = UINT64_MAX;  // all
     if (samples < names_.size()) {
@@ -74,7 +161,6 @@ std::string SourceDecoder::path(uint64_t i) const {
 }
 
 bool SourceDecoder::decode(uint64_t i, std::vector<uint8_t>* out, std::string* reason) const {
-  const bool ragged = m_.layout == Layout::kRagged;
   uint32_t h = 0, w = 0;
   if (idx_) {
     const std::string& n = names_[i];
@@ -85,31 +171,14 @@ bool SourceDecoder::decode(uint64_t i, std::vector<uint8_t>* out, std::string* r
       *reason = "no image '" + n + "' in " + root_;
       return false;
     }
-    if (ragged) {
-      resize_pixels_ragged(idx_->image(k), idx_->rows, idx_->cols, 1, opt_.channels,
-                           m_.recipe.max_side, out, &h, &w);
-    } else {
-      out->resize(m_.sample_bytes());
-      resize_pixels(idx_->image(k), idx_->rows, idx_->cols, 1, opt_, out->data());
-    }
+    decoder_.decode_pixels(idx_->image(k), idx_->rows, idx_->cols, 1, out, &h, &w);
     return true;
   }
-  thread_local std::vector<uint8_t> file;
   const std::string p = path(i);
   std::string why;
-  if (!read_whole_file(p, file, why)) {
-    *reason = p + ": " + why;
-    return false;
-  }
-  DecodeResult d;
-  if (ragged) {
-    d = decode_image_ragged(file.data(), file.size(), opt_, m_.recipe.max_side, out, &h, &w);
-  } else {
-    out->resize(m_.sample_bytes());
-    d = decode_image(file.data(), file.size(), opt_, out->data());
-  }
-  if (!d.ok) *reason = p + ": " + d.reason;
-  return d.ok;
+  if (decoder_.decode_file(p, nullptr, out, &h, &w, &why)) return true;
+  *reason = p + ": " + why;
+  return false;
 }
 
 }  // namespace dscache

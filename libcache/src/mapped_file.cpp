@@ -1,17 +1,12 @@
 // Private mmap/file helpers for the Cache: see mapped_file.h.
 #include "mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <climits>
 #include <csetjmp>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -43,19 +38,6 @@ void MappedRegion::reset() {
   if (addr_ != nullptr) ::munmap(addr_, static_cast<size_t>(size_));
   addr_ = nullptr;
   size_ = 0;
-}
-
-MappedRegion MappedRegion::map_file(const std::string& path, uint64_t expected_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "open");
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }  // the mapping keeps the file alive, even after a rename/unlink
-  } closer{fd};
-  return map_fd(fd, path, expected_bytes);
 }
 
 MappedRegion MappedRegion::map_fd(int fd, const std::string& path, uint64_t expected_bytes) {
@@ -158,53 +140,6 @@ void guarded_copy(void* dst, const void* src, size_t n, const std::string& path)
   std::memcpy(dst, src, n);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_sigbus_target = outer;
-}
-
-std::string real_path(const std::string& path) {
-  char* resolved = ::realpath(path.c_str(), nullptr);
-  if (resolved == nullptr) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      throw Error(ErrorKind::kNotFound, path, "no such file");
-    throw_errno(path, "realpath");
-  }
-  std::string s(resolved);
-  std::free(resolved);
-  return s;
-}
-
-void check_cache_file(const std::string& dir, const std::string& dir_real, const std::string& name,
-                      uint64_t expected_bytes) {
-  const std::string path = dir + "/" + name;
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      throw Error(ErrorKind::kNotFound, path, "no such file (the manifest names it)");
-    }
-    throw_errno(path, "lstat");
-  }
-  if (S_ISLNK(st.st_mode)) {
-    char* resolved = ::realpath(path.c_str(), nullptr);
-    if (resolved == nullptr) {
-      if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) {
-        throw Error(ErrorKind::kCorruption, path, "symlink leads nowhere (dangling)");
-      }
-      throw_errno(path, "realpath");
-    }
-    const std::string target(resolved);
-    std::free(resolved);
-    const std::string inside = dir_real == "/" ? "/" : dir_real + "/";
-    if (target.compare(0, inside.size(), inside) != 0) {
-      throw Error(ErrorKind::kCorruption, path,
-                  "symlink leads outside the cache directory (to " + target + ")");
-    }
-    if (::stat(path.c_str(), &st) != 0) throw_errno(path, "stat");
-  }
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kCorruption, path, "not a regular file");
-  if (static_cast<uint64_t>(st.st_size) != expected_bytes) {
-    throw Error(ErrorKind::kCorruption, path,
-                "file holds " + std::to_string(st.st_size) + " bytes, manifest says " +
-                    std::to_string(expected_bytes));
-  }
 }
 
 }  // namespace detail

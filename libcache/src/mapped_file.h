@@ -1,5 +1,7 @@
-// Private: read-only file mappings, private anonymous copies, and the checks that make a cache
-// file safe to map (no SIGBUS from a short file, no symlink out of the cache directory).
+// Private: read-only file mappings (no SIGBUS from a short file: the size is checked on the
+// descriptor mapped, and a later truncation is an error, not a crash) and private anonymous
+// copies. Which files may be mapped at all (no symlink out of the cache directory) is
+// CacheDir's check, at open (cache_dir.h).
 #pragma once
 
 #include <cstdint>
@@ -19,11 +21,10 @@ class MappedRegion {
   MappedRegion& operator=(const MappedRegion&) = delete;
   ~MappedRegion();
 
-  // Maps the whole file at `path` read-only, MAP_SHARED. The opened file must hold exactly
-  // `expected_bytes` (> 0) bytes, checked with fstat on the descriptor that is mapped, so the
-  // mapping never reaches past the end of the file. Throws NotFound / IOError / Corruption.
-  static MappedRegion map_file(const std::string& path, uint64_t expected_bytes);
-  // The same on an open descriptor (not closed; the mapping outlives it). Errors name `path`.
+  // Maps the whole file open on `fd` read-only, MAP_SHARED (fd is not closed; the mapping
+  // outlives it). The file must hold exactly `expected_bytes` (> 0) bytes, checked with fstat on
+  // the descriptor that is mapped, so the mapping never reaches past the end of the file. Errors
+  // name `path`: IOError / Corruption / Unsupported.
   static MappedRegion map_fd(int fd, const std::string& path, uint64_t expected_bytes);
   // Private anonymous memory of `bytes` (> 0), zero-filled and writable until
   // protect_read_only(). Throws IOError (naming `what`) when the kernel refuses.
@@ -49,17 +50,6 @@ class MappedRegion {
 // process?)"). A SIGBUS elsewhere, or in a thread not inside guarded_copy, goes to the handler
 // that was installed before ours (the default: the process dies, as it would without us).
 void guarded_copy(void* dst, const void* src, size_t n, const std::string& path);
-
-// realpath(3) of `path`; NotFound when it does not exist, IOError otherwise.
-std::string real_path(const std::string& path);
-
-// Checks DIR/NAME before anything maps it: lstat; a symlink is allowed only when its target
-// (resolved) stays inside `dir_real` (the realpath of DIR); the file must be a regular file of
-// exactly `expected_bytes` bytes. Errors name DIR/NAME: NotFound when missing, otherwise
-// Corruption ("symlink leads outside the cache directory", "not a regular file",
-// "file holds 1000 bytes, manifest says 1024").
-void check_cache_file(const std::string& dir, const std::string& dir_real, const std::string& name,
-                      uint64_t expected_bytes);
 
 }  // namespace detail
 }  // namespace dscache

@@ -3,8 +3,8 @@
 //
 // Everything works on bytes already in memory (never on paths) and depends only on its
 // arguments: the same bytes and options give the same output bytes on every call, from any
-// thread. All functions are thread-safe and change no global state (OpenCV's own thread count
-// is the caller's business). No OpenCV types appear here.
+// thread. All functions are thread-safe and change no global state, except set_decode_threads
+// (OpenCV's own thread count, which only the caller can choose). No OpenCV types appear here.
 #pragma once
 
 #include <cstddef>
@@ -110,5 +110,12 @@ void resize_pixels_ragged(const uint8_t* src, uint32_t src_h, uint32_t src_w, ui
 // Throws Error(kInvalidArgument) for invalid options or source shape.
 void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
                    const DecodeOptions& opt, uint8_t* out);
+
+// How many threads the image library (OpenCV) may use inside one decode or resize: 0 = none but
+// the calling thread, which is what a caller that runs its own decode threads wants (OpenCV's
+// pool on top of them would oversubscribe the cores); < 0 = the library's default (all cores).
+// Process-wide, as OpenCV keeps one setting: call it before decoding starts, not while other
+// threads decode.
+void set_decode_threads(int threads);
 
 }  // namespace dscache
