@@ -1,0 +1,108 @@
+// CacheWriter's state (internal): the Impl behind dscache/cache_writer.h, shared by
+// cache_writer.cpp (the public calls and their checks) and cache_writer_shards.cpp (shards,
+// sidecars, resume, side files).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dscache/cache_writer.h"
+#include "dscache/lock.h"
+#include "dscache/shard.h"
+#include "partial_dir.h"
+
+namespace dscache {
+
+// The sidecar of committed shard `shard` in the partial directory: ".shard-00003.json".
+inline std::string sidecar_name(uint64_t shard) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, ".shard-%05llu.json", static_cast<unsigned long long>(shard));
+  return buf;
+}
+
+// Raw ragged and every JPEG cache write byte shards; raw fixed ones hold whole samples.
+inline bool byte_shards(const CacheWriterOptions& o) {
+  return o.layout == Layout::kRagged || o.codec == Codec::kJpeg;
+}
+
+// A partial directory whose manifest was written before a crash: removes what is left of the
+// write's state but the fingerprint (sidecars, temp files) and returns the manifest.
+Manifest finish_partial(const std::string& partial);
+
+// Copies shard `from` (open, `e.bytes` long) to `dst` through a temp file renamed into place; a
+// write error keeps its errno (ENOSPC, EDQUOT, EFBIG) and names the file.
+void copy_shard(const File& from, const std::string& src, const std::string& dst,
+                const ShardEntry& e);
+
+struct CacheWriter::Impl {
+  std::string output, partial;
+  CacheWriterOptions opt;
+  std::unique_ptr<PathLock> lock;
+  OutputPlan plan;
+  bool begun = false;
+  bool complete = false;  // OUTPUT is already this write
+  bool finished = false;  // manifest.json written
+  bool published = false;
+  Manifest manifest;  // once finished (or complete)
+
+  uint64_t per_shard = 0;  // fixed layout: samples per shard
+  std::unique_ptr<ShardWriter> fixed;
+  std::unique_ptr<RaggedShardWriter> bytes;
+  bool shard_open = false;  // cut_shard() opened none: an empty shard is still written
+  uint64_t shard_index = 0;
+  uint64_t next_first = 0;
+  uint64_t position = 0;
+  uint64_t resumed = 0;
+  size_t shard_sample_begin = 0;
+  size_t shard_skip_begin = 0;
+  std::vector<ShardEntry> shards;
+  std::vector<int64_t> labels;
+  std::vector<uint64_t> checksums;
+  std::vector<std::string> sources;
+  std::vector<SkipRecord> skips;
+  std::vector<int64_t> index;    // byte shards: (offset, [length,] height, width) per sample
+  std::vector<uint8_t> encoded;  // append() with codec kJpeg: the stream
+
+  uint64_t index_columns() const { return opt.codec == Codec::kJpeg ? 4 : 3; }
+  std::string path(const std::string& name) const { return partial + "/" + name; }
+
+  void check_writable(const char* what) const {
+    if (!begun)
+      throw Error(ErrorKind::kInvalidArgument, output, std::string(what) + " before begin()");
+    if (complete || finished) {
+      throw Error(ErrorKind::kInvalidArgument, output,
+                  std::string(what) + " after the cache was finished");
+    }
+  }
+
+  void check_label(int64_t label, const std::string& source) const {
+    if (opt.classes.empty()) return;  // an unlabeled cache takes any label
+    if (label < 0 || static_cast<uint64_t>(label) >= opt.classes.size()) {
+      throw Error(ErrorKind::kInvalidArgument, source.empty() ? output : source,
+                  "label " + std::to_string(label) + " is not a class index (0.." +
+                      std::to_string(opt.classes.size() - 1) + ")");
+    }
+  }
+
+  void record(int64_t label, uint64_t checksum, const std::string& source) {
+    labels.push_back(label);
+    checksums.push_back(checksum);
+    sources.push_back(source);
+    ++position;
+    crash_point("sample");
+  }
+
+  void adopt_finished();
+  void commit_shard();
+  // The shard now at shard_file_name(shard_index), holding the samples recorded since the
+  // previous one: its sidecar, then the bookkeeping.
+  void record_shard(ShardEntry e);
+  void append_bytes(const uint8_t* data, uint64_t n, uint32_t height, uint32_t width, int64_t label,
+                    const std::string& source, uint64_t checksum);
+  Manifest write_side_files();
+};
+
+}  // namespace dscache

@@ -1,0 +1,281 @@
+// CacheWriter's shards: committing each with its sidecar, taking them over on a resume, and the
+// side files and manifest at the end (cache_writer_impl.h; crash states in cache_writer.h).
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "cache_writer_impl.h"
+#include "dscache/atomic_file.h"
+#include "dscache/crash_point.h"
+#include "dscache/file.h"
+#include "dscache/npy.h"
+
+namespace dscache {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Writes `name` into `dir` as a .npy file of int64/uint64 values and returns its entry.
+template <typename T>
+FileEntry write_npy(const std::string& dir, const std::string& name, const char* descr,
+                    const std::vector<T>& values, std::vector<uint64_t> shape) {
+  write_npy_file(dir + "/" + name, descr, shape, values.data(), values.size() * sizeof(T));
+  FileEntry e = hash_file(dir + "/" + name);
+  e.file = name;
+  crash_point("side-file");
+  return e;
+}
+
+FileEntry write_text(const std::string& dir, const std::string& name, const std::string& text) {
+  FileEntry e = write_file_atomic(dir + "/" + name, text.data(), text.size());
+  e.file = name;
+  crash_point("side-file");
+  return e;
+}
+
+}  // namespace
+
+// Done here rather than with std::filesystem::copy_file, which reports a short copy onto a full
+// disk as EIO.
+void copy_shard(const File& from, const std::string& src, const std::string& dst,
+                const ShardEntry& e) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(kChunk, std::max<uint64_t>(e.bytes, 1))),
+                  '\0');
+  AtomicFile out(dst);  // removes its temp file unless committed: a failed copy leaves nothing
+  for (uint64_t done = 0; done < e.bytes;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), e.bytes - done);
+    from.read_at(done, n, buf.data());
+    out.write(buf.data(), static_cast<size_t>(n));
+    done += n;
+  }
+  const FileEntry got = out.commit();
+  if (got.bytes != e.bytes || got.xxh64 != e.xxh64) {
+    ::unlink(dst.c_str());
+    throw Error(ErrorKind::kCorruption, src,
+                "does not match its manifest entry (size or XXH64); run dscache verify");
+  }
+}
+
+void CacheWriter::Impl::adopt_finished() {
+  for (uint64_t k = 0;; ++k) {
+    const std::string side = path(sidecar_name(k));
+    const std::string shard = path(shard_file_name(opt.storage, k));
+    if (!path_exists(side) || !path_exists(shard)) break;
+    json j;
+    ShardEntry e;
+    std::vector<int64_t> rows;
+    try {
+      j = json::parse(File::open(side).read_all(uint64_t{1} << 30));  // never a FIFO
+      e.file = j.at("shard").at("file");
+      e.first = j.at("shard").at("first");
+      e.count = j.at("shard").at("count");
+      e.bytes = j.at("shard").at("bytes");
+      e.xxh64 = j.at("shard").at("xxh64");
+      if (j.contains("index")) rows = j["index"].get<std::vector<int64_t>>();
+    } catch (const std::exception&) {
+      break;  // torn or foreign sidecar: redo this shard
+    }
+    const FileEntry actual = hash_file(shard);
+    if (actual.bytes != e.bytes || actual.xxh64 != e.xxh64 || e.first != next_first) break;
+    shards.push_back(e);
+    next_first += e.count;
+    for (auto& v : j["labels"]) labels.push_back(v.get<int64_t>());
+    for (auto& v : j["checksums"]) checksums.push_back(v.get<uint64_t>());
+    for (auto& v : j["sources"]) sources.push_back(v.get<std::string>());
+    for (auto& v : j["skips"]) skips.push_back({v["source"], v["reason"]});
+    index.insert(index.end(), rows.begin(), rows.end());
+    position = j["src_end"];
+    shard_index = k + 1;
+  }
+  // Anything else in the directory is an unfinished shard or a temp file: remove it.
+  for (const auto& ent : fs::directory_iterator(partial)) {
+    const std::string name = ent.path().filename().string();
+    if (name == kFingerprintFile) continue;
+    bool keep = false;
+    for (uint64_t k = 0; k < shard_index && !keep; ++k) {
+      keep = name == sidecar_name(k) || name == shard_file_name(opt.storage, k);
+    }
+    if (!keep) fs::remove_all(ent.path());
+  }
+  shard_skip_begin = skips.size();
+  shard_sample_begin = labels.size();
+  resumed = labels.size();
+}
+
+void CacheWriter::Impl::commit_shard() {
+  if (!fixed && !bytes && !shard_open) return;
+  ShardEntry e;
+  if (fixed) {
+    e = fixed->commit();
+  } else if (bytes) {
+    e = bytes->commit();
+  } else {  // cut_shard() with no sample: an empty shard
+    const std::string file = path(shard_file_name(opt.storage, shard_index));
+    if (byte_shards(opt)) {
+      e = RaggedShardWriter::create(opt.storage, file, opt.recipe.channels, 1)->commit();
+    } else {
+      e = ShardWriter::create(opt.storage, file,
+                              SampleShape{opt.recipe.height, opt.recipe.width, opt.recipe.channels},
+                              1)
+              ->commit();
+    }
+  }
+  fixed.reset();
+  bytes.reset();
+  shard_open = false;
+  crash_point("shard-renamed");
+  record_shard(e);
+}
+
+void CacheWriter::Impl::record_shard(ShardEntry e) {
+  e.file = shard_file_name(opt.storage, shard_index);
+  e.first = next_first;
+  next_first += e.count;
+  json side;
+  side["shard"] = {{"file", e.file},
+                   {"first", e.first},
+                   {"count", e.count},
+                   {"bytes", e.bytes},
+                   {"xxh64", e.xxh64}};
+  side["src_end"] = position;
+  side["labels"] = std::vector<int64_t>(labels.begin() + shard_sample_begin, labels.end());
+  side["checksums"] =
+      std::vector<uint64_t>(checksums.begin() + shard_sample_begin, checksums.end());
+  side["sources"] = std::vector<std::string>(sources.begin() + shard_sample_begin, sources.end());
+  json skipped = json::array();
+  for (size_t i = shard_skip_begin; i < skips.size(); ++i) {
+    skipped.push_back({{"source", skips[i].source}, {"reason", skips[i].reason}});
+  }
+  side["skips"] = std::move(skipped);
+  if (byte_shards(opt)) {
+    side["index"] = std::vector<int64_t>(
+        index.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin), index.end());
+  }
+  const std::string text = side.dump();
+  write_file_atomic(path(sidecar_name(shard_index)), text.data(), text.size());
+  crash_point("sidecar-written");
+  shards.push_back(e);
+  shard_sample_begin = labels.size();
+  shard_skip_begin = skips.size();
+  ++shard_index;
+  crash_point("shard-committed");
+}
+
+void CacheWriter::Impl::append_bytes(const uint8_t* data, uint64_t n, uint32_t height,
+                                     uint32_t width, int64_t label, const std::string& source,
+                                     uint64_t checksum) {
+  const uint64_t cap = opt.recipe.shard_bytes;
+  if (bytes && bytes->count() > 0 && bytes->bytes() + n > cap) {
+    commit_shard();  // this sample opens the next shard
+  }
+  if (!bytes) {
+    bytes = RaggedShardWriter::create(opt.storage, path(shard_file_name(opt.storage, shard_index)),
+                                      opt.recipe.channels, std::max(cap, n));
+  }
+  if (opt.codec == Codec::kJpeg) {
+    const uint64_t offset = bytes->append_bytes(data, n, label);
+    index.insert(index.end(), {static_cast<int64_t>(offset), static_cast<int64_t>(n),
+                               int64_t{height}, int64_t{width}});
+  } else {
+    const uint64_t offset = bytes->append(data, height, width, label);
+    index.insert(index.end(), {static_cast<int64_t>(offset), int64_t{height}, int64_t{width}});
+  }
+  record(label, checksum, source);
+}
+
+Manifest CacheWriter::Impl::write_side_files() {
+  const BuildRecipe& r = opt.recipe;
+  const bool ragged = opt.layout == Layout::kRagged;
+  Manifest m;
+  m.codec = opt.codec;
+  m.format_version = format_version_for(opt.codec);
+  m.layout = opt.layout;
+  m.storage = opt.storage;
+  m.height = ragged ? 0 : r.height;
+  m.width = ragged ? 0 : r.width;
+  m.channels = r.channels;
+  m.channel_order = r.channels == 3 ? "RGB" : "L";
+  m.count = labels.size();
+  m.classes = opt.classes;
+  m.class_counts.assign(opt.classes.size(), 0);
+  if (!opt.classes.empty()) {
+    for (int64_t l : labels) ++m.class_counts[static_cast<size_t>(l)];
+  }
+  m.shards = shards;
+  m.labels = write_npy(partial, "labels.npy", "<i8", labels, {m.count});
+  m.checksums = write_npy(partial, "checksums.npy", "<u8", checksums, {m.count});
+  if (m.has_index()) {
+    m.index = write_npy(partial, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
+                        "<i8", index, {m.count, index_columns()});
+  }
+  std::string text;
+  for (const auto& s : sources) text += json(s).dump() + "\n";
+  m.sources = write_text(partial, "sources.jsonl", text);
+  text.clear();
+  for (const auto& s : skips)
+    text += json{{"source", s.source}, {"reason", s.reason}}.dump() + "\n";
+  m.skips = write_text(partial, "skipped.jsonl", text);
+  m.skipped = skips.size();
+  m.source = opt.source;
+  m.recipe = r;
+  if (ragged && m.recipe.max_side == 0) {
+    // No limit was given (a writer's caller, not a build): record the bound the samples meet,
+    // the largest shorter side written.
+    const size_t cols = index_columns();
+    uint32_t most = 1;
+    for (size_t i = 0; i + cols <= index.size(); i += cols) {
+      const auto h = static_cast<uint32_t>(index[i + cols - 2]);
+      const auto w = static_cast<uint32_t>(index[i + cols - 1]);
+      most = std::max(most, std::min(h, w));
+    }
+    m.recipe.max_side = most;
+  }
+  m.tool_version = opt.tool_version.empty() ? DSCACHE_VERSION : opt.tool_version;
+  m.created_utc = opt.created_utc.empty() ? utc_now() : opt.created_utc;
+  m.has_part = opt.has_part;
+  if (opt.has_part) m.part = opt.part;
+  // The manifest is the partial directory's commit point: from here a resume publishes it as it
+  // is. The fingerprint stays until the publish (partial_dir.h).
+  write_manifest(partial, m);
+  crash_point("manifest-written");
+  for (uint64_t k = 0; k < shard_index; ++k) {
+    fs::remove(path(sidecar_name(k)));
+    crash_point("sidecar-removed");
+  }
+  fsync_directory(partial);
+  return m;
+}
+
+// A partial directory whose manifest was written before a crash: removes what is left of the
+// write's state but the fingerprint (sidecars, temp files) and returns the manifest.
+Manifest finish_partial(const std::string& partial) {
+  Manifest m = read_manifest(partial);
+  std::vector<std::string> keep{"manifest.json",  kFingerprintFile, m.labels.file,
+                                m.checksums.file, m.sources.file,   m.skips.file};
+  if (m.has_index()) keep.push_back(m.index.file);
+  for (const ShardEntry& s : m.shards) keep.push_back(s.file);
+  for (const auto& ent : fs::directory_iterator(partial)) {
+    const std::string name = ent.path().filename().string();
+    if (std::find(keep.begin(), keep.end(), name) == keep.end()) {
+      fs::remove_all(ent.path());  // a sidecar or a temp file
+      crash_point("sidecar-removed");
+    }
+  }
+  fsync_directory(partial);
+  return m;
+}
+
+}  // namespace dscache
