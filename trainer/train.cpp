@@ -9,7 +9,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,6 +30,7 @@
 #include "precision.h"
 #include "safety.h"
 #include "step.h"
+#include "test_hooks.h"
 #include "train.h"
 
 namespace dscache {
@@ -324,13 +324,6 @@ int Run::go() {
   uint64_t total_steps = windows.size() * o_.epochs;
   if (o_.max_steps) total_steps = std::min(total_steps, o_.max_steps);
 
-  const char* kill_env = std::getenv("DSCACHE_TEST_KILL_AFTER_STEPS");  // test hook
-  const char* kill_sig = std::getenv("DSCACHE_TEST_KILL_SIGNAL");       // test hook: not SIGKILL
-  const char* kill_rank = std::getenv("DSCACHE_TEST_KILL_RANK");        // test hook: only this rank
-  const uint64_t kill_after = kill_env && (!kill_rank || std::atoi(kill_rank) == dist_.rank)
-                                  ? std::strtoull(kill_env, nullptr, 10)
-                                  : 0;
-
   uint64_t epoch = st_.position.epoch;
   bool restore = resumed;
   if (resumed && st_.position.cursor >= batches) {  // the checkpoint closed its epoch
@@ -457,15 +450,7 @@ int Run::go() {
         st_.metrics_bytes = metrics_.bytes();
         write_checkpoint();
       }
-      if (kill_after && st_.global_step == kill_after) {  // test hook
-        std::raise(kill_sig                                   ? std::atoi(kill_sig)
-                   : std::getenv("DSCACHE_TEST_STOP_INSTEAD") ? SIGSTOP
-                                                              : SIGKILL);
-        if (kill_sig && std::getenv("DSCACHE_TEST_SIGNAL_TWICE")) {  // a second one, 1.2 s later
-          std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-          std::raise(std::atoi(kill_sig));
-        }
-      }
+      step_hook(st_.global_step, dist_.rank);    // test_hooks.h
       if (!comm_) step_stop = stop_requested();  // one process: whatever came during the step
       if (step_stop) {
         stop_sig = step_stop;
