@@ -1,0 +1,238 @@
+// The step loop of a training run (run.h): epochs of accumulation windows, each window's
+// micro-batches, optimizer step, logs and checkpoints, and the stop requests of every rank.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "evaluate.h"
+#include "run.h"
+#include "test_hooks.h"
+
+namespace dscache {
+namespace train {
+
+namespace {
+
+constexpr int kMaxNonFiniteRun = 5;  // consecutive non-finite steps without a scaler → error
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void Run::run_epochs(bool resumed) {
+  uint64_t epoch = st_.position.epoch;
+  bool restore = resumed;
+  if (resumed && st_.position.cursor >= batches_) {  // the checkpoint closed its epoch
+    ++epoch;
+    restore = false;
+  }
+  done_ = o_.max_steps && st_.global_step >= o_.max_steps;
+  log_loss_ = 0;
+  log_samples_ = 0;
+  log_start_ = Clock::now();
+  stop_signals_training();  // from now on a signal asks to stop at a step boundary
+  for (; epoch < o_.epochs && !done_; ++epoch) {
+    EpochClock ec = start_epoch(epoch, restore);
+    restore = false;
+    while (ec.b < batches_ && !done_) apply_step(&ec, run_window(&ec));
+    if (stop_sig_ &&
+        ec.b < batches_) {  // mid-epoch: checkpoint here (the epoch's line comes later)
+      if (main_rank_ && !o_.output.empty() && checkpoint_step_ != st_.global_step) {
+        checkpoint_in_epoch(ec, seconds_since(ec.start));
+      }
+      break;
+    }
+    end_epoch(ec);
+  }
+}
+
+Run::EpochClock Run::start_epoch(uint64_t epoch, bool restore) {
+  Loader& train_loader = *data_.train_loader;
+  conv_->wait_copied();  // start_epoch/restore may refill the buffer of the last batch
+  if (restore) {
+    train_loader.restore(st_.position);
+  } else {
+    train_loader.start_epoch(o_.seed, epoch);
+    st_.epoch_loss = 0;
+    st_.epoch_correct = st_.epoch_samples = st_.epoch_skipped = 0;
+    st_.epoch_seconds = st_.epoch_wait = 0;
+  }
+  EpochClock ec;
+  ec.epoch = epoch;
+  ec.b = train_loader.position().cursor;
+  if (ec.b % o_.accum_steps != 0) {
+    throw std::runtime_error("checkpoint cursor is not on a window boundary");
+  }
+  train_loader.take_wait_seconds();
+  ec.start = Clock::now();
+  ec.seconds_before = st_.epoch_seconds;
+  ec.wait_before = st_.epoch_wait;
+  model_->train();
+  return ec;
+}
+
+Run::Window Run::run_window(EpochClock* ec) {
+  Loader& train_loader = *data_.train_loader;
+  const uint32_t k = o_.accum_steps;
+  Window w;
+  w.samples = windows_[ec->b / k] * dist_.world_size;  // over all ranks
+  const uint64_t wend = std::min<uint64_t>(ec->b + k, batches_);
+  optimizer_->zero_grad();
+  torch::Tensor wloss_t, wcorrect_t;  // on the device; read once per window
+  for (; ec->b < wend; ++ec->b) {
+    conv_->wait_copied();  // the Loader may refill the previous batch's buffer now
+    const Batch* batch = train_loader.next();
+    if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
+    const torch::Tensor x = conv_->images(*batch);
+    const torch::Tensor y = conv_->labels(*batch);
+    if (grad_sync_ && ec->b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
+    const MicroResult r =
+        forward_backward(*model_, x, y, w.samples, amp_, scaler_ ? &*scaler_ : nullptr);
+    wloss_t = wloss_t.defined() ? wloss_t + r.loss_sum : r.loss_sum;
+    wcorrect_t = wcorrect_t.defined() ? wcorrect_t + r.correct : r.correct;
+  }
+  w.loss = wloss_t.item<double>();
+  w.correct = wcorrect_t.item<int64_t>();
+  ec->wait += train_loader.take_wait_seconds();
+  if (comm_) {  // the gradients' sum over ranks (still loss-scaled), plus the window's totals
+    grad_sync_->finish();
+    // and the stop requests: ranks that got SIGINT/SIGTERM, and the sum of those signals, so
+    // that all ranks stop after this same step (a rank whose peer died fails here, exit 3)
+    const int asked = stop_requested();
+    const torch::Tensor totals = torch::tensor({w.loss, static_cast<double>(w.correct),
+                                                asked ? 1.0 : 0.0, static_cast<double>(asked)},
+                                               torch::kDouble)
+                                     .to(device_);
+    comm_->allreduce_sum({totals});
+    w.loss = totals[0].item<double>();
+    w.correct = static_cast<int64_t>(totals[1].item<double>());
+    const double votes = totals[2].item<double>();
+    if (votes > 0) {
+      w.stop = asked ? asked : totals[3].item<double>() == votes * SIGINT ? SIGINT : SIGTERM;
+    }
+  }
+  return w;
+}
+
+bool Run::step_optimizer(double window_loss, double lr) {
+  bool finite;
+  if (scaler_) {
+    finite = scaler_->unscale(params_);
+  } else {
+    finite = std::isfinite(window_loss) && grads_finite(params_);
+  }
+  if (finite) {
+    if (o_.clip_grad > 0) torch::nn::utils::clip_grad_norm_(params_, o_.clip_grad);
+    for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
+    optimizer_->step();
+    ++st_.sched_step;
+    st_.nonfinite_run = 0;
+  } else {
+    ++st_.epoch_skipped;
+    if (!scaler_ && ++st_.nonfinite_run >= kMaxNonFiniteRun) {
+      throw std::runtime_error(
+          "loss or gradients were inf/NaN for " + std::to_string(kMaxNonFiniteRun) +
+          " consecutive steps (last: step " + std::to_string(st_.global_step + 1) +
+          "); lower --lr or add --clip-grad" +
+          (o_.precision == Precision::kFp32 ? std::string()
+                                            : std::string(", or use --precision fp32")));
+    }
+  }
+  return finite;
+}
+
+void Run::apply_step(EpochClock* ec, const Window& w) {
+  const double lr = lr_at(o_, st_.sched_step, total_steps_);
+  const bool finite = step_optimizer(w.loss, lr);
+  if (scaler_) scaler_->update(!finite);
+  ++st_.global_step;
+  st_.samples_seen += static_cast<uint64_t>(w.samples);
+  st_.epoch_loss += w.loss;
+  st_.epoch_correct += w.correct;
+  st_.epoch_samples += w.samples;
+  log_loss_ += w.loss;
+  log_samples_ += w.samples;
+  st_.position = data_.train_loader->position();
+  const double secs = seconds_since(ec->start);
+  progress_->show(ec->epoch, ec->b, batches_,
+                  st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0, lr,
+                  (st_.epoch_samples) / std::max(1e-9, ec->seconds_before + secs), false);
+  if (o_.log_every && st_.global_step % o_.log_every == 0) log_step(ec->epoch, lr);
+  if (o_.max_steps && st_.global_step >= o_.max_steps) done_ = true;
+  if (main_rank_ && o_.checkpoint_every && st_.global_step % o_.checkpoint_every == 0 &&
+      ec->b < batches_) {
+    checkpoint_in_epoch(*ec, secs);
+  }
+  step_hook(st_.global_step, dist_.rank);
+  const int step_stop = comm_ ? w.stop : stop_requested();  // one process: what came meanwhile
+  if (step_stop) {
+    stop_sig_ = step_stop;
+    stop_epoch_ = ec->epoch;
+    done_ = true;
+  }
+}
+
+void Run::log_step(uint64_t epoch, double lr) {
+  metrics_.write({{"kind", "step"},
+                  {"step", st_.global_step},
+                  {"epoch", epoch},
+                  {"loss", log_loss_ / std::max<int64_t>(1, log_samples_)},
+                  {"lr", lr},
+                  {"scale", scaler_ ? scaler_->scale_value() : 1.0},
+                  {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}});
+  log_loss_ = 0;
+  log_samples_ = 0;
+  log_start_ = Clock::now();
+}
+
+void Run::checkpoint_in_epoch(const EpochClock& ec, double secs) {
+  st_.epoch_seconds = ec.seconds_before + secs;
+  st_.epoch_wait = ec.wait_before + ec.wait;
+  st_.metrics_bytes = metrics_.bytes();
+  write_checkpoint();
+}
+
+void Run::end_epoch(const EpochClock& ec) {
+  st_.epoch_seconds = ec.seconds_before + seconds_since(ec.start);
+  st_.epoch_wait = ec.wait_before + ec.wait;
+  progress_->show(ec.epoch, ec.b, batches_,
+                  st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0,
+                  lr_at(o_, st_.sched_step, total_steps_),
+                  st_.epoch_samples / std::max(1e-9, st_.epoch_seconds), true);
+  nlohmann::json line = {
+      {"kind", "epoch"},
+      {"epoch", ec.epoch},
+      {"step", st_.global_step},
+      {"loss", st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0.0},
+      {"train_acc", st_.epoch_samples ? double(st_.epoch_correct) / st_.epoch_samples : 0.0},
+      {"val_loss", nullptr},
+      {"val_acc", nullptr},
+      {"seconds", st_.epoch_seconds},
+      {"samples_per_s", st_.epoch_samples / std::max(1e-9, st_.epoch_seconds)},
+      {"data_wait", st_.epoch_wait / std::max(1e-9, st_.epoch_seconds)},
+      {"skipped_steps", st_.epoch_skipped},
+      {"complete", ec.b >= batches_}};
+  if (grad_sync_) line["allreduce_bytes_per_step"] = grad_sync_->bytes_per_step();
+  if (data_.val_loader) {
+    const EvalResult ev = evaluate(*model_, *data_.val_loader, *conv_, amp_);
+    line["val_loss"] = ev.loss;
+    line["val_acc"] = ev.acc;
+  }
+  if (comm_) comm_->barrier();  // the other ranks wait for rank 0's validation
+  if (!main_rank_) return;
+  print_epoch_summary(line, o_.epochs);
+  metrics_.write(line);
+  if (!o_.output.empty()) {
+    st_.metrics_bytes = metrics_.bytes();
+    write_checkpoint();
+  }
+}
+
+}  // namespace train
+}  // namespace dscache
