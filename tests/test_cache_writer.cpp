@@ -122,7 +122,7 @@ TEST_SUITE("cache writer") {
     {
       auto w = CacheWriter::open(out, small_options());
       append_range(*w, 0, 13);  // two shards finished, three samples in the open one
-    }  // destroyed unpublished: the partial directory stays
+    }                           // destroyed unpublished: the partial directory stays
     CHECK_FALSE(fs::exists(out));
     CacheWriterOptions o = small_options();
     expect_error([&] { CacheWriter::open(out, o); }, ErrorKind::kInvalidArgument, "--resume");
@@ -150,8 +150,7 @@ TEST_SUITE("cache writer") {
       CHECK_FALSE(fs::exists(partial + "/images-00002.npy"));
     }
     o.classes = {"a", "b", "c"};  // another write
-    expect_error([&] { CacheWriter::open(out, o); }, ErrorKind::kInvalidArgument,
-                 "other options");
+    expect_error([&] { CacheWriter::open(out, o); }, ErrorKind::kInvalidArgument, "other options");
     o.force = true;  // starts over
     auto w = CacheWriter::open(out, o);
     CHECK(w->position() == 0);

@@ -2,8 +2,6 @@
 // parses the flags and runs the row groups in order (bench_rows.h); bench_report.h prints them.
 #include <boost/program_options.hpp>
 
-#include <opencv2/core.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -17,6 +15,7 @@
 #include "commands.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
+#include "dscache/ingest/image_decode.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -163,7 +162,7 @@ int cmd_bench(int argc, char** argv) {
                       ? f.threads
                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.groups = f.groups;
-  cv::setNumThreads(0);
+  set_decode_threads(0);
 
   BenchReport r;
   r.dir = f.dir;

@@ -3,7 +3,6 @@
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
-#include <opencv2/core.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/ingest/image_decode.h"
 #include "dscache/ingest/source_decoder.h"
 #include "dscache/jpeg.h"
 
@@ -238,7 +238,7 @@ class Checker {
       add(m_.source.root, -1, e.reason());
       return;
     }
-    cv::setNumThreads(0);
+    set_decode_threads(0);
     tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
     arena.execute([&] {
       tbb::parallel_for(

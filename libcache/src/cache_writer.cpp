@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache_writer_impl.h"
 #include "dscache/atomic_file.h"
 #include "dscache/checksum.h"
 #include "dscache/crash_point.h"
@@ -23,7 +24,6 @@
 #include "dscache/lock.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
-#include "cache_writer_impl.h"
 #include "partial_dir.h"
 
 namespace dscache {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dscache/cache_writer.h"
+#include "dscache/crash_point.h"
 #include "dscache/lock.h"
 #include "dscache/shard.h"
 #include "partial_dir.h"

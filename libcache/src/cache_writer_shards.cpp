@@ -1,5 +1,7 @@
 // CacheWriter's shards: committing each with its sidecar, taking them over on a resume, and the
 // side files and manifest at the end (cache_writer_impl.h; crash states in cache_writer.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <ctime>
 #include <filesystem>

@@ -39,6 +39,7 @@ import weakref
 import numpy as np
 
 from . import _dscache
+from ._checks import _U32, _U64, _check_int, _invalid
 from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, IOError,  # noqa
                       NotFoundError, UnsupportedError)
 
@@ -48,25 +49,6 @@ __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError"
 __version__ = "0.1.0"
 
 STATE_VERSION = 2  # 2: records the cache's identity ("data"); 1 is read, unchecked, with a warning
-
-_U64 = 2**64 - 1
-_U32 = 2**32 - 1
-
-
-def _invalid(reason):
-    return InvalidArgumentError(f"InvalidArgument: {reason}", "", reason)
-
-
-def _check_int(name, v, lo, hi):
-    """int(v) when lo <= v <= hi, else InvalidArgumentError naming `name` (not a TypeError or an
-    OverflowError from the binding later)."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise _invalid(f"{name}: must be an int, got {v!r}")
-    v = int(v)
-    if v < lo or v > hi:
-        raise _invalid(f"{name}: {v} is outside {lo}..{hi}")
-    return v
-
 
 # Every live Loader, closed (workers stopped and joined) at interpreter exit: a worker still
 # inside Python then (a LazyCache's decode function) would be killed by finalization.
@@ -479,129 +461,4 @@ def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank
                                 int(world_size), rank_tail, int(seed), int(epoch))
 
 
-def build_order(n, seed):
-    """The order `dscache build --shuffle SEED` stores a listing of n entries in (uint64 array):
-    write item build_order(n, seed)[i] as the i-th sample of a Writer(shuffle_seed=seed)."""
-    _check_int("n", n, 0, _U64)
-    _check_int("seed", seed, 0, _U64)
-    return _dscache.build_order(int(n), int(seed))
-
-
-class Writer:
-    """Writes a cache at `path` through libcache's CacheWriter, as `dscache build` does: into
-    `.NAME.partial` beside it, published by one rename when the `with` block ends (or
-    publish()). An exception inside the block (or close()) leaves the partial directory: a
-    Writer(..., resume=True) with the same options keeps its finished shards, and `position`
-    says how many writes (and skips) it kept, so the caller continues from there:
-
-        with dscache.Writer(path, shape=(32, 32), classes=names, resume=True) as w:
-            for i in range(w.position, len(items)):
-                w.write(*items[i])
-
-    shape: (H, W) or (H, W, C) of every sample for layout="fixed" (the default); None with
-      layout="ragged" (each sample its own size; channels= gives C, default 3).
-    classes: class names; a label is an index into them. None: an unlabeled cache (any int).
-    codec: "raw" (pixels) or "jpeg" (write() encodes at `quality`; write_encoded() takes a
-      stream as is). storage: "npy" or "hdf5". shard_size: bytes of samples per shard.
-    shuffle_seed: None (samples stored as written), or the seed of build_order() when the
-      caller writes its items in that order (recorded in the manifest as `--shuffle` is).
-    max_side: recorded as the ragged layout's limit (0: none).
-    force: replace an existing cache at `path`, or discard an interrupted write of it.
-    resume: continue an interrupted write with the same options.
-
-    Not thread-safe: write from one thread. Images are copied into the shards at write()."""
-
-    def __init__(self, path, shape=None, classes=None, codec="raw", layout="fixed",
-                 shard_size=256 << 20, shuffle_seed=None, storage="npy", quality=90,
-                 channels=None, max_side=0, force=False, resume=False):
-        path = os.fspath(path)
-        if layout not in ("fixed", "ragged"):
-            raise _invalid(f"layout: {layout!r} is not one of fixed, ragged")
-        height = width = 0
-        if layout == "fixed":
-            if shape is None or len(shape) not in (2, 3):
-                raise _invalid("shape: a fixed-layout cache needs (H, W) or (H, W, C)")
-            height, width = int(shape[0]), int(shape[1])
-            c = int(shape[2]) if len(shape) == 3 else (3 if channels is None else int(channels))
-            if channels is not None and int(channels) != c:
-                raise _invalid(f"channels={channels} disagrees with shape {tuple(shape)}")
-            channels = c
-        elif shape is not None:
-            raise _invalid("shape: a ragged cache has no fixed shape (pass channels= instead)")
-        channels = 3 if channels is None else int(channels)
-        _check_int("shard_size", shard_size, 1, _U64)
-        _check_int("quality", quality, 1, 100)
-        _check_int("max_side", max_side, 0, _U32)
-        if shuffle_seed is not None:
-            _check_int("shuffle_seed", shuffle_seed, 0, _U64)
-        names = [] if classes is None else [str(c) for c in classes]
-        self._w = _dscache.Writer(
-            path, storage, layout, codec, height, width, channels, int(quality), int(shard_size),
-            names, shuffle_seed is not None, int(shuffle_seed or 0), int(max_side), bool(force),
-            bool(resume))
-        self.path = path
-        self._channels = channels
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if self._w.closed:
-            return False
-        if exc_type is None:
-            self.publish()
-        else:
-            self._w.close()  # resumable: the finished shards stay in the partial directory
-        return False
-
-    def write(self, image, label=0, name=None):
-        """Appends one sample: a (H, W, C) uint8 array (or (H, W) for one channel) and its
-        label; `name` (default: its position) is recorded in sources.jsonl."""
-        a = np.asarray(image)
-        if a.dtype != np.uint8:
-            raise _invalid(f"image dtype is {a.dtype}, expected uint8")
-        if a.ndim == 2 and self._channels == 1:
-            a = a[:, :, None]
-        self._w.write(a, int(label), str(self._w.position) if name is None else str(name))
-
-    def write_encoded(self, data, height, width, label=0, name=None):
-        """codec="jpeg": appends an encoded JPEG stream (bytes) that decodes to
-        height x width x channels, as is."""
-        self._w.write_encoded(bytes(data), int(height), int(width), int(label),
-                              str(self._w.position) if name is None else str(name))
-
-    def skip(self, name, reason):
-        """Records an item that was not written, and why (skipped.jsonl)."""
-        self._w.skip(str(name), str(reason))
-
-    def cut_shard(self):
-        """Ends the current shard here (shards are otherwise cut by shard_size)."""
-        self._w.cut_shard()
-
-    def publish(self):
-        """Writes the side files and manifest and moves the cache to `path`; returns `path`."""
-        self._w.publish()
-        return self.path
-
-    def abandon(self):
-        """Removes the partial directory and everything written into it."""
-        self._w.abandon()
-
-    def close(self):
-        """Stops without publishing; the partial directory stays for resume=True."""
-        self._w.close()
-
-    @property
-    def position(self):
-        """Writes and skips so far, those kept by a resume included."""
-        return self._w.position
-
-    @property
-    def count(self):
-        """Samples written so far (kept by a resume included)."""
-        return self._w.count
-
-    @property
-    def resumed(self):
-        """Samples kept from an interrupted write."""
-        return self._w.resumed
+from ._writer import Writer, build_order  # noqa: E402 (after the names it uses)
