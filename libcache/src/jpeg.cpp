@@ -1,4 +1,6 @@
-// JPEG encode and serve-time decode with libjpeg-turbo's libjpeg API (jpeglib.h).
+// JPEG encode and serve-time decode with libjpeg-turbo's libjpeg API (jpeglib.h): the one file
+// that includes libjpeg (feature jpeg; jpeg_stub.cpp stands in without it). The byte-level
+// stream checks (jpeg_stream.cpp) and the crop geometry (jpeg_crop.cpp) need no libjpeg.
 //
 // libjpeg reports errors through error_exit, which must not return; we longjmp back to the
 // frame that called setjmp. That frame (a *_guarded function below) holds only trivially
@@ -10,6 +12,9 @@
 #include "dscache/jpeg.h"
 
 #include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,71 +22,21 @@
 #include "jpeg_internal.h"
 #include "resample.h"
 
-#ifdef DSCACHE_HAVE_JPEG
-#include <csetjmp>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 // clang-format off
 #include <jpeglib.h>  // after <cstdio>: it uses FILE and size_t
 #include <jerror.h>   // ERREXIT and the message codes
 // clang-format on
-#endif
 
 namespace dscache {
 
-namespace detail {
-
-uint32_t jpeg_scale_num(const CropBox& box, uint32_t out_h, uint32_t out_w) {
-  const uint64_t h = box.height, w = box.width, oh = out_h, ow = out_w;
-  if (oh == 0 || ow == 0 || h < 2 * oh || w < 2 * ow) return 8;
-  for (uint64_t m = 1; m < 8; ++m) {
-    if (h * m >= 8 * oh && w * m >= 8 * ow) return static_cast<uint32_t>(m);
-  }
-  return 8;
-}
-
-}  // namespace detail
-
-#ifndef DSCACHE_HAVE_JPEG
-
 namespace {
 
-[[noreturn]] void unsupported() {
-  throw Error(ErrorKind::kUnsupported, "",
-              "this build of libcache has no JPEG support (meson feature jpeg)");
-}
+using detail::check_jpeg_shape;
+using detail::check_jpeg_stream;
+using detail::jpeg_corrupt;
+using detail::jpeg_invalid;
 
-}  // namespace
-
-struct JpegScratch::Impl {};
-
-bool jpeg_supported() { return false; }
-JpegScratch::JpegScratch() : impl_(nullptr) {}
-JpegScratch::~JpegScratch() = default;
-JpegInfo jpeg_info(const uint8_t*, size_t) { unsupported(); }
-void jpeg_encode(const uint8_t*, uint32_t, uint32_t, uint32_t, int, std::vector<uint8_t>*) {
-  unsupported();
-}
-void jpeg_decode(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, uint8_t*, JpegScratch*) {
-  unsupported();
-}
-void jpeg_decode_crop(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, const CropBox&,
-                      uint32_t, uint32_t, uint8_t*, JpegScratch*, const JpegDecodeOptions&) {
-  unsupported();
-}
-detail::JpegDecodeStats detail::last_decode_stats(const JpegScratch&) { return {}; }
-
-#else  // DSCACHE_HAVE_JPEG
-
-namespace {
-
-Error corrupt(const std::string& reason) {
-  return Error(ErrorKind::kCorruption, "", "jpeg: " + reason);
-}
-Error invalid(const std::string& reason) {
-  return Error(ErrorKind::kInvalidArgument, "", "jpeg: " + reason);
-}
+static_assert(detail::kJpegMaxSide == JPEG_MAX_DIMENSION, "jpeg_internal.h's limit is libjpeg's");
 
 // libjpeg's error manager plus where to jump and the formatted message.
 struct ErrorMgr {
@@ -107,79 +62,6 @@ void init_error_mgr(ErrorMgr* err) {
   err->pub.error_exit = on_error_exit;
   err->pub.emit_message = on_emit_message;
   err->message[0] = '\0';
-}
-
-constexpr uint32_t kMaxSide = JPEG_MAX_DIMENSION;
-
-// Where the first image of `d` ends: the offset just past its EOI, walking the marker segments
-// (lengths skipped, so bytes inside an APPn/COM segment are never taken for markers) and the
-// entropy-coded data after each SOS (up to the next marker that is not a stuffed 0xFF00 or an
-// RSTn). 0 when the walk finds no EOI (not a marker where one must be, or a length past the end).
-size_t first_image_end(const uint8_t* d, size_t n) {
-  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return 0;
-  size_t p = 2;
-  while (p + 1 < n) {
-    if (d[p] != 0xFF) return 0;
-    const uint8_t m = d[p + 1];
-    if (m == 0xFF) {  // fill byte before a marker
-      ++p;
-      continue;
-    }
-    p += 2;
-    if (m == 0xD9) return p;                              // EOI
-    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
-    if (p + 2 > n) return 0;
-    const size_t len = size_t{d[p]} << 8 | d[p + 1];
-    if (len < 2 || len > n - p) return 0;
-    p += len;
-    if (m != 0xDA) continue;
-    // SOS: entropy-coded data, in which 0xFF is always followed by 0x00 (stuffing) or RSTn.
-    while (true) {
-      const void* ff = p < n ? std::memchr(d + p, 0xFF, n - p) : nullptr;
-      if (ff == nullptr) return 0;
-      p = static_cast<size_t>(static_cast<const uint8_t*>(ff) - d);
-      if (p + 1 >= n) return 0;
-      const uint8_t x = d[p + 1];
-      if (x == 0x00 || (x >= 0xD0 && x <= 0xD7)) {
-        p += 2;
-      } else {
-        break;  // a marker (or fill bytes before one): the outer loop reads it
-      }
-    }
-  }
-  return 0;
-}
-
-// Cheap checks before libjpeg sees the bytes. A stream must be exactly one image: its first
-// EOI (FF D9) is its last two bytes. The crop decoder stops reading after the rows it needs, so
-// this is what makes a truncated stream an error there too; and libjpeg itself stops at the
-// first EOI, so a second image or other bytes after it would otherwise be served silently
-// (docs/FORMAT.md: bytes after EOI are corruption).
-void check_stream(const uint8_t* data, size_t size) {
-  if (data == nullptr || size == 0) throw corrupt("empty stream (0 bytes)");
-  if (size < 4) throw corrupt(std::to_string(size) + " bytes is too short for a JPEG stream");
-  if (data[size - 2] != 0xFF || data[size - 1] != 0xD9) {
-    throw corrupt("stream does not end with an EOI marker (truncated or trailing bytes)");
-  }
-  if (data[0] != 0xFF || data[1] != 0xD8) return;  // not a JPEG at all: libjpeg says so
-  const size_t end = first_image_end(data, size);
-  if (end == 0) {
-    throw corrupt("malformed marker structure: no end-of-image marker reached from the start");
-  }
-  if (end != size) {
-    throw corrupt(std::to_string(size - end) +
-                  " bytes after the end-of-image marker (a second image or trailing data)");
-  }
-}
-
-void check_shape(uint32_t height, uint32_t width, uint32_t channels) {
-  if (height == 0 || width == 0 || height > kMaxSide || width > kMaxSide) {
-    throw invalid("image size " + std::to_string(height) + "x" + std::to_string(width) +
-                  " is outside 1.." + std::to_string(kMaxSide));
-  }
-  if (channels != 1 && channels != 3) {
-    throw invalid("channels must be 1 or 3, not " + std::to_string(channels));
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,11 +172,6 @@ bool fast_path_layout(const jpeg_decompress_struct& cinfo) {
          c[1].v_samp_factor == 1 && c[2].h_samp_factor == 1 && c[2].v_samp_factor == 1;
 }
 
-uint32_t floor_scaled(uint32_t v, uint32_t m) { return static_cast<uint32_t>(uint64_t{v} * m / 8); }
-uint32_t ceil_scaled(uint32_t v, uint32_t m) {
-  return static_cast<uint32_t>((uint64_t{v} * m + 7) / 8);
-}
-
 // Reads rows until output_scanline reaches `end`; row r goes to dst + (r - base) * stride.
 void read_rows(jpeg_decompress_struct* cinfo, uint8_t* dst, size_t stride, uint32_t base,
                uint32_t end) {
@@ -360,18 +237,13 @@ Status decode_guarded(JpegScratch::Impl* s, const DecodeJob& job, DecodeResult* 
     res->cols = res->image_cols;
     return Status::kOk;
   }
-  // Scaled pixel j covers full-size [8j/M, 8(j+1)/M). One extra pixel on each side keeps the
-  // box's pixels away from the region's edge, where fancy upsampling lacks its neighbours.
   uint32_t row0 = 0, row1 = cinfo->output_height;
   if (job.crop) {
-    row0 = floor_scaled(job.y0, job.scale_num);
-    row0 = row0 > 0 ? row0 - 1 : 0;
-    row1 = std::min<uint32_t>(cinfo->output_height, ceil_scaled(job.y1, job.scale_num) + 1);
-    uint32_t col0 = floor_scaled(job.x0, job.scale_num);
-    col0 = col0 > 0 ? col0 - 1 : 0;
-    const uint32_t col1 =
-        std::min<uint32_t>(cinfo->output_width, ceil_scaled(job.x1, job.scale_num) + 1);
-    JDIMENSION xoffset = col0, width = col1 - col0;
+    const detail::ScaledWindow w = detail::jpeg_scaled_window(
+        job.y0, job.y1, job.x0, job.x1, job.scale_num, cinfo->output_height, cinfo->output_width);
+    row0 = w.row0;
+    row1 = w.row1;
+    JDIMENSION xoffset = w.col0, width = w.col1 - w.col0;
     if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
     res->first_col = xoffset;
     res->cols = width;
@@ -393,7 +265,7 @@ Status decode_guarded(JpegScratch::Impl* s, const DecodeJob& job, DecodeResult* 
 }
 
 JpegScratch::Impl* checked_scratch(JpegScratch* scratch) {
-  if (scratch == nullptr || scratch->impl() == nullptr) throw invalid("no JpegScratch given");
+  if (scratch == nullptr || scratch->impl() == nullptr) throw jpeg_invalid("no JpegScratch given");
   return scratch->impl();
 }
 
@@ -405,14 +277,14 @@ void throw_if_failed(Status st, const JpegScratch::Impl* s, const DecodeJob& job
     case Status::kNeedsFull:
       return;
     case Status::kFailed:
-      throw corrupt(s->err.message);
+      throw jpeg_corrupt(s->err.message);
     case Status::kSizeMismatch:
-      throw corrupt("stream is " + std::to_string(res->stream_h) + "x" +
-                    std::to_string(res->stream_w) + ", expected " + std::to_string(job.height) +
-                    "x" + std::to_string(job.width));
+      throw jpeg_corrupt("stream is " + std::to_string(res->stream_h) + "x" +
+                         std::to_string(res->stream_w) + ", expected " +
+                         std::to_string(job.height) + "x" + std::to_string(job.width));
     case Status::kBadComponents:
-      throw corrupt("stream has " + std::to_string(res->components) +
-                    " components; expected 1 (grey) or 3 (YCbCr)");
+      throw jpeg_corrupt("stream has " + std::to_string(res->components) +
+                         " components; expected 1 (grey) or 3 (YCbCr)");
   }
 }
 
@@ -432,10 +304,6 @@ void decode_full(JpegScratch::Impl* s, const uint8_t* data, size_t size, uint32_
   throw_if_failed(decode_guarded(s, job, &res), s, job, &res);
   s->stats.rows = s->stats.image_rows = res.image_rows;
   s->stats.cols = s->stats.image_cols = res.image_cols;
-}
-
-void shift_taps(detail::AxisTaps* taps, uint32_t by) {
-  for (uint32_t& i : taps->index) i += by;
 }
 
 }  // namespace
@@ -467,7 +335,7 @@ JpegDecodeStats last_decode_stats(const JpegScratch& scratch) {
 }  // namespace detail
 
 JpegInfo jpeg_info(const uint8_t* data, size_t size) {
-  check_stream(data, size);
+  check_jpeg_stream(data, size);
   // A decoder of its own: this entry point has no scratch. The guarded part is inline here:
   // every local below is trivially destructible.
   jpeg_decompress_struct cinfo{};  // zeroed: destroying it before create finished is a no-op
@@ -477,7 +345,7 @@ JpegInfo jpeg_info(const uint8_t* data, size_t size) {
   JpegInfo info;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    throw corrupt(err.message);
+    throw jpeg_corrupt(err.message);
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
@@ -487,8 +355,8 @@ JpegInfo jpeg_info(const uint8_t* data, size_t size) {
   info.channels = static_cast<uint32_t>(cinfo.num_components);
   jpeg_destroy_decompress(&cinfo);
   if (info.channels != 1 && info.channels != 3) {
-    throw corrupt("stream has " + std::to_string(info.channels) +
-                  " components; expected 1 (grey) or 3 (YCbCr)");
+    throw jpeg_corrupt("stream has " + std::to_string(info.channels) +
+                       " components; expected 1 (grey) or 3 (YCbCr)");
   }
   return info;
 }
@@ -501,8 +369,9 @@ namespace {
 void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t width) {
   const JpegInfo info = jpeg_info(data, size);
   if (info.height != height || info.width != width) {
-    throw corrupt("stream is " + std::to_string(info.height) + "x" + std::to_string(info.width) +
-                  ", expected " + std::to_string(height) + "x" + std::to_string(width));
+    throw jpeg_corrupt("stream is " + std::to_string(info.height) + "x" +
+                       std::to_string(info.width) + ", expected " + std::to_string(height) + "x" +
+                       std::to_string(width));
   }
 }
 
@@ -510,11 +379,11 @@ void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t wi
 
 void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
                  int quality, std::vector<uint8_t>* out) {
-  check_shape(height, width, channels);
+  check_jpeg_shape(height, width, channels);
   if (quality < 1 || quality > 100) {
-    throw invalid("quality must be in 1..100, not " + std::to_string(quality));
+    throw jpeg_invalid("quality must be in 1..100, not " + std::to_string(quality));
   }
-  if (pixels == nullptr || out == nullptr) throw invalid("null pixels or output");
+  if (pixels == nullptr || out == nullptr) throw jpeg_invalid("null pixels or output");
   MemDest dest{};
   dest.pub.init_destination = dest_init;
   dest.pub.empty_output_buffer = dest_empty;
@@ -532,7 +401,7 @@ void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_
   jpeg_destroy_compress(&cinfo);  // safe after a failure at any point after create
   if (!ok) {
     std::free(dest.buffer);
-    throw invalid(std::string("encoder failed: ") + err.message);
+    throw jpeg_invalid(std::string("encoder failed: ") + err.message);
   }
   out->assign(dest.buffer, dest.buffer + dest.used);
   std::free(dest.buffer);
@@ -540,35 +409,28 @@ void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_
 
 void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                  uint32_t channels, uint8_t* out, JpegScratch* scratch) {
-  check_shape(height, width, channels);
+  check_jpeg_shape(height, width, channels);
   JpegScratch::Impl* s = checked_scratch(scratch);
-  if (out == nullptr) throw invalid("null output");
-  check_stream(data, size);
+  if (out == nullptr) throw jpeg_invalid("null output");
+  check_jpeg_stream(data, size);
   decode_full(s, data, size, height, width, channels, out);
 }
 
 void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                       uint32_t channels, const CropBox& box, uint32_t out_h, uint32_t out_w,
                       uint8_t* out, JpegScratch* scratch, const JpegDecodeOptions& options) {
-  check_shape(height, width, channels);
+  check_jpeg_shape(height, width, channels);
   JpegScratch::Impl* s = checked_scratch(scratch);
-  if (out == nullptr) throw invalid("null output");
-  if (box.height == 0 || box.width == 0 || out_h == 0 || out_w == 0) {
-    throw invalid("empty crop box or output");
-  }
-  if (uint64_t{box.y} + box.height > height || uint64_t{box.x} + box.width > width) {
-    throw invalid("crop box " + std::to_string(box.height) + "x" + std::to_string(box.width) + "+" +
-                  std::to_string(box.y) + "+" + std::to_string(box.x) + " is outside the " +
-                  std::to_string(height) + "x" + std::to_string(width) + " image");
-  }
-  check_stream(data, size);
+  if (out == nullptr) throw jpeg_invalid("null output");
+  detail::check_jpeg_crop(height, width, box, out_h, out_w);
+  check_jpeg_stream(data, size);
 
   const uint32_t m = options.scale ? detail::jpeg_scale_num(box, out_h, out_w) : 8;
   const bool fast = m != 8 || options.crop;
   DecodeResult res;
   if (fast) {
-    const size_t need =
-        size_t{ceil_scaled(height, m)} * ceil_scaled(width, m) * channels;  // upper bound
+    const size_t need = size_t{detail::ceil_scaled(height, m)} * detail::ceil_scaled(width, m) *
+                        channels;  // upper bound
     if (s->image.size() < need) {
       check_header(data, size, height, width);  // before allocating what the caller claims
       s->image.resize(need);
@@ -599,15 +461,8 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
       s->stats.image_rows = res.image_rows;
       s->stats.image_cols = res.image_cols;
       detail::AxisTaps ty, tx;
-      if (m == 8) {  // crop_resize's taps, shifted into the decoded region
-        ty = detail::make_taps(box.height, out_h);
-        tx = detail::make_taps(box.width, out_w);
-        shift_taps(&ty, box.y - res.first_row);
-        shift_taps(&tx, box.x - res.first_col);
-      } else {
-        ty = detail::make_scaled_area_taps(box.y, box.height, out_h, m, res.first_row, res.rows);
-        tx = detail::make_scaled_area_taps(box.x, box.width, out_w, m, res.first_col, res.cols);
-      }
+      detail::jpeg_crop_taps(box, out_h, out_w, m, res.first_row, res.rows, res.first_col, res.cols,
+                             &ty, &tx);
       detail::resample(s->image.data(), size_t{res.cols} * channels, channels, ty, tx, out_h, out_w,
                        box.flip, out, &s->row);
       return;
@@ -624,7 +479,5 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
   const ImageView view{s->image.data(), height, width, channels};
   crop_resize(view, box, out_h, out_w, out);
 }
-
-#endif  // DSCACHE_HAVE_JPEG
 
 }  // namespace dscache

@@ -1,19 +1,86 @@
-// Internals of the JPEG codec that tests check: the DCT-scale rule and what the last
-// jpeg_decode_crop on a scratch actually decoded (to prove the fast path ran).
+// Internals of the JPEG codec shared by its files and checked by tests: the byte-level stream
+// checks (jpeg_stream.cpp), the crop geometry (jpeg_crop.cpp: the DCT-scale rule, the scaled
+// window and the resampling taps), and what the last jpeg_decode_crop on a scratch actually
+// decoded (to prove the fast path ran). Only jpeg.cpp includes libjpeg; nothing here needs it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "dscache/error.h"
 #include "dscache/jpeg.h"
+#include "resample.h"
 
 namespace dscache {
 namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// Stream checks (jpeg_stream.cpp)
+
+// libjpeg's JPEG_MAX_DIMENSION (jpeg.cpp asserts that they agree): the largest side we accept.
+constexpr uint32_t kJpegMaxSide = 65500;
+
+// The library boundary's errors, reasons prefixed with "jpeg: ".
+Error jpeg_corrupt(const std::string& reason);  // Corruption
+Error jpeg_invalid(const std::string& reason);  // InvalidArgument
+
+// Where the first image of `d` ends: the offset just past its EOI, walking the marker segments
+// (lengths skipped, so bytes inside an APPn/COM segment are never taken for markers) and the
+// entropy-coded data after each SOS (up to the next marker that is not a stuffed 0xFF00 or an
+// RSTn). 0 when the walk finds no EOI (not a marker where one must be, or a length past the end).
+size_t jpeg_first_image_end(const uint8_t* d, size_t n);
+
+// Cheap checks before libjpeg sees the bytes (throws Corruption). A stream must be exactly one
+// image: its first EOI (FF D9) is its last two bytes. The crop decoder stops reading after the
+// rows it needs, so this is what makes a truncated stream an error there too; and libjpeg itself
+// stops at the first EOI, so a second image or other bytes after it would otherwise be served
+// silently (docs/FORMAT.md: bytes after EOI are corruption).
+void check_jpeg_stream(const uint8_t* data, size_t size);
+
+// The caller's image size and channels: sides 1..kJpegMaxSide, 1 or 3 channels (throws
+// InvalidArgument).
+void check_jpeg_shape(uint32_t height, uint32_t width, uint32_t channels);
+
+// ---------------------------------------------------------------------------------------------
+// Crop geometry (jpeg_crop.cpp)
 
 // jpeg_decode_crop's DCT scale for `box` resized to out_h x out_w, as scale_num/8 (1..8):
 // 8 unless both box.height >= 2*out_h and box.width >= 2*out_w; then the smallest M in 1..7
 // with box.height*M/8 >= out_h and box.width*M/8 >= out_w (the scaled box still holds at least
 // one decoded pixel per output pixel on both axes), or 8 if none.
 uint32_t jpeg_scale_num(const CropBox& box, uint32_t out_h, uint32_t out_w);
+
+// A full-size coordinate at scale m/8, rounded down or up.
+inline uint32_t floor_scaled(uint32_t v, uint32_t m) {
+  return static_cast<uint32_t>(uint64_t{v} * m / 8);
+}
+inline uint32_t ceil_scaled(uint32_t v, uint32_t m) {
+  return static_cast<uint32_t>((uint64_t{v} * m + 7) / 8);
+}
+
+// jpeg_decode_crop's arguments against the image: a non-empty box inside it, a non-empty
+// output (throws InvalidArgument naming the box).
+void check_jpeg_crop(uint32_t height, uint32_t width, const CropBox& box, uint32_t out_h,
+                     uint32_t out_w);
+
+// The scaled rows [row0, row1) and columns [col0, col1) to decode for the full-size rows
+// [y0, y1) and columns [x0, x1) at scale m/8, in an image of rows x cols scaled pixels.
+struct ScaledWindow {
+  uint32_t row0 = 0, row1 = 0, col0 = 0, col1 = 0;
+};
+ScaledWindow jpeg_scaled_window(uint32_t y0, uint32_t y1, uint32_t x0, uint32_t x1, uint32_t m,
+                                uint32_t rows, uint32_t cols);
+
+// The taps that resample `box` to out_h x out_w from a region decoded at scale m/8 whose first
+// scaled row and column are first_row and first_col (rows x cols scaled pixels): crop_resize's
+// own taps shifted into the region at m == 8, the scaled footprint rule below it.
+void jpeg_crop_taps(const CropBox& box, uint32_t out_h, uint32_t out_w, uint32_t m,
+                    uint32_t first_row, uint32_t rows, uint32_t first_col, uint32_t cols,
+                    AxisTaps* ty, AxisTaps* tx);
+
+// ---------------------------------------------------------------------------------------------
+// Decode statistics (jpeg.cpp; jpeg_stub.cpp without JPEG support)
 
 // What the last jpeg_decode_crop on a scratch did (jpeg_decode resets it to a full decode).
 struct JpegDecodeStats {

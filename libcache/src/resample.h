@@ -1,5 +1,6 @@
 // Fixed-point separable resampling shared by crop_resize (transform.cpp) and the JPEG crop
-// decoder (jpeg.cpp): per-axis taps plus one two-pass kernel, so both give the same bytes.
+// decoder (jpeg.cpp, jpeg_crop.cpp): per-axis taps plus one two-pass kernel, so both give the
+// same bytes.
 #pragma once
 
 #include <cstddef>
