@@ -150,7 +150,14 @@ void CacheWriter::begin(const CacheWriterOptions& options) {
     if (!force) throw_output_exists(w.output);
   }
   // The partial directory and its fingerprint: a resumed write must be the same write.
-  open_partial(w.partial, fp);
+  try {
+    open_partial(w.partial, fp);
+  } catch (const Error&) {
+    // resume + force and the interrupted write here is another one: force starts over.
+    if (!force || !path_exists(w.partial)) throw;
+    remove_tree(w.partial);
+    open_partial(w.partial, fp);
+  }
   crash_point("partial-open");
   if (path_exists(w.partial + "/manifest.json")) {
     // Killed after the manifest was written: only the publish is left.

@@ -90,7 +90,9 @@ struct ShardRecords {
 //    OUTPUT is removed); with `resume`, is_this_write decides that OUTPUT is this write and
 //    complete() is true.
 // Without `resume`, an interrupted write is refused (OutputExistsError) unless `force`, which
-// removes it and starts over. A FIFO or device where a side file of the partial directory
+// removes it and starts over. With `resume`, an interrupted write with another fingerprint is
+// refused (Error(kInvalidArgument)), unless `force` too: then it is removed and the write
+// starts over. A FIFO or device where a side file of the partial directory
 // should be is never read (files are opened as regular files only).
 //
 // Not thread-safe: one thread appends. Destroying an unpublished writer leaves the partial
