@@ -13,8 +13,9 @@ violation printed as FILE:LINE: the include and the rule it breaks).
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
 - The Python binding (python/) includes only libcache's public headers (not ingest), pybind11,
   and the C++ standard library: it wraps the contract, it reaches into nothing.
-- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers and the
-  standard library: they attack the contract a user's input meets, as a user links it.
+- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers, the tests'
+  shared temp dir (tests/temp_dir.h, itself standard library and POSIX only) and the standard
+  library: they attack the contract a user's input meets, as a user links it.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
 """
 
@@ -27,6 +28,7 @@ THIRD_PARTY = ("opencv2/", "tbb/", "oneapi/", "torch/", "ATen/", "c10/", "boost/
                "H5", "nlohmann/", "zlib.h", "gloo/", "turbojpeg.h", "jpeglib.h", "jerror.h")
 LIBJPEG = ("jpeglib.h", "jerror.h", "jmorecfg.h", "jconfig.h")
 JPEG_WRAPPER = "libcache/src/jpeg.cpp"
+SHARED_TEMP_DIR = "../temp_dir.h"  # tests/temp_dir.h, as tests/fuzz/ includes it
 
 
 def includes(path):
@@ -92,13 +94,18 @@ def main(argv):
             if not (std or public_api or inc.startswith("pybind11/")):
                 bad(p, n, inc, "the Python binding includes only public dscache/ headers, "
                     "pybind11 and the standard library")
-    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")}
+    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")} | {SHARED_TEMP_DIR}
     for p in sources(root, "tests/fuzz") if (root / "tests/fuzz").is_dir() else []:
         for n, kind, inc in includes(p):
             if kind == '"' and not (inc.startswith("dscache/") or inc in fuzz_local):
                 bad(p, n, inc, "fuzz targets include only public dscache headers")
             if inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
                 bad(p, n, inc, "fuzz targets need no third-party header")
+    temp_dir = root / "tests/temp_dir.h"
+    for n, kind, inc in includes(temp_dir) if temp_dir.is_file() else []:
+        if kind == '"' or inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
+            bad(temp_dir, n, inc, "the tests' shared temp dir (fuzz targets include it) needs "
+                "only the standard library and POSIX")
     for mb in sorted(root.rglob("meson.build")):
         rel = mb.relative_to(root)
         if rel.parts[0] in ("tools", "build") or rel.parts[0].startswith((".", "build")):

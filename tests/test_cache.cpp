@@ -102,20 +102,6 @@ void check_serves(const Cache& c, const Fixture& f, bool views = true) {
   }
 }
 
-// Expects `f` to throw Error of `kind` whose what() contains `part`.
-template <typename F>
-void expect_error(F&& f, ErrorKind kind, const std::string& part) {
-  try {
-    f();
-    FAIL("no exception");
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    CAPTURE(what);
-    CHECK(e.kind() == kind);
-    CHECK(what.find(part) != std::string::npos);
-  }
-}
-
 #ifdef DSCACHE_HAVE_HDF5
 // Rewrites shard `k` of `f` as a chunked + deflate HDF5 file (as other tools write them).
 void make_chunked(Fixture& f, size_t k) {

@@ -23,6 +23,7 @@
 #include "dscache/error.h"
 #include "dscache/ingest/idx.h"
 #include "dscache/ingest/image_decode.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -31,6 +32,7 @@ using dscache::DecodeResult;
 using dscache::ImageFormat;
 using dscache::ResizePolicy;
 using Bytes = std::vector<uint8_t>;
+using dscache::test::TempDir;
 
 Bytes encode(const cv::Mat& bgr, const std::string& ext, const std::vector<int>& params = {}) {
   Bytes out;
@@ -242,20 +244,6 @@ bool near(const uint8_t* px, int r, int g, int b, int tol = 0) {
   return std::abs(px[0] - r) <= tol && std::abs(px[1] - g) <= tol && std::abs(px[2] - b) <= tol;
 }
 
-// A fresh private directory, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dscache-decode-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 Bytes read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -440,10 +428,10 @@ TEST_CASE("decoding the inputs a real user meets") {
 
   // A PNG that someone named .jpg: only the bytes matter.
   {
-    std::ofstream(dir.path / "actually_png.jpg", std::ios::binary)
+    std::ofstream(dir.file("actually_png.jpg"), std::ios::binary)
         .write(reinterpret_cast<const char*>(png.data()), std::streamsize(png.size()));
   }
-  const Bytes png_named_jpg = read_file(dir.path / "actually_png.jpg");
+  const Bytes png_named_jpg = read_file(dir.file("actually_png.jpg"));
   REQUIRE(png_named_jpg == png);
 
   Bytes garbage(1000);
@@ -864,9 +852,8 @@ TEST_CASE("resize_pixels applies the same policies to decoded pixels") {
 
 // idx files (issue 11): inflated only as far as the header declares; never a FIFO.
 TEST_CASE("read_idx_images bounds a gzip bomb by its header and refuses FIFOs at once") {
-  char tmpl[] = "/tmp/dscache-idx-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string& dir = tmp.path();
   // Header: 2 images of 28x28; then 2*784 pixels and 64 MiB of zeros more, gzip'ed (~64 KiB).
   const std::string raw = dir + "/bomb-images-idx3-ubyte";
   {
@@ -908,5 +895,4 @@ TEST_CASE("read_idx_images bounds a gzip bomb by its header and refuses FIFOs at
   CHECK_THROWS_WITH_AS(dscache::read_idx_images(fifo),
                        doctest::Contains("not a regular file (a FIFO)"), dscache::Error);
   CHECK_FALSE(dscache::is_idx_images_file(fifo));
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
