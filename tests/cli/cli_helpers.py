@@ -14,11 +14,7 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
 import zlib
 from pathlib import Path
 
@@ -26,16 +22,12 @@ import cv2
 import h5py
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testrunner  # noqa: E402 - tests/testrunner.py, the runner every Python test shares
+from testrunner import Failure, Skip  # noqa: E402,F401 - the cases raise these
+
 DSCACHE = os.environ.get("DSCACHE", "")
 TIMEOUT_S = 120
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    """The case cannot run here (the message says why): main() exits 77, meson's SKIP."""
 
 
 def check(cond, msg):
@@ -125,22 +117,11 @@ def file_xxh64(path):
 
 def run(args, expect_rc=0, env_extra=None, cwd=None, timeout=TIMEOUT_S):
     """Runs dscache with args; raises with stdout/stderr when the exit code is not expect_rc."""
-    cmd = [DSCACHE] + [str(a) for a in args]
     env = dict(os.environ)
     env.pop("DSCACHE_TEST_KILL_AFTER_SHARDS", None)
     if env_extra:
         env.update(env_extra)
-    try:
-        p = subprocess.run(cmd, capture_output=True, env=env, cwd=cwd, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise Failure(f"command timed out after {timeout}s: {' '.join(cmd)}") from e
-    p.stdout = p.stdout.decode("utf-8", "replace")
-    p.stderr = p.stderr.decode("utf-8", "replace")
-    if expect_rc is not None and p.returncode != expect_rc:
-        raise Failure(
-            f"command: {' '.join(cmd)}\nexpected exit {expect_rc}, got {p.returncode}\n"
-            f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}")
-    return p
+    return testrunner.run_cmd([DSCACHE] + list(args), expect_rc, env=env, cwd=cwd, timeout=timeout)
 
 
 def run_json(args, expect_rc=0):
@@ -552,32 +533,15 @@ def make_ragged_folder(src, sizes=RAGGED_PNG_SIZES, seed=0, jpeg=True):
 
 
 # --------------------------------------------------------------------------------------------
-# The runner.
+# The runner (tests/testrunner.py, shared with the Python module's tests).
 
 def main(cases, argv):
-    """Runs the case argv[1] of `cases` (name -> function(tmp Path)) in a fresh temp dir.
-
-    Returns the exit status: 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage),
-    77 skipped (the case raised Skip).
-    """
-    if len(argv) != 2 or argv[1] not in cases:
-        print(f"usage: {argv[0]} CASE\ncases: {' '.join(cases)}", file=sys.stderr)
-        return 2
-    if not DSCACHE or not os.access(DSCACHE, os.X_OK):
-        print(f"DSCACHE={DSCACHE!r} is not an executable dscache binary", file=sys.stderr)
-        return 1
-    name = argv[1]
-    t0 = time.monotonic()
-    try:
+    """Runs the cases named in argv (`cases`: name -> function(tmp Path)) with the shared runner
+    (tests/testrunner.py): 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage), 77
+    skipped (the case raised Skip)."""
+    def preflight():
+        if not DSCACHE or not os.access(DSCACHE, os.X_OK):
+            return f"DSCACHE={DSCACHE!r} is not an executable dscache binary"
         _xxh64_selftest()
-        with tempfile.TemporaryDirectory(prefix=f"dscache-cli-{name}-") as d:
-            cases[name](Path(d))
-    except Skip as e:
-        print(f"SKIP {name}: {e}")
-        return 77
-    except Exception:  # noqa: BLE001 - any error fails the case with its traceback
-        traceback.print_exc()
-        print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)", file=sys.stderr)
-        return 1
-    print(f"PASS {name} ({time.monotonic() - t0:.1f}s)")
-    return 0
+        return None
+    return testrunner.main(cases, argv, prefix="dscache-cli-", preflight=preflight)
