@@ -135,7 +135,7 @@ def run_json(args, expect_rc=0):
 def build(src, out, *opts, expect_rc=0, env_extra=None, timeout=TIMEOUT_S):
     """`dscache build SRC OUT OPTS`, in source order (`--shuffle none`) unless OPTS say
     otherwise: most cases check samples against their sources position by position. The default
-    (a build-time shuffle) is tested on its own (test_build.py shuffle_default)."""
+    (a build-time shuffle) is tested on its own (test_build_output.py shuffle_default)."""
     opts = [str(o) for o in opts]
     if "--shuffle" not in opts:
         opts += ["--shuffle", "none"]
