@@ -12,12 +12,21 @@ violation printed as FILE:LINE: the include and the rule it breaks).
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
 - The Python binding (python/) includes only libcache's public headers (not ingest), pybind11,
-  and the C++ standard library: it wraps the contract, it reaches into nothing.
-- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers and the
-  standard library: they attack the contract a user's input meets, as a user links it.
+  and the C++ standard library: it wraps the contract, it reaches into nothing. Its Python files
+  import only the standard library, NumPy and the package itself when they load; torch only
+  inside a function (the calls that hand out tensors), nothing else anywhere.
+- Benchmarks (bench/) include dscache's public headers (ingest too), third-party and system
+  headers, and, only in the files trainer/meson.build builds with the trainer (h2d_copy), the
+  trainer's headers and LibTorch: never a header of tools/ or of libcache/src.
+- Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers, the tests'
+  shared temp dir (tests/temp_dir.h, itself standard library and POSIX only) and the standard
+  library: they attack the contract a user's input meets, as a user links it.
 - No meson.build outside tools/ compiles a source file that lives in tools/.
+- Only tests/ (and libcache/, which declares it) use dscache_internal_dep: tools, the trainer,
+  the Python module and the benchmarks link the public dscache_dep.
 """
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -27,6 +36,10 @@ THIRD_PARTY = ("opencv2/", "tbb/", "oneapi/", "torch/", "ATen/", "c10/", "boost/
                "H5", "nlohmann/", "zlib.h", "gloo/", "turbojpeg.h", "jpeglib.h", "jerror.h")
 LIBJPEG = ("jpeglib.h", "jerror.h", "jmorecfg.h", "jconfig.h")
 JPEG_WRAPPER = "libcache/src/jpeg.cpp"
+SHARED_TEMP_DIR = "../temp_dir.h"  # tests/temp_dir.h, as tests/fuzz/ includes it
+TORCH = ("torch/", "ATen/", "c10/")
+PY_LOAD_OK = ("numpy",)   # what the Python package may import when it loads, besides the stdlib
+PY_LAZY_OK = ("torch",)   # what it may import inside a function
 
 
 def includes(path):
@@ -34,6 +47,25 @@ def includes(path):
         m = INCLUDE.match(line)
         if m:
             yield n, m.group(1), m.group(2)
+
+
+def python_imports(path):
+    """(line, module, inside a function) of each import; relative imports start with '.'."""
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                      ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((child.lineno, a.name, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                found.append((child.lineno, "." * child.level + (child.module or ""),
+                              in_function))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return found
 
 
 def sources(root, sub):
@@ -92,13 +124,51 @@ def main(argv):
             if not (std or public_api or inc.startswith("pybind11/")):
                 bad(p, n, inc, "the Python binding includes only public dscache/ headers, "
                     "pybind11 and the standard library")
-    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")}
+    for p in sorted((root / "python").rglob("*.py")) if (root / "python").is_dir() else []:
+        for n, name, in_function in python_imports(p):
+            top = name.split(".")[0]
+            if name.startswith("."):
+                continue
+            if in_function and top in PY_LAZY_OK + PY_LOAD_OK:
+                continue
+            if not in_function and (top in sys.stdlib_module_names or top in PY_LOAD_OK):
+                continue
+            errors.append(f"{p.relative_to(root)}:{n}: import {name}: the Python package imports "
+                          "only the standard library and NumPy when it loads, torch only inside "
+                          "a function")
+    internal_headers = {p.name for p in (root / "libcache/src").glob("*.h")}
+    trainer_mb = root / "trainer/meson.build"
+    with_trainer = set(re.findall(r"\.\./bench/([\w.]+\.cpp)",
+                                  trainer_mb.read_text() if trainer_mb.is_file() else ""))
+    for p in sources(root, "bench") if (root / "bench").is_dir() else []:
+        linked_with_trainer = p.name in with_trainer
+        for n, kind, inc in includes(p):
+            if inc.startswith(TORCH) and not linked_with_trainer:
+                bad(p, n, inc, "LibTorch only in a benchmark trainer/meson.build builds with the "
+                    "trainer")
+            if kind != '"' or inc.startswith("dscache/"):
+                continue
+            if inc in tools_headers or "tools/" in inc:
+                bad(p, n, inc, "bench/ does not include tools/ (it runs the dscache binary)")
+            elif inc in internal_headers or "src/" in inc:
+                bad(p, n, inc, "bench/ uses libcache's public headers, not its internals")
+            elif inc not in trainer_headers:
+                bad(p, n, inc, "bench/ includes only dscache public headers (and the trainer's)")
+            elif not linked_with_trainer:
+                bad(p, n, inc, "only a benchmark trainer/meson.build builds with the trainer "
+                    "includes the trainer's headers")
+    fuzz_local = {p.name for p in (root / "tests/fuzz").glob("*.h")} | {SHARED_TEMP_DIR}
     for p in sources(root, "tests/fuzz") if (root / "tests/fuzz").is_dir() else []:
         for n, kind, inc in includes(p):
             if kind == '"' and not (inc.startswith("dscache/") or inc in fuzz_local):
                 bad(p, n, inc, "fuzz targets include only public dscache headers")
             if inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
                 bad(p, n, inc, "fuzz targets need no third-party header")
+    temp_dir = root / "tests/temp_dir.h"
+    for n, kind, inc in includes(temp_dir) if temp_dir.is_file() else []:
+        if kind == '"' or inc.startswith(THIRD_PARTY) or inc.startswith("doctest"):
+            bad(temp_dir, n, inc, "the tests' shared temp dir (fuzz targets include it) needs "
+                "only the standard library and POSIX")
     for mb in sorted(root.rglob("meson.build")):
         rel = mb.relative_to(root)
         if rel.parts[0] in ("tools", "build") or rel.parts[0].startswith((".", "build")):
@@ -106,6 +176,14 @@ def main(argv):
         for n, line in enumerate(mb.read_text().splitlines(), 1):
             if re.search(r"['\"](\.\./)+tools/[^'\"]+\.(cpp|cc)['\"]", line):
                 errors.append(f"{rel}:{n}: compiles a source of tools/: {line.strip()}")
+    for mb in sorted(root.rglob("meson.build")):
+        rel = mb.relative_to(root)
+        if rel.parts[0] in ("libcache", "tests") or rel.parts[0].startswith((".", "build")):
+            continue
+        for n, line in enumerate(mb.read_text().splitlines(), 1):
+            if "dscache_internal_dep" in line.split("#")[0]:
+                errors.append(f"{rel}:{n}: uses dscache_internal_dep: only tests/ see libcache's "
+                              f"internals; link dscache_dep")
     if not public or not tools_headers:
         errors.append(f"{root}: found no public headers or no tools/ headers: wrong root?")
     for e in errors:

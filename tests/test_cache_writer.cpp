@@ -66,19 +66,6 @@ std::string read(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
-
-template <typename F>
-void expect_error(F&& f, ErrorKind kind, const std::string& part) {
-  try {
-    f();
-    FAIL("no exception");
-  } catch (const Error& e) {
-    CAPTURE(std::string(e.what()));
-    CHECK(e.kind() == kind);
-    CHECK(std::string(e.what()).find(part) != std::string::npos);
-  }
-}
-
 }  // namespace
 
 TEST_SUITE("cache writer") {

@@ -39,21 +39,6 @@ void within_5s(F f) {
   done.get();
 }
 
-// Expects f() to throw Error of `kind` whose what() contains `text`.
-void expect_error(const std::function<void()>& f, ErrorKind kind, const std::string& text) {
-  bool thrown = false;
-  try {
-    f();
-  } catch (const Error& e) {
-    thrown = true;
-    CHECK_MESSAGE(e.kind() == kind, e.what());
-    const std::string msg = std::string(e.what()) + " lacks: " + text;
-    CHECK_MESSAGE(std::string(e.what()).find(text) != std::string::npos, msg);
-  }
-  const std::string msg = "no Error thrown; expected: " + text;
-  CHECK_MESSAGE(thrown, msg);
-}
-
 struct Spec : CacheSpec {
   Spec() {
     shard_counts = {4, 4, 2};

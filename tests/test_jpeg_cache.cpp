@@ -178,19 +178,6 @@ Epoch run_epoch(std::shared_ptr<const Cache> cache, const dscache::LoaderOptions
   return e;
 }
 
-template <typename F>
-void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL("no exception");
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    CAPTURE(what);
-    CHECK(e.kind() == kind);
-    for (const std::string& p : parts) CHECK(what.find(p) != std::string::npos);
-  }
-}
-
 }  // namespace
 
 TEST_SUITE("jpeg cache") {

@@ -1,4 +1,5 @@
-// Helpers shared by the unit tests: temp dirs, whole-file I/O, Python checks, test caches.
+// Helpers shared by the unit tests: temp dirs, whole-file I/O, expected errors, Python checks,
+// test caches.
 #pragma once
 
 #include <dirent.h>
@@ -9,9 +10,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dscache/atomic_file.h"
@@ -21,33 +24,13 @@
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
+#include "temp_dir.h"
 
 #ifdef DSCACHE_HAVE_HDF5
 #include <hdf5.h>
 #endif
 
 namespace dscache::test {
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-test-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    REQUIRE(::mkdtemp(buf.data()) != nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -102,6 +85,34 @@ std::string invalid_argument_message(F&& f, bool whole = false) {
     return whole ? std::string(e.what()) : e.reason();
   }
   return "";
+}
+
+// The texts an expected error's message must contain: one ("x") or several ({"x", "y"}).
+struct Parts {
+  Parts(const char* part) : all{part} {}
+  Parts(std::string part) : all{std::move(part)} {}
+  Parts(std::initializer_list<std::string> parts) : all(parts) {}
+  Parts(std::vector<std::string> parts) : all(std::move(parts)) {}
+  std::vector<std::string> all;
+};
+
+// Runs `f`, which must throw Error of `kind` whose what() contains each of `parts`; returns
+// that Error for further checks. A call that throws nothing FAILs the test case.
+template <typename F>
+Error expect_error(F&& f, ErrorKind kind, const Parts& parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(e.kind() == kind);
+    for (const std::string& p : parts.all) CHECK(what.find(p) != std::string::npos);
+    return e;
+  }
+  std::string expected;
+  for (const std::string& p : parts.all) expected += " '" + p + "'";
+  FAIL("no dscache::Error thrown; expected one containing" << expected);
+  return Error(kind, "", "");  // not reached: FAIL throws
 }
 
 #ifdef DSCACHE_HAVE_HDF5

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Shared code of the `dscache` CLI tests (test_build.py, test_inspect.py, test_verify.py,
-test_bench.py): checks, a pure-Python XXH64, running the binary, fixture writers, cache readers
+"""Shared code of the `dscache` CLI tests (test_build*.py, test_inspect.py, test_verify.py,
+test_bench.py): checks, XXH64 (xxh64.py), running the binary, fixture writers, cache readers
 and checkers (fixed and ragged layouts), and main(), the runner each test file calls.
 
 A test file is run as `test_X.py CASE` (env DSCACHE = the built binary, DSCACHE_SOURCE_ROOT = the
@@ -14,11 +14,7 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
 import zlib
 from pathlib import Path
 
@@ -26,16 +22,13 @@ import cv2
 import h5py
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testrunner  # noqa: E402 - tests/testrunner.py, the runner every Python test shares
+from testrunner import Failure, Skip  # noqa: E402,F401 - the cases raise these
+from xxh64 import file_xxh64, selftest as _xxh64_selftest, xxh64  # noqa: E402,F401 - re-exported
+
 DSCACHE = os.environ.get("DSCACHE", "")
 TIMEOUT_S = 120
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    """The case cannot run here (the message says why): main() exits 77, meson's SKIP."""
 
 
 def check(cond, msg):
@@ -49,98 +42,15 @@ def check_eq(actual, expected, what):
 
 
 # --------------------------------------------------------------------------------------------
-# XXH64 (seed 0 by default), pure Python, so the suite needs no xxhash module.
-
-_M64 = (1 << 64) - 1
-_P1, _P2, _P3 = 11400714785074694791, 14029467366897019727, 1609587929392839161
-_P4, _P5 = 9650029242287828579, 2870177450012600261
-
-
-def _rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & _M64
-
-
-def _round(acc, lane):
-    acc = (acc + lane * _P2) & _M64
-    return (_rotl(acc, 31) * _P1) & _M64
-
-
-def _merge(h, v):
-    h ^= _round(0, v)
-    return (h * _P1 + _P4) & _M64
-
-
-def xxh64(data, seed=0):
-    data = bytes(data)
-    n, i = len(data), 0
-    if n >= 32:
-        v1, v2 = (seed + _P1 + _P2) & _M64, (seed + _P2) & _M64
-        v3, v4 = seed & _M64, (seed - _P1) & _M64
-        lanes = struct.unpack_from("<%dQ" % (4 * (n // 32)), data, 0)
-        for j in range(0, len(lanes), 4):
-            v1 = _round(v1, lanes[j])
-            v2 = _round(v2, lanes[j + 1])
-            v3 = _round(v3, lanes[j + 2])
-            v4 = _round(v4, lanes[j + 3])
-        i = 32 * (n // 32)
-        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M64
-        for v in (v1, v2, v3, v4):
-            h = _merge(h, v)
-    else:
-        h = (seed + _P5) & _M64
-    h = (h + n) & _M64
-    while i + 8 <= n:
-        h ^= _round(0, struct.unpack_from("<Q", data, i)[0])
-        h = (_rotl(h, 27) * _P1 + _P4) & _M64
-        i += 8
-    if i + 4 <= n:
-        h ^= (struct.unpack_from("<I", data, i)[0] * _P1) & _M64
-        h = (_rotl(h, 23) * _P2 + _P3) & _M64
-        i += 4
-    while i < n:
-        h ^= (data[i] * _P5) & _M64
-        h = (_rotl(h, 11) * _P1) & _M64
-        i += 1
-    h ^= h >> 33
-    h = (h * _P2) & _M64
-    h ^= h >> 29
-    h = (h * _P3) & _M64
-    h ^= h >> 32
-    return h
-
-
-def _xxh64_selftest():
-    # Reference values from the xxHash project (seed 0).
-    check(xxh64(b"") == 0xEF46DB3751D8E999, "xxh64 self-test ''")
-    check(xxh64(b"a") == 0xD24EC4F1A98C6E5B, "xxh64 self-test 'a'")
-    check(xxh64(b"abc") == 0x44BC2CF5AD770999, "xxh64 self-test 'abc'")
-
-
-def file_xxh64(path):
-    return "%016x" % xxh64(Path(path).read_bytes())
-
-
-# --------------------------------------------------------------------------------------------
 # Running the binary.
 
 def run(args, expect_rc=0, env_extra=None, cwd=None, timeout=TIMEOUT_S):
     """Runs dscache with args; raises with stdout/stderr when the exit code is not expect_rc."""
-    cmd = [DSCACHE] + [str(a) for a in args]
     env = dict(os.environ)
     env.pop("DSCACHE_TEST_KILL_AT", None)
     if env_extra:
         env.update(env_extra)
-    try:
-        p = subprocess.run(cmd, capture_output=True, env=env, cwd=cwd, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise Failure(f"command timed out after {timeout}s: {' '.join(cmd)}") from e
-    p.stdout = p.stdout.decode("utf-8", "replace")
-    p.stderr = p.stderr.decode("utf-8", "replace")
-    if expect_rc is not None and p.returncode != expect_rc:
-        raise Failure(
-            f"command: {' '.join(cmd)}\nexpected exit {expect_rc}, got {p.returncode}\n"
-            f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}")
-    return p
+    return testrunner.run_cmd([DSCACHE] + list(args), expect_rc, env=env, cwd=cwd, timeout=timeout)
 
 
 def run_json(args, expect_rc=0):
@@ -154,7 +64,7 @@ def run_json(args, expect_rc=0):
 def build(src, out, *opts, expect_rc=0, env_extra=None, timeout=TIMEOUT_S):
     """`dscache build SRC OUT OPTS`, in source order (`--shuffle none`) unless OPTS say
     otherwise: most cases check samples against their sources position by position. The default
-    (a build-time shuffle) is tested on its own (test_build.py shuffle_default)."""
+    (a build-time shuffle) is tested on its own (test_build_output.py shuffle_default)."""
     opts = [str(o) for o in opts]
     if "--shuffle" not in opts:
         opts += ["--shuffle", "none"]
@@ -552,32 +462,15 @@ def make_ragged_folder(src, sizes=RAGGED_PNG_SIZES, seed=0, jpeg=True):
 
 
 # --------------------------------------------------------------------------------------------
-# The runner.
+# The runner (tests/testrunner.py, shared with the Python module's tests).
 
 def main(cases, argv):
-    """Runs the case argv[1] of `cases` (name -> function(tmp Path)) in a fresh temp dir.
-
-    Returns the exit status: 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage),
-    77 skipped (the case raised Skip).
-    """
-    if len(argv) != 2 or argv[1] not in cases:
-        print(f"usage: {argv[0]} CASE\ncases: {' '.join(cases)}", file=sys.stderr)
-        return 2
-    if not DSCACHE or not os.access(DSCACHE, os.X_OK):
-        print(f"DSCACHE={DSCACHE!r} is not an executable dscache binary", file=sys.stderr)
-        return 1
-    name = argv[1]
-    t0 = time.monotonic()
-    try:
+    """Runs the cases named in argv (`cases`: name -> function(tmp Path)) with the shared runner
+    (tests/testrunner.py): 0 pass, 1 fail (or no usable DSCACHE), 2 unknown case (usage), 77
+    skipped (the case raised Skip)."""
+    def preflight():
+        if not DSCACHE or not os.access(DSCACHE, os.X_OK):
+            return f"DSCACHE={DSCACHE!r} is not an executable dscache binary"
         _xxh64_selftest()
-        with tempfile.TemporaryDirectory(prefix=f"dscache-cli-{name}-") as d:
-            cases[name](Path(d))
-    except Skip as e:
-        print(f"SKIP {name}: {e}")
-        return 77
-    except Exception:  # noqa: BLE001 - any error fails the case with its traceback
-        traceback.print_exc()
-        print(f"FAIL {name} ({time.monotonic() - t0:.1f}s)", file=sys.stderr)
-        return 1
-    print(f"PASS {name} ({time.monotonic() - t0:.1f}s)")
-    return 0
+        return None
+    return testrunner.main(cases, argv, prefix="dscache-cli-", preflight=preflight)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "dscache/atomic_file.h"
 #include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
@@ -39,29 +40,8 @@
 
 namespace dscache::fuzz {
 
-// A directory under $TMPDIR (or /tmp) for this process, removed at exit.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-fuzz-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) {
-      std::perror("mkdtemp");
-      std::abort();
-    }
-    path_ = buf.data();
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// A directory under $TMPDIR (or /tmp); a target's static one lives as long as the process.
+using dscache::test::TempDir;
 
 // Replaces `path` with exactly `size` bytes (not atomically: fuzz inputs need no durability).
 inline void write_bytes(const std::string& path, const void* data, size_t size) {

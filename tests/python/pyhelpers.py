@@ -1,31 +1,27 @@
 #!/usr/bin/python3
-"""Shared code of the Python module's tests (tests/python/test_*.py): a tiny runner (pytest is
-not a dependency), fixtures built with the real `dscache build` from real PNGs, and the C++
-reference (loader_dump).
+"""Shared code of the Python module's tests (tests/python/test_*.py): fixtures built with the
+real `dscache build` from real PNGs, and the C++ reference (loader_dump).
 
-Each test file ends with `sys.exit(run(globals()))`: it runs every `test_*` function (or the
-ones named on the command line) in a fresh temporary directory passed as `tmp`, prints one line
-per test and exits 0 (all passed), 1 (one failed) or 77 (all skipped: SKIP for meson).
+Each test file ends with `sys.exit(main(globals()))`: its `test_*` functions are its cases, run
+by the runner every Python test shares (tests/testrunner.py: `FILE CASE...` or `FILE --all`,
+each case in a fresh temporary directory passed as `tmp`; exit 0 all passed, 1 one failed, 2
+usage, 77 all skipped: SKIP for meson).
 Environment (set by tests/meson.build): PYTHONPATH = build/python (the built package),
 DSCACHE = the dscache binary, LOADER_DUMP = the C++ reference dumper.
 """
-import inspect
 import os
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
+from pathlib import Path
 
 import cv2
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testrunner  # noqa: E402 - tests/testrunner.py, the runner every Python test shares
+from testrunner import Skip  # noqa: E402,F401 - the cases raise it
+
 DSCACHE = os.environ.get("DSCACHE", "")
 LOADER_DUMP = os.environ.get("LOADER_DUMP", "")
-
-
-class Skip(Exception):
-    pass
 
 
 def write_pngs(root, classes=3, per_class=23, seed=0):
@@ -47,9 +43,8 @@ def build_cache(tmp, name="cache", size="16x12", shard_size="20K", extra=(), **p
     write_pngs(src, **pngs)
     out = os.path.join(tmp, name)
     sized = ["--size", size] if size else []  # None for the ragged layout
-    r = subprocess.run([DSCACHE, "build", src, out, *sized, "--shard-size", shard_size,
-                        "--quiet", *extra], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"dscache build failed ({r.returncode}): {r.stderr}"
+    testrunner.run_cmd([DSCACHE, "build", src, out, *sized, "--shard-size", shard_size, "--quiet",
+                        *extra], timeout=300)
     return out
 
 
@@ -61,8 +56,7 @@ def cpp_batches(cache, out, seed=0, epoch=0, batch=8, shuffle="global", rank=0, 
         raise Skip("LOADER_DUMP not set (run through meson test)")
     args = [LOADER_DUMP, cache, out, seed, epoch, batch, shuffle, rank, world, int(drop_last),
             workers, prefetch, crop, h, w, int(flip), cursor]
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, f"loader_dump failed: {r.stderr}"
+    r = testrunner.run_cmd(args, timeout=120)
     images = np.fromfile(out + ".images", dtype=np.uint8)
     labels = np.fromfile(out + ".labels", dtype=np.int64)
     indices = np.fromfile(out + ".indices", dtype=np.uint64)
@@ -87,30 +81,6 @@ def assert_same_batches(got, want, what):
             assert np.array_equal(a, b), f"{what}: batch {k} {part} differ from the C++ Loader's"
 
 
-def run(namespace):
-    tests = {n: f for n, f in namespace.items() if n.startswith("test_") and callable(f)}
-    wanted = sys.argv[1:] or sorted(tests)
-    failed = skipped = 0
-    for name in wanted:
-        if name not in tests:
-            print(f"unknown test {name}; have: {', '.join(sorted(tests))}")
-            return 2
-        f = tests[name]
-        t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="dscache-py-") as tmp:
-            try:
-                if "tmp" in inspect.signature(f).parameters:
-                    f(tmp=tmp)
-                else:
-                    f()
-                print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
-            except Skip as e:
-                skipped += 1
-                print(f"SKIP {name}: {e}", flush=True)
-            except Exception:
-                failed += 1
-                print(f"FAIL {name}", flush=True)
-                traceback.print_exc()
-    if failed:
-        return 1
-    return 77 if skipped == len(wanted) else 0
+def main(namespace):
+    """Runs the `test_*` functions of a test file's globals() named in sys.argv."""
+    return testrunner.main(testrunner.test_functions(namespace), sys.argv, prefix="dscache-py-")

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyhelpers import build_cache, run  # noqa: E402
+from pyhelpers import build_cache, main  # noqa: E402
 
 import dscache  # noqa: E402
 
@@ -241,4 +241,4 @@ def test_lazy_cache(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(run(globals()))
+    sys.exit(main(globals()))

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyhelpers import Skip, assert_same_batches, build_cache, cpp_batches, run  # noqa: E402
+from pyhelpers import Skip, assert_same_batches, build_cache, cpp_batches, main  # noqa: E402
 
 import dscache  # noqa: E402
 
@@ -231,4 +231,4 @@ def test_two_ranks_from_torch_distributed(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(run(globals()))
+    sys.exit(main(globals()))

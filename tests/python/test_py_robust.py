@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyhelpers import build_cache, run  # noqa: E402
+from pyhelpers import build_cache, main  # noqa: E402
 
 import dscache  # noqa: E402
 
@@ -265,4 +265,4 @@ def test_state_dict_identity_and_ranges(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(run(globals()))
+    sys.exit(main(globals()))

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 
 import dscache
-from pyhelpers import DSCACHE, Skip, run
+from pyhelpers import DSCACHE, Skip, main
 
 CLASSES = ["cat", "dog", "emu"]
 
@@ -256,4 +256,4 @@ def test_shuffle_seed_records_build_order(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(run(globals()))
+    sys.exit(main(globals()))

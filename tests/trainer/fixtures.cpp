@@ -33,17 +33,6 @@ extern char** environ;
 
 namespace trainer_test {
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dscache-trainer-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = buf.data();
-}
-
-TempDir::~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-
 Dataset synthetic(uint64_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t classes, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Dataset d;

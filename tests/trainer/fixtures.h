@@ -6,20 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
+
 namespace trainer_test {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using dscache::test::TempDir;  // the tests' one temp dir (tests/temp_dir.h)
 
 // Samples in HWC uint8 plus labels in [0, classes).
 struct Dataset {

@@ -2,7 +2,7 @@
 // all-reduce against the flat one, no communication on non-final micro-steps, sync-BN against
 // one process with the whole batch (suite unit: ranks as threads of this process), and the
 // binary's bucketed vs flat training (suite cli: ranks as processes).
-// LibTorch first, then drop glog's CHECK macros before doctest (see test_trainer.cpp).
+// LibTorch first, then drop glog's CHECK macros before doctest (see test_trainer_unit.cpp).
 #include <torch/torch.h>
 #undef CHECK
 #undef CHECK_EQ

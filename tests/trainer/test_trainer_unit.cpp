@@ -1,0 +1,605 @@
+// dscache-train's parts in process (suite unit): accumulation equivalence, batch conversion,
+// tensor-backed Loader buffers, the autocast guard, GradScaler, the LR schedule, models,
+// --precision auto and the options table.
+// LibTorch first: Debian's c10 pulls in glog, whose CHECK* macros would otherwise replace
+// doctest's (silently turning assertions into glog aborts). Drop them, then include doctest.
+#include <torch/torch.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#undef CHECK_NOTNULL
+#undef CHECK_FALSE
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "amp.h"
+#include "dscache/cache.h"
+#include "dscache/loader.h"
+#include "fixtures.h"
+#include "models.h"
+#include "options.h"
+#include "precision.h"
+#include "train.h"
+#include "train_internal.h"
+
+namespace {
+
+using namespace dscache::train;
+using trainer_test::Dataset;
+using trainer_test::TempDir;
+
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : params) g.push_back(p.grad().detach().clone());
+  return g;
+}
+
+void zero_grads(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+// ||a - b|| / ||b|| over all tensors together.
+double rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).pow(2).sum().item<double>();
+    den += b[i].to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(num / den);
+}
+
+std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cache, uint32_t batch) {
+  dscache::LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.sampler.shuffle = dscache::Shuffle::kGlobal;
+  return std::make_shared<dscache::Loader>(cache, lo);
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE(
+      "accumulation: K micro-batches of b equal one batch of K*b (cnn, fp32), last window short") {
+    at::set_num_threads(2);
+    TempDir tmp;
+    // 53 samples, b = 8: 7 micro-batches (6 x 8 + 5). Windows of K = 3: 24, 24, 5 samples.
+    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
+    trainer_test::write_cache(tmp.path() + "/c", d, 20);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const Normalization norm = measure_normalization(*cache, NormalizeKind::kDataset);
+    const BatchConverter conv(norm, torch::kCPU, false);
+    const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
+
+    struct Case {
+      uint32_t b, k;
+      std::vector<int64_t> windows;
+    };
+    for (const Case& c : {Case{8, 3, {24, 24, 5}}, Case{8, 1, {8, 8, 8, 8, 8, 8, 5}},
+                          Case{5, 4, {20, 20, 13}}, Case{8, 7, {53}}}) {
+      CAPTURE(c.b);
+      CAPTURE(c.k);
+      torch::manual_seed(3);
+      auto model = make_model(ModelKind::kCnn, 3, 4, 12, 12);
+      const auto params = model->parameters();
+      auto micro = loader_for(cache, c.b);
+      auto big = loader_for(cache, c.b * c.k);
+      micro->start_epoch(7, 0);
+      big->start_epoch(7, 0);
+      const auto windows =
+          window_sample_counts(micro->batches_per_epoch(), micro->samples_per_epoch(), c.b, c.k);
+      CHECK(windows == c.windows);
+      for (size_t w = 0; w < windows.size(); ++w) {
+        CAPTURE(w);
+        zero_grads(params);
+        for (uint32_t i = 0; i < c.k; ++i) {
+          const dscache::Batch* b = micro->next();
+          if (!b) break;
+          forward_backward(*model, conv.images(*b), conv.labels(*b), windows[w], fp32, nullptr);
+        }
+        const auto accumulated = grads_of(params);
+        zero_grads(params);
+        const dscache::Batch* b = big->next();
+        REQUIRE(b != nullptr);
+        REQUIRE(static_cast<int64_t>(b->size) == windows[w]);
+        forward_backward(*model, conv.images(*b), conv.labels(*b), b->size, fp32, nullptr);
+        const auto whole = grads_of(params);
+        CHECK(rel_diff(accumulated, whole) < 1e-5);
+      }
+      CHECK(micro->next() == nullptr);
+      CHECK(big->next() == nullptr);
+    }
+  }
+
+  TEST_CASE(
+      "accumulation: dividing by the nominal K instead of the true count is detectably wrong") {
+    // The last window of 53 samples in windows of 3 x 8 holds 5: a loss scaled by 1/(K*b) = 1/24
+    // gives gradients 5/24 of the truth, far outside the 1e-5 the test above demands.
+    at::set_num_threads(2);
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
+    trainer_test::write_cache(tmp.path() + "/c", d, 20);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const BatchConverter conv(measure_normalization(*cache, NormalizeKind::kHalf), torch::kCPU,
+                              false);
+    const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
+    torch::manual_seed(3);
+    auto model = make_model(ModelKind::kCnn, 3, 4, 12, 12);
+    const auto params = model->parameters();
+    auto micro = loader_for(cache, 8);
+    micro->restore({7, 0, 6});  // the last (short) batch
+    const dscache::Batch* b = micro->next();
+    REQUIRE(b->size == 5);
+    const auto x = conv.images(*b), y = conv.labels(*b);
+    zero_grads(params);
+    forward_backward(*model, x, y, 24, fp32, nullptr);
+    const auto nominal = grads_of(params);
+    zero_grads(params);
+    forward_backward(*model, x, y, 5, fp32, nullptr);
+    const auto exact = grads_of(params);
+    CHECK(rel_diff(nominal, exact) == doctest::Approx(1.0 - 5.0 / 24.0).epsilon(1e-4));
+  }
+
+  TEST_CASE(
+      "batch conversion: NHWC uint8 → normalized NCHW float, channels-last keeps NHWC strides") {
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(4, 5, 6, 3, 2, 1);
+    trainer_test::write_cache(tmp.path() + "/c", d);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    Normalization norm{{0.1, 0.2, 0.3}, {0.5, 0.25, 0.125}};
+    auto loader = loader_for(cache, 4);
+    dscache::LoaderOptions lo;
+    lo.batch_size = 4;
+    lo.sampler.shuffle = dscache::Shuffle::kNone;
+    dscache::Loader plain(cache, lo);
+    plain.start_epoch(0, 0);
+    const dscache::Batch* b = plain.next();
+    REQUIRE(b);
+    for (bool cl : {false, true}) {
+      const torch::Tensor x = BatchConverter(norm, torch::kCPU, cl).images(*b);
+      CHECK((x.sizes() == torch::IntArrayRef({4, 3, 5, 6})));
+      CHECK((x.scalar_type() == torch::kFloat));
+      CHECK(x.is_contiguous(cl ? torch::MemoryFormat::ChannelsLast
+                               : torch::MemoryFormat::Contiguous));
+      for (int n : {0, 3}) {
+        for (int ch = 0; ch < 3; ++ch) {
+          const int yy = 4, xx = 2;
+          const double raw = d.images[((n * 5 + yy) * 6 + xx) * 3 + ch];
+          const double want = (raw / 255.0 - norm.mean[ch]) / norm.std[ch];
+          CHECK(x[n][ch][yy][xx].item<double>() == doctest::Approx(want).epsilon(1e-5));
+        }
+      }
+    }
+    const torch::Tensor y = BatchConverter(norm, torch::kCPU, false).labels(*b);
+    CHECK((y.scalar_type() == torch::kInt64));
+    CHECK(y[3].item<int64_t>() == d.labels[3]);
+    CHECK(y.data_ptr<int64_t>() != b->labels);  // a copy: valid after the Loader reuses its buffer
+  }
+
+  TEST_CASE("tensor_allocator: Loader buffers held as torch tensors serve the same batches") {
+    TempDir tmp;
+    const Dataset d = trainer_test::synthetic(37, 5, 6, 3, 2, 4);
+    trainer_test::write_cache(tmp.path() + "/c", d);
+    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    dscache::LoaderOptions lo;
+    lo.batch_size = 8;
+    lo.prefetch = 2;
+    auto epoch = [&](const dscache::LoaderOptions& o) {
+      dscache::Loader loader(cache, o);
+      loader.start_epoch(3, 1);
+      std::vector<std::vector<uint8_t>> out;
+      while (const dscache::Batch* b = loader.next()) {
+        CHECK(reinterpret_cast<uintptr_t>(b->images) % 64 == 0);
+        out.emplace_back(b->images, b->images + size_t{b->size} * 5 * 6 * 3);
+      }
+      return out;
+    };
+    const auto plain = epoch(lo);
+    lo.allocator = tensor_allocator(/*pinned=*/false);
+    const auto held = epoch(lo);
+    CHECK(held.size() == 5);
+    CHECK(held == plain);
+    // Page-locked memory needs CUDA: a CPU-only LibTorch refuses it rather than pretending.
+    if (!torch::cuda::is_available()) {
+      lo.allocator = tensor_allocator(/*pinned=*/true);
+      CHECK_THROWS(dscache::Loader(cache, lo));
+    }
+  }
+
+  TEST_CASE("autocast guard: bf16 conv/linear inside on CPU, fp32 outside, nesting restores") {
+    at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
+    REQUIRE_FALSE(at::autocast::is_cpu_enabled());
+    torch::manual_seed(0);
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
+    torch::nn::Linear lin(8, 2);
+    const torch::Tensor img = torch::randn({2, 3, 6, 6});
+    const torch::Tensor vec = torch::randn({2, 8});
+    CHECK((conv(img).scalar_type() == torch::kFloat));
+    {
+      AutocastGuard outer(torch::kCPU, torch::kBFloat16);
+      CHECK(at::autocast::is_cpu_enabled());
+      CHECK((conv(img).scalar_type() == torch::kBFloat16));
+      CHECK((lin(vec).scalar_type() == torch::kBFloat16));
+      {
+        AutocastGuard fp32_region(torch::kCPU, torch::kBFloat16, /*enabled=*/false);
+        CHECK_FALSE(at::autocast::is_cpu_enabled());
+        CHECK((lin(vec).scalar_type() == torch::kFloat));
+      }
+      CHECK(at::autocast::is_cpu_enabled());
+      CHECK((lin(vec).scalar_type() == torch::kBFloat16));
+      {
+        AutocastGuard inner(torch::kCPU, torch::kBFloat16);
+        CHECK((conv(img).scalar_type() == torch::kBFloat16));
+      }
+      CHECK(at::autocast::is_cpu_enabled());  // the inner guard put back the outer's state
+    }
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
+    CHECK((at::autocast::get_autocast_cpu_dtype() == torch::kBFloat16));
+    CHECK((conv(img).scalar_type() == torch::kFloat));
+    CHECK((lin(vec).scalar_type() == torch::kFloat));
+    // Survives an exception (1.13 accepts only bf16 as the CPU autocast dtype, so the dtype
+    // restore is seen only as "still bf16").
+    try {
+      AutocastGuard g(torch::kCPU, torch::kBFloat16);
+      CHECK(at::autocast::is_cpu_enabled());
+      throw std::runtime_error("x");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
+    CHECK((lin(vec).scalar_type() == torch::kFloat));
+  }
+
+  TEST_CASE("autocast: a bf16 micro-step keeps fp32 master weights and fp32 gradients") {
+    // How close a bf16 gradient must be to the fp32 one, from the arithmetic rather than one
+    // machine's output. bf16 keeps 8 significant bits (u = 2^-8), so every operand autocast
+    // rounds moves by up to u relative. This net's gradient is sensitive to that far beyond u:
+    // a rounding can flip a ReLU sign or a max-pool choice, and such flips dominate the error
+    // (measured: rounding only x and the parameters moves the gradient by 2-12%). So the
+    // yardstick is measured on the same computation: eps_leaf, the change when x and the 8
+    // parameter tensors (9 tensors) are rounded to bf16 and the arithmetic stays fp32. Autocast
+    // rounds at 20 sites instead (per layer: its input, weight, bias and output forward, the
+    // incoming gradient backward); independent errors add in quadrature, sqrt(20/9) = 1.5, so
+    // the pooled relative error over seeds must stay within 2 x eps_leaf where bf16 products are
+    // accumulated in fp32 (AVX512_BF16/AMX, and oneDNN's emulation on AVX-512 CPUs without
+    // them). CPUs without AVX-512 (AVX2) run ATen's bf16 kernels instead, which also keep the
+    // sums of the gradient reductions (up to N*H*W = 6*8*8 = 384 terms here) in bf16: a blocked
+    // or pairwise sum rounds once per level, log2(384) = 8.6 more roundings in quadrature, so
+    // 2 x sqrt(1 + log2 384) = 6.2 x eps_leaf there. Both kernel paths run on every machine:
+    // this CPU's own, and ATen's with oneDNN switched off (what an AVX2 CPU runs). Measured on
+    // an AVX512_BF16 EPYC: pooled ratios 0.94 (oneDNN) and 3.0 (ATen). A gradient that is
+    // wrong rather than rounded (unscaled, detached, another dtype) misses by orders more.
+    struct MkldnnRestore {
+      ~MkldnnRestore() { at::globalContext().setUserEnabledMkldnn(true); }
+    } restore;
+    auto sq_norm = [](const std::vector<torch::Tensor>& g) {
+      double s = 0;
+      for (const auto& t : g) s += t.to(torch::kDouble).pow(2).sum().item<double>();
+      return s;
+    };
+    auto sq_dist = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+      double s = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        s += (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).pow(2).sum().item<double>();
+      return s;
+    };
+    const double reduction = 6.0 * 8 * 8;
+    for (const bool onednn : {true, false}) {
+      CAPTURE(onednn);
+      at::globalContext().setUserEnabledMkldnn(onednn);
+      const double factor = onednn ? 2.0 : 2.0 * std::sqrt(1.0 + std::log2(reduction));
+      double err16 = 0, err_leaf = 0;
+      for (int seed = 1; seed <= 8; ++seed) {
+        CAPTURE(seed);
+        torch::manual_seed(seed);
+        auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
+        const auto params = model->parameters();
+        const torch::Tensor x = torch::randn({6, 1, 8, 8});
+        const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+        const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
+        forward_backward(*model, x, y, 6, fp32, nullptr);
+        const auto g32 = grads_of(params);
+        zero_grads(params);
+        const MicroResult r = forward_backward(
+            *model, x, y, 6, amp_config(Precision::kBf16, DeviceKind::kCpu), nullptr);
+        CHECK(std::isfinite(r.loss_sum.item<double>()));
+        CHECK(r.correct.item<int64_t>() >= 0);
+        for (const auto& p : params) {
+          CHECK((p.scalar_type() == torch::kFloat));
+          CHECK((p.grad().scalar_type() == torch::kFloat));
+        }
+        const auto g16 = grads_of(params);
+        CHECK(rel_diff(g16, g32) > 0);  // bf16 really ran
+        // The yardstick: the leaves rounded to bf16, fp32 arithmetic.
+        zero_grads(params);
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& p : params) p.copy_(p.to(torch::kBFloat16).to(torch::kFloat));
+        }
+        forward_backward(*model, x.to(torch::kBFloat16).to(torch::kFloat), y, 6, fp32, nullptr);
+        const auto g_leaf = grads_of(params);
+        const double n32 = sq_norm(g32);
+        err16 += sq_dist(g16, g32) / n32;
+        err_leaf += sq_dist(g_leaf, g32) / n32;
+      }
+      const double ratio = std::sqrt(err16 / err_leaf);
+      MESSAGE(std::string(onednn ? "oneDNN" : "ATen")
+              << " bf16 kernels: pooled relative gradient error " << std::sqrt(err16 / 8) << ", "
+              << ratio << " x the leaves' rounding (bound " << factor << ")");
+      CHECK(err_leaf > 0);
+      CHECK(ratio <= factor);
+    }
+    CHECK_FALSE(at::autocast::is_cpu_enabled());
+  }
+
+  TEST_CASE(
+      "GradScaler: unscale is exact, inf skips the step and backs off, growth after the interval") {
+    torch::manual_seed(0);
+    torch::nn::Linear lin(4, 3);
+    auto params = lin->parameters();
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+
+    SUBCASE("defaults") {
+      GradScaler s;
+      CHECK(s.scale_value() == 65536.0);
+      CHECK(s.growth_tracker() == 0);
+    }
+    SUBCASE("unscale exact") {
+      GradScaler s;
+      std::vector<torch::Tensor> want;
+      for (auto& p : params) {
+        want.push_back(torch::randn(p.sizes()));
+        p.mutable_grad() = want.back() * 65536.0;
+      }
+      CHECK(s.unscale(params));
+      CHECK(s.unscale(params));  // a second call in the same step does not divide again
+      for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i].grad(), want[i]));
+    }
+    SUBCASE("injected inf: step skipped, scale halved, tracker reset") {
+      GradScaler s(GradScalerOptions{1024.0, 2.0, 0.5, 3});
+      for (int i = 0; i < 2; ++i) {  // two clean steps first
+        for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes()) * s.scale_value();
+        CHECK(s.step(opt, params));
+      }
+      CHECK(s.growth_tracker() == 2);
+      std::vector<torch::Tensor> before;
+      for (auto& p : params) before.push_back(p.detach().clone());
+      for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
+      params[0].mutable_grad()[0][1] = std::numeric_limits<float>::infinity();
+      CHECK_FALSE(s.step(opt, params));
+      for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], before[i]));
+      CHECK(s.scale_value() == 512.0);
+      CHECK(s.growth_tracker() == 0);
+      params[1].mutable_grad()[0] = std::nan("");
+      CHECK_FALSE(s.step(opt, params));
+      CHECK(s.scale_value() == 256.0);
+    }
+    SUBCASE("growth after growth_interval consecutive finite steps") {
+      GradScaler s(GradScalerOptions{8.0, 2.0, 0.5, 3});
+      for (int i = 0; i < 2; ++i) {
+        for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
+        CHECK(s.step(opt, params));
+        CHECK(s.scale_value() == 8.0);
+      }
+      for (auto& p : params) p.mutable_grad() = torch::ones(p.sizes());
+      CHECK(s.step(opt, params));
+      CHECK(s.scale_value() == 16.0);
+      CHECK(s.growth_tracker() == 0);
+    }
+    SUBCASE("state round trip through an archive") {
+      GradScaler s(GradScalerOptions{64.0, 2.0, 0.5, 100});
+      for (int i = 0; i < 5; ++i) s.update(false);
+      s.update(true);
+      s.update(false);
+      torch::serialize::OutputArchive out;
+      s.save(out);
+      std::ostringstream bytes;
+      out.save_to(bytes);
+      torch::serialize::InputArchive in;
+      std::istringstream is(bytes.str());
+      in.load_from(is);
+      GradScaler t;
+      t.load(in);
+      CHECK(t.scale_value() == 32.0);
+      CHECK(t.growth_tracker() == 1);
+    }
+    SUBCASE("scaled micro-steps then unscale give the unscaled gradient") {
+      torch::manual_seed(2);
+      auto model = make_model(ModelKind::kCnn, 1, 3, 8, 8);
+      const auto mp = model->parameters();
+      const torch::Tensor x = torch::randn({4, 1, 8, 8});
+      const torch::Tensor y = torch::tensor(std::vector<int64_t>{0, 1, 2, 1});
+      const AmpConfig a = amp_config(Precision::kFp32, DeviceKind::kCpu);
+      forward_backward(*model, x, y, 4, a, nullptr);
+      const auto plain = grads_of(mp);
+      zero_grads(mp);
+      GradScaler s;
+      forward_backward(*model, x.slice(0, 0, 2), y.slice(0, 0, 2), 4, a, &s);
+      forward_backward(*model, x.slice(0, 2, 4), y.slice(0, 2, 4), 4, a, &s);
+      CHECK(s.unscale(mp));
+      CHECK(rel_diff(grads_of(mp), plain) < 1e-5);
+    }
+  }
+
+  TEST_CASE("grads_finite: one reduction sees inf and NaN anywhere") {
+    auto a = torch::zeros({3}, torch::requires_grad());
+    auto b = torch::zeros({2, 2}, torch::requires_grad());
+    a.mutable_grad() = torch::ones({3});
+    b.mutable_grad() = torch::ones({2, 2});
+    CHECK(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = -std::numeric_limits<float>::infinity();
+    CHECK_FALSE(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = std::nan("");
+    CHECK_FALSE(grads_finite({a, b}));
+    b.mutable_grad()[1][1] = 3.0e38f;  // finite values whose float sum would overflow
+    a.mutable_grad()[0] = 3.0e38f;
+    CHECK(grads_finite({a, b}));
+  }
+
+  TEST_CASE("LR schedule per optimizer step: warm-up, constant, cosine, step") {
+    TrainOptions o;
+    o.lr = 0.1;
+    o.warmup_steps = 4;
+    struct Row {
+      ScheduleKind kind;
+      uint64_t step;
+      double want;
+    };
+    const double pi = M_PI;
+    for (const Row& r :
+         {Row{ScheduleKind::kConstant, 0, 0.025}, Row{ScheduleKind::kConstant, 3, 0.1},
+          Row{ScheduleKind::kConstant, 50, 0.1}, Row{ScheduleKind::kCosine, 4, 0.1},
+          Row{ScheduleKind::kCosine, 9, 0.1 * 0.5 * (1 + std::cos(pi * 5 / 20))},
+          Row{ScheduleKind::kCosine, 24, 0.0}, Row{ScheduleKind::kStep, 4, 0.1},
+          Row{ScheduleKind::kStep, 10, 0.01}, Row{ScheduleKind::kStep, 16, 0.001}}) {
+      o.schedule = r.kind;
+      o.step_size = 6;
+      CAPTURE(r.step);
+      CHECK(lr_at(o, r.step, 24) == doctest::Approx(r.want).epsilon(1e-12));
+    }
+  }
+
+  TEST_CASE("models: output shapes; resnet18 picks its stem by input size") {
+    torch::NoGradGuard ng;
+    struct Row {
+      ModelKind kind;
+      int64_t c, classes, h, w;
+    };
+    for (const Row& r :
+         {Row{ModelKind::kCnn, 1, 10, 28, 28}, Row{ModelKind::kCnn, 3, 5, 13, 9},
+          Row{ModelKind::kResnet18, 3, 10, 32, 32}, Row{ModelKind::kResnet18, 1, 7, 96, 80}}) {
+      auto m = make_model(r.kind, r.c, r.classes, r.h, r.w);
+      m->eval();
+      CHECK(m->forward(torch::randn({2, r.c, r.h, r.w})).sizes() ==
+            torch::IntArrayRef({2, r.classes}));
+    }
+    auto cifar = make_model(ModelKind::kResnet18, 3, 10, 32, 32);
+    auto imagenet = make_model(ModelKind::kResnet18, 3, 10, 224, 224);
+    CHECK((cifar->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef({64, 3, 3, 3})));
+    CHECK((imagenet->named_parameters()["conv1.weight"].sizes() ==
+           torch::IntArrayRef({64, 3, 7, 7})));
+    CHECK(imagenet->named_parameters().contains("layer4.1.bn2.weight"));
+    int64_t n = 0;
+    for (const auto& p : imagenet->parameters()) n += p.numel();
+    CHECK(n == 11181642);  // torchvision resnet18(num_classes=10)
+    auto cnn = make_model(ModelKind::kCnn, 1, 10, 28, 28);
+    CHECK((cnn->named_parameters()["fc1.weight"].sizes() == torch::IntArrayRef({128, 64 * 7 * 7})));
+  }
+
+  TEST_CASE("precision auto: bf16 only where it is native, fp16 on older GPUs, else fp32") {
+    bool help = false;
+    CHECK((parse_options({"--train", "x"}, &help, nullptr).precision == Precision::kAuto));
+    CpuBf16 native, avx2, capped;
+    native.avx512_bf16 = true;
+    capped.avx512_bf16 = true;
+    capped.isa_cap = "avx2";
+    capped.cap_allows_bf16 = false;
+    CHECK(native.native());
+    CHECK_FALSE(avx2.native());
+    CHECK_FALSE(capped.native());
+    const auto cpu = DeviceKind::kCpu, cuda = DeviceKind::kCuda;
+    CHECK((choose_precision(Precision::kAuto, cpu, native, -1).precision == Precision::kBf16));
+    CHECK((choose_precision(Precision::kAuto, cpu, avx2, -1).precision == Precision::kFp32));
+    CHECK((choose_precision(Precision::kAuto, cpu, capped, -1).precision == Precision::kFp32));
+    CHECK((choose_precision(Precision::kAuto, cuda, avx2, 8).precision == Precision::kBf16));
+    CHECK((choose_precision(Precision::kAuto, cuda, avx2, 7).precision == Precision::kFp16));
+    CHECK((choose_precision(Precision::kAuto, cuda, avx2, -1).precision == Precision::kFp16));
+    const PrecisionChoice slow = choose_precision(Precision::kBf16, cpu, avx2, -1);
+    CHECK((slow.precision == Precision::kBf16));  // as asked, but said to be slow
+    CHECK(slow.warning.find("emulated") != std::string::npos);
+    CHECK(choose_precision(Precision::kBf16, cpu, native, -1).warning.empty());
+    CHECK(choose_precision(Precision::kFp32, cpu, native, -1).reason.empty());
+    CHECK(choose_precision(Precision::kAuto, cpu, avx2, -1).reason.find("fp32") !=
+          std::string::npos);
+    // detect_cpu_bf16 agrees with the kernel's reading of the same CPU (/proc/cpuinfo flags).
+    std::ifstream info("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(info, line)) {
+      if (line.rfind("flags", 0) == 0) {
+        flags = line + " ";
+        break;
+      }
+    }
+    if (!flags.empty()) {
+      const CpuBf16 here = detect_cpu_bf16();
+      CAPTURE(here.describe());
+      CHECK(here.avx512_bf16 == (flags.find(" avx512_bf16 ") != std::string::npos));
+      CHECK(here.amx_bf16 == (flags.find(" amx_bf16 ") != std::string::npos));
+    }
+  }
+
+  TEST_CASE("options: every bad value is refused naming its field") {
+    struct Row {
+      std::vector<std::string> args;
+      std::string field;
+    };
+    const std::vector<Row> rows = {
+        {{}, "--train"},
+        {{"--train", "x", "--batch", "0"}, "--batch"},
+        {{"--train", "x", "--epochs", "0"}, "--epochs"},
+        {{"--train", "x", "--model", "vgg"}, "--model"},
+        {{"--train", "x", "--precision", "fp8"}, "--precision"},
+        {{"--train", "x", "--precision", "fp16"}, "--precision"},
+        {{"--train", "x", "--optimizer", "lamb"}, "--optimizer"},
+        {{"--train", "x", "--schedule", "poly"}, "--schedule"},
+        {{"--train", "x", "--device", "tpu"}, "--device"},
+        {{"--train", "x", "--lr", "-1"}, "--lr"},
+        {{"--train", "x", "--lr", "0"}, "--lr"},
+        {{"--train", "x", "--momentum", "1.5"}, "--momentum"},
+        {{"--train", "x", "--weight-decay", "-0.1"}, "--weight-decay"},
+        {{"--train", "x", "--clip-grad", "-1"}, "--clip-grad"},
+        {{"--train", "x", "--batch", "32", "--effective-batch", "100"}, "--effective-batch"},
+        {{"--train", "x", "--accum-steps", "2", "--effective-batch", "64"}, "--accum-steps"},
+        {{"--train", "x", "--accum-steps", "0"}, "--accum-steps"},
+        {{"--train", "x", "--resume"}, "--resume"},
+        {{"--train", "x", "--checkpoint-every", "5"}, "--checkpoint-every"},
+        {{"--train", "x", "--batch", "lots"}, "batch"},
+        {{"--train", "x", "--frobnicate"}, "frobnicate"},
+        {{"--train", "x", "--lazy-cache", "f.bin"}, "--image-size"},
+        {{"--train", "x", "--lazy-cache", "f.bin", "--image-size", "8", "--channels", "2"},
+         "--channels"},
+        {{"--train", "x", "--force"}, "--force"},
+        {{"--train", "x", "--output", "o", "--force", "--resume"}, "--force"},
+        {{"--train", "x", "--prefetch", "4294967295"}, "--prefetch"},
+        {{"--train", "x", "--output", "o", "--allow-data-change"}, "--allow-data-change"},
+    };
+    for (const Row& r : rows) {
+      CAPTURE(r.field);
+      bool help = false;
+      std::string message;
+      try {
+        TrainOptions o = parse_options(r.args, &help, nullptr);
+        resolve_and_validate(&o);
+      } catch (const UsageError& e) {
+        message = e.what();
+      }
+      CAPTURE(message);
+      CHECK(message.find(r.field) != std::string::npos);
+    }
+    bool help = false;
+    TrainOptions o = parse_options(
+        {"--train", "x", "--batch", "32", "--effective-batch", "256", "--optimizer", "adamw"},
+        &help, nullptr);
+    resolve_and_validate(&o);
+    CHECK(o.accum_steps == 8);
+    CHECK(o.lr == 1e-3);
+    CHECK(o.weight_decay == 0.01);
+  }
+
+}  // TEST_SUITE unit
