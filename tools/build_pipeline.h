@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "dscache/manifest.h"
 
 namespace dscache {
@@ -40,13 +41,13 @@ struct BuildSummary {
 };
 
 // --strict met a file it cannot decode. Nothing was kept.
-class BadSourceError : public Error {
+class BadSourceError : public Error, public ExitsWith<ExitCode::kBadSource> {
  public:
   using Error::Error;
 };
 
 // OUTPUT exists (without --force) or an interrupted build exists (without --resume/--force).
-class OutputExistsError : public Error {
+class OutputExistsError : public Error, public ExitsWith<ExitCode::kOutputExists> {
  public:
   using Error::Error;
 };

@@ -249,7 +249,7 @@ int cmd_bench(int argc, char** argv) {
   po::variables_map vm;
   std::set<std::string> groups;
   try {
-    if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return kExitOk;
+    if (!parse_cache_args(argc, argv, desc, "bench", &dir, &vm)) return to_int(ExitCode::kOk);
     if (batch == 0) throw UsageError("--batch must be >= 1");
     if (threads < 0) throw UsageError("--threads must be >= 0");
     if (seconds <= 0) throw UsageError("--seconds must be positive");
@@ -270,12 +270,8 @@ int cmd_bench(int argc, char** argv) {
     } else {
       groups.insert(std::begin(kRowGroups), std::end(kRowGroups));
     }
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitUsage;
+  } catch (const std::exception& e) {
+    return report_failure("dscache bench", e);
   }
   const bool as_json = vm.count("json") > 0;
   const int all_threads =
@@ -294,7 +290,11 @@ int cmd_bench(int argc, char** argv) {
     }
     if (m.count == 0) {  // a valid cache (FORMAT.md), but there is nothing to time
       std::fprintf(stderr, "dscache bench: %s holds no samples to measure\n", dir.c_str());
-      return kExitUsage;
+      if (as_json) {
+        std::printf("%s\n",
+                    json{{"cache", dir}, {"samples", 0}, {"rows", json::array()}}.dump(2).c_str());
+      }
+      return to_int(ExitCode::kOk);
     }
     CacheOptions serve_options;
     serve_options.memory = memory == "pread"        ? MemoryMode::kPread
@@ -611,13 +611,9 @@ int cmd_bench(int argc, char** argv) {
       }
       if (!decode_note.empty()) std::printf("note: %s\n", decode_note.c_str());
     }
-    return kExitOk;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
+    return to_int(ExitCode::kOk);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitError;
+    return report_failure("dscache bench", e);
   }
 }
 
