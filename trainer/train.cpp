@@ -195,14 +195,11 @@ void Run::claim_output() {
   if (main_rank_) {
     try {
       claim_output_on_main_rank();
-    } catch (const UsageError&) {
-      code = kExitUsage;
-      failure = std::current_exception();
-    } catch (const OutputInUseError&) {
-      code = kExitOutputInUse;
+    } catch (const std::exception& e) {
+      code = to_int(exit_code_for(e));
       failure = std::current_exception();
     } catch (...) {
-      code = kExitError;
+      code = to_int(ExitCode::kError);
       failure = std::current_exception();
     }
   }
@@ -214,10 +211,8 @@ void Run::claim_output() {
   }
   if (failure) std::rethrow_exception(failure);
   if (code == 0) return;
-  const std::string why = "rank 0 could not take --output " + o_.output + " (see its message)";
-  if (code == kExitUsage) throw UsageError(why);
-  if (code == kExitOutputInUse) throw OutputInUseError(why);
-  throw std::runtime_error(why);
+  throw ExitCodeError(static_cast<ExitCode>(code),
+                      "rank 0 could not take --output " + o_.output + " (see its message)");
 }
 
 int Run::go() {
@@ -416,7 +411,7 @@ int Run::go() {
       } else {
         ++st_.epoch_skipped;
         if (!scaler_ && ++st_.nonfinite_run >= kMaxNonFiniteRun) {
-          throw std::runtime_error(
+          throw DivergedError(
               "loss or gradients were inf/NaN for " + std::to_string(kMaxNonFiniteRun) +
               " consecutive steps (last: step " + std::to_string(st_.global_step + 1) +
               "); lower --lr or add --clip-grad" +
