@@ -34,12 +34,11 @@ BuildRecipe resolve_recipe(const BuildOptions& opt, const SourceListing& src) {
   const bool ragged = opt.layout == Layout::kRagged;
   if (ragged) {
     if (r.max_side == 0) {
-      throw Error(ErrorKind::kInvalidArgument, "--max-side",
-                  "is required with --layout ragged (the shorter side's limit, e.g. 256)");
+      throw UsageError(
+          "--max-side: is required with --layout ragged (the shorter side's limit, e.g. 256)");
     }
     if (opt.size_given) {
-      throw Error(ErrorKind::kInvalidArgument, "--size",
-                  "does not apply to --layout ragged (use --max-side)");
+      throw UsageError("--size: does not apply to --layout ragged (use --max-side)");
     }
     r.height = r.width = 0;
     if (src.kind == "idx" && !opt.channels_given) r.channels = 1;
@@ -50,18 +49,17 @@ BuildRecipe resolve_recipe(const BuildOptions& opt, const SourceListing& src) {
     }
     if (!opt.channels_given) r.channels = 1;
   } else if (!opt.size_given) {
-    throw Error(ErrorKind::kInvalidArgument, "--size",
-                "is required for folder and list sources (e.g. --size 224 or --size 256x192)");
+    throw UsageError(
+        "--size: is required for folder and list sources (e.g. --size 224 or --size 256x192)");
   }
   if (!ragged) r.max_side = 0;
   if (opt.codec == Codec::kJpeg) {
     if (!jpeg_supported()) {
-      throw Error(ErrorKind::kUnsupported, "--codec",
-                  "jpeg: this dscache was built without JPEG support (meson feature jpeg)");
+      throw UsageError(
+          "--codec jpeg: this dscache was built without JPEG support (meson feature jpeg)");
     }
     if (r.quality < 1 || r.quality > 100) {
-      throw Error(ErrorKind::kInvalidArgument, "--codec",
-                  "jpeg quality " + std::to_string(r.quality) + ": expected 1..100");
+      throw UsageError("--codec: jpeg quality " + std::to_string(r.quality) + ": expected 1..100");
     }
   } else {
     r.quality = 0;

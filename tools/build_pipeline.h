@@ -7,6 +7,7 @@
 
 #include "dscache/cache_writer.h"
 #include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "dscache/manifest.h"
 
 namespace dscache {
@@ -41,7 +42,7 @@ struct BuildSummary {
 };
 
 // --strict met a file it cannot decode. Nothing was kept.
-class BadSourceError : public Error {
+class BadSourceError : public Error, public ExitsWith<ExitCode::kBadSource> {
  public:
   using Error::Error;
 };

@@ -1,14 +1,10 @@
 #include "cli_util.h"
 
 #include <cctype>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 
 #include "build_pipeline.h"
-#include "commands.h"
 #include "dscache/error.h"
 #include "dscache/ingest/source_list.h"
 
@@ -38,13 +34,18 @@ bool is_unsigned_option(const boost::program_options::value_semantic* v) {
 
 }  // namespace
 
-void store_command_line(int argc, char** argv,
+void parse_command_line(int argc, char** argv,
                         const boost::program_options::options_description& options,
                         const boost::program_options::positional_options_description& positional,
                         boost::program_options::variables_map* vm) {
   namespace po = boost::program_options;
-  const po::parsed_options parsed =
-      po::command_line_parser(argc, argv).options(options).positional(positional).run();
+  const po::parsed_options parsed = [&] {
+    try {
+      return po::command_line_parser(argc, argv).options(options).positional(positional).run();
+    } catch (const po::error& e) {
+      throw UsageError(e.what());
+    }
+  }();
   for (const po::option& o : parsed.options) {
     if (o.unregistered || o.string_key.empty()) continue;
     const po::option_description* d = options.find_nothrow(o.string_key, false);
@@ -56,7 +57,12 @@ void store_command_line(int argc, char** argv,
       }
     }
   }
-  po::store(parsed, *vm);
+  try {
+    po::store(parsed, *vm);
+    po::notify(*vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
@@ -107,8 +113,7 @@ bool parse_cache_args(int argc, char** argv,
   all.add(desc).add(hidden);
   po::positional_options_description pos;
   pos.add("cache", 1);
-  store_command_line(argc, argv, all, pos, vm);
-  po::notify(*vm);
+  parse_command_line(argc, argv, all, pos, vm);
   if (vm->count("help")) {
     std::cout << desc << "\n";
     return false;
@@ -134,27 +139,6 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-bool is_out_of_space(const std::exception& e) {
-  const int kinds[] = {ENOSPC, EDQUOT, EFBIG};
-  if (const auto* fe = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
-    for (int k : kinds) {
-      if (fe->code() == std::error_code(k, std::generic_category())) return true;
-    }
-    return false;
-  }
-  const auto* de = dynamic_cast<const Error*>(&e);
-  if (de == nullptr || de->kind() != ErrorKind::kIOError) return false;
-  // throw_errno() ends the reason with strerror(errno); Error carries no errno of its own.
-  const std::string& reason = de->reason();
-  for (int k : kinds) {
-    const std::string s = std::strerror(k);
-    if (reason.size() >= s.size() && reason.compare(reason.size() - s.size(), s.size(), s) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string command_line(const char* command, int argc, char** argv) {
   std::string line = command;
   for (int i = 0; i < argc; ++i) {
@@ -164,7 +148,7 @@ std::string command_line(const char* command, int argc, char** argv) {
   return line;
 }
 
-int out_of_space(const char* command, const std::string& output) {
+void advise_out_of_space(const char* command, const std::string& output) {
   std::string out = absolute_path(output);
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   std::fprintf(stderr,
@@ -172,7 +156,6 @@ int out_of_space(const char* command, const std::string& output) {
                "published; the finished work is kept in %s: free space and rerun with --resume "
                "to continue\n",
                command, CacheWriter::partial_dir_for(out).c_str());
-  return kExitNoSpace;
 }
 
 }  // namespace dscache

@@ -1,6 +1,7 @@
 // `dscache bench CACHE [--source DIR] [--json]`: measures serving speed in one run. This file
 // parses the flags and runs the row groups in order (bench_rows.h); bench_report.h prints them.
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "dscache/ingest/image_decode.h"
 
 namespace dscache {
@@ -58,7 +60,7 @@ std::set<std::string> parse_row_groups(const std::string& rows_arg) {
 }
 
 // Parses argv into *f. Returns -1 to go on, or the exit code to return now (--help: 0; a bad
-// flag: kExitUsage, its message printed).
+// flag: ExitCode::kUsage, its message printed).
 int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
   po::options_description desc(
       "Usage: dscache bench CACHE [options]\n\n"
@@ -85,7 +87,7 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "json", "machine-readable output");
   po::variables_map vm;
   try {
-    if (!parse_cache_args(argc, argv, desc, "bench", &f->dir, &vm)) return kExitOk;
+    if (!parse_cache_args(argc, argv, desc, "bench", &f->dir, &vm)) return to_int(ExitCode::kOk);
     if (f->batch == 0) throw UsageError("--batch must be >= 1");
     if (f->threads < 0) throw UsageError("--threads must be >= 0");
     if (f->seconds <= 0) throw UsageError("--seconds must be positive");
@@ -94,12 +96,8 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       throw UsageError("--memory '" + f->memory + "': expected auto, page-cache or pread");
     }
     f->groups = parse_row_groups(f->rows_arg);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitUsage;
+  } catch (const std::exception& e) {
+    return report_failure("dscache bench", e);
   }
   f->json = vm.count("json") > 0;
   return -1;
@@ -174,21 +172,23 @@ int cmd_bench(int argc, char** argv) {
   r.want_out_of_core = s.want("out-of-core");
   try {
     if (!measure(f, s, &r)) {
+      // A valid cache (FORMAT.md), but there is nothing to time.
       std::fprintf(stderr, "dscache bench: %s holds no samples to measure\n", f.dir.c_str());
-      return kExitUsage;
+      if (f.json) {
+        std::printf("%s\n", nlohmann::json{{"cache", f.dir}, {"samples", 0}, {"rows", nlohmann::json::array()}}
+                               .dump(2)
+                               .c_str());
+      }
+      return to_int(ExitCode::kOk);
     }
     if (f.json) {
       print_bench_json(r);
     } else {
       print_bench_text(r);
     }
-    return kExitOk;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
+    return to_int(ExitCode::kOk);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache bench: %s\n", e.what());
-    return kExitError;
+    return report_failure("dscache bench", e);
   }
 }
 

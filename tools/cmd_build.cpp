@@ -12,7 +12,6 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "dscache/lock.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -48,179 +47,193 @@ void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality
   *quality = static_cast<uint32_t>(std::stoul(q));
 }
 
-}  // namespace
+// The flags of `dscache build` that are parsed from text into BuildOptions.
+struct BuildFlags {
+  std::string size;               // --size N or HxW
+  std::string resize = "crop";    // --resize
+  std::string storage = "npy";    // --storage
+  std::string shard_size = "1G";  // --shard-size, a byte count
+  std::string classes;            // --classes, comma-separated
+  std::string layout = "fixed";   // --layout
+  std::string shuffle = "0";      // --shuffle SEED or none
+  std::string codec = "raw";      // --codec raw | jpeg[:Q]
+  std::string part;               // --part I/N or auto
+  uint32_t parts = 0;             // --parts, with --part auto
+  uint32_t channels = 3;          // --channels 1 or 3
+};
 
-int cmd_build(int argc, char** argv) {
+// The options --help shows; values land in `f` and `opt`.
+po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
   po::options_description desc(
       "Usage: dscache build SOURCE OUTPUT [options]\n\n"
       "Decode an image dataset once into pre-decoded shards.\n"
       "SOURCE: a folder with one sub-folder per class, a .csv/.tsv list (path,label),\n"
       "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
-  std::string size, resize = "crop", storage = "npy", shard_size = "1G", classes, layout = "fixed",
-                    shuffle, codec = "raw", part;
-  uint32_t parts = 0;
-  BuildOptions opt;
-  uint32_t channels = 3;
   desc.add_options()("help,h", "show this help")(
-      "size", po::value(&size), "output size: N (square) or HxW; required unless idx")(
-      "resize", po::value(&resize)->default_value("crop"),
+      "size", po::value(&f->size), "output size: N (square) or HxW; required unless idx")(
+      "resize", po::value(&f->resize)->default_value("crop"),
       "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")(
-      "channels", po::value(&channels), "3 (RGB, default) or 1 (grey; default for idx)")(
-      "storage", po::value(&storage)->default_value("npy"), "shard format: npy or hdf5")(
-      "layout", po::value(&layout)->default_value("fixed"),
+      "channels", po::value(&f->channels), "3 (RGB, default) or 1 (grey; default for idx)")(
+      "storage", po::value(&f->storage)->default_value("npy"), "shard format: npy or hdf5")(
+      "layout", po::value(&f->layout)->default_value("fixed"),
       "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")(
-      "max-side", po::value(&opt.recipe.max_side), "ragged: limit on the shorter side")(
-      "codec", po::value(&codec)->default_value("raw"),
+      "max-side", po::value(&opt->recipe.max_side), "ragged: limit on the shorter side")(
+      "codec", po::value(&f->codec)->default_value("raw"),
       "how samples are stored: raw (pixels, served from memory at once) or jpeg[:Q] (JPEG at "
       "quality Q, default 90: ~5-10x smaller, decoded when served)")(
-      "shard-size", po::value(&shard_size)->default_value("1G"),
+      "shard-size", po::value(&f->shard_size)->default_value("1G"),
       "cap on image bytes per shard (K, M, G suffixes)")(
-      "threads", po::value(&opt.threads)->default_value(0), "decode threads (0 = all cores)")(
-      "shuffle", po::value(&shuffle)->default_value("0"),
+      "threads", po::value(&opt->threads)->default_value(0), "decode threads (0 = all cores)")(
+      "shuffle", po::value(&f->shuffle)->default_value("0"),
       "store samples in a seeded permutation of the source order (SEED: 0..2^64-1; none: "
-      "source order)")("max-pixels", po::value(&opt.recipe.max_pixels)->default_value(100000000),
+      "source order)")("max-pixels", po::value(&opt->recipe.max_pixels)->default_value(100000000),
                        "skip images whose header claims more pixels")(
       "no-reduced-decode", "always decode JPEGs at full size before resizing")(
-      "labels", po::value(&opt.labels_file), "idx labels file (default: the conventional sibling)")(
-      "classes", po::value(&classes), "comma-separated class names for integer labels")(
-      "part", po::value(&part),
+      "labels", po::value(&opt->labels_file),
+      "idx labels file (default: the conventional sibling)")(
+      "classes", po::value(&f->classes), "comma-separated class names for integer labels")(
+      "part", po::value(&f->part),
       "build only part I/N (0-based) of the cache order, for dscache merge; auto: I and N from "
       "a Slurm job array (SLURM_ARRAY_TASK_ID, _COUNT, _MIN) or a Kubernetes Indexed Job "
-      "(JOB_COMPLETION_INDEX, with --parts)")("parts", po::value(&parts),
+      "(JOB_COMPLETION_INDEX, with --parts)")("parts", po::value(&f->parts),
                                               "--part auto: the number of parts N")(
       "strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")(
       "force", "replace an existing cache at OUTPUT / discard an interrupted build")(
       "resume", "continue an interrupted build of OUTPUT from its finished shards")(
       "quiet,q", "no progress output");
+  return desc;
+}
+
+// --size, --channels, --resize, --storage, --shard-size, --layout and --max-side.
+void apply_shape_flags(const po::variables_map& vm, const BuildFlags& f, BuildOptions* opt) {
+  if (vm.count("size")) {
+    parse_size(f.size, "--size", &opt->recipe.height, &opt->recipe.width);
+    opt->size_given = true;
+  }
+  if (vm.count("channels")) {
+    if (f.channels != 1 && f.channels != 3) {
+      throw UsageError("--channels " + std::to_string(f.channels) + ": expected 1 or 3");
+    }
+    opt->channels_given = true;
+  }
+  opt->recipe.channels = f.channels;
+  try {
+    opt->recipe.resize = parse_resize_policy(f.resize);
+  } catch (const Error&) {
+    throw UsageError("--resize '" + f.resize + "': expected crop, pad or stretch");
+  }
+  try {
+    opt->storage = parse_storage(f.storage);
+  } catch (const Error&) {
+    throw UsageError("--storage '" + f.storage + "': expected npy or hdf5");
+  }
+  if (opt->storage == Storage::kHdf5 && !hdf5_supported()) {
+    throw UsageError("--storage hdf5: this dscache was built without HDF5 support");
+  }
+  opt->recipe.shard_bytes = parse_bytes(f.shard_size, "--shard-size");
+  try {
+    opt->layout = parse_layout(f.layout);
+  } catch (const Error&) {
+    throw UsageError("--layout '" + f.layout + "': expected fixed or ragged");
+  }
+  if (opt->layout == Layout::kRagged && vm.count("size")) {
+    throw UsageError("--size does not apply to --layout ragged (use --max-side)");
+  }
+  if (opt->layout == Layout::kRagged && opt->recipe.max_side == 0) {
+    throw UsageError("--layout ragged needs --max-side N (N >= 1)");
+  }
+  if (opt->layout == Layout::kFixed && vm.count("max-side")) {
+    throw UsageError("--max-side applies to --layout ragged only");
+  }
+}
+
+// --shuffle SEED | none.
+void apply_shuffle_flag(const std::string& shuffle, BuildRecipe* recipe) {
+  if (shuffle == "none") return;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long seed = std::strtoull(shuffle.c_str(), &end, 10);
+  if (shuffle.empty() || shuffle.find_first_not_of("0123456789") != std::string::npos ||
+      *end != '\0' || errno == ERANGE) {
+    throw UsageError("--shuffle '" + shuffle + "': expected a seed (an integer 0..2^64-1) or none");
+  }
+  recipe->shuffled = true;
+  recipe->shuffle_seed = seed;
+}
+
+// --part I/N | auto (with --parts N).
+void apply_part_flags(const po::variables_map& vm, const BuildFlags& f, BuildOptions* opt) {
+  if (vm.count("parts") && !vm.count("part")) throw UsageError("--parts needs --part auto");
+  if (!vm.count("part")) return;
+  const PartSpec spec = resolve_part(f.part, f.parts, [](const char* k) { return std::getenv(k); });
+  opt->part_index = spec.index;
+  opt->part_count = spec.count;
+  if (f.part == "auto") {
+    std::fprintf(stderr, "dscache build: building part %u of %u (0-based) from %s\n", spec.index,
+                 spec.count, spec.origin.c_str());
+  }
+}
+
+// Parses the command line into `opt`. Returns false when --help was asked for (and printed).
+// Throws UsageError naming the option.
+bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
+  BuildFlags f;
+  const po::options_description desc = visible_options(&f, opt);
   po::options_description hidden;
-  hidden.add_options()("source", po::value(&opt.source))("output", po::value(&opt.output));
+  hidden.add_options()("source", po::value(&opt->source))("output", po::value(&opt->output));
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description pos;
   pos.add("source", 1).add("output", 1);
-
-  try {
-    po::variables_map vm;
-    store_command_line(argc, argv, all, pos, &vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return kExitOk;
-    }
-    if (opt.source.empty() || opt.output.empty()) {
-      throw UsageError("expected SOURCE and OUTPUT (see dscache build --help)");
-    }
-    if (vm.count("size")) {
-      parse_size(size, "--size", &opt.recipe.height, &opt.recipe.width);
-      opt.size_given = true;
-    }
-    if (vm.count("channels")) {
-      if (channels != 1 && channels != 3) {
-        throw UsageError("--channels " + std::to_string(channels) + ": expected 1 or 3");
-      }
-      opt.channels_given = true;
-    }
-    opt.recipe.channels = channels;
-    try {
-      opt.recipe.resize = parse_resize_policy(resize);
-    } catch (const Error&) {
-      throw UsageError("--resize '" + resize + "': expected crop, pad or stretch");
-    }
-    try {
-      opt.storage = parse_storage(storage);
-    } catch (const Error&) {
-      throw UsageError("--storage '" + storage + "': expected npy or hdf5");
-    }
-    if (opt.storage == Storage::kHdf5 && !hdf5_supported()) {
-      throw UsageError("--storage hdf5: this dscache was built without HDF5 support");
-    }
-    opt.recipe.shard_bytes = parse_bytes(shard_size, "--shard-size");
-    try {
-      opt.layout = parse_layout(layout);
-    } catch (const Error&) {
-      throw UsageError("--layout '" + layout + "': expected fixed or ragged");
-    }
-    if (opt.layout == Layout::kRagged && vm.count("size")) {
-      throw UsageError("--size does not apply to --layout ragged (use --max-side)");
-    }
-    if (opt.layout == Layout::kRagged && opt.recipe.max_side == 0) {
-      throw UsageError("--layout ragged needs --max-side N (N >= 1)");
-    }
-    if (opt.layout == Layout::kFixed && vm.count("max-side")) {
-      throw UsageError("--max-side applies to --layout ragged only");
-    }
-    if (opt.threads < 0 || opt.threads > 1024) {
-      throw UsageError("--threads " + std::to_string(opt.threads) + ": expected 0..1024");
-    }
-    if (opt.recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
-    if (shuffle != "none") {
-      errno = 0;
-      char* end = nullptr;
-      const unsigned long long seed = std::strtoull(shuffle.c_str(), &end, 10);
-      if (shuffle.empty() || shuffle.find_first_not_of("0123456789") != std::string::npos ||
-          *end != '\0' || errno == ERANGE) {
-        throw UsageError("--shuffle '" + shuffle +
-                         "': expected a seed (an integer 0..2^64-1) or none");
-      }
-      opt.recipe.shuffled = true;
-      opt.recipe.shuffle_seed = seed;
-    }
-    parse_codec_option(codec, &opt.codec, &opt.recipe.quality);
-    opt.recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
-    if (!classes.empty()) opt.class_names = split_commas(classes);
-    opt.strict = vm.count("strict") > 0;
-    opt.force = vm.count("force") > 0;
-    opt.resume = vm.count("resume") > 0;
-    opt.quiet = vm.count("quiet") > 0;
-    opt.command = command_line("dscache", argc, argv);
-    if (vm.count("parts") && !vm.count("part")) throw UsageError("--parts needs --part auto");
-    if (vm.count("part")) {
-      const PartSpec spec = resolve_part(part, parts, [](const char* k) { return std::getenv(k); });
-      opt.part_index = spec.index;
-      opt.part_count = spec.count;
-      if (part == "auto") {
-        std::fprintf(stderr, "dscache build: building part %u of %u (0-based) from %s\n",
-                     spec.index, spec.count, spec.origin.c_str());
-      }
-    }
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    return kExitUsage;
+  po::variables_map vm;
+  parse_command_line(argc, argv, all, pos, &vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return false;
   }
-
-  try {
-    BuildSummary s = run_build(opt);
-    std::printf("built %llu samples (%llu skipped%s) in %.1f s, %.0f images/s -> %s\n",
-                static_cast<unsigned long long>(s.count),
-                static_cast<unsigned long long>(s.skipped), s.skipped ? ", see skipped.jsonl" : "",
-                s.seconds, s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
-                s.output.c_str());
-    return kExitOk;
-  } catch (const BadSourceError& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    return kExitBadSource;
-  } catch (const OutputExistsError& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    return kExitOutputExists;
-  } catch (const LockedError& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    return kExitLocked;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    if (is_out_of_space(e)) return out_of_space("build", opt.output);
-    if (e.kind() == ErrorKind::kInvalidArgument && !e.path().empty() && e.path()[0] == '-') {
-      return kExitUsage;  // an option that only the source kind could check (e.g. --size)
-    }
-    return kExitError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache build: %s\n", e.what());
-    if (is_out_of_space(e)) return out_of_space("build", opt.output);
-    return kExitError;
+  if (opt->source.empty() || opt->output.empty()) {
+    throw UsageError("expected SOURCE and OUTPUT (see dscache build --help)");
   }
+  apply_shape_flags(vm, f, opt);
+  if (opt->threads < 0 || opt->threads > 1024) {
+    throw UsageError("--threads " + std::to_string(opt->threads) + ": expected 0..1024");
+  }
+  if (opt->recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
+  apply_shuffle_flag(f.shuffle, &opt->recipe);
+  parse_codec_option(f.codec, &opt->codec, &opt->recipe.quality);
+  opt->recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
+  if (!f.classes.empty()) opt->class_names = split_commas(f.classes);
+  opt->strict = vm.count("strict") > 0;
+  opt->force = vm.count("force") > 0;
+  opt->resume = vm.count("resume") > 0;
+  opt->quiet = vm.count("quiet") > 0;
+  opt->command = command_line("dscache", argc, argv);
+  apply_part_flags(vm, f, opt);
+  return true;
+}
+
+void print_summary(const BuildSummary& s) {
+  std::printf("built %llu samples (%llu skipped%s) in %.1f s, %.0f images/s -> %s\n",
+              static_cast<unsigned long long>(s.count), static_cast<unsigned long long>(s.skipped),
+              s.skipped ? ", see skipped.jsonl" : "", s.seconds,
+              s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
+              s.output.c_str());
+}
+
+}  // namespace
+
+int cmd_build(int argc, char** argv) {
+  BuildOptions opt;
+  return run_command(
+      "dscache build",
+      [&] {
+        if (parse_build_command_line(argc, argv, &opt)) print_summary(run_build(opt));
+        return to_int(ExitCode::kOk);
+      },
+      [&](const std::exception&, ExitCode code) {
+        if (code == ExitCode::kNoSpace) advise_out_of_space("build", opt.output);
+      });
 }
 
 }  // namespace dscache

@@ -256,97 +256,108 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
   return sheet;
 }
 
-}  // namespace
+// What `dscache inspect` was asked to do.
+struct InspectArgs {
+  std::string dir;       // CACHE
+  std::string out;       // --out FILE.png, or ""
+  int64_t sample = -1;   // --sample I, or -1
+  int64_t grid = 0;      // --grid N, or 0
+  bool as_json = false;  // --json
+};
 
-int cmd_inspect(int argc, char** argv) {
+// Parses the command line into `a`. Returns false when --help was asked for (and printed).
+// Throws UsageError naming the option.
+bool parse_inspect_command_line(int argc, char** argv, InspectArgs* a) {
   po::options_description desc(
       "Usage: dscache inspect CACHE [options]\n\nSummarize a cache, or show its "
       "samples.\n\nOptions");
-  std::string dir, out;
-  int64_t sample = -1, grid = 0;
   desc.add_options()("help,h", "show this help")("json", "machine-readable output")(
-      "sample", po::value(&sample), "print sample I's label and source (with --out: write it)")(
-      "grid", po::value(&grid), "with --out: write a contact sheet of N samples")(
-      "out", po::value(&out), "PNG file for --sample or --grid");
-  bool as_json = false;
-  try {
-    po::variables_map vm;
-    if (!parse_cache_args(argc, argv, desc, "inspect", &dir, &vm)) return kExitOk;
-    as_json = vm.count("json") > 0;
-    if (vm.count("sample") && sample < 0) throw UsageError("--sample must be >= 0");
-    if (vm.count("grid") && (grid <= 0 || grid > 10000))
-      throw UsageError("--grid must be 1..10000");
-    if (vm.count("grid") && out.empty()) throw UsageError("--grid needs --out FILE.png");
-    if (vm.count("grid") && vm.count("sample"))
-      throw UsageError("use --sample or --grid, not both");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
-    return kExitUsage;
-  }
+      "sample", po::value(&a->sample), "print sample I's label and source (with --out: write it)")(
+      "grid", po::value(&a->grid), "with --out: write a contact sheet of N samples")(
+      "out", po::value(&a->out), "PNG file for --sample or --grid");
+  po::variables_map vm;
+  if (!parse_cache_args(argc, argv, desc, "inspect", &a->dir, &vm)) return false;
+  a->as_json = vm.count("json") > 0;
+  if (vm.count("sample") && a->sample < 0) throw UsageError("--sample must be >= 0");
+  if (vm.count("grid") && (a->grid <= 0 || a->grid > 10000))
+    throw UsageError("--grid must be 1..10000");
+  if (vm.count("grid") && a->out.empty()) throw UsageError("--grid needs --out FILE.png");
+  if (vm.count("grid") && vm.count("sample")) throw UsageError("use --sample or --grid, not both");
+  return true;
+}
 
-  try {
-    CacheView c(dir);
-    const Manifest& m = c.manifest();
-    c.files().check_files();  // as Cache::open: every named file regular, inside, of its size
-    if (sample >= 0) {
-      if (static_cast<uint64_t>(sample) >= m.count) {
-        std::fprintf(stderr, "dscache inspect: --sample %lld out of range: the cache holds %llu\n",
-                     static_cast<long long>(sample), static_cast<unsigned long long>(m.count));
-        return kExitUsage;
-      }
-      auto labels = c.labels();
-      auto sources = c.sources();
-      auto i = static_cast<uint64_t>(sample);
-      c.shard(static_cast<size_t>(&c.shard_of(i) - m.shards.data()));  // header vs manifest
-      const std::string cls = class_name(m, labels[i]);
-      if (!out.empty()) write_png(out, sample_image(c, i));
-      if (as_json) {
-        json j{{"index", i},
-               {"label", labels[i]},
-               {"class", cls},
-               {"source", sources[i]},
-               {"shard", c.shard_of(i).file}};
-        if (!out.empty()) j["out"] = out;
-        std::printf("%s\n", j.dump(2).c_str());
-      } else {
-        std::printf("sample %llu: label %lld (%s), source %s, shard %s\n",
-                    static_cast<unsigned long long>(i), static_cast<long long>(labels[i]),
-                    cls.c_str(), sources[i].c_str(), c.shard_of(i).file.c_str());
-        if (!out.empty()) std::printf("wrote %s\n", out.c_str());
-      }
-      return kExitOk;
-    }
-    if (grid > 0) {
-      if (m.count == 0) {
-        std::fprintf(stderr, "dscache inspect: --grid: %s holds no samples to show\n", dir.c_str());
-        return kExitUsage;
-      }
-      write_png(out, contact_sheet(c, static_cast<uint64_t>(grid), c.labels()));
-      std::printf("wrote %s (%lld samples)\n", out.c_str(),
-                  static_cast<long long>(std::min<uint64_t>(grid, m.count)));
-      return kExitOk;
-    }
-    if (as_json) {
-      std::printf("%s\n", summary_json(c).dump(2).c_str());
-    } else {
-      print_summary(c);
-    }
-    return kExitOk;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
-    return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
-  } catch (const cv::Exception& e) {
-    // Our checks should leave OpenCV nothing to refuse; never show its assertion text.
-    std::fprintf(stderr, "dscache inspect: %s: could not draw the samples (image library error)\n",
-                 dir.c_str());
-    return kExitError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache inspect: %s\n", e.what());
-    return kExitError;
+// --sample I: its label, class, source and shard (and its image with --out).
+void show_sample(CacheView& c, const InspectArgs& a) {
+  const Manifest& m = c.manifest();
+  const auto i = static_cast<uint64_t>(a.sample);
+  if (i >= m.count) {
+    throw UsageError("--sample " + std::to_string(i) + " out of range: the cache holds " +
+                     std::to_string(m.count));
   }
+  auto labels = c.labels();
+  auto sources = c.sources();
+  c.shard(static_cast<size_t>(&c.shard_of(i) - m.shards.data()));  // header vs manifest
+  const std::string cls = class_name(m, labels[i]);
+  if (!a.out.empty()) write_png(a.out, sample_image(c, i));
+  if (a.as_json) {
+    json j{{"index", i},
+           {"label", labels[i]},
+           {"class", cls},
+           {"source", sources[i]},
+           {"shard", c.shard_of(i).file}};
+    if (!a.out.empty()) j["out"] = a.out;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("sample %llu: label %lld (%s), source %s, shard %s\n",
+                static_cast<unsigned long long>(i), static_cast<long long>(labels[i]), cls.c_str(),
+                sources[i].c_str(), c.shard_of(i).file.c_str());
+    if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
+  }
+}
+
+// --grid N --out FILE.png. An empty cache is valid: there is nothing to draw, and no file.
+void write_grid(CacheView& c, const InspectArgs& a) {
+  const Manifest& m = c.manifest();
+  if (m.count == 0) {
+    std::fprintf(stderr, "dscache inspect: --grid: %s holds no samples to show; %s not written\n",
+                 a.dir.c_str(), a.out.c_str());
+    return;
+  }
+  write_png(a.out, contact_sheet(c, static_cast<uint64_t>(a.grid), c.labels()));
+  std::printf("wrote %s (%lld samples)\n", a.out.c_str(),
+              static_cast<long long>(std::min<uint64_t>(a.grid, m.count)));
+}
+
+int inspect(int argc, char** argv) {
+  InspectArgs a;
+  if (!parse_inspect_command_line(argc, argv, &a)) return to_int(ExitCode::kOk);
+  CacheView c(a.dir);
+  c.files().check_files();  // as Cache::open: every named file regular, inside, of its size
+  try {
+    if (a.sample >= 0) {
+      show_sample(c, a);
+      return to_int(ExitCode::kOk);
+    }
+    if (a.grid > 0) {
+      write_grid(c, a);
+      return to_int(ExitCode::kOk);
+    }
+  } catch (const cv::Exception&) {
+    // Our checks should leave OpenCV nothing to refuse; never show its assertion text.
+    throw std::runtime_error(a.dir + ": could not draw the samples (image library error)");
+  }
+  if (a.as_json) {
+    std::printf("%s\n", summary_json(c).dump(2).c_str());
+  } else {
+    print_summary(c);
+  }
+  return to_int(ExitCode::kOk);
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  return run_command("dscache inspect", [&] { return inspect(argc, argv); });
 }
 
 }  // namespace dscache

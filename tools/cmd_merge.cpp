@@ -7,13 +7,16 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "dscache/lock.h"
 #include "merge.h"
 
 namespace dscache {
 namespace po = boost::program_options;
 
-int cmd_merge(int argc, char** argv) {
+namespace {
+
+// Parses the command line into `opt`. Returns false when --help was asked for (and printed).
+// Throws UsageError naming the option.
+bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* quiet) {
   po::options_description desc(
       "Usage: dscache merge PART_DIR... OUTPUT [options]\n\n"
       "Join the parts of a partitioned build (dscache build --part I/N, one per part 0..N-1, in\n"
@@ -31,69 +34,52 @@ int cmd_merge(int argc, char** argv) {
   all.add(desc).add(hidden);
   po::positional_options_description pos;
   pos.add("path", -1);
+  po::variables_map vm;
+  parse_command_line(argc, argv, all, pos, &vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return false;
+  }
+  if (paths.size() < 2) {
+    throw UsageError("expected PART_DIR... OUTPUT (see dscache merge --help)");
+  }
+  opt->output = paths.back();
+  paths.pop_back();
+  opt->parts = paths;
+  opt->force = vm.count("force") > 0;
+  opt->resume = vm.count("resume") > 0;
+  opt->strict = vm.count("strict") > 0;
+  *quiet = vm.count("quiet") > 0;
+  opt->command = command_line("dscache", argc, argv);
+  return true;
+}
 
+void print_summary(const MergeSummary& s) {
+  std::printf(
+      "merged %llu parts: %llu samples (%llu skipped%s) in %llu shards (%llu "
+      "hard-linked, %llu copied) -> %s\n",
+      static_cast<unsigned long long>(s.parts), static_cast<unsigned long long>(s.count),
+      static_cast<unsigned long long>(s.skipped), s.skipped ? ", see skipped.jsonl" : "",
+      static_cast<unsigned long long>(s.shards), static_cast<unsigned long long>(s.linked),
+      static_cast<unsigned long long>(s.copied), s.output.c_str());
+}
+
+}  // namespace
+
+int cmd_merge(int argc, char** argv) {
   MergeOptions opt;
-  bool quiet = false;
-  try {
-    po::variables_map vm;
-    store_command_line(argc, argv, all, pos, &vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return kExitOk;
-    }
-    if (paths.size() < 2) {
-      throw UsageError("expected PART_DIR... OUTPUT (see dscache merge --help)");
-    }
-    opt.output = paths.back();
-    paths.pop_back();
-    opt.parts = paths;
-    opt.force = vm.count("force") > 0;
-    opt.resume = vm.count("resume") > 0;
-    opt.strict = vm.count("strict") > 0;
-    quiet = vm.count("quiet") > 0;
-    opt.command = command_line("dscache", argc, argv);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitUsage;
-  }
-
-  try {
-    const MergeSummary s = run_merge(opt);
-    if (!quiet) {
-      std::printf(
-          "merged %llu parts: %llu samples (%llu skipped%s) in %llu shards (%llu "
-          "hard-linked, %llu copied) -> %s\n",
-          static_cast<unsigned long long>(s.parts), static_cast<unsigned long long>(s.count),
-          static_cast<unsigned long long>(s.skipped), s.skipped ? ", see skipped.jsonl" : "",
-          static_cast<unsigned long long>(s.shards), static_cast<unsigned long long>(s.linked),
-          static_cast<unsigned long long>(s.copied), s.output.c_str());
-    }
-    return kExitOk;
-  } catch (const PartsMismatchError& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitUsage;
-  } catch (const BadSourceError& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitBadSource;
-  } catch (const OutputExistsError& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitOutputExists;
-  } catch (const LockedError& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    return kExitLocked;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    if (is_out_of_space(e)) return out_of_space("merge", opt.output);
-    return e.kind() == ErrorKind::kCorruption ? kExitCorrupt : kExitError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache merge: %s\n", e.what());
-    if (is_out_of_space(e)) return out_of_space("merge", opt.output);
-    return kExitError;
-  }
+  return run_command(
+      "dscache merge",
+      [&] {
+        bool quiet = false;
+        if (!parse_merge_command_line(argc, argv, &opt, &quiet)) return to_int(ExitCode::kOk);
+        const MergeSummary s = run_merge(opt);
+        if (!quiet) print_summary(s);
+        return to_int(ExitCode::kOk);
+      },
+      [&](const std::exception&, ExitCode code) {
+        if (code == ExitCode::kNoSpace) advise_out_of_space("merge", opt.output);
+      });
 }
 
 }  // namespace dscache

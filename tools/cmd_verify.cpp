@@ -268,9 +268,52 @@ class Checker {
   std::vector<IndexRow> jpeg_index_;  // --source on a ragged JPEG cache: the samples' sizes
 };
 
-}  // namespace
+void print_json(const CacheView& c, const Checker& check) {
+  json probs = json::array();
+  for (const auto& x : check.problems) {
+    json j{{"file", x.file}, {"reason", x.reason}};
+    if (x.sample >= 0) j["sample"] = x.sample;
+    probs.push_back(j);
+  }
+  std::printf("%s\n", json{{"ok", check.problems.empty()},
+                           {"samples", c.manifest().count},
+                           {"samples_checked", check.samples_checked},
+                           {"shards", c.manifest().shards.size()},
+                           {"problems", probs}}
+                          .dump(2)
+                          .c_str());
+}
 
-int cmd_verify(int argc, char** argv) {
+void print_text(const std::string& dir, const CacheView& c, const Checker& check,
+                bool with_source) {
+  const auto& p = check.problems;
+  constexpr size_t kShown = 100;
+  for (size_t i = 0; i < p.size() && i < kShown; ++i) {
+    if (p[i].sample >= 0) {
+      std::printf("%s: sample %lld: %s\n", p[i].file.c_str(), static_cast<long long>(p[i].sample),
+                  p[i].reason.c_str());
+    } else {
+      std::printf("%s: %s\n", p[i].file.c_str(), p[i].reason.c_str());
+    }
+  }
+  if (p.size() > kShown) std::printf("... and %zu more problems\n", p.size() - kShown);
+  if (!p.empty()) {
+    std::printf("CORRUPT: %zu problem%s found in %s\n", p.size(), p.size() == 1 ? "" : "s",
+                dir.c_str());
+    return;
+  }
+  const bool jpeg = c.manifest().codec == Codec::kJpeg;
+  std::printf("OK: %llu samples in %zu shards, every file and sample checksum matches%s%s\n",
+              static_cast<unsigned long long>(c.manifest().count), c.manifest().shards.size(),
+              !jpeg          ? ""
+              : check.decode ? ", every JPEG stream decodes"
+                             : ", every JPEG header matches (--quick: not decoded)",
+              !with_source ? ""
+              : jpeg       ? ", and every source re-encodes to the stored JPEG"
+                           : ", and every source decodes to the stored pixels");
+}
+
+int verify(int argc, char** argv) {
   po::options_description desc(
       "Usage: dscache verify CACHE [options]\n\n"
       "Check every file and every sample checksum against the manifest; for a JPEG cache,\n"
@@ -283,75 +326,28 @@ int cmd_verify(int argc, char** argv) {
       "quick", "JPEG caches: check each stream's header only, not a full decode (faster)")(
       "json", "machine-readable output");
   po::variables_map vm;
-  try {
-    if (!parse_cache_args(argc, argv, desc, "verify", &dir, &vm)) return kExitOk;
-    if (threads < 0) throw UsageError("--threads must be >= 0");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "dscache verify: %s\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache verify: %s\n", e.what());
-    return kExitUsage;
+  if (!parse_cache_args(argc, argv, desc, "verify", &dir, &vm)) return to_int(ExitCode::kOk);
+  if (threads < 0) throw UsageError("--threads must be >= 0");
+  const bool with_source = vm.count("source") > 0;
+  CacheView c(dir);
+  Checker check(c);
+  check.decode = vm.count("quick") == 0;
+  check.run(with_source, threads);
+  std::sort(check.problems.begin(), check.problems.end(), [](const Problem& a, const Problem& b) {
+    return a.sample != b.sample ? a.sample < b.sample : a.file < b.file;
+  });
+  if (vm.count("json")) {
+    print_json(c, check);
+  } else {
+    print_text(dir, c, check, with_source);
   }
-  bool as_json = vm.count("json") > 0;
-  try {
-    CacheView c(dir);
-    Checker check(c);
-    check.decode = vm.count("quick") == 0;
-    check.run(vm.count("source") > 0, threads);
-    auto& p = check.problems;
-    std::sort(p.begin(), p.end(), [](const Problem& a, const Problem& b) {
-      return a.sample != b.sample ? a.sample < b.sample : a.file < b.file;
-    });
-    if (as_json) {
-      json probs = json::array();
-      for (const auto& x : p) {
-        json j{{"file", x.file}, {"reason", x.reason}};
-        if (x.sample >= 0) j["sample"] = x.sample;
-        probs.push_back(j);
-      }
-      std::printf("%s\n", json{{"ok", p.empty()},
-                               {"samples", c.manifest().count},
-                               {"samples_checked", check.samples_checked},
-                               {"shards", c.manifest().shards.size()},
-                               {"problems", probs}}
-                              .dump(2)
-                              .c_str());
-    } else {
-      constexpr size_t kShown = 100;
-      for (size_t i = 0; i < p.size() && i < kShown; ++i) {
-        if (p[i].sample >= 0) {
-          std::printf("%s: sample %lld: %s\n", p[i].file.c_str(),
-                      static_cast<long long>(p[i].sample), p[i].reason.c_str());
-        } else {
-          std::printf("%s: %s\n", p[i].file.c_str(), p[i].reason.c_str());
-        }
-      }
-      if (p.size() > kShown) std::printf("... and %zu more problems\n", p.size() - kShown);
-      if (p.empty()) {
-        const bool jpeg = c.manifest().codec == Codec::kJpeg;
-        std::printf("OK: %llu samples in %zu shards, every file and sample checksum matches%s%s\n",
-                    static_cast<unsigned long long>(c.manifest().count), c.manifest().shards.size(),
-                    !jpeg          ? ""
-                    : check.decode ? ", every JPEG stream decodes"
-                                   : ", every JPEG header matches (--quick: not decoded)",
-                    !vm.count("source") ? ""
-                    : c.manifest().codec == Codec::kJpeg
-                        ? ", and every source re-encodes to the stored JPEG"
-                        : ", and every source decodes to the stored pixels");
-      } else {
-        std::printf("CORRUPT: %zu problem%s found in %s\n", p.size(), p.size() == 1 ? "" : "s",
-                    dir.c_str());
-      }
-    }
-    return p.empty() ? kExitOk : kExitCorrupt;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dscache verify: %s\n", e.what());
-    return e.kind() == ErrorKind::kNotFound && e.path() == dir ? kExitError : kExitCorrupt;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dscache verify: %s\n", e.what());
-    return kExitError;
-  }
+  return to_int(check.problems.empty() ? ExitCode::kOk : ExitCode::kCorruption);
+}
+
+}  // namespace
+
+int cmd_verify(int argc, char** argv) {
+  return run_command("dscache verify", [&] { return verify(argc, argv); });
 }
 
 }  // namespace dscache

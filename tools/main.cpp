@@ -9,6 +9,9 @@
 
 namespace {
 
+using dscache::ExitCode;
+using dscache::to_int;
+
 void usage(FILE* out) {
   std::fprintf(
       out,
@@ -30,13 +33,13 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
-    return dscache::kExitUsage;
+    return to_int(ExitCode::kUsage);
   }
   std::string cmd = argv[1];
   if (cmd == "build" || cmd == "merge") {
     const int rc = cmd == "build" ? dscache::cmd_build(argc - 1, argv + 1)
                                   : dscache::cmd_merge(argc - 1, argv + 1);
-    if (rc != dscache::kExitOk) {
+    if (rc != to_int(ExitCode::kOk)) {
       // Everything was cleaned up when the error unwound. Skip the exit handlers: HDF5 1.10's
       // closes the files still open at exit, and one whose flush failed (disk full) makes it
       // crash (SIGSEGV in H5F__close_cb) after the error was reported.
@@ -50,13 +53,13 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return dscache::cmd_bench(argc - 1, argv + 1);
   if (cmd == "--version" || cmd == "version") {
     std::printf("dscache %s\n", DSCACHE_VERSION);
-    return dscache::kExitOk;
+    return to_int(ExitCode::kOk);
   }
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage(stdout);
-    return dscache::kExitOk;
+    return to_int(ExitCode::kOk);
   }
   std::fprintf(stderr, "dscache: unknown command '%s'\n\n", cmd.c_str());
   usage(stderr);
-  return dscache::kExitUsage;
+  return to_int(ExitCode::kUsage);
 }

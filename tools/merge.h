@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dscache/error.h"
+#include "dscache/exit_codes.h"
 
 namespace dscache {
 
@@ -33,7 +34,7 @@ struct MergeSummary {
 
 // The parts do not make one cache: a part missing or given twice, a part from another listing,
 // built with other options, or not a part at all. The message names the part directory.
-class PartsMismatchError : public Error {
+class PartsMismatchError : public Error, public ExitsWith<ExitCode::kUsage> {
  public:
   using Error::Error;
 };

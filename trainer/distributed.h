@@ -53,8 +53,8 @@ class Communicator {
 };
 
 // The group could not form or broke: a rank missing at rendezvous, rank 0's store unreachable,
-// a peer gone or silent for longer than the timeout. main() maps it to exit code 3.
-class DistributedError : public std::runtime_error {
+// a peer gone or silent for longer than the timeout: ExitCode::kDistributed.
+class DistributedError : public std::runtime_error, public ExitsWith<ExitCode::kDistributed> {
  public:
   using std::runtime_error::runtime_error;
 };

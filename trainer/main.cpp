@@ -1,19 +1,18 @@
-// dscache-train: parse the command line, run training (or launch and supervise ranks), map errors
-// to exit codes (safety.h: 0 ok, 1 error, 2 usage, 3 distributed: a rank missing, gone or silent,
-// 4 output in use, 5 no checkpoint verifies, 128 + N stopped by signal N).
+// dscache-train: parse the command line, run training (or launch and supervise ranks); errors
+// become exit codes through run_command (dscache/exit_codes.h: the table dscache shares; 128 + N
+// stopped by signal N).
 #include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "distributed.h"
-#include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "launch.h"
 #include "options.h"
 #include "safety.h"
@@ -74,80 +73,81 @@ bool is_gloo_failure(const std::string& what) {
   return !rank_prefix().empty() && what.find("gloo") != std::string::npos;
 }
 
+// The run, with a failed collective said as such: a Gloo failure is a c10::Error naming Gloo's
+// source file, which becomes a DistributedError explaining what happened.
+int train_or_explain(const dscache::train::TrainOptions& options) {
+  using namespace dscache::train;
+  try {
+    return run_training(options);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!is_gloo_failure(e.what())) throw;
+    throw DistributedError(
+        "a collective failed: another rank exited or stopped responding for "
+        "--dist-timeout (" +
+        std::to_string(options.dist_timeout) + " s); see its output above. Gloo: " + e.what());
+  }
+}
+
+// Parses and validates the command line into `options`. Returns false when --help was asked
+// for (and printed). Throws UsageError.
+bool parse_command_line(const std::vector<std::string>& args,
+                        dscache::train::TrainOptions* options) {
+  using namespace dscache::train;
+  bool help = false;
+  std::string help_text;
+  *options = parse_options(args, &help, &help_text);
+  if (help) {
+    std::fputs(help_text.c_str(), stdout);
+    return false;
+  }
+  resolve_and_validate(options);
+  if (options->nproc_per_node > 0) {
+    const char* world = std::getenv("WORLD_SIZE");
+    if (world && std::atoi(world) > 1) {
+      throw dscache::UsageError("nproc-per-node: WORLD_SIZE=" + std::string(world) +
+                                " is already set (started by torchrun or another launcher?); "
+                                "use one or the other");
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace dscache::train;
+  using dscache::ExitCode;
   keep_freed_memory();
   std::vector<std::string> args(argv + 1, argv + argc);
   TrainOptions options;
-  try {
-    bool help = false;
-    std::string help_text;
-    options = parse_options(args, &help, &help_text);
-    if (help) {
-      std::fputs(help_text.c_str(), stdout);
-      return 0;
-    }
-    resolve_and_validate(&options);
-    if (options.nproc_per_node > 0) {
-      const char* world = std::getenv("WORLD_SIZE");
-      if (world && std::atoi(world) > 1) {
-        throw UsageError("nproc-per-node: WORLD_SIZE=" + std::string(world) +
-                         " is already set (started by torchrun or another launcher?); "
-                         "use one or the other");
-      }
-    }
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache-train: %s\n(see dscache-train --help)\n", e.what());
-    return 2;
-  }
+  bool go = false;  // parsed, and not --help
+  const int rc = dscache::run_command(
+      "dscache-train",
+      [&] {
+        go = parse_command_line(args, &options);
+        return 0;
+      },
+      [](const std::exception&, ExitCode code) {
+        if (code == ExitCode::kUsage) std::fputs("(see dscache-train --help)\n", stderr);
+      });
+  if (!go) return rc;
   if (options.nproc_per_node > 0) {
-    try {
+    return dscache::run_command("dscache-train: launcher", [&] {
       return launch_local(static_cast<int>(options.nproc_per_node), strip_nproc_option(args));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dscache-train: launcher: %s\n", e.what());
-      return 1;
-    }
+    });
   }
   resume_on_restart(&options);
-  const std::string who = rank_prefix();
-  install_stop_signals(who);
-  try {
-    return run_training(options);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return kExitUsage;
-  } catch (const dscache::Error& e) {
-    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return kExitError;
-  } catch (const DistributedError& e) {
-    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return kExitDistributed;
-  } catch (const OutputInUseError& e) {
-    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return kExitOutputInUse;
-  } catch (const CheckpointError& e) {
-    std::fprintf(stderr, "dscache-train: %s%s\n", who.c_str(), e.what());
-    return kExitCheckpoint;
-  } catch (const std::filesystem::filesystem_error& e) {
-    // std's text reads "filesystem error: cannot create directories: Permission denied [p]".
-    std::fprintf(stderr, "dscache-train: %s%s: %s\n", who.c_str(), e.path1().c_str(),
-                 e.code().message().c_str());
-    return kExitError;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "dscache-train: %sout of memory (try a smaller --batch or --prefetch)\n",
-                 who.c_str());
-    return kExitError;
-  } catch (const std::exception& e) {
-    if (is_gloo_failure(e.what())) {
-      std::fprintf(stderr,
-                   "dscache-train: %sa collective failed: another rank exited or stopped "
-                   "responding for --dist-timeout (%u s); see its output above. Gloo: %s\n",
-                   who.c_str(), options.dist_timeout, e.what());
-      return kExitDistributed;
-    }
-    std::fprintf(stderr, "dscache-train: %serror: %s\n", who.c_str(), e.what());
-    return kExitError;
-  }
+  const std::string rank = rank_prefix();  // "rank 1 of 2: " or ""
+  install_stop_signals(rank);
+  const std::string who = "dscache-train: " + rank;
+  return dscache::run_command(
+      who.substr(0, who.size() - 2),  // "dscache-train" or "dscache-train: rank 1 of 2"
+      [&] { return train_or_explain(options); },
+      [&](const std::exception& e, ExitCode) {
+        if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+          std::fprintf(stderr, "%stry a smaller --batch or --prefetch\n", who.c_str());
+        }
+      });
 }

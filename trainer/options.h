@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dscache/exit_codes.h"
+
 namespace dscache {
 namespace train {
 
@@ -87,11 +89,8 @@ struct TrainOptions {
   bool sync_bn = false;           // data parallel: BatchNorm statistics over all ranks' batches
 };
 
-// A bad command line or option value; main() maps it to exit code 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A bad command line or option value (ExitCode::kUsage): the one type both programs throw.
+using dscache::UsageError;
 
 // Parses argv (without argv[0]) into options. Throws UsageError naming the option. Sets
 // `help` and returns defaults when --help was given; `help_text` receives the option list.

@@ -118,10 +118,10 @@ OutputLock::OutputLock(const std::string& dir) {
     const ssize_t n = ::pread(fd_.get(), holder.data(), holder.size(), 0);
     holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
-    throw OutputInUseError("--output " + dir + " is in use by another dscache-train (" +
-                           (holder.empty() ? std::string("holder not yet recorded") : holder) +
-                           "; lock " + path +
-                           "); wait for it to finish, stop it, or choose another --output");
+    throw OutputLockedError("--output " + dir + " is in use by another dscache-train (" +
+                            (holder.empty() ? std::string("holder not yet recorded") : holder) +
+                            "; lock " + path +
+                            "); wait for it to finish, stop it, or choose another --output");
   }
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);

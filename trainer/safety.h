@@ -1,4 +1,4 @@
-// What keeps a run safe to start, stop and resume (no torch types): exit codes, opening only
+// What keeps a run safe to start, stop and resume (no torch types): its errors, opening only
 // regular files, the output directory's lock, and stopping cleanly on SIGINT/SIGTERM.
 #pragma once
 
@@ -8,31 +8,38 @@
 #include <string>
 #include <vector>
 
+#include "dscache/exit_codes.h"
+
 namespace dscache {
 namespace train {
 
-// dscache-train's exit codes (trainer/README.md, "Exit codes"). Stored nowhere, but scripts and
-// schedulers test them: never renumber.
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;        // bad cache, I/O, torch, non-finite run
-constexpr int kExitUsage = 2;        // bad option, or a request found impossible at start
-constexpr int kExitDistributed = 3;  // the data-parallel group could not form or broke
-constexpr int kExitOutputInUse = 4;  // --output locked by another trainer, or holds a run
-constexpr int kExitCheckpoint = 5;   // --resume: no checkpoint that verifies
-// Stopped by SIGINT/SIGTERM: 128 + the signal number (130, 143), as a shell reports a process
-// killed by it, but only after the checkpoint was written (or immediately, before training
-// started or on a second signal).
+// dscache-train exits with the codes of the one table it shares with dscache
+// (dscache/exit_codes.h, docs/USAGE.md "Exit codes"): main() runs through run_command, and each
+// error below names its row. Stopped by SIGINT/SIGTERM: 128 + the signal number (130, 143), as a
+// shell reports a process killed by it, but only after the checkpoint was written (or
+// immediately, before training started or on a second signal).
 
-// --output is locked by another dscache-train, or holds a run and neither --resume nor --force
-// was given. main() maps it to kExitOutputInUse.
-class OutputInUseError : public std::runtime_error {
+// --output holds a run and neither --resume nor --force was given: ExitCode::kOutputExists.
+class OutputInUseError : public std::runtime_error, public ExitsWith<ExitCode::kOutputExists> {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// --resume found checkpoints but none verifies (checksum, format, not a regular file...).
-// main() maps it to kExitCheckpoint.
-class CheckpointError : public std::runtime_error {
+// Another dscache-train holds --output's lock: ExitCode::kLocked.
+class OutputLockedError : public std::runtime_error, public ExitsWith<ExitCode::kLocked> {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// --resume found checkpoints but none verifies (checksum, format, not a regular file...): the
+// files are corrupt, ExitCode::kCorruption.
+class CheckpointError : public std::runtime_error, public ExitsWith<ExitCode::kCorruption> {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The loss or the gradients stayed inf/NaN (no loss scaler to back off): ExitCode::kDiverged.
+class DivergedError : public std::runtime_error, public ExitsWith<ExitCode::kDiverged> {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -88,7 +95,7 @@ std::string describe_file_type(mode_t mode);
 class OutputLock {
  public:
   static constexpr const char* kFileName = "dscache-train.lock";
-  // Takes the lock or throws OutputInUseError naming the holder; dscache::Error when the file
+  // Takes the lock or throws OutputLockedError naming the holder; dscache::Error when the file
   // cannot be created (or is not a regular file).
   explicit OutputLock(const std::string& dir);
 

@@ -134,14 +134,11 @@ void Run::claim_output() {
   if (main_rank_) {
     try {
       claim_output_on_main_rank();
-    } catch (const UsageError&) {
-      code = kExitUsage;
-      failure = std::current_exception();
-    } catch (const OutputInUseError&) {
-      code = kExitOutputInUse;
+    } catch (const std::exception& e) {
+      code = to_int(exit_code_for(e));
       failure = std::current_exception();
     } catch (...) {
-      code = kExitError;
+      code = to_int(ExitCode::kError);
       failure = std::current_exception();
     }
   }
@@ -153,10 +150,8 @@ void Run::claim_output() {
   }
   if (failure) std::rethrow_exception(failure);
   if (code == 0) return;
-  const std::string why = "rank 0 could not take --output " + o_.output + " (see its message)";
-  if (code == kExitUsage) throw UsageError(why);
-  if (code == kExitOutputInUse) throw OutputInUseError(why);
-  throw std::runtime_error(why);
+  throw ExitCodeError(static_cast<ExitCode>(code),
+                      "rank 0 could not take --output " + o_.output + " (see its message)");
 }
 
 void Run::set_up_device() {

@@ -136,7 +136,7 @@ bool Run::step_optimizer(double window_loss, double lr) {
   } else {
     ++st_.epoch_skipped;
     if (!scaler_ && ++st_.nonfinite_run >= kMaxNonFiniteRun) {
-      throw std::runtime_error(
+      throw DivergedError(
           "loss or gradients were inf/NaN for " + std::to_string(kMaxNonFiniteRun) +
           " consecutive steps (last: step " + std::to_string(st_.global_step + 1) +
           "); lower --lr or add --clip-grad" +

@@ -22,7 +22,8 @@ import sys
 import h5py
 import numpy as np
 
-from cli_helpers import DSCACHE, build, check, file_xxh64, main, make_simple_folder, run
+from cli_helpers import (DSCACHE, build, check, check_eq, file_xxh64, main, make_simple_folder,
+                         run)
 
 HANG_S = 20  # a row that takes longer hangs: it fails
 BENCH = ["--seconds", "0.1", "--decode-samples", "20"]
@@ -272,8 +273,9 @@ def case_wrapped_shapes(tmp):
 
 
 def case_empty_cache(tmp):
-    """count 0 (allowed by FORMAT.md): inspect and verify work, --grid says there is nothing to
-    show (before: SIGFPE), --sample is out of range."""
+    """count 0 (allowed by FORMAT.md): a valid cache, not a usage error. inspect and verify work,
+    --grid and bench say there is nothing to show or time and exit 0 (before: SIGFPE, SIGABRT,
+    then exit 2), --sample is out of range (a bad value: exit 2)."""
     # A build refuses to make one (nothing decoded); so cut a real cache down to 0 samples.
     out = variant(base_cache(tmp), tmp, "empty")
     (out / "labels.npy").write_bytes(npy_bytes(np.zeros(0, "<i8")))
@@ -292,9 +294,12 @@ def case_empty_cache(tmp):
     check(json.loads((out / "manifest.json").read_text())["count"] == 0, "count is not 0")
     expect(["inspect", out], 0, ["samples    0"])
     expect(["verify", out], 0, ["OK"])
-    expect(["inspect", out, "--grid", "4", "--out", tmp / "g.png"], 2, ["holds no samples"])
+    expect(["inspect", out, "--grid", "4", "--out", tmp / "g.png"], 0, ["holds no samples"])
+    check(not (tmp / "g.png").exists(), "--grid wrote a contact sheet of no samples")
     expect(["inspect", out, "--sample", "0"], 2, ["out of range"])
-    expect(["bench", out, *BENCH], 2, ["holds no samples"])  # before: SIGABRT
+    expect(["bench", out, *BENCH], 0, ["holds no samples"])
+    j = json.loads(expect(["bench", out, *BENCH, "--json"], 0, ["holds no samples"]).stdout)
+    check_eq((j["samples"], j["rows"]), (0, []), "bench --json of an empty cache")
 
 
 def case_bad_labels(tmp):
@@ -399,10 +404,10 @@ def case_build_inputs(tmp):
     d = tmp / "in"
     d.mkdir()
     os.mkfifo(d / "list.csv")
-    expect(["build", d / "list.csv", tmp / "o1", "--size", "8"], 1,
+    expect(["build", d / "list.csv", tmp / "o1", "--size", "8"], 5,
            ["list.csv", "not a regular file (a FIFO)"])
     os.symlink("/dev/zero", d / "zero.csv")
-    expect(["build", d / "zero.csv", tmp / "o2", "--size", "8"], 1,
+    expect(["build", d / "zero.csv", tmp / "o2", "--size", "8"], 5,
            ["zero.csv", "not a regular file (a character device)"])
     os.mkfifo(d / "fifo-images-idx3-ubyte")
     expect(["build", d / "fifo-images-idx3-ubyte", tmp / "o3"], 1,
@@ -412,15 +417,15 @@ def case_build_inputs(tmp):
     check(len(bomb) < 1 << 20, f"bomb is {len(bomb)} bytes")
     (d / "bomb-images-idx3-ubyte.gz").write_bytes(bomb)
     (d / "bomb-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_labels(2)))
-    expect(["build", d / "bomb-images-idx3-ubyte.gz", tmp / "o4"], 1,
+    expect(["build", d / "bomb-images-idx3-ubyte.gz", tmp / "o4"], 5,
            ["bomb-images-idx3-ubyte.gz", "file holds more"])
     (d / "lie-images-idx3-ubyte").write_bytes(idx_images(10, declared=100))
     (d / "lie-labels-idx1-ubyte").write_bytes(idx_labels(100))
-    expect(["build", d / "lie-images-idx3-ubyte", tmp / "o5"], 1,
+    expect(["build", d / "lie-images-idx3-ubyte", tmp / "o5"], 5,
            ["lie-images-idx3-ubyte", "header says 100 images"])
     (d / "ok-images-idx3-ubyte").write_bytes(idx_images(10))
     (d / "ok-labels-idx1-ubyte").write_bytes(idx_labels(10) + b"\x01" * 5)
-    expect(["build", d / "ok-images-idx3-ubyte", tmp / "o6"], 1,
+    expect(["build", d / "ok-images-idx3-ubyte", tmp / "o6"], 5,
            ["ok-labels-idx1-ubyte", "header says 10 labels"])
     # Inside a class folder: a FIFO and a /dev/zero link are skipped with a reason, not read.
     src = tmp / "src"

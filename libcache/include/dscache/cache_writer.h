@@ -11,13 +11,14 @@
 
 #include "dscache/cache_dir.h"
 #include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "dscache/manifest.h"
 
 namespace dscache {
 
 // OUTPUT exists (without `force`) or an interrupted write of it exists (without `resume` or
 // `force`). The message says which flag would proceed.
-class OutputExistsError : public Error {
+class OutputExistsError : public Error, public ExitsWith<ExitCode::kOutputExists> {
  public:
   using Error::Error;
 };
