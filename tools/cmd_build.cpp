@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "dscache/lock.h"
+#include "dscache/manifest.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -31,19 +33,20 @@ std::vector<std::string> split_commas(const std::string& s) {
 // --codec raw | jpeg | jpeg:Q (Q 1..100, default 90).
 void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality) {
   const size_t colon = text.find(':');
-  const std::string name = text.substr(0, colon);
-  try {
-    *codec = parse_codec(name);
-  } catch (const Error&) {
-    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
-  }
+  const std::optional<Codec> named = kCodecNames.find(text.substr(0, colon));
+  auto bad = [&] {
+    return UsageError("--codec '" + text + "': expected one of " + kCodecNames.names() +
+                      ", or jpeg:Q (Q 1..100)");
+  };
+  if (!named) throw bad();
+  *codec = *named;
   *quality = *codec == Codec::kJpeg ? 90 : 0;
   if (colon == std::string::npos) return;
   const std::string q = text.substr(colon + 1);
   if (*codec != Codec::kJpeg || q.empty() || q.size() > 3 ||
       q.find_first_not_of("0123456789") != std::string::npos || std::stoul(q) < 1 ||
       std::stoul(q) > 100) {
-    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
+    throw bad();
   }
   *quality = static_cast<uint32_t>(std::stoul(q));
 }
@@ -122,25 +125,13 @@ int cmd_build(int argc, char** argv) {
       opt.channels_given = true;
     }
     opt.recipe.channels = channels;
-    try {
-      opt.recipe.resize = parse_resize_policy(resize);
-    } catch (const Error&) {
-      throw UsageError("--resize '" + resize + "': expected crop, pad or stretch");
-    }
-    try {
-      opt.storage = parse_storage(storage);
-    } catch (const Error&) {
-      throw UsageError("--storage '" + storage + "': expected npy or hdf5");
-    }
+    opt.recipe.resize = parse_choice(kResizePolicyNames, resize, "--resize");
+    opt.storage = parse_choice(kStorageNames, storage, "--storage");
     if (opt.storage == Storage::kHdf5 && !hdf5_supported()) {
       throw UsageError("--storage hdf5: this dscache was built without HDF5 support");
     }
     opt.recipe.shard_bytes = parse_bytes(shard_size, "--shard-size");
-    try {
-      opt.layout = parse_layout(layout);
-    } catch (const Error&) {
-      throw UsageError("--layout '" + layout + "': expected fixed or ragged");
-    }
+    opt.layout = parse_choice(kLayoutNames, layout, "--layout");
     if (opt.layout == Layout::kRagged && vm.count("size")) {
       throw UsageError("--size does not apply to --layout ragged (use --max-side)");
     }

@@ -7,83 +7,18 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "dscache/atomic_file.h"
 #include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
+#include "dscache/enum_table.h"
 #include "dscache/error.h"
 
 namespace dscache {
 
-const char* to_string(Storage s) {
-  switch (s) {
-    case Storage::kNpy:
-      return "npy";
-    case Storage::kHdf5:
-      return "hdf5";
-  }
-  return "?";
-}
-
-const char* to_string(Layout l) {
-  switch (l) {
-    case Layout::kFixed:
-      return "fixed";
-    case Layout::kRagged:
-      return "ragged";
-  }
-  return "?";
-}
-
-const char* to_string(ResizePolicy r) {
-  switch (r) {
-    case ResizePolicy::kStretch:
-      return "stretch";
-    case ResizePolicy::kCrop:
-      return "crop";
-    case ResizePolicy::kPad:
-      return "pad";
-  }
-  return "?";
-}
-
-const char* to_string(Codec c) {
-  switch (c) {
-    case Codec::kRaw:
-      return "raw";
-    case Codec::kJpeg:
-      return "jpeg";
-  }
-  return "?";
-}
-
-Codec parse_codec(const std::string& s) {
-  if (s == "raw") return Codec::kRaw;
-  if (s == "jpeg") return Codec::kJpeg;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown codec '" + s + "'");
-}
-
 int format_version_for(Codec c) { return c == Codec::kRaw ? 1 : 2; }
-
-Storage parse_storage(const std::string& s) {
-  if (s == "npy") return Storage::kNpy;
-  if (s == "hdf5") return Storage::kHdf5;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown storage '" + s + "'");
-}
-
-Layout parse_layout(const std::string& s) {
-  if (s == "fixed") return Layout::kFixed;
-  if (s == "ragged") return Layout::kRagged;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown layout '" + s + "'");
-}
-
-ResizePolicy parse_resize_policy(const std::string& s) {
-  if (s == "stretch") return ResizePolicy::kStretch;
-  if (s == "crop") return ResizePolicy::kCrop;
-  if (s == "pad") return ResizePolicy::kPad;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown resize policy '" + s + "'");
-}
 
 namespace {
 
@@ -143,6 +78,15 @@ class Reader {
 
   std::string str(const Json& obj, const std::string& where, const char* key) const {
     return str(member(obj, where, key), join(where, key));
+  }
+
+  // A string naming one value of `table`; any other string fails listing the table's names.
+  template <typename E>
+  E choice(const Json& obj, const std::string& where, const char* key,
+           const EnumTable<E>& table) const {
+    const std::string s = str(obj, where, key);
+    if (std::optional<E> v = table.find(s)) return *v;
+    fail(join(where, key) + " is '" + s + "', expected one of " + table.names());
   }
 
   bool boolean(const Json& obj, const std::string& where, const char* key) const {
@@ -318,27 +262,10 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   if (v < 1) r.fail("format_version is " + std::to_string(v) + ", expected >= 1");
   m.format_version = static_cast<int>(v);
 
-  const std::string layout = r.str(j, "", "layout");
-  try {
-    m.layout = parse_layout(layout);
-  } catch (const Error&) {
-    r.fail("layout is '" + layout + "', expected 'fixed' or 'ragged'");
-  }
-  const std::string storage = r.str(j, "", "storage");
-  try {
-    m.storage = parse_storage(storage);
-  } catch (const Error&) {
-    r.fail("storage is '" + storage + "', expected 'npy' or 'hdf5'");
-  }
+  m.layout = r.choice(j, "", "layout", kLayoutNames);
+  m.storage = r.choice(j, "", "storage", kStorageNames);
   // Version 2 added the codec; version 1 caches are raw.
-  if (m.format_version >= 2) {
-    const std::string codec = r.str(j, "", "codec");
-    try {
-      m.codec = parse_codec(codec);
-    } catch (const Error&) {
-      r.fail("codec is '" + codec + "', expected 'raw' or 'jpeg'");
-    }
-  }
+  if (m.format_version >= 2) m.codec = r.choice(j, "", "codec", kCodecNames);
   if (m.format_version != format_version_for(m.codec)) {
     r.fail("format_version is " + std::to_string(m.format_version) + ", expected " +
            std::to_string(format_version_for(m.codec)) + " for codec '" + to_string(m.codec) + "'");
@@ -454,12 +381,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.recipe.height = r.u32(recipe, "recipe", "height");
   m.recipe.width = r.u32(recipe, "recipe", "width");
   m.recipe.channels = r.u32(recipe, "recipe", "channels");
-  const std::string resize = r.str(recipe, "recipe", "resize");
-  try {
-    m.recipe.resize = parse_resize_policy(resize);
-  } catch (const Error&) {
-    r.fail("recipe.resize is '" + resize + "', expected 'stretch', 'crop' or 'pad'");
-  }
+  m.recipe.resize = r.choice(recipe, "recipe", "resize", kResizePolicyNames);
   m.recipe.reduced_decode = r.boolean(recipe, "recipe", "reduced_decode");
   m.recipe.max_pixels = r.u64(recipe, "recipe", "max_pixels");
   m.recipe.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
