@@ -37,7 +37,8 @@ void store_command_line(int argc, char** argv,
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
                 uint32_t* width);
 
-// "1073741824", "512M", "1G", "64KiB" (powers of 1024). Throws UsageError naming `option`.
+// "1073741824", "512M", "1G", "64KiB": dscache/byte_count.h's grammar. Throws UsageError naming
+// `option`.
 uint64_t parse_bytes(const std::string& text, const std::string& option);
 
 // The value `table` names `text`; otherwise UsageError naming `option` and listing the names.

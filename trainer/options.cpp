@@ -7,6 +7,9 @@
 #include <iterator>
 #include <sstream>
 
+#include "dscache/byte_count.h"
+#include "dscache/error.h"
+
 namespace po = boost::program_options;
 
 namespace dscache {
@@ -54,21 +57,13 @@ E pick(const std::string& option, const std::string& value,
   throw UsageError("--" + option + ": unknown value '" + value + "' (expected " + names + ")");
 }
 
-// A positive byte count: digits with an optional K, M or G (powers of 1024).
-uint64_t parse_byte_count(const std::string& option, const std::string& text) {
-  const size_t digits = text.find_first_not_of("0123456789");
-  const std::string suffix = digits == std::string::npos ? "" : text.substr(digits);
-  const int shift = suffix.empty()  ? 0
-                    : suffix == "K" ? 10
-                    : suffix == "M" ? 20
-                    : suffix == "G" ? 30
-                                    : -1;
-  if (digits == 0 || shift < 0 || digits > 12) {
-    throw UsageError(option + ": '" + text + "' is not a byte count (e.g. 512M, 2G)");
+// dscache/byte_count.h's grammar, as a usage error.
+uint64_t byte_count(const std::string& option, const std::string& text) {
+  try {
+    return parse_byte_count(text, option);
+  } catch (const Error& e) {
+    throw UsageError(e.reason());
   }
-  const uint64_t n = std::stoull(text.substr(0, digits)) << shift;
-  if (n == 0) throw UsageError(option + ": must be positive");
-  return n;
 }
 
 }  // namespace
@@ -107,7 +102,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("workers", po::value(&o.workers), "loader threads (default 2)")
     ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
     ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")
-    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, K/M/G suffixes (default: a quarter of free memory)")
+    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, e.g. 512M, 2G, 64KiB (default: a quarter of free memory)")
     ("device", po::value(&device), "cpu | cuda (default cpu)")
     ("channels-last", po::bool_switch(&o.channels_last), "NHWC memory format")
     ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
@@ -173,7 +168,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   o.windowed = pick<bool>("shuffle", shuffle, {{"global", false}, {"windowed", true}});
   if (vm.count("window-bytes")) {
     if (!o.windowed) throw UsageError("--window-bytes: applies to --shuffle windowed only");
-    o.window_bytes = parse_byte_count("--window-bytes", window_bytes);
+    o.window_bytes = byte_count("--window-bytes", window_bytes);
   }
   o.model = pick<ModelKind>("model", model,
                             {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});
