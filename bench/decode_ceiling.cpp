@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,15 +87,9 @@ Args parse(int argc, char** argv) {
       a.reduced_decode = false;
     } else if (arg == "--resize") {
       const std::string v = value();
-      if (v == "crop") {
-        a.resize = dscache::ResizePolicy::kCrop;
-      } else if (v == "pad") {
-        a.resize = dscache::ResizePolicy::kPad;
-      } else if (v == "stretch") {
-        a.resize = dscache::ResizePolicy::kStretch;
-      } else {
-        usage("--resize must be crop, pad or stretch, got '" + v + "'");
-      }
+      const std::optional<dscache::ResizePolicy> policy = dscache::kResizePolicyNames.find(v);
+      if (!policy) usage(dscache::kResizePolicyNames.unknown(v, "--resize"));
+      a.resize = *policy;
     } else if (!arg.empty() && arg[0] == '-') {
       usage("unknown option " + arg);
     } else if (a.dir.empty()) {

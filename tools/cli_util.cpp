@@ -1,10 +1,12 @@
 #include "cli_util.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <iostream>
 
 #include "build_pipeline.h"
+#include "dscache/byte_count.h"
 #include "dscache/error.h"
 #include "dscache/ingest/source_list.h"
 
@@ -80,26 +82,11 @@ void parse_size(const std::string& text, const std::string& option, uint32_t* he
 }
 
 uint64_t parse_bytes(const std::string& text, const std::string& option) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  uint64_t v = 0;
-  std::string unit = text.substr(i);
-  uint64_t mult = 0;
-  if (unit.empty() || unit == "B")
-    mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k")
-    mult = 1ull << 10;
-  else if (unit == "M" || unit == "MiB")
-    mult = 1ull << 20;
-  else if (unit == "G" || unit == "GiB")
-    mult = 1ull << 30;
-  else if (unit == "T" || unit == "TiB")
-    mult = 1ull << 40;
-  if (mult == 0 || !parse_u64(text.substr(0, i), &v) || v == 0 || v > (UINT64_MAX / mult)) {
-    throw UsageError(option + " '" + text +
-                     "': expected a positive byte count such as 1G, 512M, 65536");
+  try {
+    return parse_byte_count(text, option);
+  } catch (const Error& e) {
+    throw UsageError(e.reason());
   }
-  return v * mult;
 }
 
 bool parse_cache_args(int argc, char** argv,

@@ -1,11 +1,14 @@
-// Small helpers shared by the subcommands: option parsing of sizes and byte counts.
+// Small helpers shared by the subcommands: option parsing of sizes, byte counts and names.
 #pragma once
 
 #include <boost/program_options.hpp>
 #include <cstdint>
 
+#include <optional>
+#include <stdexcept>
 #include <string>
 
+#include "dscache/enum_table.h"
 #include "dscache/exit_codes.h"
 
 namespace dscache {
@@ -30,8 +33,16 @@ void parse_command_line(int argc, char** argv,
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
                 uint32_t* width);
 
-// "1073741824", "512M", "1G", "64KiB" (powers of 1024). Throws UsageError naming `option`.
+// "1073741824", "512M", "1G", "64KiB": dscache/byte_count.h's grammar. Throws UsageError naming
+// `option`.
 uint64_t parse_bytes(const std::string& text, const std::string& option);
+
+// The value `table` names `text`; otherwise UsageError naming `option` and listing the names.
+template <typename E>
+E parse_choice(const EnumTable<E>& table, const std::string& text, const std::string& option) {
+  if (std::optional<E> v = table.find(text)) return *v;
+  throw UsageError(table.unknown(text, option));
+}
 
 // Human form of a byte count: "1.50 GiB".
 std::string format_bytes(uint64_t bytes);

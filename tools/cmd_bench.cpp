@@ -24,6 +24,15 @@ namespace po = boost::program_options;
 
 namespace {
 
+// --memory: the library's names (kMemoryModeNames) of the modes the Loader rows can read
+// through; in-process is not one.
+constexpr EnumName<MemoryMode> kBenchMemory[] = {
+    {MemoryMode::kAuto, "auto"},
+    {MemoryMode::kPageCache, "page-cache"},
+    {MemoryMode::kPread, "pread"},
+};
+constexpr EnumTable<MemoryMode> kBenchMemoryNames(kBenchMemory);
+
 // `dscache bench`'s flags, as given.
 struct BenchFlags {
   std::string dir;                 // CACHE
@@ -92,9 +101,7 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
     if (f->threads < 0) throw UsageError("--threads must be >= 0");
     if (f->seconds <= 0) throw UsageError("--seconds must be positive");
     if (f->decode_samples == 0) throw UsageError("--decode-samples must be >= 1");
-    if (f->memory != "auto" && f->memory != "page-cache" && f->memory != "pread") {
-      throw UsageError("--memory '" + f->memory + "': expected auto, page-cache or pread");
-    }
+    parse_choice(kBenchMemoryNames, f->memory, "--memory");  // measure() reads it again
     f->groups = parse_row_groups(f->rows_arg);
   } catch (const std::exception& e) {
     return report_failure("dscache bench", e);
@@ -117,9 +124,7 @@ bool measure(const BenchFlags& f, const BenchSettings& s, BenchReport* r) {
   }
   if (m.count == 0) return false;  // a valid cache (FORMAT.md), but there is nothing to time
   CacheOptions serve_options;
-  serve_options.memory = f.memory == "pread"        ? MemoryMode::kPread
-                         : f.memory == "page-cache" ? MemoryMode::kPageCache
-                                                    : MemoryMode::kAuto;
+  serve_options.memory = kBenchMemoryNames.parse(f.memory, "--memory");
   r->available = available_memory_bytes();
   auto serving = Cache::open(f.dir, serve_options);
   r->memory_mode = to_string(serving->memory_mode());

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -30,19 +31,20 @@ std::vector<std::string> split_commas(const std::string& s) {
 // --codec raw | jpeg | jpeg:Q (Q 1..100, default 90).
 void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality) {
   const size_t colon = text.find(':');
-  const std::string name = text.substr(0, colon);
-  try {
-    *codec = parse_codec(name);
-  } catch (const Error&) {
-    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
-  }
+  const std::optional<Codec> named = kCodecNames.find(text.substr(0, colon));
+  auto bad = [&] {
+    return UsageError("--codec '" + text + "': expected one of " + kCodecNames.names() +
+                      ", or jpeg:Q (Q 1..100)");
+  };
+  if (!named) throw bad();
+  *codec = *named;
   *quality = *codec == Codec::kJpeg ? 90 : 0;
   if (colon == std::string::npos) return;
   const std::string q = text.substr(colon + 1);
   if (*codec != Codec::kJpeg || q.empty() || q.size() > 3 ||
       q.find_first_not_of("0123456789") != std::string::npos || std::stoul(q) < 1 ||
       std::stoul(q) > 100) {
-    throw UsageError("--codec '" + text + "': expected raw, jpeg or jpeg:Q (Q 1..100)");
+    throw bad();
   }
   *quality = static_cast<uint32_t>(std::stoul(q));
 }
@@ -119,12 +121,12 @@ void apply_shape_flags(const po::variables_map& vm, const BuildFlags& f, BuildOp
   }
   opt->recipe.channels = f.channels;
   try {
-    opt->recipe.resize = parse_resize_policy(f.resize);
+    opt->recipe.resize = parse_choice(kResizePolicyNames, f.resize, "--resize");
   } catch (const Error&) {
     throw UsageError("--resize '" + f.resize + "': expected crop, pad or stretch");
   }
   try {
-    opt->storage = parse_storage(f.storage);
+    opt->storage = parse_choice(kStorageNames, f.storage, "--storage");
   } catch (const Error&) {
     throw UsageError("--storage '" + f.storage + "': expected npy or hdf5");
   }
@@ -133,7 +135,7 @@ void apply_shape_flags(const po::variables_map& vm, const BuildFlags& f, BuildOp
   }
   opt->recipe.shard_bytes = parse_bytes(f.shard_size, "--shard-size");
   try {
-    opt->layout = parse_layout(f.layout);
+    opt->layout = parse_choice(kLayoutNames, f.layout, "--layout");
   } catch (const Error&) {
     throw UsageError("--layout '" + f.layout + "': expected fixed or ragged");
   }

@@ -5,70 +5,91 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <iterator>
+#include <optional>
 #include <sstream>
+
+#include "dscache/byte_count.h"
+#include "dscache/error.h"
+#include "option_names.h"
 
 namespace po = boost::program_options;
 
 namespace dscache {
 namespace train {
 
-const char* to_string(ModelKind v) { return v == ModelKind::kCnn ? "cnn" : "resnet18"; }
-const char* to_string(Precision v) {
-  switch (v) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kAuto:
-      return "auto";
-    case Precision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-const char* to_string(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
-const char* to_string(ScheduleKind v) {
-  switch (v) {
-    case ScheduleKind::kConstant:
-      return "constant";
-    case ScheduleKind::kCosine:
-      return "cosine";
-    case ScheduleKind::kStep:
-      return "step";
-  }
-  return "?";
-}
-const char* to_string(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
-const char* to_string(NormalizeKind v) { return v == NormalizeKind::kDataset ? "dataset" : "half"; }
+namespace {
+
+constexpr EnumName<ModelKind> kModel[] = {
+    {ModelKind::kCnn, "cnn"},
+    {ModelKind::kResnet18, "resnet18"},
+};
+constexpr EnumName<Precision> kPrecision[] = {
+    {Precision::kAuto, "auto"},
+    {Precision::kFp32, "fp32"},
+    {Precision::kBf16, "bf16"},
+    {Precision::kFp16, "fp16"},
+};
+constexpr EnumName<LossScaling> kLossScaling[] = {
+    {LossScaling::kAuto, "auto"},
+    {LossScaling::kOn, "on"},
+    {LossScaling::kOff, "off"},
+};
+constexpr EnumName<OptimizerKind> kOptimizer[] = {
+    {OptimizerKind::kSgd, "sgd"},
+    {OptimizerKind::kAdamW, "adamw"},
+};
+constexpr EnumName<ScheduleKind> kSchedule[] = {
+    {ScheduleKind::kConstant, "constant"},
+    {ScheduleKind::kCosine, "cosine"},
+    {ScheduleKind::kStep, "step"},
+};
+constexpr EnumName<DeviceKind> kDevice[] = {
+    {DeviceKind::kCpu, "cpu"},
+    {DeviceKind::kCuda, "cuda"},
+};
+constexpr EnumName<NormalizeKind> kNormalize[] = {
+    {NormalizeKind::kDataset, "dataset"},
+    {NormalizeKind::kHalf, "half"},
+};
+constexpr EnumName<Shuffle> kTrainShuffle[] = {
+    {Shuffle::kGlobal, "global"},
+    {Shuffle::kWindowed, "windowed"},
+};
+
+}  // namespace
+
+constexpr EnumTable<ModelKind> kModelNames(kModel);
+constexpr EnumTable<Precision> kPrecisionNames(kPrecision);
+constexpr EnumTable<LossScaling> kLossScalingNames(kLossScaling);
+constexpr EnumTable<OptimizerKind> kOptimizerNames(kOptimizer);
+constexpr EnumTable<ScheduleKind> kScheduleNames(kSchedule);
+constexpr EnumTable<DeviceKind> kDeviceNames(kDevice);
+constexpr EnumTable<NormalizeKind> kNormalizeNames(kNormalize);
+constexpr EnumTable<Shuffle> kTrainShuffleNames(kTrainShuffle);
+
+const char* to_string(ModelKind v) { return kModelNames.to_string(v); }
+const char* to_string(Precision v) { return kPrecisionNames.to_string(v); }
+const char* to_string(OptimizerKind v) { return kOptimizerNames.to_string(v); }
+const char* to_string(ScheduleKind v) { return kScheduleNames.to_string(v); }
+const char* to_string(DeviceKind v) { return kDeviceNames.to_string(v); }
+const char* to_string(NormalizeKind v) { return kNormalizeNames.to_string(v); }
 
 namespace {
 
+// The value `table` names `value`; otherwise UsageError naming --option and listing the names.
 template <typename E>
-E pick(const std::string& option, const std::string& value,
-       const std::vector<std::pair<const char*, E>>& table) {
-  std::string names;
-  for (const auto& [name, e] : table) {
-    if (value == name) return e;
-    names += names.empty() ? name : std::string("|") + name;
-  }
-  throw UsageError("--" + option + ": unknown value '" + value + "' (expected " + names + ")");
+E pick(const EnumTable<E>& table, const std::string& option, const std::string& value) {
+  if (std::optional<E> v = table.find(value)) return *v;
+  throw UsageError(table.unknown(value, "--" + option));
 }
 
-// A positive byte count: digits with an optional K, M or G (powers of 1024).
-uint64_t parse_byte_count(const std::string& option, const std::string& text) {
-  const size_t digits = text.find_first_not_of("0123456789");
-  const std::string suffix = digits == std::string::npos ? "" : text.substr(digits);
-  const int shift = suffix.empty()  ? 0
-                    : suffix == "K" ? 10
-                    : suffix == "M" ? 20
-                    : suffix == "G" ? 30
-                                    : -1;
-  if (digits == 0 || shift < 0 || digits > 12) {
-    throw UsageError(option + ": '" + text + "' is not a byte count (e.g. 512M, 2G)");
+// dscache/byte_count.h's grammar, as a usage error.
+uint64_t byte_count(const std::string& option, const std::string& text) {
+  try {
+    return parse_byte_count(text, option);
+  } catch (const Error& e) {
+    throw UsageError(e.reason());
   }
-  const uint64_t n = std::stoull(text.substr(0, digits)) << shift;
-  if (n == 0) throw UsageError(option + ": must be positive");
-  return n;
 }
 
 }  // namespace
@@ -107,7 +128,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("workers", po::value(&o.workers), "loader threads (default 2)")
     ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
     ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")
-    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, K/M/G suffixes (default: a quarter of free memory)")
+    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, e.g. 512M, 2G, 64KiB (default: a quarter of free memory)")
     ("device", po::value(&device), "cpu | cuda (default cpu)")
     ("channels-last", po::bool_switch(&o.channels_last), "NHWC memory format")
     ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
@@ -170,32 +191,18 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("weight-decay") && !(o.weight_decay >= 0)) {
     throw UsageError("--weight-decay: must be a number >= 0");
   }
-  o.windowed = pick<bool>("shuffle", shuffle, {{"global", false}, {"windowed", true}});
+  o.windowed = pick(kTrainShuffleNames, "shuffle", shuffle) == Shuffle::kWindowed;
   if (vm.count("window-bytes")) {
     if (!o.windowed) throw UsageError("--window-bytes: applies to --shuffle windowed only");
-    o.window_bytes = parse_byte_count("--window-bytes", window_bytes);
+    o.window_bytes = byte_count("--window-bytes", window_bytes);
   }
-  o.model = pick<ModelKind>("model", model,
-                            {{"cnn", ModelKind::kCnn}, {"resnet18", ModelKind::kResnet18}});
-  o.precision = pick<Precision>("precision", precision,
-                                {{"auto", Precision::kAuto},
-                                 {"fp32", Precision::kFp32},
-                                 {"bf16", Precision::kBf16},
-                                 {"fp16", Precision::kFp16}});
-  o.loss_scaling = pick<LossScaling>(
-      "loss-scaling", loss_scaling,
-      {{"auto", LossScaling::kAuto}, {"on", LossScaling::kOn}, {"off", LossScaling::kOff}});
-  o.optimizer = pick<OptimizerKind>(
-      "optimizer", optimizer, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
-  o.schedule = pick<ScheduleKind>("schedule", schedule,
-                                  {{"constant", ScheduleKind::kConstant},
-                                   {"cosine", ScheduleKind::kCosine},
-                                   {"step", ScheduleKind::kStep}});
-  o.device =
-      pick<DeviceKind>("device", device, {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}});
-  o.normalize =
-      pick<NormalizeKind>("normalize", normalize,
-                          {{"dataset", NormalizeKind::kDataset}, {"half", NormalizeKind::kHalf}});
+  o.model = pick(kModelNames, "model", model);
+  o.precision = pick(kPrecisionNames, "precision", precision);
+  o.loss_scaling = pick(kLossScalingNames, "loss-scaling", loss_scaling);
+  o.optimizer = pick(kOptimizerNames, "optimizer", optimizer);
+  o.schedule = pick(kScheduleNames, "schedule", schedule);
+  o.device = pick(kDeviceNames, "device", device);
+  o.normalize = pick(kNormalizeNames, "normalize", normalize);
   if (vm.count("accum-steps") && vm.count("effective-batch")) {
     throw UsageError("--accum-steps and --effective-batch: give one, not both");
   }

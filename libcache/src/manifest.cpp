@@ -7,83 +7,18 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "dscache/atomic_file.h"
 #include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
+#include "dscache/enum_table.h"
 #include "dscache/error.h"
 
 namespace dscache {
 
-const char* to_string(Storage s) {
-  switch (s) {
-    case Storage::kNpy:
-      return "npy";
-    case Storage::kHdf5:
-      return "hdf5";
-  }
-  return "?";
-}
-
-const char* to_string(Layout l) {
-  switch (l) {
-    case Layout::kFixed:
-      return "fixed";
-    case Layout::kRagged:
-      return "ragged";
-  }
-  return "?";
-}
-
-const char* to_string(ResizePolicy r) {
-  switch (r) {
-    case ResizePolicy::kStretch:
-      return "stretch";
-    case ResizePolicy::kCrop:
-      return "crop";
-    case ResizePolicy::kPad:
-      return "pad";
-  }
-  return "?";
-}
-
-const char* to_string(Codec c) {
-  switch (c) {
-    case Codec::kRaw:
-      return "raw";
-    case Codec::kJpeg:
-      return "jpeg";
-  }
-  return "?";
-}
-
-Codec parse_codec(const std::string& s) {
-  if (s == "raw") return Codec::kRaw;
-  if (s == "jpeg") return Codec::kJpeg;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown codec '" + s + "'");
-}
-
 int format_version_for(Codec c) { return c == Codec::kRaw ? 1 : 2; }
-
-Storage parse_storage(const std::string& s) {
-  if (s == "npy") return Storage::kNpy;
-  if (s == "hdf5") return Storage::kHdf5;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown storage '" + s + "'");
-}
-
-Layout parse_layout(const std::string& s) {
-  if (s == "fixed") return Layout::kFixed;
-  if (s == "ragged") return Layout::kRagged;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown layout '" + s + "'");
-}
-
-ResizePolicy parse_resize_policy(const std::string& s) {
-  if (s == "stretch") return ResizePolicy::kStretch;
-  if (s == "crop") return ResizePolicy::kCrop;
-  if (s == "pad") return ResizePolicy::kPad;
-  throw Error(ErrorKind::kInvalidArgument, "", "unknown resize policy '" + s + "'");
-}
 
 namespace {
 
@@ -143,6 +78,15 @@ class Reader {
 
   std::string str(const Json& obj, const std::string& where, const char* key) const {
     return str(member(obj, where, key), join(where, key));
+  }
+
+  // A string naming one value of `table`; any other string fails listing the table's names.
+  template <typename E>
+  E choice(const Json& obj, const std::string& where, const char* key,
+           const EnumTable<E>& table) const {
+    const std::string s = str(obj, where, key);
+    if (std::optional<E> v = table.find(s)) return *v;
+    fail(join(where, key) + " is '" + s + "', expected one of " + table.names());
   }
 
   bool boolean(const Json& obj, const std::string& where, const char* key) const {
@@ -295,18 +239,21 @@ std::string to_json(const Manifest& m) {
   return j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
 
-Manifest manifest_from_json(const std::string& text, const std::string& path) {
-  Json j;
+namespace {
+
+// The steps of manifest_from_json, in the order it runs them: each reads one part of the
+// document into `m`, checking it against what the earlier steps read, and fails naming the field.
+
+Json parse_document(const std::string& text, const std::string& path) {
   try {
-    j = Json::parse(text);
+    return Json::parse(text);
   } catch (const Json::exception& e) {
     throw Error(ErrorKind::kCorruption, path, std::string("not valid JSON: ") + e.what());
   }
-  Reader r(path);
-  if (!j.is_object()) r.fail("manifest is not a JSON object");
-  Manifest m;
+}
 
-  // The version first: a newer format may change anything else.
+// The version first: a newer format may change anything else.
+void read_version(const Reader& r, const Json& j, const std::string& path, Manifest* m) {
   const Json& version = r.member(j, "", "format_version");
   if (!version.is_number_integer()) r.fail("format_version is not an integer");
   const int64_t v = version.get<int64_t>();
@@ -316,42 +263,30 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
                     std::to_string(kFormatVersion));
   }
   if (v < 1) r.fail("format_version is " + std::to_string(v) + ", expected >= 1");
-  m.format_version = static_cast<int>(v);
+  m->format_version = static_cast<int>(v);
+}
 
-  const std::string layout = r.str(j, "", "layout");
-  try {
-    m.layout = parse_layout(layout);
-  } catch (const Error&) {
-    r.fail("layout is '" + layout + "', expected 'fixed' or 'ragged'");
+// layout, storage, codec (version 2 added it; version 1 caches are raw) and dtype.
+void read_encoding(const Reader& r, const Json& j, Manifest* m) {
+  m->layout = r.choice(j, "", "layout", kLayoutNames);
+  m->storage = r.choice(j, "", "storage", kStorageNames);
+  if (m->format_version >= 2) m->codec = r.choice(j, "", "codec", kCodecNames);
+  if (m->format_version != format_version_for(m->codec)) {
+    r.fail("format_version is " + std::to_string(m->format_version) + ", expected " +
+           std::to_string(format_version_for(m->codec)) + " for codec '" + to_string(m->codec) +
+           "'");
   }
-  const std::string storage = r.str(j, "", "storage");
-  try {
-    m.storage = parse_storage(storage);
-  } catch (const Error&) {
-    r.fail("storage is '" + storage + "', expected 'npy' or 'hdf5'");
-  }
-  // Version 2 added the codec; version 1 caches are raw.
-  if (m.format_version >= 2) {
-    const std::string codec = r.str(j, "", "codec");
-    try {
-      m.codec = parse_codec(codec);
-    } catch (const Error&) {
-      r.fail("codec is '" + codec + "', expected 'raw' or 'jpeg'");
-    }
-  }
-  if (m.format_version != format_version_for(m.codec)) {
-    r.fail("format_version is " + std::to_string(m.format_version) + ", expected " +
-           std::to_string(format_version_for(m.codec)) + " for codec '" + to_string(m.codec) + "'");
-  }
-  m.dtype = r.str(j, "", "dtype");
-  if (m.dtype != "uint8") r.fail("dtype is '" + m.dtype + "', expected 'uint8'");
+  m->dtype = r.str(j, "", "dtype");
+  if (m->dtype != "uint8") r.fail("dtype is '" + m->dtype + "', expected 'uint8'");
+}
 
+// shape and channel_order. Ragged samples differ in size: the stored shape is [0, 0, C].
+void read_shape(const Reader& r, const Json& j, Manifest* m) {
   const Json& shape = r.array(j, "", "shape");
   if (shape.size() != 3) {
     r.fail("shape has " + std::to_string(shape.size()) + " elements, expected [H, W, C]");
   }
-  // Ragged samples differ in size: the stored shape is [0, 0, C].
-  const bool ragged = m.layout == Layout::kRagged;
+  const bool ragged = m->layout == Layout::kRagged;
   uint32_t dims[3];
   for (size_t i = 0; i < 3; ++i) {
     const std::string field = Reader::index("shape", i);
@@ -366,23 +301,25 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
     }
     dims[i] = static_cast<uint32_t>(d);
   }
-  m.height = dims[0];
-  m.width = dims[1];
-  m.channels = dims[2];
-  if (m.channels != 1 && m.channels != 3) {
-    r.fail("shape[2] is " + std::to_string(m.channels) + ", expected 1 or 3 channels");
+  m->height = dims[0];
+  m->width = dims[1];
+  m->channels = dims[2];
+  if (m->channels != 1 && m->channels != 3) {
+    r.fail("shape[2] is " + std::to_string(m->channels) + ", expected 1 or 3 channels");
   }
-  m.channel_order = r.str(j, "", "channel_order");
-  const char* want_order = m.channels == 3 ? "RGB" : "L";
-  if (m.channel_order != want_order) {
-    r.fail("channel_order is '" + m.channel_order + "', expected '" + want_order + "' for " +
-           std::to_string(m.channels) + " channels");
+  m->channel_order = r.str(j, "", "channel_order");
+  const char* want_order = m->channels == 3 ? "RGB" : "L";
+  if (m->channel_order != want_order) {
+    r.fail("channel_order is '" + m->channel_order + "', expected '" + want_order + "' for " +
+           std::to_string(m->channels) + " channels");
   }
-  m.count = r.u64(j, "", "count");
+}
 
+// classes and class_counts, against count.
+void read_classes(const Reader& r, const Json& j, Manifest* m) {
   const Json& classes = r.array(j, "", "classes");
   for (size_t i = 0; i < classes.size(); ++i) {
-    m.classes.push_back(r.str(classes[i], Reader::index("classes", i)));
+    m->classes.push_back(r.str(classes[i], Reader::index("classes", i)));
   }
   const Json& class_counts = r.array(j, "", "class_counts");
   uint64_t sum = 0;
@@ -390,17 +327,20 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
     const std::string field = Reader::index("class_counts", i);
     const uint64_t c = r.u64(class_counts[i], field);
     if (add_overflows(sum, c, &sum)) r.fail(field + " makes the class counts overflow");
-    m.class_counts.push_back(c);
+    m->class_counts.push_back(c);
   }
-  if (m.class_counts.size() != m.classes.size()) {
-    r.fail("class_counts has " + std::to_string(m.class_counts.size()) + " entries, classes has " +
-           std::to_string(m.classes.size()));
+  if (m->class_counts.size() != m->classes.size()) {
+    r.fail("class_counts has " + std::to_string(m->class_counts.size()) + " entries, classes has " +
+           std::to_string(m->classes.size()));
   }
   // An unlabeled cache has neither; otherwise every sample belongs to exactly one class.
-  if (!m.classes.empty() && sum != m.count) {
-    r.fail("class_counts sum to " + std::to_string(sum) + ", count is " + std::to_string(m.count));
+  if (!m->classes.empty() && sum != m->count) {
+    r.fail("class_counts sum to " + std::to_string(sum) + ", count is " + std::to_string(m->count));
   }
+}
 
+// shards: contiguous, in order, covering [0, count).
+void read_shards(const Reader& r, const Json& j, Manifest* m) {
   const Json& shards = r.array(j, "", "shards");
   uint64_t next = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -417,92 +357,117 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
       r.fail(where + ".first is " + std::to_string(e.first) + ", expected " + std::to_string(next));
     }
     if (add_overflows(next, e.count, &next)) r.fail(where + ".count overflows the sample index");
-    m.shards.push_back(std::move(e));
+    m->shards.push_back(std::move(e));
   }
-  if (next != m.count) {
+  if (next != m->count) {
     r.fail("shards cover " + std::to_string(next) + " samples, count is " +
-           std::to_string(m.count));
+           std::to_string(m->count));
   }
+}
 
+// files: the side files, with the index exactly when the layout and codec need one.
+void read_files(const Reader& r, const Json& j, Manifest* m) {
   const Json& files = r.member(j, "", "files");
   if (!files.is_object()) r.fail("files is not an object");
-  m.labels = r.file_entry(files, "files", "labels");
-  m.checksums = r.file_entry(files, "files", "checksums");
-  m.sources = r.file_entry(files, "files", "sources");
-  m.skips = r.file_entry(files, "files", "skips");
+  m->labels = r.file_entry(files, "files", "labels");
+  m->checksums = r.file_entry(files, "files", "checksums");
+  m->sources = r.file_entry(files, "files", "sources");
+  m->skips = r.file_entry(files, "files", "skips");
   if (files.contains("index")) {
-    if (!m.has_index()) {
+    if (!m->has_index()) {
       r.fail("files.index is present, but only the ragged layout and JPEG caches have an index");
     }
-    m.index = r.file_entry(files, "files", "index");
-  } else if (m.has_index()) {
-    r.fail(ragged ? "files.index is missing (the ragged layout needs its index)"
-                  : "files.index is missing (a JPEG cache needs its index)");
+    m->index = r.file_entry(files, "files", "index");
+  } else if (m->has_index()) {
+    r.fail(m->layout == Layout::kRagged
+               ? "files.index is missing (the ragged layout needs its index)"
+               : "files.index is missing (a JPEG cache needs its index)");
   }
-  m.skipped = r.u64(j, "", "skipped");
+}
 
+void read_source(const Reader& r, const Json& j, Manifest* m) {
   const Json& source = r.member(j, "", "source");
   if (!source.is_object()) r.fail("source is not an object");
-  m.source.kind = r.str(source, "source", "kind");
-  m.source.root = r.str(source, "source", "root");
-  m.source.labels = r.str(source, "source", "labels");
-  m.source.entries = r.u64(source, "source", "entries");
-  m.source.digest = r.hex(source, "source", "digest");
+  m->source.kind = r.str(source, "source", "kind");
+  m->source.root = r.str(source, "source", "root");
+  m->source.labels = r.str(source, "source", "labels");
+  m->source.entries = r.u64(source, "source", "entries");
+  m->source.digest = r.hex(source, "source", "digest");
+}
 
+void read_recipe(const Reader& r, const Json& j, Manifest* m) {
   const Json& recipe = r.member(j, "", "recipe");
   if (!recipe.is_object()) r.fail("recipe is not an object");
-  m.recipe.height = r.u32(recipe, "recipe", "height");
-  m.recipe.width = r.u32(recipe, "recipe", "width");
-  m.recipe.channels = r.u32(recipe, "recipe", "channels");
-  const std::string resize = r.str(recipe, "recipe", "resize");
-  try {
-    m.recipe.resize = parse_resize_policy(resize);
-  } catch (const Error&) {
-    r.fail("recipe.resize is '" + resize + "', expected 'stretch', 'crop' or 'pad'");
-  }
-  m.recipe.reduced_decode = r.boolean(recipe, "recipe", "reduced_decode");
-  m.recipe.max_pixels = r.u64(recipe, "recipe", "max_pixels");
-  m.recipe.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
+  BuildRecipe& b = m->recipe;
+  b.height = r.u32(recipe, "recipe", "height");
+  b.width = r.u32(recipe, "recipe", "width");
+  b.channels = r.u32(recipe, "recipe", "channels");
+  b.resize = r.choice(recipe, "recipe", "resize", kResizePolicyNames);
+  b.reduced_decode = r.boolean(recipe, "recipe", "reduced_decode");
+  b.max_pixels = r.u64(recipe, "recipe", "max_pixels");
+  b.shard_bytes = r.u64(recipe, "recipe", "shard_bytes");
   // Optional: caches written before the ragged layout existed have no max_side (= 0, fixed).
-  if (recipe.contains("max_side")) m.recipe.max_side = r.u32(recipe, "recipe", "max_side");
+  if (recipe.contains("max_side")) b.max_side = r.u32(recipe, "recipe", "max_side");
   if (recipe.contains("shuffle_seed")) {
-    m.recipe.shuffled = true;
-    m.recipe.shuffle_seed = r.u64(recipe, "recipe", "shuffle_seed");
+    b.shuffled = true;
+    b.shuffle_seed = r.u64(recipe, "recipe", "shuffle_seed");
   }
-  if (m.codec == Codec::kJpeg) {
-    m.recipe.quality = r.u32(recipe, "recipe", "quality");
-    if (m.recipe.quality < 1 || m.recipe.quality > 100) {
-      r.fail("recipe.quality is " + std::to_string(m.recipe.quality) + ", expected 1..100");
+  if (m->codec == Codec::kJpeg) {
+    b.quality = r.u32(recipe, "recipe", "quality");
+    if (b.quality < 1 || b.quality > 100) {
+      r.fail("recipe.quality is " + std::to_string(b.quality) + ", expected 1..100");
     }
   }
-  if (ragged && m.recipe.max_side == 0) {
+  if (m->layout == Layout::kRagged && b.max_side == 0) {
     r.fail("recipe.max_side is 0, expected > 0 for the ragged layout");
   }
+}
 
+// part: only in a part of a partitioned build; its slice must fit the source's listing.
+void read_part(const Reader& r, const Json& j, Manifest* m) {
+  if (!j.contains("part")) return;
+  const Json& part = r.member(j, "", "part");
+  if (!part.is_object()) r.fail("part is not an object");
+  m->has_part = true;
+  PartRecord& p = m->part;
+  p.index = r.u32(part, "part", "index");
+  p.count = r.u32(part, "part", "count");
+  p.first = r.u64(part, "part", "first");
+  p.entries = r.u64(part, "part", "entries");
+  if (p.index >= p.count) {
+    r.fail("part.index is " + std::to_string(p.index) + ", expected < part.count (" +
+           std::to_string(p.count) + ")");
+  }
+  uint64_t end = 0;
+  if (add_overflows(p.first, p.entries, &end) || end > m->source.entries) {
+    r.fail("part covers positions past source.entries (" + std::to_string(m->source.entries) + ")");
+  }
+  if (m->count + m->skipped != p.entries) {
+    r.fail("part.entries is " + std::to_string(p.entries) + ", count + skipped is " +
+           std::to_string(m->count + m->skipped));
+  }
+}
+
+}  // namespace
+
+Manifest manifest_from_json(const std::string& text, const std::string& path) {
+  const Json j = parse_document(text, path);
+  Reader r(path);
+  if (!j.is_object()) r.fail("manifest is not a JSON object");
+  Manifest m;
+  read_version(r, j, path, &m);
+  read_encoding(r, j, &m);
+  read_shape(r, j, &m);
+  m.count = r.u64(j, "", "count");
+  read_classes(r, j, &m);
+  read_shards(r, j, &m);
+  read_files(r, j, &m);
+  m.skipped = r.u64(j, "", "skipped");
+  read_source(r, j, &m);
+  read_recipe(r, j, &m);
   m.tool_version = r.str(j, "", "tool_version");
   m.created_utc = r.str(j, "", "created_utc");
-  if (j.contains("part")) {
-    const Json& part = r.member(j, "", "part");
-    if (!part.is_object()) r.fail("part is not an object");
-    m.has_part = true;
-    m.part.index = r.u32(part, "part", "index");
-    m.part.count = r.u32(part, "part", "count");
-    m.part.first = r.u64(part, "part", "first");
-    m.part.entries = r.u64(part, "part", "entries");
-    if (m.part.index >= m.part.count) {
-      r.fail("part.index is " + std::to_string(m.part.index) + ", expected < part.count (" +
-             std::to_string(m.part.count) + ")");
-    }
-    uint64_t end = 0;
-    if (add_overflows(m.part.first, m.part.entries, &end) || end > m.source.entries) {
-      r.fail("part covers positions past source.entries (" + std::to_string(m.source.entries) +
-             ")");
-    }
-    if (m.count + m.skipped != m.part.entries) {
-      r.fail("part.entries is " + std::to_string(m.part.entries) + ", count + skipped is " +
-             std::to_string(m.count + m.skipped));
-    }
-  }
+  read_part(r, j, &m);
   return m;
 }
 

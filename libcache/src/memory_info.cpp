@@ -65,20 +65,6 @@ uint64_t mem_available() {
 
 }  // namespace
 
-const char* to_string(MemoryMode mode) {
-  switch (mode) {
-    case MemoryMode::kPageCache:
-      return "page-cache";
-    case MemoryMode::kInProcess:
-      return "in-process";
-    case MemoryMode::kPread:
-      return "pread";
-    case MemoryMode::kAuto:
-      return "auto";
-  }
-  return "?";
-}
-
 uint64_t available_memory_bytes() {
   uint64_t avail = mem_available();
   std::ifstream in("/proc/self/cgroup");

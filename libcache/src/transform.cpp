@@ -26,18 +26,6 @@ constexpr uint64_t kTagTransform = 0x78666f726dull;
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
 
-const char* crop_name(CropMode mode) {
-  switch (mode) {
-    case CropMode::kNone:
-      return "none";
-    case CropMode::kCenter:
-      return "center";
-    case CropMode::kRandomResized:
-      return "random_resized";
-  }
-  return "unknown";
-}
-
 uint32_t clamp_side(double v, uint32_t hi) {
   if (!(v >= 1.0)) return 1;
   if (v >= static_cast<double>(hi)) return hi;
@@ -125,7 +113,7 @@ void validate(const TransformOptions& options, Layout layout) {
   if ((options.height == 0) != (options.width == 0) && options.crop != CropMode::kNone) {
     throw invalid(std::string("transform.height and transform.width must both be set (or both "
                               "0) for crop ") +
-                  crop_name(options.crop));
+                  kCropModeNames.to_string(options.crop));
   }
   if (options.crop == CropMode::kRandomResized) {
     if (!(options.scale_min > 0.0)) throw invalid("transform.scale_min must be > 0");

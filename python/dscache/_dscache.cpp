@@ -154,39 +154,11 @@ py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t ind
 // ------------------------------------------------------------------------------------------
 // Options from Python keywords (validated by libcache, which names the field).
 
-Shuffle parse_shuffle(const std::string& s) {
-  if (s == "none") return Shuffle::kNone;
-  if (s == "global") return Shuffle::kGlobal;
-  if (s == "windowed") return Shuffle::kWindowed;
-  throw Error(ErrorKind::kInvalidArgument, "",
-              "shuffle: '" + s + "' is not one of none, global, windowed");
-}
-
-const char* shuffle_name(Shuffle s) {
-  switch (s) {
-    case Shuffle::kNone:
-      return "none";
-    case Shuffle::kGlobal:
-      return "global";
-    case Shuffle::kWindowed:
-      return "windowed";
-  }
-  return "?";
-}
-
-RankTail parse_tail(const std::string& s) {
-  if (s == "pad") return RankTail::kPad;
-  if (s == "drop") return RankTail::kDrop;
-  throw Error(ErrorKind::kInvalidArgument, "", "rank_tail: '" + s + "' is not pad or drop");
-}
-
-CropMode parse_crop(const std::string& s) {
-  if (s == "none") return CropMode::kNone;
-  if (s == "center") return CropMode::kCenter;
-  if (s == "random_resized") return CropMode::kRandomResized;
-  throw Error(ErrorKind::kInvalidArgument, "",
-              "transform.crop: '" + s + "' is not one of none, center, random_resized");
-}
+// Each keyword's names come from libcache's table; an unknown one is Error(kInvalidArgument)
+// naming the keyword and listing the names (ValueError in Python).
+Shuffle parse_shuffle(const std::string& s) { return kShuffleNames.parse(s, "shuffle"); }
+RankTail parse_tail(const std::string& s) { return kRankTailNames.parse(s, "rank_tail"); }
+CropMode parse_crop(const std::string& s) { return kCropModeNames.parse(s, "transform.crop"); }
 
 // The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
 // wait for worker threads. The C++ Loader has one consumer; since the GIL is released while it
@@ -301,14 +273,14 @@ class PyLoader {
     check_usable();
     const SamplerOptions& s = loader_->sampler_options();
     py::dict d;
-    d["shuffle"] = shuffle_name(s.shuffle);
+    d["shuffle"] = kShuffleNames.to_string(s.shuffle);
     d["block"] = s.block;
     d["window_blocks"] = s.window_blocks;
     d["block_bytes"] = s.block_bytes;
     d["window_bytes"] = s.window_bytes;
     d["rank"] = s.rank;
     d["world_size"] = s.world_size;
-    d["rank_tail"] = s.tail == RankTail::kPad ? "pad" : "drop";
+    d["rank_tail"] = kRankTailNames.to_string(s.tail);
     return d;
   }
   uint64_t batches_per_epoch() const {
@@ -393,22 +365,8 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   return o;
 }
 
-MemoryMode parse_memory(const std::string& s) {
-  if (s == "auto") return MemoryMode::kAuto;
-  if (s == "page-cache") return MemoryMode::kPageCache;
-  if (s == "in-process") return MemoryMode::kInProcess;
-  if (s == "pread") return MemoryMode::kPread;
-  throw Error(ErrorKind::kInvalidArgument, "",
-              "memory: '" + s + "' is not one of auto, page-cache, in-process, pread");
-}
-
-AccessHint parse_hint(const std::string& s) {
-  if (s == "random") return AccessHint::kRandom;
-  if (s == "sequential") return AccessHint::kSequential;
-  if (s == "willneed") return AccessHint::kWillNeed;
-  throw Error(ErrorKind::kInvalidArgument, "",
-              "hint: '" + s + "' is not one of random, sequential, willneed");
-}
+MemoryMode parse_memory(const std::string& s) { return kMemoryModeNames.parse(s, "memory"); }
+AccessHint parse_hint(const std::string& s) { return kAccessHintNames.parse(s, "hint"); }
 
 py::dict manifest_dict(const Manifest& m) {
   py::dict d;

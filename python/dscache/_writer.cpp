@@ -111,9 +111,9 @@ void bind_writer(py::module_& m) {
                        std::vector<std::string> classes, bool shuffled, uint64_t shuffle_seed,
                        uint32_t max_side, bool force, bool resume) {
              CacheWriterOptions o;
-             o.storage = parse_storage(storage);
-             o.layout = parse_layout(layout);
-             o.codec = parse_codec(codec);
+             o.storage = kStorageNames.parse(storage, "storage");
+             o.layout = kLayoutNames.parse(layout, "layout");
+             o.codec = kCodecNames.parse(codec, "codec");
              o.recipe.height = height;
              o.recipe.width = width;
              o.recipe.channels = channels;

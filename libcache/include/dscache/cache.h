@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/enum_table.h"
 #include "dscache/jpeg.h"
 #include "dscache/manifest.h"
 #include "dscache/sample_source.h"
@@ -29,6 +30,11 @@ enum class AccessHint {
   kSequential,  // MADV_SEQUENTIAL: unshuffled, streaming reads
   kWillNeed,    // MADV_WILLNEED: start reading everything now
 };
+
+// "auto", "page-cache", "in-process", "pread"; "random", "sequential", "willneed" (the Python
+// binding's memory= and hint= keywords).
+extern const EnumTable<MemoryMode> kMemoryModeNames;
+extern const EnumTable<AccessHint> kAccessHintNames;
 
 // Open-time options. Per-epoch choices (seed, epoch) belong to the Loader.
 struct CacheOptions {
@@ -98,7 +104,7 @@ class Cache : public SampleSource {
   std::unique_ptr<Impl> impl_;
 };
 
-// "page-cache", "in-process", "pread", "auto".
+// kMemoryModeNames' name: "auto", "page-cache", "in-process", "pread".
 const char* to_string(MemoryMode mode);
 
 // Memory this process may still fill without evicting its own pages: MemAvailable from

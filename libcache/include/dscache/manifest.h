@@ -5,23 +5,29 @@
 #include <string>
 #include <vector>
 
+#include "dscache/enum_table.h"
+
 namespace dscache {
 
-// Stored in the manifest as the strings in the comments; never renamed.
+// Stored in the manifest as the strings in the comments (the names of the tables below); never
+// renamed.
 enum class Storage { kNpy, kHdf5 };                 // "npy", "hdf5"
 enum class Layout { kFixed, kRagged };              // "fixed", "ragged"
 enum class ResizePolicy { kStretch, kCrop, kPad };  // "stretch", "crop", "pad"
 enum class Codec { kRaw, kJpeg };                   // "raw", "jpeg": how sample bytes are stored
 
+// The spellings of each enum, in declaration order: the manifest, `dscache build`'s options and
+// the Python binding all parse and print through these.
+extern const EnumTable<Storage> kStorageNames;
+extern const EnumTable<Layout> kLayoutNames;
+extern const EnumTable<ResizePolicy> kResizePolicyNames;
+extern const EnumTable<Codec> kCodecNames;
+
+// The table's name of the value ("?" for a value outside the enum).
 const char* to_string(Storage s);
 const char* to_string(Layout l);
 const char* to_string(ResizePolicy r);
 const char* to_string(Codec c);
-// Parse the strings above; throw Error(kInvalidArgument, "", "unknown storage 'x'") otherwise.
-Storage parse_storage(const std::string& s);
-Layout parse_layout(const std::string& s);
-ResizePolicy parse_resize_policy(const std::string& s);
-Codec parse_codec(const std::string& s);
 
 // The newest manifest format version this library reads (it reads every version <= this). It
 // writes version 1 for raw caches and version 2 for JPEG caches (codec "jpeg"), so a reader from

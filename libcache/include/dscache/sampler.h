@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "dscache/enum_table.h"
+
 namespace dscache {
 
 enum class Shuffle {
@@ -19,6 +21,10 @@ enum class RankTail {
           // (every sample is seen at least once; a few twice) — PyTorch DistributedSampler's way
   kDrop,  // drop the last (n mod world_size) samples of the order (each sample at most once)
 };
+
+// "none", "global", "windowed"; "pad", "drop".
+extern const EnumTable<Shuffle> kShuffleNames;
+extern const EnumTable<RankTail> kRankTailNames;
 
 // kWindowed's block and window are defined in samples (block, window_blocks): epoch_order uses
 // nothing else. They can instead be sized in stored bytes (block 0, block_bytes, window_bytes):

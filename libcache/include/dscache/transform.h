@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "dscache/enum_table.h"
 #include "dscache/sample_source.h"
 
 namespace dscache {
@@ -14,6 +15,9 @@ enum class CropMode {
   kRandomResized,  // random area/aspect crop resized to the output (torchvision's
                    // RandomResizedCrop), for training
 };
+
+// "none", "center", "random_resized".
+extern const EnumTable<CropMode> kCropModeNames;
 
 struct TransformOptions {
   CropMode crop = CropMode::kNone;  // see CropMode; default kNone
