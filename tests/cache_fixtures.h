@@ -30,6 +30,18 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::Cache;
+using dscache::CacheOptions;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::Layout;
+using dscache::Manifest;
+using dscache::MemoryMode;
+using dscache::SampleShape;
+using dscache::Storage;
+
 using Fixture = WrittenCache;
 
 // What to build: by default 4 + 4 + 2 samples of 5x7x3 (ragged: sides 1..9) in classes

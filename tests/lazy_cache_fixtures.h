@@ -28,6 +28,15 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::DecodeFn;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::LazyCache;
+using dscache::LazyCacheOptions;
+using dscache::SampleShape;
+
 inline uint64_t splitmix(uint64_t& x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

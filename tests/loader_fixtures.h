@@ -28,6 +28,24 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::Batch;
+using dscache::Cache;
+using dscache::CropMode;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::ImageView;
+using dscache::Layout;
+using dscache::Loader;
+using dscache::LoaderOptions;
+using dscache::LoaderPosition;
+using dscache::RankTail;
+using dscache::SampleShape;
+using dscache::SampleSource;
+using dscache::Shuffle;
+using dscache::Storage;
+
 // What to build: by default 20 + 20 + 13 samples of 6x5x3 (ragged: 4..15 x 4..15) in classes
 // a..d.
 struct Spec : CacheSpec {

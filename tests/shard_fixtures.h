@@ -22,6 +22,14 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::SampleShape;
+using dscache::ShardLocation;
+using dscache::Storage;
+
 struct Samples {
   std::vector<uint8_t> bytes;  // n * shape.bytes(), HWC per sample
   std::vector<int64_t> labels;

@@ -28,21 +28,8 @@
 #include "dscache/shard.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::Cache;
-using dscache::CacheOptions;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::Layout;
-using dscache::Manifest;
-using dscache::MemoryMode;
-using dscache::SampleShape;
-using dscache::Storage;
-
+// The library's names the tests use unqualified come with cache_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 namespace dscache::test {
 

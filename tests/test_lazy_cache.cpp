@@ -25,18 +25,8 @@
 #include "lazy_cache_fixtures.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::DecodeFn;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::LazyCache;
-using dscache::LazyCacheOptions;
-using dscache::SampleShape;
-
+// The library's names the tests use unqualified come with lazy_cache_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_CASE("first pass decodes each sample once, second pass only hits, reopen starts warm") {
   TempDir dir;

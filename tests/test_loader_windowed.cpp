@@ -26,27 +26,8 @@
 #include "loader_fixtures.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::Batch;
-using dscache::Cache;
-using dscache::CropMode;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::ImageView;
-using dscache::Layout;
-using dscache::Loader;
-using dscache::LoaderOptions;
-using dscache::LoaderPosition;
-using dscache::RankTail;
-using dscache::SampleShape;
-using dscache::SampleSource;
-using dscache::Shuffle;
-using dscache::Storage;
-
+// The library's names the tests use unqualified come with loader_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_SUITE("loader") {
   TEST_CASE("windowed shuffle with block 0 sizes its block and window in stored bytes") {

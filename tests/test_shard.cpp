@@ -19,17 +19,8 @@
 #include "shard_fixtures.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::SampleShape;
-using dscache::ShardLocation;
-using dscache::Storage;
-
+// The library's names the tests use unqualified come with shard_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_SUITE("unit") {
   TEST_CASE("shard_file_name") {
