@@ -39,6 +39,18 @@ using trainer_test::read_metrics;
 using trainer_test::TempDir;
 using trainer_test::train_exe;
 
+// `head` then `flags`: a command line whose computed parts (executable, paths) come first, so
+// that its literal flags pack into a few lines.
+std::vector<std::string> cat(std::vector<std::string> head, const std::vector<std::string>& flags) {
+  head.insert(head.end(), flags.begin(), flags.end());
+  return head;
+}
+
+// The trainer run with `args`, writing into `out`, without the progress line.
+std::vector<std::string> with_output(const std::vector<std::string>& args, const std::string& out) {
+  return cat(cat({train_exe()}, args), {"--output", out, "--no-progress"});
+}
+
 }  // namespace
 
 TEST_SUITE("cli") {
@@ -50,22 +62,17 @@ TEST_SUITE("cli") {
                     bool scaling) {
     const std::string a_dir = work + "/a", b_dir = work + "/b", log = work + "/log.txt";
     std::system(("rm -rf '" + a_dir + "' '" + b_dir + "' '" + log + "'").c_str());
-    auto with_output = [&](const std::string& out) {
-      std::vector<std::string> a = {train_exe()};
-      a.insert(a.end(), args.begin(), args.end());
-      a.insert(a.end(), {"--output", out, "--no-progress"});
-      return a;
-    };
-    int st = trainer_test::run_process(with_output(a_dir), {}, log);
+    int st = trainer_test::run_process(with_output(args, a_dir), {}, log);
     INFO(trainer_test::read_file(log));
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
-    st = trainer_test::run_process(
-        with_output(b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)}, log);
+    st = trainer_test::run_process(with_output(args, b_dir),
+                                   {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)},
+                                   log);
     REQUIRE(WIFSIGNALED(st));
     REQUIRE(WTERMSIG(st) == SIGKILL);
     CHECK_FALSE(std::ifstream(b_dir + "/model.pt").good());
-    auto resumed = with_output(b_dir);
+    auto resumed = with_output(args, b_dir);
     resumed.push_back("--resume");
     st = trainer_test::run_process(resumed, {}, log);
     REQUIRE(WIFEXITED(st));
@@ -98,24 +105,10 @@ TEST_SUITE("cli") {
     };
     for (const Case& c : cases) {
       CAPTURE(c.name);
-      std::vector<std::string> args = {"--train",
-                                       tmp.path() + "/train",
-                                       "--val",
-                                       tmp.path() + "/val",
-                                       "--epochs",
-                                       "2",
-                                       "--batch",
-                                       "16",
-                                       "--accum-steps",
-                                       "2",
-                                       "--threads",
-                                       "2",
-                                       "--seed",
-                                       "9",
-                                       "--checkpoint-every",
-                                       "4",
-                                       "--log-every",
-                                       "1"};
+      std::vector<std::string> args =
+          cat({"--train", tmp.path() + "/train", "--val", tmp.path() + "/val"},
+              {"--epochs", "2", "--batch", "16", "--accum-steps", "2", "--threads", "2", "--seed",
+               "9", "--checkpoint-every", "4", "--log-every", "1"});
       args.insert(args.end(), c.extra.begin(), c.extra.end());
       const bool scaling =
           std::find(c.extra.begin(), c.extra.end(), "--loss-scaling") != c.extra.end();
@@ -127,27 +120,11 @@ TEST_SUITE("cli") {
     TempDir tmp;
     // 48 samples of 8x8, batch 8, effective batch 16 → 3 windows per epoch, 2 epochs.
     trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(48, 8, 8, 3, 3, 7));
-    const std::vector<std::string> args = {"--train",
-                                           tmp.path() + "/train",
-                                           "--model",
-                                           "resnet18",
-                                           "--epochs",
-                                           "2",
-                                           "--batch",
-                                           "8",
-                                           "--effective-batch",
-                                           "16",
-                                           "--threads",
-                                           "2",
-                                           "--seed",
-                                           "4",
-                                           "--checkpoint-every",
-                                           "2",
-                                           "--log-every",
-                                           "1",
-                                           "--channels-last",
-                                           "--lr",
-                                           "0.01"};
+    const std::vector<std::string> args =
+        cat({"--train", tmp.path() + "/train"},
+            {"--model", "resnet18", "--epochs", "2", "--batch", "8", "--effective-batch", "16",
+             "--threads", "2", "--seed", "4", "--checkpoint-every", "2", "--log-every", "1",
+             "--channels-last", "--lr", "0.01"});
     check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
   }
 
@@ -613,35 +590,20 @@ TEST_SUITE("cli") {
   TEST_CASE("TORCHELASTIC_RESTART_COUNT > 0 resumes from the checkpoint, saying so") {
     TempDir tmp;
     trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(96, 12, 12, 3, 4, 7));
-    const std::vector<std::string> args = {"--train",
-                                           tmp.path() + "/train",
-                                           "--batch",
-                                           "16",
-                                           "--threads",
-                                           "1",
-                                           "--epochs",
-                                           "2",
-                                           "--seed",
-                                           "2",
-                                           "--checkpoint-every",
-                                           "2",
-                                           "--log-every",
-                                           "1"};
+    const std::vector<std::string> args =
+        cat({"--train", tmp.path() + "/train"},
+            {"--batch", "16", "--threads", "1", "--epochs", "2", "--seed", "2",
+             "--checkpoint-every", "2", "--log-every", "1"});
     const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
     const std::string log = tmp.path() + "/log.txt";
-    auto with_output = [&](const std::string& out) {
-      std::vector<std::string> a = {train_exe()};
-      a.insert(a.end(), args.begin(), args.end());
-      a.insert(a.end(), {"--output", out, "--no-progress"});
-      return a;
-    };
-    int st = trainer_test::run_process(with_output(a_dir), {}, log);
+    int st = trainer_test::run_process(with_output(args, a_dir), {}, log);
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
-    st = trainer_test::run_process(with_output(b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=5"}, log);
+    st = trainer_test::run_process(with_output(args, b_dir), {"DSCACHE_TEST_KILL_AFTER_STEPS=5"},
+                                   log);
     REQUIRE(WIFSIGNALED(st));
     std::filesystem::remove(log);
-    st = trainer_test::run_process(with_output(b_dir), {"TORCHELASTIC_RESTART_COUNT=1"}, log);
+    st = trainer_test::run_process(with_output(args, b_dir), {"TORCHELASTIC_RESTART_COUNT=1"}, log);
     const std::string text = trainer_test::read_file(log);
     CAPTURE(text);
     REQUIRE(WIFEXITED(st));
