@@ -12,9 +12,10 @@ violation printed as FILE:LINE: the include and the rule it breaks).
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
 - The Python binding (python/) includes only libcache's public headers (not ingest), pybind11,
-  and the C++ standard library: it wraps the contract, it reaches into nothing. Its Python files
-  import only the standard library, NumPy and the package itself when they load; torch only
-  inside a function (the calls that hand out tensors), nothing else anywhere.
+  the C++ standard library and its own headers beside it (_binding.h, held to the same rule):
+  it wraps the contract, it reaches into nothing. Its Python files import only the standard
+  library, NumPy and the package itself when they load; torch only inside a function (the
+  calls that hand out tensors), nothing else anywhere.
 - Benchmarks (bench/) include dscache's public headers (ingest too), third-party and system
   headers, and, only in the files trainer/meson.build builds with the trainer (h2d_copy), the
   trainer's headers and LibTorch: never a header of tools/ or of libcache/src.
@@ -118,10 +119,12 @@ def main(argv):
             if kind == '"' and (inc in trainer_headers or "trainer/" in inc):
                 bad(p, n, inc, "tools/ does not include the trainer")
     for p in sources(root, "python"):
+        own = {h.name for h in p.parent.glob("*.h")}  # the extension's own headers (_binding.h)
         for n, kind, inc in includes(p):
             std = kind == "<" and "/" not in inc and "." not in inc
             public_api = inc.startswith("dscache/") and not inc.startswith("dscache/ingest/")
-            if not (std or public_api or inc.startswith("pybind11/")):
+            local = kind == '"' and inc in own
+            if not (std or public_api or local or inc.startswith("pybind11/")):
                 bad(p, n, inc, "the Python binding includes only public dscache/ headers, "
                     "pybind11 and the standard library")
     for p in sorted((root / "python").rglob("*.py")) if (root / "python").is_dir() else []:

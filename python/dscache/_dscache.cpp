@@ -20,11 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "dscache/cache.h"
+#include "_binding.h"
 #include "dscache/error.h"
-#include "dscache/lazy_cache.h"
 #include "dscache/loader.h"
-#include "dscache/manifest.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
@@ -82,74 +80,6 @@ class BufferPool {
   std::mutex mu_;
   std::map<void*, std::shared_ptr<Buffer>> live_;
 };
-
-// A numpy array over `data` whose base keeps `owner` (any shared_ptr) alive.
-template <typename T>
-py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> shape,
-                                std::shared_ptr<T> owner, bool writeable) {
-  auto* keep = new std::shared_ptr<T>(std::move(owner));
-  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<T>*>(p); });
-  py::array_t<uint8_t> a(shape, const_cast<uint8_t*>(data), base);
-  if (!writeable) {
-    reinterpret_cast<py::detail::PyArray_Proxy*>(a.ptr())->flags &=
-        ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-  }
-  return a;
-}
-
-std::vector<py::ssize_t> sample_dims(const SampleShape& s) {
-  return {static_cast<py::ssize_t>(s.height), static_cast<py::ssize_t>(s.width),
-          static_cast<py::ssize_t>(s.channels)};
-}
-
-uint64_t check_index(const SampleSource& src, int64_t i) {
-  const int64_t n = static_cast<int64_t>(src.size());
-  if (i < 0) i += n;
-  if (i < 0 || i >= n) throw py::index_error("sample index out of range");
-  return static_cast<uint64_t>(i);
-}
-
-// Sample i of any source: a read-only view that holds the source when the whole cache is in
-// private memory (in-process, every shard resident), otherwise a fresh copy. A view into a file
-// mapping would be read by numpy outside libcache's SIGBUS guard: a shard truncated under it
-// would kill the interpreter (exit 135) instead of raising dscache.Error.
-py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t index) {
-  const uint64_t i = check_index(*src, index);
-  const bool copy = src->encoded() || [&] {
-    auto cache = std::dynamic_pointer_cast<const Cache>(src);
-    return !cache || cache->memory_mode() != MemoryMode::kInProcess ||
-           cache->resident_bytes() != cache->stored_bytes();
-  }();
-  if (!copy) {
-    try {
-      ImageView v;
-      {
-        py::gil_scoped_release nogil;
-        v = src->view(i);  // a lazy cache may decode here
-      }
-      SampleShape s{v.height, v.width, v.channels};
-      return py::make_tuple(view_array(v.data, sample_dims(s), src, false), v.label);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kUnsupported) throw;
-    }
-  }
-  const SampleShape s = src->sample_shape(i);
-  if (src->encoded() && s.bytes() > (uint64_t{64} << 20)) {
-    // A JPEG sample's size is its index row's claim: before an array that large is allocated,
-    // the stream's own header must agree (a 1x1 decode_crop checks it and names shard and
-    // sample), so a lying row is dscache.Error, not a MemoryError from a 12.9 GB allocation.
-    uint8_t pixel[3];
-    py::gil_scoped_release nogil;
-    src->decode_crop(i, CropBox{0, 0, 1, 1, false}, 1, 1, pixel);
-  }
-  py::array_t<uint8_t> out(sample_dims(s));
-  uint8_t* dst = out.mutable_data();
-  {
-    py::gil_scoped_release nogil;
-    src->copy_sample(i, dst);
-  }
-  return py::make_tuple(out, src->label(i));
-}
 
 // ------------------------------------------------------------------------------------------
 // Options from Python keywords (validated by libcache, which names the field).
@@ -334,6 +264,19 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
+// The sampler's options Loader and epoch_order share (the byte sizes are the Loader's own).
+SamplerOptions sampler_options(const std::string& shuffle, uint64_t block, uint64_t window_blocks,
+                               uint32_t rank, uint32_t world_size, const std::string& rank_tail) {
+  SamplerOptions s;
+  s.shuffle = parse_shuffle(shuffle);
+  s.block = block;
+  s.window_blocks = window_blocks;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.tail = parse_tail(rank_tail);
+  return s;
+}
+
 LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std::string& shuffle,
                                   uint64_t block, uint64_t window_blocks, uint64_t block_bytes,
                                   uint64_t window_bytes, uint32_t rank, uint32_t world_size,
@@ -344,14 +287,9 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   LoaderOptions o;
   o.batch_size = batch_size;
   o.drop_last = drop_last;
-  o.sampler.shuffle = parse_shuffle(shuffle);
-  o.sampler.block = block;
-  o.sampler.window_blocks = window_blocks;
+  o.sampler = sampler_options(shuffle, block, window_blocks, rank, world_size, rank_tail);
   o.sampler.block_bytes = block_bytes;
   o.sampler.window_bytes = window_bytes;
-  o.sampler.rank = rank;
-  o.sampler.world_size = world_size;
-  o.sampler.tail = parse_tail(rank_tail);
   o.workers = workers;
   o.prefetch = prefetch;
   o.transform.crop = parse_crop(crop);
@@ -365,84 +303,7 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   return o;
 }
 
-MemoryMode parse_memory(const std::string& s) { return kMemoryModeNames.parse(s, "memory"); }
-AccessHint parse_hint(const std::string& s) { return kAccessHintNames.parse(s, "hint"); }
-
-py::dict manifest_dict(const Manifest& m) {
-  py::dict d;
-  d["format_version"] = m.format_version;
-  d["layout"] = to_string(m.layout);
-  d["storage"] = to_string(m.storage);
-  d["codec"] = to_string(m.codec);
-  d["dtype"] = m.dtype;
-  d["height"] = m.height;
-  d["width"] = m.width;
-  d["channels"] = m.channels;
-  d["channel_order"] = m.channel_order;
-  d["count"] = m.count;
-  d["classes"] = m.classes;
-  d["class_counts"] = m.class_counts;
-  py::list shards;
-  for (const ShardEntry& s : m.shards) {
-    py::dict e;
-    e["file"] = s.file;
-    e["first"] = s.first;
-    e["count"] = s.count;
-    e["bytes"] = s.bytes;
-    e["xxh64"] = s.xxh64;
-    shards.append(e);
-  }
-  d["shards"] = shards;
-  d["skipped"] = m.skipped;
-  py::dict src;
-  src["kind"] = m.source.kind;
-  src["root"] = m.source.root;
-  src["entries"] = m.source.entries;
-  src["digest"] = m.source.digest;
-  d["source"] = src;
-  d["labels_xxh64"] = m.labels.xxh64;
-  d["checksums_xxh64"] = m.checksums.xxh64;
-  d["index_xxh64"] = m.index.xxh64;
-  d["tool_version"] = m.tool_version;
-  d["created_utc"] = m.created_utc;
-  return d;
-}
-
-// A Python decode function for a LazyCache, called from the Loader's worker threads: takes the
-// GIL for the call, copies the returned array into the slot. Deleted with the GIL held.
-DecodeFn python_decode(py::function fn, SampleShape shape) {
-  std::shared_ptr<py::function> f(new py::function(std::move(fn)), [](py::function* p) {
-    py::gil_scoped_acquire gil;
-    delete p;
-  });
-  const uint64_t bytes = shape.bytes();
-  return [f, bytes](uint64_t i, uint8_t* out, std::string* reason) -> bool {
-    py::gil_scoped_acquire gil;
-    try {
-      py::object r = (*f)(i);
-      auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(r);
-      if (!a) {
-        *reason = "decode function did not return a uint8 array";
-        return false;
-      }
-      if (static_cast<uint64_t>(a.nbytes()) != bytes) {
-        *reason = "decode function returned " + std::to_string(a.nbytes()) + " bytes, expected " +
-                  std::to_string(bytes);
-        return false;
-      }
-      std::memcpy(out, a.data(), bytes);
-      return true;
-    } catch (py::error_already_set& e) {
-      *reason = std::string("decode function raised ") + e.what();
-      return false;
-    }
-  };
-}
-
 }  // namespace
-
-void bind_writer(py::module_& m);  // _writer.cpp
-
 }  // namespace dscache
 
 PYBIND11_MODULE(_dscache, m) {
@@ -457,60 +318,7 @@ PYBIND11_MODULE(_dscache, m) {
     }
   });
 
-  py::class_<SampleSource, std::shared_ptr<SampleSource>>(m, "SampleSource")
-      .def("__len__", [](const SampleSource& s) { return s.size(); })
-      .def_property_readonly("layout", [](const SampleSource& s) { return to_string(s.layout()); })
-      .def_property_readonly("shape",
-                             [](const SampleSource& s) {
-                               const SampleShape sh = s.shape();
-                               return py::make_tuple(sh.height, sh.width, sh.channels);
-                             })
-      .def("label", [](const SampleSource& s, int64_t i) { return s.label(check_index(s, i)); })
-      .def("sample_shape",
-           [](const SampleSource& s, int64_t i) {
-             const SampleShape sh = s.sample_shape(check_index(s, i));
-             return py::make_tuple(sh.height, sh.width, sh.channels);
-           })
-      .def("get", [](std::shared_ptr<SampleSource> s, int64_t i) { return get_sample(s, i); });
-
-  py::class_<Cache, SampleSource, std::shared_ptr<Cache>>(m, "Cache")
-      .def(py::init([](const std::string& dir, const std::string& memory, uint64_t budget,
-                       const std::string& hint, bool verify) {
-             CacheOptions o;
-             o.memory = parse_memory(memory);
-             o.memory_budget = budget;
-             o.hint = parse_hint(hint);
-             o.verify_checksums = verify;
-             py::gil_scoped_release nogil;
-             return std::const_pointer_cast<Cache>(Cache::open(dir, o));
-           }),
-           py::arg("dir"), py::arg("memory"), py::arg("memory_budget"), py::arg("hint"),
-           py::arg("verify_checksums"))
-      .def_property_readonly("manifest", [](const Cache& c) { return manifest_dict(c.manifest()); })
-      .def_property_readonly("dir", &Cache::dir)
-      .def_property_readonly("memory_mode",
-                             [](const Cache& c) { return to_string(c.memory_mode()); })
-      .def_property_readonly("resident_bytes", &Cache::resident_bytes)
-      .def_property_readonly("stored_bytes", &Cache::stored_bytes);
-
-  py::class_<LazyCache, SampleSource, std::shared_ptr<LazyCache>>(m, "LazyCache")
-      .def(py::init([](const std::string& path, uint64_t count, uint32_t h, uint32_t w, uint32_t c,
-                       std::vector<int64_t> labels, py::function decode, uint64_t digest,
-                       bool verify_hits) {
-             SampleShape shape{h, w, c};
-             LazyCacheOptions o;
-             o.source_digest = digest;
-             o.verify_hits = verify_hits;
-             DecodeFn fn = python_decode(std::move(decode), shape);
-             py::gil_scoped_release nogil;
-             return LazyCache::open(path, count, shape, std::move(labels), std::move(fn), o);
-           }),
-           py::arg("path"), py::arg("count"), py::arg("height"), py::arg("width"),
-           py::arg("channels"), py::arg("labels"), py::arg("decode"), py::arg("source_digest"),
-           py::arg("verify_hits"))
-      .def_property_readonly("filled", &LazyCache::filled)
-      .def_property_readonly("hits", &LazyCache::hits)
-      .def_property_readonly("misses", &LazyCache::misses);
+  bind_sources(m);  // SampleSource, Cache and LazyCache: the Loader takes a SampleSource
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init([](std::shared_ptr<SampleSource> source, uint32_t batch_size, bool drop_last,
@@ -549,13 +357,8 @@ PYBIND11_MODULE(_dscache, m) {
       [](uint64_t n, const std::string& shuffle, uint64_t block, uint64_t window_blocks,
          uint32_t rank, uint32_t world_size, const std::string& tail, uint64_t seed,
          uint64_t epoch) {
-        SamplerOptions s;
-        s.shuffle = parse_shuffle(shuffle);
-        s.block = block;
-        s.window_blocks = window_blocks;
-        s.rank = rank;
-        s.world_size = world_size;
-        s.tail = parse_tail(tail);
+        const SamplerOptions s =
+            sampler_options(shuffle, block, window_blocks, rank, world_size, tail);
         validate(s, n);
         std::vector<uint64_t> order = epoch_order(n, s, seed, epoch);
         py::array_t<uint64_t> out(static_cast<py::ssize_t>(order.size()));

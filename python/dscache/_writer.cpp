@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "_binding.h"
 #include "dscache/cache_writer.h"
 #include "dscache/error.h"
 #include "dscache/manifest.h"

@@ -1,0 +1,34 @@
+// What the files of the _dscache extension share: zero-copy numpy views and the bind_* functions
+// PYBIND11_MODULE (_dscache.cpp) calls. Local to the extension; not a header of the package.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace dscache {
+
+namespace py = pybind11;
+
+// A numpy array over `data` whose base keeps `owner` (any shared_ptr) alive.
+template <typename T>
+py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> shape,
+                                std::shared_ptr<T> owner, bool writeable) {
+  auto* keep = new std::shared_ptr<T>(std::move(owner));
+  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<T>*>(p); });
+  py::array_t<uint8_t> a(shape, const_cast<uint8_t*>(data), base);
+  if (!writeable) {
+    reinterpret_cast<py::detail::PyArray_Proxy*>(a.ptr())->flags &=
+        ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
+  return a;
+}
+
+void bind_sources(py::module_& m);  // _sources.cpp: SampleSource, Cache, LazyCache
+void bind_writer(py::module_& m);   // _writer.cpp: Writer
+
+}  // namespace dscache
