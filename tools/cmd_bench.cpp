@@ -180,9 +180,11 @@ int cmd_bench(int argc, char** argv) {
       // A valid cache (FORMAT.md), but there is nothing to time.
       std::fprintf(stderr, "dscache bench: %s holds no samples to measure\n", f.dir.c_str());
       if (f.json) {
-        std::printf("%s\n", nlohmann::json{{"cache", f.dir}, {"samples", 0}, {"rows", nlohmann::json::array()}}
-                               .dump(2)
-                               .c_str());
+        std::printf(
+            "%s\n",
+            nlohmann::json{{"cache", f.dir}, {"samples", 0}, {"rows", nlohmann::json::array()}}
+                .dump(2)
+                .c_str());
       }
       return to_int(ExitCode::kOk);
     }

@@ -136,12 +136,12 @@ bool Run::step_optimizer(double window_loss, double lr) {
   } else {
     ++st_.epoch_skipped;
     if (!scaler_ && ++st_.nonfinite_run >= kMaxNonFiniteRun) {
-      throw DivergedError(
-          "loss or gradients were inf/NaN for " + std::to_string(kMaxNonFiniteRun) +
-          " consecutive steps (last: step " + std::to_string(st_.global_step + 1) +
-          "); lower --lr or add --clip-grad" +
-          (o_.precision == Precision::kFp32 ? std::string()
-                                            : std::string(", or use --precision fp32")));
+      throw DivergedError("loss or gradients were inf/NaN for " + std::to_string(kMaxNonFiniteRun) +
+                          " consecutive steps (last: step " + std::to_string(st_.global_step + 1) +
+                          "); lower --lr or add --clip-grad" +
+                          (o_.precision == Precision::kFp32
+                               ? std::string()
+                               : std::string(", or use --precision fp32")));
     }
   }
   return finite;
