@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dscache/cache.h"
 #include "dscache/cache_dir.h"
 #include "dscache/cache_writer.h"
 #include "dscache/error.h"
+#include "dscache/jpeg.h"
 #include "test_util.h"
 
 using dscache::Cache;
@@ -193,6 +195,30 @@ TEST_SUITE("cache writer") {
     w->publish();
     check_serves(out, 3);
   }
+
+#ifdef DSCACHE_HAVE_JPEG  // (libcache built with libjpeg: the internal dependency says so)
+  TEST_CASE("an encoded sample's sides are checked as a raw one's") {
+    TempDir tmp;
+    CacheWriterOptions o = small_options();
+    o.layout = Layout::kRagged;
+    o.codec = dscache::Codec::kJpeg;
+    o.recipe.height = o.recipe.width = 0;
+    o.recipe.quality = 90;
+    auto w = CacheWriter::open(tmp.path() + "/c", o);
+    const std::vector<uint8_t> px(5 * 6 * 3, 100);
+    std::vector<uint8_t> stream;
+    dscache::jpeg_encode(px.data(), 5, 6, 3, 90, &stream);
+    for (const auto& [h, wd] : {std::pair<uint32_t, uint32_t>{0, 6}, {70000, 6}, {5, 65501}}) {
+      CAPTURE(h);
+      CAPTURE(wd);
+      expect_error([&] { w->append_encoded(stream.data(), stream.size(), h, wd, 0, "j.jpg"); },
+                   ErrorKind::kInvalidArgument, "each side must be 1..65500");
+    }
+    w->append_encoded(stream.data(), stream.size(), 5, 6, 1, "ok.jpg");
+    CHECK(w->publish().count == 1);
+    CHECK(Cache::open(tmp.path() + "/c")->sample_shape(0).width == 6);
+  }
+#endif
 
   TEST_CASE("bad options are refused before anything is written") {
     TempDir tmp;

@@ -184,17 +184,7 @@ void CacheWriter::append(const uint8_t* pixels, uint32_t height, uint32_t width,
   w.check_label(label, source);
   const BuildRecipe& r = w.opt.recipe;
   const uint64_t n = uint64_t{height} * width * r.channels;
-  if (w.opt.layout == Layout::kFixed && (height != r.height || width != r.width)) {
-    throw Error(ErrorKind::kInvalidArgument, source.empty() ? w.output : source,
-                "sample is " + std::to_string(height) + "x" + std::to_string(width) +
-                    ", the cache's samples are " + std::to_string(r.height) + "x" +
-                    std::to_string(r.width));
-  }
-  if (height == 0 || width == 0 || height > 65500 || width > 65500) {
-    throw Error(ErrorKind::kInvalidArgument, source.empty() ? w.output : source,
-                "sample is " + std::to_string(height) + "x" + std::to_string(width) +
-                    ": each side must be 1..65500");
-  }
+  w.check_shape(height, width, source);
   if (w.opt.codec == Codec::kJpeg) {
     w.encoded.clear();
     jpeg_encode(pixels, height, width, r.channels, static_cast<int>(r.quality), &w.encoded);
@@ -227,13 +217,7 @@ void CacheWriter::append_encoded(const uint8_t* data, uint64_t size, uint32_t he
   }
   w.check_label(label, source);
   if (size == 0) throw Error(ErrorKind::kInvalidArgument, source, "an empty JPEG stream");
-  if (w.opt.layout == Layout::kFixed &&
-      (height != w.opt.recipe.height || width != w.opt.recipe.width)) {
-    throw Error(ErrorKind::kInvalidArgument, source.empty() ? w.output : source,
-                "sample is " + std::to_string(height) + "x" + std::to_string(width) +
-                    ", the cache's samples are " + std::to_string(w.opt.recipe.height) + "x" +
-                    std::to_string(w.opt.recipe.width));
-  }
+  w.check_shape(height, width, source);
   const uint64_t sum = checksum != nullptr ? *checksum : xxh64(data, size);
   w.append_bytes(data, size, height, width, label, source, sum);
 }

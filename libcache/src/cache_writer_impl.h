@@ -79,6 +79,22 @@ struct CacheWriter::Impl {
     }
   }
 
+  // A sample's size: the recipe's in the fixed layout; each side 1..65500 (libjpeg's limit, and
+  // what CacheDir accepts in an index row) in either layout.
+  void check_shape(uint32_t height, uint32_t width, const std::string& source) const {
+    const std::string size = std::to_string(height) + "x" + std::to_string(width);
+    if (opt.layout == Layout::kFixed &&
+        (height != opt.recipe.height || width != opt.recipe.width)) {
+      throw Error(ErrorKind::kInvalidArgument, source.empty() ? output : source,
+                  "sample is " + size + ", the cache's samples are " +
+                      std::to_string(opt.recipe.height) + "x" + std::to_string(opt.recipe.width));
+    }
+    if (height == 0 || width == 0 || height > 65500 || width > 65500) {
+      throw Error(ErrorKind::kInvalidArgument, source.empty() ? output : source,
+                  "sample is " + size + ": each side must be 1..65500");
+    }
+  }
+
   void check_label(int64_t label, const std::string& source) const {
     if (opt.classes.empty()) return;  // an unlabeled cache takes any label
     if (label < 0 || static_cast<uint64_t>(label) >= opt.classes.size()) {
