@@ -59,4 +59,40 @@ CropBox choose_crop(const TransformOptions& options, uint32_t src_h, uint32_t sr
 void crop_resize(const ImageView& src, const CropBox& box, uint32_t out_h, uint32_t out_w,
                  uint8_t* out);
 
+// One sample's geometric draw (crop window, flip, output size), applied to every spatial field
+// of the sample by the same object, so that an image, its mask and its boxes cannot disagree:
+// the Loader makes one per sample from choose_crop() and calls image(), mask() and boxes() with
+// it. Immutable; any thread may use it.
+class SpatialTransform {
+ public:
+  // `box` inside a src_h x src_w sample, resized to out_h x out_w (each > 0), mirrored when
+  // box.flip. Throws Error(kInvalidArgument) for a box outside the sample or an empty one.
+  SpatialTransform(const CropBox& box, uint32_t src_h, uint32_t src_w, uint32_t out_h,
+                   uint32_t out_w);
+
+  const CropBox& box() const { return box_; }
+  uint32_t out_height() const { return out_h_; }
+  uint32_t out_width() const { return out_w_; }
+
+  // crop_resize(src, box(), out_height(), out_width(), out). src must be src_h x src_w.
+  void image(const ImageView& src, uint8_t* out) const;
+  // A mask (src_h x src_w elements of `element_bytes` 1 or 2, one channel): output pixel
+  // (oy, ox) takes the source pixel whose centre is nearest the centre of its footprint,
+  // sy = box.y + floor((oy + 0.5) * box.height / out_h), likewise sx from the mirrored column
+  // when box.flip (class ids are never blended). A box of the output's size is a plain copy.
+  void mask(const uint8_t* src, uint32_t element_bytes, uint8_t* out) const;
+  // Boxes (n rows of x1 y1 x2 y2 float32, source pixel edges, see docs/FORMAT.md "Fields"):
+  // each is shifted by the crop, scaled by out/box, mirrored (x -> out_w - x, x1 and x2
+  // swapped) and clipped to the output; it is kept when its clipped box has positive area and
+  // covers at least `min_visibility` (0..1) of its unclipped mapped area. Writes the kept boxes
+  // to out (room for n rows) and, when `kept` is not null, their input row numbers to kept;
+  // returns how many were kept. Rows of a `rows_of` field follow with the same `kept`.
+  size_t boxes(const float* in, size_t n, double min_visibility, float* out,
+               uint32_t* kept) const;
+
+ private:
+  CropBox box_;
+  uint32_t src_h_, src_w_, out_h_, out_w_;
+};
+
 }  // namespace dscache

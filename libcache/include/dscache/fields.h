@@ -1,0 +1,89 @@
+// Fields: the named, typed values a sample carries besides its image and class label (masks,
+// boxes, multi-label and regression targets, captions) — format_version 3 (docs/FORMAT.md,
+// "Fields").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscache/enum_table.h"
+
+namespace dscache {
+
+// What a field's values are, and how a sample's geometric transform moves them. Stored in the
+// manifest as the names of kFieldKindNames; never renamed.
+enum class FieldKind {
+  kMask,    // "mask": an image-valued target, one channel of class ids (uint8 or uint16), the
+            // image's height x width; cropped, resized (nearest) and flipped with the image
+  kScalar,  // "scalar": one int64 or float32 per sample (a regression target, an id)
+  kArray,   // "array": a fixed shape per sample (a multi-hot vector, a fixed keypoint set)
+  kBoxes,   // "boxes": n rows of float32 x1 y1 x2 y2 per sample, in the stored image's pixels
+            // (0 <= x1 < x2 <= width, 0 <= y1 < y2 <= height); mapped, clipped and dropped
+            // with the image's crop and flip
+  kRows,    // "rows": n rows of a fixed row shape per sample (n varies); with `rows_of` naming a
+            // boxes field, one row per box, dropped with its box (a box's class, its crowd flag)
+  kBytes,   // "bytes": any bytes per sample (a JSON blob, an encoded payload)
+  kText,    // "text": UTF-8 per sample (a caption)
+};
+
+// The element type of a field's values. Stored as the names of kFieldTypeNames.
+enum class FieldType { kUint8, kUint16, kInt64, kFloat32 };  // "uint8", "uint16", "int64", "float32"
+
+extern const EnumTable<FieldKind> kFieldKindNames;
+extern const EnumTable<FieldType> kFieldTypeNames;
+const char* to_string(FieldKind k);
+const char* to_string(FieldType t);
+// Bytes of one element: 1, 2, 8, 4.
+uint32_t element_bytes(FieldType t);
+// The npy descr of the type: "|u1", "<u2", "<i8", "<f4".
+const char* npy_descr(FieldType t);
+
+// One field of a cache, as the manifest lists it.
+struct FieldSpec {
+  std::string name;                 // [a-z0-9_]{1,64}, starting with a letter; not "image",
+                                    // "label" or "index"; unique in the cache
+  FieldKind kind = FieldKind::kScalar;
+  FieldType dtype = FieldType::kInt64;  // mask: uint8/uint16; scalar: int64/float32; boxes:
+                                        // float32; bytes/text: uint8; array/rows: any
+  std::vector<uint32_t> shape;  // array: the shape of one sample's value (each > 0, at most 4
+                                // dims); rows: the shape of one row ([] = one element); boxes:
+                                // [4]; mask, scalar, bytes, text: []
+  std::string rows_of;          // rows only: the boxes field whose rows these follow; "" = none
+  std::vector<std::string> classes;  // mask and class-valued rows: names of the values
+                                     // (informational; inspect uses them); may be empty
+
+  // True for the kinds stored as a flat value array plus per-sample offsets (boxes, rows,
+  // bytes, text; and a mask in the ragged layout, whose size follows its image).
+  bool variable() const;
+  // Elements in one fixed-size value (scalar 1, array the product of shape) or one row (boxes
+  // 4, rows the product of shape, bytes/text 1). A mask: 1 (times the image's pixels).
+  uint64_t row_elements() const;
+  uint64_t row_bytes() const { return row_elements() * element_bytes(dtype); }
+};
+
+// Checks one spec on its own (name, kind/dtype/shape agreement) and a list together (unique
+// names, every rows_of naming a boxes field). Throws Error(kInvalidArgument, context, reason)
+// naming the field: "fields[2] 'boxes': kind boxes needs dtype float32".
+void validate_field(const FieldSpec& spec, const std::string& context);
+void validate_fields(const std::vector<FieldSpec>& specs, const std::string& context);
+
+// One sample's value of one field, handed to CacheWriter::append (not owned; read during the
+// call only). Fixed-size kinds: exactly row_bytes() bytes (a mask: height * width *
+// element_bytes). Variable kinds: any multiple of row_bytes(), 0 included (n rows; bytes/text:
+// n bytes). Elements are little-endian, in the field's dtype.
+struct FieldData {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+// One sample's value of one field as stored (a view into the cache; valid while the Cache
+// lives). `rows` is the number of rows (variable kinds) or 1 (fixed); a mask in any layout has
+// `rows` = height * width of its sample.
+struct FieldView {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  uint64_t rows = 0;
+};
+
+}  // namespace dscache
