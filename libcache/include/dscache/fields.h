@@ -53,8 +53,9 @@ struct FieldSpec {
   std::vector<std::string> classes;  // mask and class-valued rows: names of the values
                                      // (informational; inspect uses them); may be empty
 
-  // True for the kinds stored as a flat value array plus per-sample offsets (boxes, rows,
-  // bytes, text; and a mask in the ragged layout, whose size follows its image).
+  // True for the kinds whose values vary in length (boxes, rows, bytes, text), stored as a flat
+  // value array plus per-sample offsets. A mask is stored that way too in the ragged layout,
+  // where its size follows its image: see has_offsets() in manifest.h.
   bool variable() const;
   // Elements in one fixed-size value (scalar 1, array the product of shape) or one row (boxes
   // 4, rows the product of shape, bytes/text 1). A mask: 1 (times the image's pixels).

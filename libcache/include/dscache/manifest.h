@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dscache/enum_table.h"
+#include "dscache/fields.h"
 
 namespace dscache {
 
@@ -30,17 +31,24 @@ const char* to_string(ResizePolicy r);
 const char* to_string(Codec c);
 
 // The newest manifest format version this library reads (it reads every version <= this). It
-// writes version 1 for raw caches and version 2 for JPEG caches (codec "jpeg"), so a reader from
-// before the codec existed refuses a JPEG cache instead of misreading it.
-constexpr int kFormatVersion = 2;
-// The version a cache with codec `c` is written with.
-int format_version_for(Codec c);
+// writes version 1 for raw caches, version 2 for JPEG caches (codec "jpeg") and version 3 for
+// caches with fields, so a reader from before the codec (or fields) existed refuses the cache
+// instead of misreading it.
+constexpr int kFormatVersion = 3;
+// The version a cache with codec `c` (and fields, when `has_fields`) is written with.
+int format_version_for(Codec c, bool has_fields = false);
 
 // A file of the cache other than a shard.
 struct FileEntry {
   std::string file;    // name inside the cache directory (no '/')
   uint64_t bytes = 0;  // exact file size
   uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
+};
+
+// One field's files for one shard (docs/FORMAT.md, "Fields").
+struct FieldFiles {
+  FileEntry values;   // <name>-NNNNN.npy
+  FileEntry offsets;  // <name>-offsets-NNNNN.npy: variable kinds only; file "" otherwise
 };
 
 // One images shard: samples [first, first + count) of the cache.
@@ -50,7 +58,15 @@ struct ShardEntry {
   uint64_t count = 0;  // samples it holds
   uint64_t bytes = 0;  // exact file size
   uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
+  std::vector<FieldFiles> fields;  // format_version 3: one per Manifest::fields, same order
 };
+
+// The field files of shard `shard`: "mask-00012.npy", and "boxes-offsets-00012.npy" when
+// `offsets`.
+std::string field_file_name(const std::string& field, uint64_t shard, bool offsets);
+// True when field `f` is stored as values plus offsets in a cache of layout `layout`: the
+// variable kinds, and a mask in the ragged layout.
+bool has_offsets(const FieldSpec& f, Layout layout);
 
 // Where the samples came from, so a cache can be traced back and re-checked.
 struct SourceRecord {
@@ -92,6 +108,7 @@ struct Manifest {
   Layout layout = Layout::kFixed;      // sample layout
   Storage storage = Storage::kNpy;     // shard file format
   Codec codec = Codec::kRaw;           // kRaw: shards hold pixels; kJpeg: JPEG bytes per sample
+  std::vector<FieldSpec> fields;       // format_version 3: the sample's fields, in field order
   std::string dtype = "uint8";         // sample element type (of decoded pixels); only uint8
   uint32_t height = 0;                 // sample rows (0 for the ragged layout)
   uint32_t width = 0;                  // sample columns (0 for the ragged layout)
@@ -102,7 +119,8 @@ struct Manifest {
   std::vector<uint64_t> class_counts;  // samples per class, same order as classes
   std::vector<ShardEntry> shards;      // contiguous, in sample order, covering [0, count)
   FileEntry labels;                    // labels.npy: (count,) int64
-  FileEntry checksums;                 // checksums.npy: (count,) uint64 XXH64 of each sample
+  FileEntry checksums;                 // checksums.npy: (count,) uint64 XXH64 of each sample;
+                                       // with fields (count, 1 + fields) (docs/FORMAT.md)
   FileEntry sources;                   // sources.jsonl: one JSON string per sample (its origin)
   FileEntry skips;                     // skipped.jsonl: one JSON object per skipped entry
   FileEntry index;                     // raw ragged: ragged-index.npy (count, 3) int64
@@ -120,6 +138,8 @@ struct Manifest {
 
   // True when the cache has an index file (raw ragged, or any JPEG cache).
   bool has_index() const { return layout == Layout::kRagged || codec != Codec::kRaw; }
+  // Columns of checksums.npy: the image, then one per field.
+  uint64_t checksum_columns() const { return 1 + fields.size(); }
   // Fixed layout: decoded bytes per sample. Ragged: 0 (samples differ; see the index).
   uint64_t sample_bytes() const { return uint64_t{height} * width * channels; }
 };
