@@ -42,20 +42,28 @@ const char* to_string(FieldType t) { return kFieldTypeNames.to_string(t); }
 
 uint32_t element_bytes(FieldType t) {
   switch (t) {
-    case FieldType::kUint8: return 1;
-    case FieldType::kUint16: return 2;
-    case FieldType::kInt64: return 8;
-    case FieldType::kFloat32: return 4;
+    case FieldType::kUint8:
+      return 1;
+    case FieldType::kUint16:
+      return 2;
+    case FieldType::kInt64:
+      return 8;
+    case FieldType::kFloat32:
+      return 4;
   }
   return 0;
 }
 
 const char* npy_descr(FieldType t) {
   switch (t) {
-    case FieldType::kUint8: return "|u1";
-    case FieldType::kUint16: return "<u2";
-    case FieldType::kInt64: return "<i8";
-    case FieldType::kFloat32: return "<f4";
+    case FieldType::kUint8:
+      return "|u1";
+    case FieldType::kUint16:
+      return "<u2";
+    case FieldType::kInt64:
+      return "<i8";
+    case FieldType::kFloat32:
+      return "<f4";
   }
   return "?";
 }
@@ -92,13 +100,22 @@ void validate_field(const FieldSpec& f, const std::string& context) {
     fail("kind " + kind + " needs dtype " + names + ", not " + to_string(f.dtype));
   };
   switch (f.kind) {
-    case FieldKind::kMask: need_types({FieldType::kUint8, FieldType::kUint16}, "uint8 or uint16"); break;
-    case FieldKind::kScalar: need_types({FieldType::kInt64, FieldType::kFloat32}, "int64 or float32"); break;
-    case FieldKind::kBoxes: need_types({FieldType::kFloat32}, "float32"); break;
+    case FieldKind::kMask:
+      need_types({FieldType::kUint8, FieldType::kUint16}, "uint8 or uint16");
+      break;
+    case FieldKind::kScalar:
+      need_types({FieldType::kInt64, FieldType::kFloat32}, "int64 or float32");
+      break;
+    case FieldKind::kBoxes:
+      need_types({FieldType::kFloat32}, "float32");
+      break;
     case FieldKind::kBytes:
-    case FieldKind::kText: need_types({FieldType::kUint8}, "uint8"); break;
+    case FieldKind::kText:
+      need_types({FieldType::kUint8}, "uint8");
+      break;
     case FieldKind::kArray:
-    case FieldKind::kRows: break;
+    case FieldKind::kRows:
+      break;
   }
   if (f.kind == FieldKind::kBoxes) {
     if (f.shape != std::vector<uint32_t>{4}) fail("kind boxes has shape [4]");
@@ -128,7 +145,8 @@ void validate_fields(const std::vector<FieldSpec>& specs, const std::string& con
   for (const FieldSpec& f : specs) {
     if (f.rows_of.empty()) continue;
     bool found = false;
-    for (const FieldSpec& g : specs) found = found || (g.name == f.rows_of && g.kind == FieldKind::kBoxes);
+    for (const FieldSpec& g : specs)
+      found = found || (g.name == f.rows_of && g.kind == FieldKind::kBoxes);
     if (!found) {
       throw Error(ErrorKind::kInvalidArgument, context,
                   "field '" + f.name + "': rows_of '" + f.rows_of + "' is not a boxes field");

@@ -343,8 +343,8 @@ void read_fields(const Reader& r, const Json& j, Manifest* m) {
 
 // shards[i].fields (version 3): one entry per field, each with its offsets exactly when the
 // field has them.
-void read_shard_fields(const Reader& r, const Json& s, const std::string& where,
-                       const Manifest& m, ShardEntry* e) {
+void read_shard_fields(const Reader& r, const Json& s, const std::string& where, const Manifest& m,
+                       ShardEntry* e) {
   const Json& fields = r.member(s, where, "fields");
   const std::string fw = Reader::join(where, "fields");
   if (!fields.is_object()) r.fail(fw + " is not an object");

@@ -27,8 +27,9 @@ enum class FieldKind {
   kText,    // "text": UTF-8 per sample (a caption)
 };
 
-// The element type of a field's values. Stored as the names of kFieldTypeNames.
-enum class FieldType { kUint8, kUint16, kInt64, kFloat32 };  // "uint8", "uint16", "int64", "float32"
+// The element type of a field's values. Stored as the names of kFieldTypeNames: "uint8",
+// "uint16", "int64", "float32".
+enum class FieldType { kUint8, kUint16, kInt64, kFloat32 };
 
 extern const EnumTable<FieldKind> kFieldKindNames;
 extern const EnumTable<FieldType> kFieldTypeNames;
@@ -41,8 +42,9 @@ const char* npy_descr(FieldType t);
 
 // One field of a cache, as the manifest lists it.
 struct FieldSpec {
-  std::string name;                 // [a-z0-9_]{1,64}, starting with a letter; not "image",
-                                    // "label" or "index"; unique in the cache
+  // [a-z0-9_]{1,64}, starting with a letter; not "image", "images", "label" or "index";
+  // unique in the cache
+  std::string name;
   FieldKind kind = FieldKind::kScalar;
   FieldType dtype = FieldType::kInt64;  // mask: uint8/uint16; scalar: int64/float32; boxes:
                                         // float32; bytes/text: uint8; array/rows: any

@@ -53,11 +53,11 @@ struct FieldFiles {
 
 // One images shard: samples [first, first + count) of the cache.
 struct ShardEntry {
-  std::string file;    // e.g. "images-00000.npy" or "images-00000.h5"
-  uint64_t first = 0;  // index of its first sample in the cache
-  uint64_t count = 0;  // samples it holds
-  uint64_t bytes = 0;  // exact file size
-  uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
+  std::string file;                // e.g. "images-00000.npy" or "images-00000.h5"
+  uint64_t first = 0;              // index of its first sample in the cache
+  uint64_t count = 0;              // samples it holds
+  uint64_t bytes = 0;              // exact file size
+  uint64_t xxh64 = 0;              // XXH64 (seed 0) of the whole file
   std::vector<FieldFiles> fields;  // format_version 3: one per Manifest::fields, same order
 };
 

@@ -87,8 +87,7 @@ class SpatialTransform {
   // covers at least `min_visibility` (0..1) of its unclipped mapped area. Writes the kept boxes
   // to out (room for n rows) and, when `kept` is not null, their input row numbers to kept;
   // returns how many were kept. Rows of a `rows_of` field follow with the same `kept`.
-  size_t boxes(const float* in, size_t n, double min_visibility, float* out,
-               uint32_t* kept) const;
+  size_t boxes(const float* in, size_t n, double min_visibility, float* out, uint32_t* kept) const;
 
  private:
   CropBox box_;
