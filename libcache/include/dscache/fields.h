@@ -52,8 +52,9 @@ struct FieldSpec {
                                 // dims); rows: the shape of one row ([] = one element); boxes:
                                 // [4]; mask, scalar, bytes, text: []
   std::string rows_of;          // rows only: the boxes field whose rows these follow; "" = none
-  std::vector<std::string> classes;  // mask and class-valued rows: names of the values
-                                     // (informational; inspect uses them); may be empty
+  std::vector<std::string> classes;  // mask, class-valued rows and multi-hot arrays: names of
+                                     // the values (informational; inspect uses them); may be
+                                     // empty
 
   // True for the kinds whose values vary in length (boxes, rows, bytes, text), stored as a flat
   // value array plus per-sample offsets. A mask is stored that way too in the ragged layout,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/fields.h"
 #include "dscache/ingest/idx.h"
 
 namespace dscache {
@@ -17,25 +18,67 @@ struct SourceEntry {
   int64_t label = 0;     // class index
   uint64_t size = 0;     // file size at listing time (0 when missing)
   int64_t mtime_ns = 0;  // modification time at listing time (0 when missing)
+  // Why this entry cannot become a sample although it was listed (a table row with a missing
+  // column, a non-numeric value in a numeric field, a COCO annotation naming no category...):
+  // the build records it as a skip with this reason (a --strict build stops on it). "" = fine.
+  std::string bad;
 };
+
+// The field values of every entry, as listed, column by column (field order = `specs`): entry
+// e's value of field f is bytes [offsets[f][e], offsets[f][e + 1]) of values[f], laid out as
+// CacheWriter::append takes it (dscache/fields.h, FieldData) -- except the spatial kinds, which
+// the build's decoder maps with the image's geometry before writing:
+//  - kind mask: the value is the UTF-8 absolute path of the mask image (a list column), or empty
+//    for a COCO source (the mask is rasterised from SourceListing::coco);
+//  - kind boxes: float32 rows x1 y1 x2 y2 in the SOURCE image's pixels (edges; docs/FORMAT.md
+//    "Fields"), before any resize, crop or clip.
+// A bad entry (SourceEntry::bad) holds empty values.
+struct FieldColumns {
+  std::vector<std::vector<uint8_t>> values;    // one per field
+  std::vector<std::vector<uint64_t>> offsets;  // one per field, entries + 1 each
+  // Entry e's value of field f (a view into `values`; valid while the columns live).
+  FieldData get(size_t f, size_t e) const {
+    return FieldData{values[f].data() + offsets[f][e], offsets[f][e + 1] - offsets[f][e]};
+  }
+};
+
+struct CocoInstances;  // dscache/ingest/coco.h
 
 struct SourceOptions {
   std::string labels_file;               // idx: explicit labels file ("" = conventional sibling)
   std::vector<std::string> class_names;  // names for integer labels (idx, list); empty = "0".."n"
+  // Tables (CSV/TSV/JSONL with a header; docs/USAGE.md "Fields"):
+  std::string image_column;  // the column naming the image; "" = "image_path", else "path"
+  std::string label_column;  // the class label column; "" = "label" when present, else none
+  // --field NAME=KIND: how column NAME becomes a field instead of being typed from its values.
+  // KIND: "mask" (a path to a mask image, relative to the list file), "multi-hot" (a
+  // ';'-separated list of names -> uint8 array of the sorted distinct names, the names recorded
+  // as the field's classes), "int" (int64 scalar), "float" (float32 scalar), "text", "ignore".
+  std::vector<std::pair<std::string, std::string>> field_kinds;
+  // COCO instances JSON (recognised by its content):
+  std::string image_root;  // the folder the images' file_name are relative to (required)
+  std::string coco_mask;   // "" / "none": no mask field; "semantic": a uint8 mask field `mask`
 };
 
 // Everything the build needs to know about its input. Owns the idx pixels for idx sources.
 struct SourceListing {
-  std::string kind;                      // "folder", "list" or "idx"
+  std::string kind;                      // "folder", "list" (CSV/TSV/JSONL), "coco" or "idx"
   std::string root;                      // absolute folder, list file or idx images file
   std::string labels_path;               // idx only
   std::vector<std::string> classes;      // class names, label i names classes[i]
   std::vector<SourceEntry> entries;      // in build order
   std::shared_ptr<const IdxImages> idx;  // idx only
-  uint64_t digest = 0;                   // XXH64 over entries' name, size and mtime
+  uint64_t digest = 0;                   // XXH64 over entries' name, size and mtime, and (tables,
+                                         // COCO) the field values and the annotation file
+  std::vector<FieldSpec> fields;         // the fields every entry carries; empty: none
+  FieldColumns columns;                  // their values, as listed (see FieldColumns)
+  std::shared_ptr<const CocoInstances> coco;  // coco only: the parsed annotations
 };
 
-// Lists `source`. Throws Error: NotFound (missing source), InvalidArgument (bad list line,
+// Lists `source`: a folder of class folders, a CSV/TSV list (`path,label`, or a table with a
+// header row: see SourceOptions), a JSONL table (.jsonl), a COCO instances JSON (.json, with
+// images/annotations/categories), or an idx3 images file. Throws Error: NotFound (missing
+// source), InvalidArgument (bad list line,
 // label out of range of --classes, an integer label >= 2^20 without --classes, a folder with no
 // class folders), Corruption (bad idx file).
 SourceListing list_source(const std::string& source, const SourceOptions& options);
