@@ -361,6 +361,13 @@ uint64_t Loader::Impl::copy_run(uint64_t pos, uint64_t limit, uint8_t* out) cons
   return len;
 }
 
+const FieldBatch* Batch::field(const std::string& name) const {
+  for (const FieldBatch& f : fields) {
+    if (f.spec != nullptr && f.spec->name == name) return &f;
+  }
+  return nullptr;
+}
+
 Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
     : impl_(std::make_unique<Impl>(std::move(source), options)) {}
 

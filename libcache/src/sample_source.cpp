@@ -17,4 +17,15 @@ void SampleSource::decode_crop(uint64_t i, const CropBox& /*box*/, uint32_t /*ou
                   "pixels");
 }
 
+const std::vector<FieldSpec>& SampleSource::fields() const {
+  static const std::vector<FieldSpec> kNone;
+  return kNone;
+}
+
+FieldView SampleSource::field(uint64_t i, size_t f) const {
+  throw Error(ErrorKind::kUnsupported, "",
+              "sample " + std::to_string(i) + ", field " + std::to_string(f) +
+                  ": this source carries no fields");
+}
+
 }  // namespace dscache

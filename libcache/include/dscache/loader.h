@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
@@ -37,14 +40,37 @@ struct LoaderOptions {
   SamplerOptions sampler;      // shuffle mode, window, rank, world size, rank tail;
                                // kWindowed with block 0: sized in stored bytes (resolve_window
                                // with source->stored_bytes() and available_memory_bytes())
-  TransformOptions transform;  // crop/resize/flip; default: samples as stored
-  uint32_t workers = 2;        // threads filling batches; 1..kMaxWorkers
-  uint32_t prefetch = 4;       // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
-  BufferAllocator allocator;   // image buffers; both empty = aligned host memory
+  TransformOptions transform;  // crop/resize/flip of the image and, with the same draw, of
+                               // every spatial field (mask, boxes); default: samples as stored
+  // Fields served with each batch, by name, in this order (each must be one of the source's
+  // fields()); unset = all of the source's fields, in field order; empty = none. Fields not
+  // named are never read.
+  std::optional<std::vector<std::string>> fields;
+  // Boxes: a box is kept when its part inside the crop covers at least this share (0..1) of its
+  // whole mapped area; 0 = any area left. Rows of a `rows_of` field follow their box.
+  double min_box_visibility = 0.0;
+  uint32_t workers = 2;       // threads filling batches; 1..kMaxWorkers
+  uint32_t prefetch = 4;      // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
+  BufferAllocator allocator;  // image buffers; both empty = aligned host memory
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
   // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
   // binding checks for Ctrl-C here. Empty: next() just waits.
   std::function<void()> wait_poll;
+};
+
+// One field of a batch (Batch::fields). Fixed-size kinds are stacked: `data` holds `size`
+// values back to back (a mask: size x height x width elements, transformed with the image).
+// Variable kinds (boxes, rows, bytes, text) are flat: `data` holds `rows` rows back to back
+// and sample k's rows are [offsets[k], offsets[k + 1]); boxes are in the served image's pixels
+// (after crop, resize and flip), and a rows_of field holds the rows of the boxes kept.
+struct FieldBatch {
+  const FieldSpec* spec = nullptr;   // the field (name, kind, dtype, shape); the source's
+  const uint8_t* data = nullptr;     // little-endian elements of spec->dtype; 64-byte aligned
+  uint64_t bytes = 0;                // bytes at data
+  const int64_t* offsets = nullptr;  // variable kinds: size + 1 row offsets; null for fixed
+  uint64_t rows = 0;                 // variable kinds: rows in the batch; fixed: size
+  std::vector<uint64_t> shape;       // the array data holds, numpy-style: mask (size, H, W), scalar
+                                     // (size,), array (size, *shape); variable (rows, *row shape)
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
@@ -58,6 +84,9 @@ struct Batch {
   const uint8_t* images = nullptr;    // size*height*width*channels bytes, NHWC, 64-byte aligned
   const int64_t* labels = nullptr;    // size labels
   const uint64_t* indices = nullptr;  // size sample indices into the source
+  std::vector<FieldBatch> fields;     // LoaderOptions::fields, in that order
+  // The field named `name`, or null when the batch does not carry it.
+  const FieldBatch* field(const std::string& name) const;
 };
 
 // Where a rank is in its stream of batches; save it with a checkpoint, restore() to resume.

@@ -3,6 +3,9 @@
 
 #include <cstdint>
 
+#include <vector>
+
+#include "dscache/fields.h"
 #include "dscache/manifest.h"
 #include "dscache/shard.h"
 
@@ -59,6 +62,15 @@ class SampleSource {
   // The default throws Error(kUnsupported).
   virtual void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
                            uint8_t* out) const;
+
+  // Fields (docs/FORMAT.md "Fields"): the named values each sample carries besides its image and
+  // label, in field order. Default: none.
+  virtual const std::vector<FieldSpec>& fields() const;
+  // Sample i's value of field f (< fields().size()) as stored: a view valid while the source
+  // lives. A mask has rows = sample_shape(i).height * width elements (one channel). Mapped
+  // memory: read it through a guarded copy where a truncated file must not be a SIGBUS (the
+  // Loader does). Default: Error(kUnsupported).
+  virtual FieldView field(uint64_t i, size_t f) const;
 
   // Out-of-core helpers, with defaults that suit any source.
   // Bytes the samples occupy in storage, all together (what a byte-sized window is measured
