@@ -75,13 +75,16 @@ class Checker {
       side_ok = check_file(f->file, f->bytes, f->xxh64) && side_ok;
     }
     (void)side_ok;
-    std::vector<uint64_t> sums;
+    std::vector<uint64_t> sums, all;  // the image's column; every column (row-major)
     std::vector<int64_t> labels;
     try {
-      sums = c_.checksums();
+      all = c_.checksums();
+      const uint64_t cols = m_.checksum_columns();
+      for (uint64_t i = 0; i < m_.count; ++i) sums.push_back(all[i * cols]);
     } catch (const Error& e) {
       add(m_.checksums.file, -1, e.reason());
     }
+    check_fields(all);
     // The same validated readers as Cache::open: what it refuses, verify reports.
     try {
       labels = c_.labels();
@@ -135,6 +138,73 @@ class Checker {
       }
     }
     if (with_source) check_sources(sums, threads);
+  }
+
+  // Every field file (size, XXH64, header, offsets), every sample's value against its checksum
+  // column, and every box inside its image.
+  void check_fields(const std::vector<uint64_t>& all) {
+    if (m_.fields.empty()) return;
+    const std::vector<IndexRow>* index = nullptr;
+    if (m_.has_index()) {
+      try {
+        index = &c_.index();
+      } catch (const Error& e) {
+        add(m_.index.file, -1, e.reason());
+        return;
+      }
+    }
+    const uint64_t cols = m_.checksum_columns();
+    std::vector<uint8_t> value;
+    for (size_t k = 0; k < m_.shards.size(); ++k) {
+      const ShardEntry& s = m_.shards[k];
+      for (size_t f = 0; f < m_.fields.size(); ++f) {
+        const FieldSpec& spec = m_.fields[f];
+        const FieldFiles& files = s.fields[f];
+        bool ok = check_file(files.values.file, files.values.bytes, files.values.xxh64);
+        if (!files.offsets.file.empty()) {
+          ok = check_file(files.offsets.file, files.offsets.bytes, files.offsets.xxh64) && ok;
+        }
+        if (!ok) continue;
+        FieldShardFile file;
+        try {
+          file = c_.files().open_field(k, f, index);
+        } catch (const Error& e) {
+          add(e.path().empty() ? files.values.file : e.path().substr(e.path().rfind('/') + 1), -1,
+              e.reason());
+          continue;
+        }
+        const uint64_t fixed =
+            file.offsets.empty() ? file.data_bytes / std::max<uint64_t>(1, s.count) : 0;
+        const uint64_t row =
+            spec.kind == FieldKind::kMask ? element_bytes(spec.dtype) : spec.row_bytes();
+        for (uint64_t j = 0; j < s.count; ++j) {
+          const uint64_t i = s.first + j;
+          const uint64_t at = file.offsets.empty() ? j * fixed : uint64_t(file.offsets[j]) * row;
+          const uint64_t n =
+              file.offsets.empty() ? fixed : uint64_t(file.offsets[j + 1] - file.offsets[j]) * row;
+          value.resize(n);
+          try {
+            if (n > 0) file.values.read_at(file.data_offset + at, n, value.data());
+          } catch (const Error& e) {
+            add(files.values.file, static_cast<int64_t>(i), e.reason());
+            break;
+          }
+          if (!all.empty() && xxh64(value.data(), n) != all[i * cols + 1 + f]) {
+            add(files.values.file, static_cast<int64_t>(i),
+                "field '" + spec.name + "': value checksum mismatch");
+            continue;
+          }
+          if (spec.kind != FieldKind::kBoxes) continue;
+          const uint32_t h = index ? (*index)[i].height : m_.height;
+          const uint32_t w = index ? (*index)[i].width : m_.width;
+          try {
+            check_field_value(spec, FieldData{value.data(), n}, h, w, "");
+          } catch (const Error& e) {
+            add(files.values.file, static_cast<int64_t>(i), e.reason());
+          }
+        }
+      }
+    }
   }
 
   // Raw ragged layout and JPEG caches: index rows inside their shards, every sample's checksum

@@ -47,6 +47,14 @@ std::vector<std::pair<std::string, std::string>> options_of(const Manifest& m) {
   const BuildRecipe& r = m.recipe;
   std::string classes;
   for (const auto& c : m.classes) classes += (classes.empty() ? "" : ",") + c;
+  std::string fields;  // what makes two parts' fields the same: every member of every spec
+  for (const FieldSpec& f : m.fields) {
+    fields +=
+        (fields.empty() ? "" : ",") + f.name + ":" + to_string(f.kind) + ":" + to_string(f.dtype);
+    for (uint32_t d : f.shape) fields += ":" + std::to_string(d);
+    if (!f.rows_of.empty()) fields += ":rows_of=" + f.rows_of;
+    for (const auto& c : f.classes) fields += ":" + c;
+  }
   return {{"storage", to_string(m.storage)},
           {"layout", to_string(m.layout)},
           {"codec", to_string(m.codec)},
@@ -60,6 +68,7 @@ std::vector<std::pair<std::string, std::string>> options_of(const Manifest& m) {
           {"shard_bytes", std::to_string(r.shard_bytes)},
           {"shuffle", r.shuffled ? std::to_string(r.shuffle_seed) : "none"},
           {"classes", classes},
+          {"fields", fields},
           {"format_version", std::to_string(m.format_version)},
           {"tool_version", m.tool_version}};
 }
@@ -191,8 +200,8 @@ ShardRecords shard_records(const Manifest& m, const PartRecords& r, size_t k) {
     return V(v.begin() + static_cast<ptrdiff_t>(e.first * width),
              v.begin() + static_cast<ptrdiff_t>((e.first + e.count) * width));
   };
-  return ShardRecords{slice(r.labels, 1), slice(r.checksums, 1), slice(r.sources, 1),
-                      slice(r.index, columns)};
+  return ShardRecords{slice(r.labels, 1), slice(r.checksums, m.checksum_columns()),
+                      slice(r.sources, 1), slice(r.index, columns)};
 }
 
 // `have` (an existing OUTPUT's manifest) is the merge `want` describes: the same listing,
@@ -207,8 +216,15 @@ bool same_merge(const Manifest& have, const Manifest& want) {
   for (size_t i = 0; i < have.shards.size(); ++i) {
     const ShardEntry &a = have.shards[i], &b = want.shards[i];
     if (a.file != b.file || a.first != b.first || a.count != b.count || a.bytes != b.bytes ||
-        a.xxh64 != b.xxh64) {
+        a.xxh64 != b.xxh64 || a.fields.size() != b.fields.size()) {
       return false;
+    }
+    for (size_t f = 0; f < a.fields.size(); ++f) {
+      const FieldFiles &x = a.fields[f], &y = b.fields[f];
+      if (x.values.file != y.values.file || x.values.xxh64 != y.values.xxh64 ||
+          x.offsets.file != y.offsets.file || x.offsets.xxh64 != y.offsets.xxh64) {
+        return false;
+      }
     }
   }
   return true;
@@ -226,6 +242,12 @@ Manifest planned_manifest(const std::vector<Part>& parts) {
   for (const Part& p : parts) {
     for (const ShardEntry& s : p.m.shards) {
       ShardEntry e = s;
+      for (size_t f = 0; f < e.fields.size(); ++f) {
+        e.fields[f].values.file = field_file_name(m.fields[f].name, m.shards.size(), false);
+        if (!e.fields[f].offsets.file.empty()) {
+          e.fields[f].offsets.file = field_file_name(m.fields[f].name, m.shards.size(), true);
+        }
+      }
       e.file = shard_file_name(m.storage, m.shards.size());
       e.first = m.count;
       m.count += e.count;
@@ -249,6 +271,7 @@ CacheWriterOptions writer_options(const MergeOptions& opt, const std::vector<Par
   w.recipe = ref.recipe;
   w.recipe.channels = ref.channels;
   w.classes = ref.classes;
+  w.fields = ref.fields;
   w.source = ref.source;
   w.tool_version = ref.tool_version;
   w.force = opt.force;
@@ -300,7 +323,10 @@ MergeSummary run_merge(const MergeOptions& opt) {
   // and content).
   std::vector<PartRecords> records;
   for (const Part& p : parts) {
-    for (size_t k = 0; k < p.m.shards.size(); ++k) p.files->open_shard(k);
+    for (size_t k = 0; k < p.m.shards.size(); ++k) {
+      p.files->open_shard(k);
+      for (size_t f = 0; f < p.m.fields.size(); ++f) p.files->open_field(k, f);
+    }
     records.push_back(read_records(p));
   }
   writer->begin(writer_options(opt, parts, want));

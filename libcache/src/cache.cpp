@@ -20,6 +20,7 @@
 #include "dscache/file.h"
 #include "dscache/jpeg.h"
 #include "dscache/npy.h"
+#include "field_files.h"
 #include "io_util.h"
 #include "mapped_file.h"
 #include "shard_impl.h"
@@ -56,18 +57,27 @@ int madvice(AccessHint hint) {
 
 }  // namespace
 
+// One field's files of one shard, as served.
+struct FieldState {
+  detail::MappedRegion mapping;   // the values file (none when it holds no value bytes)
+  const uint8_t* data = nullptr;  // its first value byte
+  std::vector<int64_t> offsets;   // kinds with offsets: count + 1 row offsets
+};
+
 struct Cache::Impl {
   std::shared_ptr<const CacheDir> files;  // the directory, open for the Cache's lifetime
   std::string dir;
   Manifest manifest;
   CacheOptions options;
-  SampleShape shape;                         // fixed: the sample shape; ragged: (0, 0, C)
-  std::vector<ShardState> shards;            // manifest order
-  std::vector<int64_t> labels;               // (count,)
-  std::vector<IndexRow> index;               // raw ragged and JPEG: (count,)
-  uint64_t resident = 0;                     // bytes copied into private memory
-  uint64_t block = 1;                        // locality_block()
-  MemoryMode mode = MemoryMode::kPageCache;  // in force (kAuto resolved)
+  SampleShape shape;                            // fixed: the sample shape; ragged: (0, 0, C)
+  std::vector<ShardState> shards;               // manifest order
+  std::vector<int64_t> labels;                  // (count,)
+  std::vector<IndexRow> index;                  // raw ragged and JPEG: (count,)
+  std::vector<std::vector<FieldState>> fields;  // [shard][field]
+  std::vector<uint64_t> value_bytes;            // per field: fixed value bytes, 0 with offsets
+  uint64_t resident = 0;                        // bytes copied into private memory
+  uint64_t block = 1;                           // locality_block()
+  MemoryMode mode = MemoryMode::kPageCache;     // in force (kAuto resolved)
 
   void check_index(uint64_t i) const {
     if (i >= manifest.count) {
@@ -159,6 +169,41 @@ void make_resident(Cache::Impl& c, ShardState& s) {
   c.resident += s.data_bytes;
 }
 
+void open_fields(Cache::Impl& c, const CacheDir& files) {
+  const Manifest& m = c.manifest;
+  if (m.fields.empty()) return;
+  for (const FieldSpec& f : m.fields) {
+    c.value_bytes.push_back(detail::fixed_value_bytes(f, m.layout, m.height, m.width));
+  }
+  c.fields.resize(m.shards.size());
+  for (size_t k = 0; k < m.shards.size(); ++k) {
+    for (size_t f = 0; f < m.fields.size(); ++f) {
+      FieldShardFile file = files.open_field(k, f, c.index.empty() ? nullptr : &c.index);
+      FieldState st;
+      st.offsets = std::move(file.offsets);
+      const uint64_t file_bytes = m.shards[k].fields[f].values.bytes;
+      if (file.data_bytes > 0) {
+        st.mapping = detail::MappedRegion::map_fd(file.values.fd(), file.values.path(), file_bytes);
+        st.mapping.advise(madvice(c.options.hint));
+        st.data = st.mapping.data() + file.data_offset;
+      }
+      c.fields[k].push_back(std::move(st));
+    }
+    for (size_t f = 0; f < m.fields.size(); ++f) {
+      const FieldSpec& spec = m.fields[f];
+      if (spec.rows_of.empty()) continue;
+      for (size_t b = 0; b < m.fields.size(); ++b) {
+        if (m.fields[b].name != spec.rows_of) continue;
+        if (c.fields[k][f].offsets != c.fields[k][b].offsets) {
+          throw Error(ErrorKind::kCorruption, files.path(m.shards[k].fields[f].offsets.file),
+                      "field '" + spec.name + "' has other row counts than its boxes '" +
+                          spec.rows_of + "' (" + m.shards[k].fields[b].offsets.file + ")");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& options) {
@@ -213,6 +258,10 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   // 3. Labels and (raw ragged, JPEG) the index, into memory.
   c.labels = files.labels();
   if (byte_shards) c.index = files.index(data_bytes);
+
+  // 3b. Field files: headers and offsets checked, values mapped; a rows_of field's row counts
+  //     equal its boxes'.
+  open_fields(c, files);
 
   // 4. The mode: kAuto compares the shards' bytes with what memory is available.
   c.mode = options.memory;
@@ -347,6 +396,45 @@ void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_
     throw Error(ErrorKind::kCorruption, find_shard(i).path,
                 "sample " + std::to_string(i) + ": " + e.reason());
   }
+}
+
+const std::vector<FieldSpec>& Cache::fields() const { return impl_->manifest.fields; }
+
+FieldView Cache::field(uint64_t i, size_t f) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  if (f >= c.manifest.fields.size()) {
+    throw Error(ErrorKind::kInvalidArgument, c.dir,
+                "field " + std::to_string(f) + " does not exist (the cache has " +
+                    std::to_string(c.manifest.fields.size()) + ")");
+  }
+  const ShardState& s = c.find_shard(i);
+  const size_t k = static_cast<size_t>(&s - c.shards.data());
+  const FieldState& st = c.fields[k][f];
+  const uint64_t j = i - s.entry.first;
+  if (st.offsets.empty()) {
+    const uint64_t n = c.value_bytes[f];
+    const FieldSpec& spec = c.manifest.fields[f];
+    return FieldView{st.data + j * n, n,
+                     spec.kind == FieldKind::kMask ? uint64_t{c.shape.height} * c.shape.width : 1};
+  }
+  const uint64_t row = c.manifest.fields[f].kind == FieldKind::kMask
+                           ? element_bytes(c.manifest.fields[f].dtype)
+                           : c.manifest.fields[f].row_bytes();
+  const uint64_t first = static_cast<uint64_t>(st.offsets[j]);
+  const uint64_t rows = static_cast<uint64_t>(st.offsets[j + 1]) - first;
+  return FieldView{st.data == nullptr ? nullptr : st.data + first * row, rows * row, rows};
+}
+
+size_t Cache::field_index(const std::string& name) const {
+  const auto& fields = impl_->manifest.fields;
+  std::string known;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].name == name) return f;
+    known += (f ? ", " : "") + fields[f].name;
+  }
+  throw Error(ErrorKind::kInvalidArgument, impl_->dir,
+              "no field '" + name + "' (the cache has: " + (known.empty() ? "none" : known) + ")");
 }
 
 uint64_t Cache::stored_bytes() const {

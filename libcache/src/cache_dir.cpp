@@ -15,6 +15,7 @@
 
 #include "dscache/error.h"
 #include "dscache/npy.h"
+#include "field_files.h"
 
 namespace dscache {
 
@@ -157,6 +158,12 @@ std::vector<FileEntry> CacheDir::named_files() const {
   for (const ShardEntry& s : m.shards) named.push_back({s.file, s.bytes, s.xxh64});
   for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips}) named.push_back(*f);
   if (m.has_index()) named.push_back(m.index);
+  for (const ShardEntry& s : m.shards) {
+    for (const FieldFiles& f : s.fields) {
+      named.push_back(f.values);
+      if (!f.offsets.file.empty()) named.push_back(f.offsets);
+    }
+  }
   return named;
 }
 
@@ -185,8 +192,11 @@ std::vector<int64_t> CacheDir::labels() const {
 std::vector<uint64_t> CacheDir::checksums() const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.checksums.file, m.checksums.bytes);
-  const std::vector<uint8_t> raw = read_array(f, "<u8", {m.count});
-  std::vector<uint64_t> sums(static_cast<size_t>(m.count));
+  const std::vector<uint8_t> raw =
+      read_array(f, "<u8",
+                 m.fields.empty() ? std::vector<uint64_t>{m.count}
+                                  : std::vector<uint64_t>{m.count, m.checksum_columns()});
+  std::vector<uint64_t> sums(raw.size() / 8);
   if (!raw.empty()) std::memcpy(sums.data(), raw.data(), raw.size());
   return sums;
 }
@@ -355,6 +365,69 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
     }
   }
   return index;
+}
+
+FieldShardFile CacheDir::open_field(size_t k, size_t f, const std::vector<IndexRow>* index) const {
+  const Manifest& m = impl_->manifest;
+  if (k >= m.shards.size() || f >= m.fields.size()) {
+    throw Error(ErrorKind::kInvalidArgument, impl_->dir,
+                "shard " + std::to_string(k) + ", field " + std::to_string(f) + " does not exist");
+  }
+  const ShardEntry& s = m.shards[k];
+  const FieldSpec& spec = m.fields[f];
+  const FieldFiles& files = s.fields[f];
+  FieldShardFile out;
+  out.values = open_file(files.values.file, files.values.bytes);
+  const std::string& vpath = out.values.path();
+  const NpyHeader h = read_npy_header(out.values);
+  if (h.descr != npy_descr(spec.dtype)) {
+    throw Error(ErrorKind::kCorruption, vpath,
+                "dtype is '" + h.descr + "', field '" + spec.name + "' is " +
+                    to_string(spec.dtype) + " ('" + npy_descr(spec.dtype) + "')");
+  }
+  if (h.fortran_order) throw Error(ErrorKind::kCorruption, vpath, "array is in Fortran order");
+  check_npy_size(h, out.values.size(), vpath);
+  out.data_offset = h.data_offset;
+  out.data_bytes = h.data_bytes();
+  if (!has_offsets(spec, m.layout)) {
+    out.rows = s.count;
+  } else {
+    const File of = open_file(files.offsets.file, files.offsets.bytes);
+    const std::vector<uint8_t> raw = read_array(of, "<i8", {s.count + 1});
+    out.offsets.resize(raw.size() / 8);
+    std::memcpy(out.offsets.data(), raw.data(), raw.size());
+    for (size_t i = 0; i < out.offsets.size(); ++i) {
+      const int64_t prev = i == 0 ? 0 : out.offsets[i - 1];
+      if (out.offsets[i] < prev || (i == 0 && out.offsets[0] != 0)) {
+        throw Error(ErrorKind::kCorruption, of.path(),
+                    "offset " + std::to_string(i) + " is " + std::to_string(out.offsets[i]) +
+                        (i == 0 ? ", expected 0"
+                                : ", below the one before it (" + std::to_string(prev) + ")"));
+      }
+    }
+    out.rows = static_cast<uint64_t>(out.offsets.back());
+    if (index != nullptr && spec.kind == FieldKind::kMask) {
+      for (uint64_t i = 0; i < s.count; ++i) {
+        const IndexRow& r = (*index)[s.first + i];
+        const uint64_t want = uint64_t{r.height} * r.width;
+        const uint64_t got = static_cast<uint64_t>(out.offsets[i + 1] - out.offsets[i]);
+        if (got != want) {
+          throw Error(ErrorKind::kCorruption, of.path(),
+                      "sample " + std::to_string(s.first + i) + "'s mask holds " +
+                          std::to_string(got) + " pixels, its image " + std::to_string(r.height) +
+                          "x" + std::to_string(r.width));
+        }
+      }
+    }
+  }
+  const std::vector<uint64_t> want =
+      detail::values_shape(spec, m.layout, m.height, m.width, s.count, out.rows);
+  if (h.shape != want) {
+    throw Error(ErrorKind::kCorruption, vpath,
+                "shape is " + shape_text(h.shape) + ", expected " + shape_text(want) +
+                    (has_offsets(spec, m.layout) ? " (rows from " + files.offsets.file + ")" : ""));
+  }
+  return out;
 }
 
 }  // namespace dscache

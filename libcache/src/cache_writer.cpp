@@ -68,6 +68,20 @@ void validate(const CacheWriterOptions& o) {
     throw Error(ErrorKind::kUnsupported, "storage",
                 "hdf5: this dscache was built without HDF5 support (meson feature hdf5)");
   }
+  validate_fields(o.fields, "fields");
+}
+
+json fields_fingerprint(const std::vector<FieldSpec>& fields) {
+  json a = json::array();
+  for (const FieldSpec& f : fields) {
+    a.push_back({{"name", f.name},
+                 {"kind", to_string(f.kind)},
+                 {"dtype", to_string(f.dtype)},
+                 {"shape", f.shape},
+                 {"rows_of", f.rows_of},
+                 {"classes", f.classes}});
+  }
+  return a;
 }
 
 // The fingerprint a write gets when its caller names none.
@@ -82,7 +96,8 @@ json default_fingerprint(const CacheWriterOptions& o) {
           {"channels", r.channels},
           {"quality", o.codec == Codec::kJpeg ? r.quality : 0},
           {"shard_bytes", r.shard_bytes},
-          {"classes", o.classes}};
+          {"classes", o.classes},
+          {"fields", fields_fingerprint(o.fields)}};
 }
 
 }  // namespace
@@ -178,7 +193,8 @@ std::unique_ptr<CacheWriter> CacheWriter::open(const std::string& output,
 }
 
 void CacheWriter::append(const uint8_t* pixels, uint32_t height, uint32_t width, int64_t label,
-                         const std::string& source, const uint64_t* checksum) {
+                         const std::string& source, const uint64_t* checksum,
+                         const FieldData* fields) {
   Impl& w = *impl_;
   w.check_writable("append()");
   w.check_label(label, source);
@@ -188,12 +204,14 @@ void CacheWriter::append(const uint8_t* pixels, uint32_t height, uint32_t width,
   if (w.opt.codec == Codec::kJpeg) {
     w.encoded.clear();
     jpeg_encode(pixels, height, width, r.channels, static_cast<int>(r.quality), &w.encoded);
-    append_encoded(w.encoded.data(), w.encoded.size(), height, width, label, source, nullptr);
+    append_encoded(w.encoded.data(), w.encoded.size(), height, width, label, source, nullptr,
+                   fields);
     return;
   }
+  w.check_fields(fields, height, width, source);
   const uint64_t sum = checksum != nullptr ? *checksum : xxh64(pixels, n);
   if (byte_shards(w.opt)) {
-    w.append_bytes(pixels, n, height, width, label, source, sum);
+    w.append_bytes(pixels, n, height, width, label, source, sum, fields);
     return;
   }
   if (!w.fixed) {
@@ -201,14 +219,16 @@ void CacheWriter::append(const uint8_t* pixels, uint32_t height, uint32_t width,
         ShardWriter::create(w.opt.storage, w.path(shard_file_name(w.opt.storage, w.shard_index)),
                             SampleShape{r.height, r.width, r.channels}, w.per_shard);
   }
+  w.open_field_writers();
   w.fixed->append(pixels, label);
+  w.write_fields(fields);
   w.record(label, sum, source);
   if (w.fixed->count() == w.per_shard) w.commit_shard();
 }
 
 void CacheWriter::append_encoded(const uint8_t* data, uint64_t size, uint32_t height,
                                  uint32_t width, int64_t label, const std::string& source,
-                                 const uint64_t* checksum) {
+                                 const uint64_t* checksum, const FieldData* fields) {
   Impl& w = *impl_;
   w.check_writable("append_encoded()");
   if (w.opt.codec != Codec::kJpeg) {
@@ -218,8 +238,9 @@ void CacheWriter::append_encoded(const uint8_t* data, uint64_t size, uint32_t he
   w.check_label(label, source);
   if (size == 0) throw Error(ErrorKind::kInvalidArgument, source, "an empty JPEG stream");
   w.check_shape(height, width, source);
+  w.check_fields(fields, height, width, source);
   const uint64_t sum = checksum != nullptr ? *checksum : xxh64(data, size);
-  w.append_bytes(data, size, height, width, label, source, sum);
+  w.append_bytes(data, size, height, width, label, source, sum, fields);
 }
 
 void CacheWriter::skip(const std::string& source, const std::string& reason) {
@@ -236,39 +257,67 @@ void CacheWriter::cut_shard() {
   w.commit_shard();
 }
 
+namespace {
+
+// Puts file `name` of `from` (open as `opened`, described by `e`) at `dst`: a hard link, checked
+// to be the very file opened, or a copy across filesystems. Returns true when copied.
+bool place_file(const CacheDir& from, const File& opened, const FileEntry& e,
+                const std::string& dst) {
+  const std::string src = from.path(e.file);
+  struct stat st;
+  if (::fstat(opened.fd(), &st) != 0) throw_errno(src, "cannot stat");
+  if (path_exists(dst)) fs::remove(dst);  // an unfinished copy or link of a killed run
+  if (::linkat(from.fd(), e.file.c_str(), AT_FDCWD, dst.c_str(), 0) == 0) {
+    struct stat linked;
+    if (::stat(dst.c_str(), &linked) != 0 || linked.st_ino != st.st_ino ||
+        linked.st_dev != st.st_dev) {
+      ::unlink(dst.c_str());
+      throw Error(ErrorKind::kCorruption, src, "was replaced while the merge read it");
+    }
+    return false;
+  }
+  if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
+    throw_errno(dst, "cannot hard-link " + src);
+  }
+  copy_file_checked(opened, src, dst, e);
+  return true;
+}
+
+}  // namespace
+
 bool CacheWriter::add_shard(const CacheDir& from, size_t k, const ShardRecords& rec) {
   Impl& w = *impl_;
   w.check_writable("add_shard()");
   const ShardEntry& e = from.manifest().shards.at(k);
   const std::string src = from.path(e.file);
   const uint64_t columns = byte_shards(w.opt) ? w.index_columns() : 0;
-  if (rec.labels.size() != e.count || rec.checksums.size() != e.count ||
+  if (rec.labels.size() != e.count || rec.checksums.size() != e.count * w.checksum_columns() ||
       rec.sources.size() != e.count || rec.index.size() != e.count * columns) {
     throw Error(ErrorKind::kInvalidArgument, src, "add_shard(): records do not match its count");
+  }
+  if (from.manifest().fields != w.opt.fields) {
+    throw Error(ErrorKind::kInvalidArgument, from.path("manifest.json"),
+                "add_shard(): its fields differ from this cache's");
   }
   for (int64_t l : rec.labels) w.check_label(l, src);
   w.commit_shard();
   // Opened through the part's validated directory: a regular file inside it (never a FIFO or a
   // symlink out), of its manifest's size, its header agreeing with the manifest.
   const ShardFile shard = from.open_shard(k);
-  struct stat opened;
-  if (::fstat(shard.file.fd(), &opened) != 0) throw_errno(src, "cannot stat");
-  const std::string dst = w.path(shard_file_name(w.opt.storage, w.shard_index));
-  if (path_exists(dst)) fs::remove(dst);  // an unfinished copy or link of a killed run
-  bool copied = false;
-  if (::linkat(from.fd(), e.file.c_str(), AT_FDCWD, dst.c_str(), 0) == 0) {
-    struct stat linked;
-    if (::stat(dst.c_str(), &linked) != 0 || linked.st_ino != opened.st_ino ||
-        linked.st_dev != opened.st_dev) {
-      ::unlink(dst.c_str());
-      throw Error(ErrorKind::kCorruption, src, "was replaced while the merge read it");
+  bool copied = place_file(from, shard.file, FileEntry{e.file, e.bytes, e.xxh64},
+                           w.path(shard_file_name(w.opt.storage, w.shard_index)));
+  ShardEntry placed = e;
+  for (size_t f = 0; f < w.opt.fields.size(); ++f) {
+    const std::string& name = w.opt.fields[f].name;
+    FieldFiles& files = placed.fields.at(f);
+    const File values = from.open_field(k, f).values;
+    copied |=
+        place_file(from, values, files.values, w.path(field_file_name(name, w.shard_index, false)));
+    if (!files.offsets.file.empty()) {
+      const File offsets = from.open_file(files.offsets.file, files.offsets.bytes);
+      copied |= place_file(from, offsets, files.offsets,
+                           w.path(field_file_name(name, w.shard_index, true)));
     }
-  } else {
-    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
-      throw_errno(dst, "cannot hard-link " + src);
-    }
-    copy_shard(shard.file, src, dst, e);
-    copied = true;
   }
   crash_point("shard-placed");
   w.labels.insert(w.labels.end(), rec.labels.begin(), rec.labels.end());
@@ -276,7 +325,7 @@ bool CacheWriter::add_shard(const CacheDir& from, size_t k, const ShardRecords& 
   w.sources.insert(w.sources.end(), rec.sources.begin(), rec.sources.end());
   w.index.insert(w.index.end(), rec.index.begin(), rec.index.end());
   ++w.position;
-  w.record_shard(e);
+  w.record_shard(placed);
   return copied;
 }
 

@@ -13,6 +13,7 @@
 #include "dscache/crash_point.h"
 #include "dscache/lock.h"
 #include "dscache/shard.h"
+#include "field_files.h"
 #include "partial_dir.h"
 
 namespace dscache {
@@ -33,10 +34,11 @@ inline bool byte_shards(const CacheWriterOptions& o) {
 // write's state but the fingerprint (sidecars, temp files) and returns the manifest.
 Manifest finish_partial(const std::string& partial);
 
-// Copies shard `from` (open, `e.bytes` long) to `dst` through a temp file renamed into place; a
-// write error keeps its errno (ENOSPC, EDQUOT, EFBIG) and names the file.
-void copy_shard(const File& from, const std::string& src, const std::string& dst,
-                const ShardEntry& e);
+// Copies file `from` (open, `e.bytes` long) to `dst` through a temp file renamed into place,
+// checking its size and XXH64 against `e`; a write error keeps its errno (ENOSPC, EDQUOT, EFBIG)
+// and names the file.
+void copy_file_checked(const File& from, const std::string& src, const std::string& dst,
+                       const FileEntry& e);
 
 struct CacheWriter::Impl {
   std::string output, partial;
@@ -52,6 +54,8 @@ struct CacheWriter::Impl {
   uint64_t per_shard = 0;  // fixed layout: samples per shard
   std::unique_ptr<ShardWriter> fixed;
   std::unique_ptr<RaggedShardWriter> bytes;
+  // The open shard's field files, one per opt.fields entry (empty until the shard opens).
+  std::vector<std::unique_ptr<detail::FieldShardWriter>> field_writers;
   bool shard_open = false;  // cut_shard() opened none: an empty shard is still written
   uint64_t shard_index = 0;
   uint64_t next_first = 0;
@@ -61,13 +65,14 @@ struct CacheWriter::Impl {
   size_t shard_skip_begin = 0;
   std::vector<ShardEntry> shards;
   std::vector<int64_t> labels;
-  std::vector<uint64_t> checksums;
+  std::vector<uint64_t> checksums;  // checksum_columns() per sample
   std::vector<std::string> sources;
   std::vector<SkipRecord> skips;
   std::vector<int64_t> index;    // byte shards: (offset, [length,] height, width) per sample
   std::vector<uint8_t> encoded;  // append() with codec kJpeg: the stream
 
   uint64_t index_columns() const { return opt.codec == Codec::kJpeg ? 4 : 3; }
+  uint64_t checksum_columns() const { return 1 + opt.fields.size(); }
   std::string path(const std::string& name) const { return partial + "/" + name; }
 
   void check_writable(const char* what) const {
@@ -107,10 +112,21 @@ struct CacheWriter::Impl {
   void record(int64_t label, uint64_t checksum, const std::string& source) {
     labels.push_back(label);
     checksums.push_back(checksum);
+    checksums.insert(checksums.end(), field_sums.begin(), field_sums.end());
     sources.push_back(source);
     ++position;
     crash_point("sample");
   }
+
+  // One sample's field values, checked (check_fields) before anything of the sample is written.
+  std::vector<uint64_t> field_rows;  // rows of each value
+  std::vector<uint64_t> field_sums;  // XXH64 of each value
+  void check_fields(const FieldData* fields, uint32_t height, uint32_t width,
+                    const std::string& source);
+  // Opens the field files of shard shard_index (when the cache has fields and they are not open).
+  void open_field_writers();
+  // Appends the values check_fields() passed to the open shard's field files.
+  void write_fields(const FieldData* fields);
 
   void adopt_finished();
   void commit_shard();
@@ -118,7 +134,7 @@ struct CacheWriter::Impl {
   // previous one: its sidecar, then the bookkeeping.
   void record_shard(ShardEntry e);
   void append_bytes(const uint8_t* data, uint64_t n, uint32_t height, uint32_t width, int64_t label,
-                    const std::string& source, uint64_t checksum);
+                    const std::string& source, uint64_t checksum, const FieldData* fields);
   Manifest write_side_files();
 };
 

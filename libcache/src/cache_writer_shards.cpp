@@ -10,6 +10,7 @@
 
 #include "cache_writer_impl.h"
 #include "dscache/atomic_file.h"
+#include "dscache/checksum.h"
 #include "dscache/crash_point.h"
 #include "dscache/file.h"
 #include "dscache/npy.h"
@@ -47,12 +48,73 @@ FileEntry write_text(const std::string& dir, const std::string& name, const std:
   return e;
 }
 
+json file_json(const FileEntry& f) {
+  return {{"file", f.file}, {"bytes", f.bytes}, {"xxh64", f.xxh64}};
+}
+
+FileEntry file_from_json(const json& j) {
+  return FileEntry{j.at("file").get<std::string>(), j.at("bytes").get<uint64_t>(),
+                   j.at("xxh64").get<uint64_t>()};
+}
+
+// True when `e` (a sidecar's record) names a file of the partial directory with its size and
+// XXH64.
+bool file_agrees(const std::string& dir, const FileEntry& e) {
+  if (e.file.empty() || !path_exists(dir + "/" + e.file)) return false;
+  const FileEntry actual = hash_file(dir + "/" + e.file);
+  return actual.bytes == e.bytes && actual.xxh64 == e.xxh64;
+}
+
 }  // namespace
+
+void CacheWriter::Impl::check_fields(const FieldData* fields, uint32_t height, uint32_t width,
+                                     const std::string& source) {
+  field_rows.clear();
+  field_sums.clear();
+  if (opt.fields.empty()) return;
+  const std::string& who = source.empty() ? output : source;
+  if (fields == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument, who,
+                "the cache has " + std::to_string(opt.fields.size()) +
+                    " fields; append() needs one value for each");
+  }
+  for (size_t f = 0; f < opt.fields.size(); ++f) {
+    field_rows.push_back(check_field_value(opt.fields[f], fields[f], height, width, who));
+    field_sums.push_back(xxh64(fields[f].data, fields[f].bytes));
+  }
+  for (size_t f = 0; f < opt.fields.size(); ++f) {
+    const FieldSpec& spec = opt.fields[f];
+    if (spec.rows_of.empty()) continue;
+    for (size_t b = 0; b < opt.fields.size(); ++b) {
+      if (opt.fields[b].name == spec.rows_of && field_rows[b] != field_rows[f]) {
+        throw Error(ErrorKind::kInvalidArgument, who,
+                    "field '" + spec.name + "' has " + std::to_string(field_rows[f]) +
+                        " rows, its boxes '" + spec.rows_of + "' " + std::to_string(field_rows[b]) +
+                        " (one row per box)");
+      }
+    }
+  }
+}
+
+void CacheWriter::Impl::open_field_writers() {
+  if (opt.fields.empty() || !field_writers.empty()) return;
+  const uint32_t h = opt.layout == Layout::kFixed ? opt.recipe.height : 0;
+  const uint32_t w = opt.layout == Layout::kFixed ? opt.recipe.width : 0;
+  for (const FieldSpec& f : opt.fields) {
+    field_writers.push_back(
+        std::make_unique<detail::FieldShardWriter>(partial, f, opt.layout, h, w, shard_index));
+  }
+}
+
+void CacheWriter::Impl::write_fields(const FieldData* fields) {
+  for (size_t f = 0; f < field_writers.size(); ++f)
+    field_writers[f]->append(fields[f], field_rows[f]);
+}
 
 // Done here rather than with std::filesystem::copy_file, which reports a short copy onto a full
 // disk as EIO.
-void copy_shard(const File& from, const std::string& src, const std::string& dst,
-                const ShardEntry& e) {
+void copy_file_checked(const File& from, const std::string& src, const std::string& dst,
+                       const FileEntry& e) {
   constexpr uint64_t kChunk = uint64_t{4} << 20;
   std::string buf(static_cast<size_t>(std::min<uint64_t>(kChunk, std::max<uint64_t>(e.bytes, 1))),
                   '\0');
@@ -87,11 +149,25 @@ void CacheWriter::Impl::adopt_finished() {
       e.bytes = j.at("shard").at("bytes");
       e.xxh64 = j.at("shard").at("xxh64");
       if (j.contains("index")) rows = j["index"].get<std::vector<int64_t>>();
+      const json fields = j.value("fields", json::array());
+      if (fields.size() != opt.fields.size()) break;
+      for (const json& f : fields) {
+        FieldFiles files;
+        files.values = file_from_json(f.at("values"));
+        if (f.contains("offsets")) files.offsets = file_from_json(f.at("offsets"));
+        e.fields.push_back(std::move(files));
+      }
     } catch (const std::exception&) {
       break;  // torn or foreign sidecar: redo this shard
     }
     const FileEntry actual = hash_file(shard);
     if (actual.bytes != e.bytes || actual.xxh64 != e.xxh64 || e.first != next_first) break;
+    bool fields_agree = true;
+    for (const FieldFiles& f : e.fields) {
+      fields_agree = fields_agree && file_agrees(partial, f.values) &&
+                     (f.offsets.file.empty() || file_agrees(partial, f.offsets));
+    }
+    if (!fields_agree) break;
     shards.push_back(e);
     next_first += e.count;
     for (auto& v : j["labels"]) labels.push_back(v.get<int64_t>());
@@ -109,6 +185,9 @@ void CacheWriter::Impl::adopt_finished() {
     bool keep = false;
     for (uint64_t k = 0; k < shard_index && !keep; ++k) {
       keep = name == sidecar_name(k) || name == shard_file_name(opt.storage, k);
+      for (const FieldFiles& f : shards[k].fields) {
+        keep = keep || name == f.values.file || name == f.offsets.file;
+      }
     }
     if (!keep) fs::remove_all(ent.path());
   }
@@ -119,6 +198,7 @@ void CacheWriter::Impl::adopt_finished() {
 
 void CacheWriter::Impl::commit_shard() {
   if (!fixed && !bytes && !shard_open) return;
+  open_field_writers();  // an empty shard still has its (empty) field files
   ShardEntry e;
   if (fixed) {
     e = fixed->commit();
@@ -135,8 +215,10 @@ void CacheWriter::Impl::commit_shard() {
               ->commit();
     }
   }
+  for (auto& f : field_writers) e.fields.push_back(f->commit());
   fixed.reset();
   bytes.reset();
+  field_writers.clear();
   shard_open = false;
   crash_point("shard-renamed");
   record_shard(e);
@@ -152,10 +234,23 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
                    {"count", e.count},
                    {"bytes", e.bytes},
                    {"xxh64", e.xxh64}};
+  json fields = json::array();
+  for (size_t f = 0; f < e.fields.size(); ++f) {
+    FieldFiles& files = e.fields[f];
+    files.values.file = field_file_name(opt.fields[f].name, shard_index, false);
+    json j = {{"values", file_json(files.values)}};
+    if (!files.offsets.file.empty()) {
+      files.offsets.file = field_file_name(opt.fields[f].name, shard_index, true);
+      j["offsets"] = file_json(files.offsets);
+    }
+    fields.push_back(std::move(j));
+  }
+  side["fields"] = std::move(fields);
   side["src_end"] = position;
   side["labels"] = std::vector<int64_t>(labels.begin() + shard_sample_begin, labels.end());
-  side["checksums"] =
-      std::vector<uint64_t>(checksums.begin() + shard_sample_begin, checksums.end());
+  side["checksums"] = std::vector<uint64_t>(
+      checksums.begin() + static_cast<ptrdiff_t>(checksum_columns() * shard_sample_begin),
+      checksums.end());
   side["sources"] = std::vector<std::string>(sources.begin() + shard_sample_begin, sources.end());
   json skipped = json::array();
   for (size_t i = shard_skip_begin; i < skips.size(); ++i) {
@@ -178,7 +273,7 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
 
 void CacheWriter::Impl::append_bytes(const uint8_t* data, uint64_t n, uint32_t height,
                                      uint32_t width, int64_t label, const std::string& source,
-                                     uint64_t checksum) {
+                                     uint64_t checksum, const FieldData* fields) {
   const uint64_t cap = opt.recipe.shard_bytes;
   if (bytes && bytes->count() > 0 && bytes->bytes() + n > cap) {
     commit_shard();  // this sample opens the next shard
@@ -187,6 +282,7 @@ void CacheWriter::Impl::append_bytes(const uint8_t* data, uint64_t n, uint32_t h
     bytes = RaggedShardWriter::create(opt.storage, path(shard_file_name(opt.storage, shard_index)),
                                       opt.recipe.channels, std::max(cap, n));
   }
+  open_field_writers();
   if (opt.codec == Codec::kJpeg) {
     const uint64_t offset = bytes->append_bytes(data, n, label);
     index.insert(index.end(), {static_cast<int64_t>(offset), static_cast<int64_t>(n),
@@ -195,6 +291,7 @@ void CacheWriter::Impl::append_bytes(const uint8_t* data, uint64_t n, uint32_t h
     const uint64_t offset = bytes->append(data, height, width, label);
     index.insert(index.end(), {static_cast<int64_t>(offset), int64_t{height}, int64_t{width}});
   }
+  write_fields(fields);
   record(label, checksum, source);
 }
 
@@ -203,7 +300,8 @@ Manifest CacheWriter::Impl::write_side_files() {
   const bool ragged = opt.layout == Layout::kRagged;
   Manifest m;
   m.codec = opt.codec;
-  m.format_version = format_version_for(opt.codec);
+  m.format_version = format_version_for(opt.codec, !opt.fields.empty());
+  m.fields = opt.fields;
   m.layout = opt.layout;
   m.storage = opt.storage;
   m.height = ragged ? 0 : r.height;
@@ -218,7 +316,9 @@ Manifest CacheWriter::Impl::write_side_files() {
   }
   m.shards = shards;
   m.labels = write_npy(partial, "labels.npy", "<i8", labels, {m.count});
-  m.checksums = write_npy(partial, "checksums.npy", "<u8", checksums, {m.count});
+  m.checksums = write_npy(partial, "checksums.npy", "<u8", checksums,
+                          m.fields.empty() ? std::vector<uint64_t>{m.count}
+                                           : std::vector<uint64_t>{m.count, checksum_columns()});
   if (m.has_index()) {
     m.index = write_npy(partial, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
                         "<i8", index, {m.count, index_columns()});
@@ -268,7 +368,13 @@ Manifest finish_partial(const std::string& partial) {
   std::vector<std::string> keep{"manifest.json",  kFingerprintFile, m.labels.file,
                                 m.checksums.file, m.sources.file,   m.skips.file};
   if (m.has_index()) keep.push_back(m.index.file);
-  for (const ShardEntry& s : m.shards) keep.push_back(s.file);
+  for (const ShardEntry& s : m.shards) {
+    keep.push_back(s.file);
+    for (const FieldFiles& f : s.fields) {
+      keep.push_back(f.values.file);
+      if (!f.offsets.file.empty()) keep.push_back(f.offsets.file);
+    }
+  }
   for (const auto& ent : fs::directory_iterator(partial)) {
     const std::string name = ent.path().filename().string();
     if (std::find(keep.begin(), keep.end(), name) == keep.end()) {

@@ -81,6 +81,11 @@ uint64_t FieldSpec::row_elements() const {
   return n;
 }
 
+bool operator==(const FieldSpec& a, const FieldSpec& b) {
+  return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape &&
+         a.rows_of == b.rows_of && a.classes == b.classes;
+}
+
 void validate_field(const FieldSpec& f, const std::string& context) {
   const std::string who = "field '" + f.name + "'";
   auto fail = [&](const std::string& reason) {

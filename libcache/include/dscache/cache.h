@@ -93,6 +93,14 @@ class Cache : public SampleSource {
   bool encoded() const override;
   void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
                    uint8_t* out) const override;
+  // The manifest's fields (docs/FORMAT.md "Fields"); empty for caches without them.
+  const std::vector<FieldSpec>& fields() const override;
+  // Sample i's value of field f: a view into the field file's mapping, valid while the Cache
+  // lives (see SampleSource::field). Field files are always mapped (whatever the memory mode);
+  // their sizes, headers and offsets were checked at open, so every view lies inside its file.
+  FieldView field(uint64_t i, size_t f) const override;
+  // The index of the field named `name` in fields(), or Error(kInvalidArgument) listing them.
+  size_t field_index(const std::string& name) const;
   // Sample i's bytes exactly as stored (the JPEG stream for codec kJpeg; the HWC pixels for
   // raw), which checksums.npy hashes. Replaces *out.
   void stored_sample(uint64_t i, std::vector<uint8_t>* out) const;

@@ -35,6 +35,15 @@ struct ShardFile {
   uint64_t data_bytes = 0;  // its sample bytes (fixed: count * sample bytes; byte shards: count)
 };
 
+// One field's files for one shard, opened and checked (docs/FORMAT.md "Fields").
+struct FieldShardFile {
+  File values;                   // <name>-NNNNN.npy, opened inside the cache directory
+  uint64_t data_offset = 0;      // file offset of its first value byte
+  uint64_t data_bytes = 0;       // value bytes (to the end of the file)
+  uint64_t rows = 0;             // fixed kinds: the shard's samples; variable: the rows it holds
+  std::vector<int64_t> offsets;  // kinds with offsets: count + 1 row offsets; empty otherwise
+};
+
 // Opens the cache directory once (O_DIRECTORY) and reads every file relative to that
 // descriptor (openat), for as long as the CacheDir lives: when the directory is swapped for a
 // new build (rename), everything read through one CacheDir still comes from the same
@@ -61,8 +70,8 @@ class CacheDir {
   // The same, and its size must be `expected_bytes`: "file holds 1000 bytes, manifest says 1024".
   File open_file(const std::string& name, uint64_t expected_bytes) const;
 
-  // Every file the manifest names (shards, labels, checksums, sources, skips, index), with its
-  // expected size and XXH64, in that order.
+  // Every file the manifest names (shards, labels, checksums, sources, skips, index, then each
+  // shard's field files), with its expected size and XXH64, in that order.
   std::vector<FileEntry> named_files() const;
   // Each of named_files() as open_file(name, bytes) checks it, one open at a time (a cache of
   // thousands of shards must not need thousands of descriptors). The first bad one throws.
@@ -71,7 +80,8 @@ class CacheDir {
   // labels.npy: <i8, C order, (count,), exact size; each label in [0, classes) when the
   // manifest names classes (an unlabeled cache, classes [], takes any label).
   std::vector<int64_t> labels() const;
-  // checksums.npy: <u8, C order, (count,), exact size.
+  // checksums.npy: <u8, C order, exact size, (count,) -- or (count, 1 + fields) for a cache with
+  // fields (Manifest::checksum_columns()); returned row-major.
   std::vector<uint64_t> checksums() const;
   // sources.jsonl: exactly count lines, each a JSON string.
   std::vector<std::string> sources() const;
@@ -86,6 +96,12 @@ class CacheDir {
   std::vector<IndexRow> index(const std::vector<uint64_t>& shard_data_bytes) const;
   // The same, opening every shard to learn its data bytes.
   std::vector<IndexRow> index() const;
+  // Field f (manifest field order) of shard k: the values file of its manifest size, its npy
+  // header (the field's dtype, C order, the shape FORMAT.md gives), and for the kinds with
+  // offsets the offsets file: <i8 (count + 1,), offsets[0] = 0, non-decreasing, the last = the
+  // values' rows. With `index` (raw ragged and JPEG caches: index()), a ragged mask's rows per
+  // sample must equal its image's h * w. Corruption naming the file (and sample) otherwise.
+  FieldShardFile open_field(size_t k, size_t f, const std::vector<IndexRow>* index = nullptr) const;
 
   struct Impl;
 

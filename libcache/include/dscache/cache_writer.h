@@ -39,11 +39,16 @@ struct CacheWriterOptions {
   BuildRecipe recipe;
   std::vector<std::string> classes;  // class names; every label is an index into it; empty: an
                                      // unlabeled cache (any int64 label, no class counts)
-  SourceRecord source;               // where the samples came from (recorded as given)
-  bool has_part = false;             // a part of a partitioned build (then `part` is recorded)
-  PartRecord part;                   // see Manifest::part
-  std::string tool_version;          // "" = this library's version
-  std::string created_utc;           // "" = the time finish() runs (ISO 8601 UTC)
+  // The fields every sample carries besides its image and label (docs/FORMAT.md "Fields"), in
+  // field order; each append() then passes one FieldData per field. Non-empty: the cache is
+  // written as format_version 3, checksums.npy gets one column per field, and every shard gets
+  // its field files.
+  std::vector<FieldSpec> fields;
+  SourceRecord source;       // where the samples came from (recorded as given)
+  bool has_part = false;     // a part of a partitioned build (then `part` is recorded)
+  PartRecord part;           // see Manifest::part
+  std::string tool_version;  // "" = this library's version
+  std::string created_utc;   // "" = the time finish() runs (ISO 8601 UTC)
 
   bool force = false;   // replace an existing cache at OUTPUT; discard an interrupted write
   bool resume = false;  // continue an interrupted write with the same fingerprint
@@ -64,7 +69,8 @@ struct CacheWriterOptions {
 // samples need in the side files.
 struct ShardRecords {
   std::vector<int64_t> labels;       // one per sample
-  std::vector<uint64_t> checksums;   // one per sample (XXH64 of its stored bytes)
+  std::vector<uint64_t> checksums;   // one row per sample: XXH64 of its stored bytes, then of
+                                     // each field's value (1 + fields values per sample)
   std::vector<std::string> sources;  // one per sample
   std::vector<int64_t> index;        // byte shards: the samples' index rows, row-major
 };
@@ -74,17 +80,19 @@ struct ShardRecords {
 // renameat2(RENAME_EXCHANGE), so a reader sees the old cache or the new one, never a mix). The
 // lock on OUTPUT (dscache/lock.h) is held from claim() to destruction.
 //
-// Samples go in order; full shards are committed as they fill: each shard is renamed into the
-// partial directory, then a sidecar `.shard-NNNNN.json` (its samples' labels, checksums,
-// sources, index rows and the skips since the previous shard) is written atomically beside it.
+// Samples go in order; full shards are committed as they fill: each shard (and its field files,
+// written beside it as the shard fills) is renamed into the partial directory, then a sidecar
+// `.shard-NNNNN.json` (its samples' labels, checksums, sources, index rows, field files and the
+// skips since the previous shard) is written atomically beside it.
 //
 // Crash states, and what a `resume` does in each (open() with the same fingerprint):
 //  - no partial directory, or one without its fingerprint (`.build.json`): nothing to resume;
 //    a partial directory without a fingerprint (killed while creating it, or the old cache of a
 //    `force` exchange) is removed at claim().
-//  - shards with sidecars: those whose sidecar agrees with the shard's size and XXH64 and
-//    continue the previous one are kept; anything else (an unfinished shard, a temp file, a
-//    shard without its sidecar) is removed. position() is where the writer should continue.
+//  - shards with sidecars: those whose sidecar agrees with the shard's (and each of its field
+//    files') size and XXH64 and continue the previous one are kept; anything else (an unfinished
+//    shard, a temp file, a shard without its sidecar) is removed. position() is where the writer
+//    should continue.
 //  - manifest.json written (the partial directory's commit point): only the publish is left;
 //    complete() is false, count() is the cache's, and publish() finishes it.
 //  - killed during publish: the exchange or rename is finished by claim() (a fingerprint left in
@@ -124,12 +132,19 @@ class CacheWriter {
   // Appends one sample of height x width x recipe.channels HWC uint8 pixels. Fixed layout: the
   // size must be the recipe's. Codec kJpeg: encoded at recipe.quality. `checksum`, when given,
   // is the XXH64 of the stored bytes (the pixels, or the JPEG stream) computed by the caller.
+  // `fields`: one value per options.fields entry, in field order (null when the cache has
+  // none); each is checked before anything is written -- its size (a mask: height x width
+  // elements), box coordinates inside the image (0 <= x1 < x2 <= width, 0 <= y1 < y2 <=
+  // height), a rows_of field's row count equal to its boxes', text UTF-8 --
+  // Error(kInvalidArgument) naming the source and the field.
   void append(const uint8_t* pixels, uint32_t height, uint32_t width, int64_t label,
-              const std::string& source, const uint64_t* checksum = nullptr);
+              const std::string& source, const uint64_t* checksum = nullptr,
+              const FieldData* fields = nullptr);
   // Codec kJpeg only: appends an already encoded stream of `size` bytes that decodes to
   // height x width x recipe.channels.
   void append_encoded(const uint8_t* data, uint64_t size, uint32_t height, uint32_t width,
-                      int64_t label, const std::string& source, const uint64_t* checksum = nullptr);
+                      int64_t label, const std::string& source, const uint64_t* checksum = nullptr,
+                      const FieldData* fields = nullptr);
   // Records a source entry that was not written, and why (skipped.jsonl).
   void skip(const std::string& source, const std::string& reason);
   // Ends the open shard now (with no sample in it: writes an empty shard); the next sample
@@ -137,8 +152,9 @@ class CacheWriter {
   void cut_shard();
   // Ends the open shard, then takes shard `k` of cache `from` (opened through it: a regular file
   // inside it, of its manifest's size and header; the XXH64 is checked when copied) as the next
-  // shard: hard-linked, or copied across filesystems (through a temp file; ENOSPC keeps its
-  // errno). `records` are its samples' side-file rows. Returns true when copied.
+  // shard, with its field files (`from` must have this cache's fields): hard-linked, or copied
+  // across filesystems (through a temp file; ENOSPC keeps its errno). `records` are its
+  // samples' side-file rows. Returns true when copied.
   bool add_shard(const CacheDir& from, size_t k, const ShardRecords& records);
 
   // Commits the open shard, writes every side file and manifest.json (the commit point), then

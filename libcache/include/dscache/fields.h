@@ -66,6 +66,10 @@ struct FieldSpec {
   uint64_t row_bytes() const { return row_elements() * element_bytes(dtype); }
 };
 
+// Every member equal (two caches with equal fields can be merged).
+bool operator==(const FieldSpec& a, const FieldSpec& b);
+inline bool operator!=(const FieldSpec& a, const FieldSpec& b) { return !(a == b); }
+
 // Checks one spec on its own (name, kind/dtype/shape agreement) and a list together (unique
 // names, every rows_of naming a boxes field). Throws Error(kInvalidArgument, context, reason)
 // naming the field: "fields[2] 'boxes': kind boxes needs dtype float32".
@@ -80,6 +84,15 @@ struct FieldData {
   const void* data = nullptr;
   uint64_t bytes = 0;
 };
+
+// Checks one sample's value of `f` (for an image of height x width): its size (fixed kinds
+// exactly one value, a mask height x width elements; variable kinds whole rows), box coordinates
+// (finite, 0 <= x1 < x2 <= width, 0 <= y1 < y2 <= height), text being UTF-8. Returns its rows
+// (1 for fixed kinds but masks, which count their pixels). Error(kInvalidArgument, source,
+// "field 'boxes': box 2 (...) is not ...") otherwise. What CacheWriter::append and `dscache
+// verify` check.
+uint64_t check_field_value(const FieldSpec& f, const FieldData& v, uint32_t height, uint32_t width,
+                           const std::string& source);
 
 // One sample's value of one field as stored (a view into the cache; valid while the Cache
 // lives). `rows` is the number of rows (variable kinds) or 1 (fixed); a mask in any layout has
