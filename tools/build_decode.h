@@ -23,6 +23,9 @@ struct Token {
   uint32_t height = 0;          // its size (the ragged layout varies per sample)
   uint32_t width = 0;
   uint64_t checksum = 0;  // XXH64 of the sample's stored bytes (pixels, or the JPEG), when ok
+  // One value per SourceListing::fields entry, as CacheWriter::append takes it: masks and boxes
+  // moved with the image (geometry of its own decode), rows_of rows following their boxes.
+  std::vector<std::vector<uint8_t>> fields;
   bool ok = false;
   std::string reason;  // why not ok, for the skip report
 };
@@ -45,6 +48,14 @@ class SampleDecoder {
   size_t fixed_bytes() const;
 
  private:
+  // t's field values for source entry t->entry, the image decoded with geometry `g`. False
+  // with t->reason (a mask that cannot be read or is not its image's size).
+  bool make_fields(Token* t, const SampleGeometry& g) const;
+  // The source-sized mask of field f for entry e into *mask (h x w elements of the field's
+  // dtype), or false with *reason.
+  bool source_mask(size_t f, uint64_t e, const SampleGeometry& g, std::vector<uint8_t>* mask,
+                   std::string* reason) const;
+
   const SourceListing& src_;
   BuildRecipe recipe_;
   Codec codec_;

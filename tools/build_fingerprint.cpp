@@ -8,7 +8,7 @@ using json = nlohmann::json;
 json fingerprint(const std::string& kind, const std::string& root, const std::string& labels,
                  uint64_t entries, uint64_t digest, const std::vector<std::string>& classes,
                  const BuildRecipe& r, Storage storage, Codec codec, uint32_t part_index,
-                 uint32_t part_count) {
+                 uint32_t part_count, const std::vector<FieldSpec>& fields) {
   json fp{{"source_kind", kind},
           {"source_root", root},
           {"source_labels", labels},
@@ -31,6 +31,13 @@ json fingerprint(const std::string& kind, const std::string& root, const std::st
     fp["quality"] = r.quality;
   }
   if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
+  if (!fields.empty()) {  // absent without fields, as before them
+    json a = json::array();
+    for (const FieldSpec& f : fields) {
+      a.push_back({f.name, to_string(f.kind), to_string(f.dtype), f.shape, f.rows_of, f.classes});
+    }
+    fp["fields"] = std::move(a);
+  }
   return fp;
 }
 
@@ -39,13 +46,13 @@ json fingerprint(const std::string& kind, const std::string& root, const std::st
 json build_fingerprint(const SourceListing& src, const BuildRecipe& r, Storage storage, Codec codec,
                        uint32_t part_index, uint32_t part_count) {
   return fingerprint(src.kind, src.root, src.labels_path, src.entries.size(), src.digest,
-                     src.classes, r, storage, codec, part_index, part_count);
+                     src.classes, r, storage, codec, part_index, part_count, src.fields);
 }
 
 json build_fingerprint(const Manifest& m) {
   return fingerprint(m.source.kind, m.source.root, m.source.labels, m.source.entries,
                      m.source.digest, m.classes, m.recipe, m.storage, m.codec,
-                     m.has_part ? m.part.index : 0, m.has_part ? m.part.count : 0);
+                     m.has_part ? m.part.index : 0, m.has_part ? m.part.count : 0, m.fields);
 }
 
 }  // namespace dscache

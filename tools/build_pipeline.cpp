@@ -77,6 +77,7 @@ CacheWriterOptions writer_options(const BuildOptions& opt, const SourceListing& 
   w.codec = opt.codec;
   w.recipe = r;
   w.classes = src.classes;
+  w.fields = src.fields;
   w.source = SourceRecord{src.kind, src.root, src.labels_path, src.entries.size(), src.digest};
   w.force = opt.force;
   w.resume = opt.resume;
@@ -153,16 +154,22 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
     std::iota(order.begin(), order.end(), uint64_t{0});
   }
   LibraryWarnings library_warnings;  // out of stderr while decoding; summarised at the end
+  std::vector<FieldData> fields(src.fields.size());
   run_decode_pipeline(SampleDecoder(src, r, ragged, opt.codec), order, writer.position(), end,
                       threads, [&](const Token& t) {
                         const SourceEntry& e = src.entries[t.entry];
                         const std::string where = e.path.empty() ? e.name : e.path;
+                        for (size_t f = 0; t.ok && f < fields.size(); ++f) {
+                          fields[f] = FieldData{t.fields[f].data(), t.fields[f].size()};
+                        }
+                        const FieldData* values = fields.empty() ? nullptr : fields.data();
                         if (t.ok && opt.codec == Codec::kJpeg) {
                           writer.append_encoded(t.stored.data(), t.stored.size(), t.height, t.width,
-                                                e.label, e.name, &t.checksum);
+                                                e.label, e.name, &t.checksum, values);
                         } else if (t.ok) {
                           writer.append(t.pixels.data(), ragged ? t.height : r.height,
-                                        ragged ? t.width : r.width, e.label, e.name, &t.checksum);
+                                        ragged ? t.width : r.width, e.label, e.name, &t.checksum,
+                                        values);
                         } else if (opt.strict) {
                           failure = {where, t.reason};
                         } else {

@@ -254,7 +254,9 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   try {
     // A header over the caller's bytes: imdecode only reads them.
     const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
-    *img = cv::imdecode(buf, imread_flags(opt.channels, r.reduction));
+    int flags = imread_flags(opt.channels, r.reduction);
+    if (opt.ignore_orientation) flags |= cv::IMREAD_IGNORE_ORIENTATION;
+    *img = cv::imdecode(buf, flags);
   } catch (const cv::Exception& e) {
     r.reason = "corrupt or unsupported " + fmt + ": OpenCV error: " + e.err;
     return r;
@@ -273,6 +275,8 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
     r.reason = pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
     if (!r.reason.empty()) return r;
   }
+  r.decoded_width = static_cast<uint32_t>(img->cols);
+  r.decoded_height = static_cast<uint32_t>(img->rows);
   if (img->type() != CV_8UC(static_cast<int>(opt.channels))) {
     r.reason =
         "OpenCV decoded " + fmt + " to an unexpected pixel type " + cv::typeToString(img->type());
@@ -298,6 +302,39 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
     r.reason = std::string("resize failed: OpenCV error: ") + e.err;
   }
   return r;
+}
+
+SampleGeometry fixed_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
+                              const DecodeOptions& opt) {
+  // fit_into's plan on the decoded image: resize to new_w x new_h, then cut src_roi (crop) or
+  // place at dst_roi (pad).
+  const Plan p = plan_resize(decoded_w, decoded_h, opt);
+  SampleGeometry g;
+  g.width = opt.width;
+  g.height = opt.height;
+  g.scale_x = double(p.new_w) / (double(decoded_w) * reduction);
+  g.scale_y = double(p.new_h) / (double(decoded_h) * reduction);
+  g.offset_x = double(p.dst_roi.x) - double(p.src_roi.x);
+  g.offset_y = double(p.dst_roi.y) - double(p.src_roi.y);
+  g.extent_x = double(decoded_w) * reduction;
+  g.extent_y = double(decoded_h) * reduction;
+  g.source_width = decoded_w;  // the caller sets the source's own size where DCT rounded it
+  g.source_height = decoded_h;
+  return g;
+}
+
+SampleGeometry ragged_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
+                               uint32_t out_w, uint32_t out_h) {
+  SampleGeometry g;
+  g.width = out_w;
+  g.height = out_h;
+  g.scale_x = double(out_w) / (double(decoded_w) * reduction);
+  g.scale_y = double(out_h) / (double(decoded_h) * reduction);
+  g.extent_x = double(decoded_w) * reduction;
+  g.extent_y = double(decoded_h) * reduction;
+  g.source_width = decoded_w;  // the caller sets the source's own size where DCT rounded it
+  g.source_height = decoded_h;
+  return g;
 }
 
 void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* out_h,

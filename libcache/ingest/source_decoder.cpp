@@ -94,7 +94,7 @@ size_t RecipeDecoder::fixed_bytes() const {
 
 bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* listed,
                                 std::vector<uint8_t>* out, uint32_t* h, uint32_t* w,
-                                std::string* reason) const {
+                                std::string* reason, SampleGeometry* geometry) const {
   const std::vector<uint8_t>* bytes = read_listed_file(path, listed, reason);
   if (bytes == nullptr) return false;
   DecodeResult d;
@@ -107,6 +107,18 @@ bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* list
     *w = opt_.width;
   }
   *reason = d.reason;
+  if (d.ok && geometry != nullptr) {
+    *geometry = layout_ == Layout::kRagged
+                    ? ragged_geometry(d.decoded_width, d.decoded_height, d.reduction, *w, *h)
+                    : fixed_geometry(d.decoded_width, d.decoded_height, d.reduction, opt_);
+    if (d.reduction == 1) {
+      geometry->source_width = d.decoded_width;
+      geometry->source_height = d.decoded_height;
+    } else {
+      geometry->source_width = d.source_width;
+      geometry->source_height = d.source_height;
+    }
+  }
   return d.ok;
 }
 

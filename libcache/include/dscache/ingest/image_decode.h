@@ -64,6 +64,10 @@ struct DecodeOptions {
                                // needs; default true
   uint64_t max_pixels = 100'000'000;  // skip images whose width*height exceeds this, checked on
                                       // the header before decoding; 0 = no limit; default 1e8
+  // Keep the pixels as stored, ignoring an EXIF orientation tag (default false: applied, as
+  // OpenCV's imread does). A sample with masks or boxes sets it: annotations (COCO's, a mask
+  // file's) are drawn on the stored pixel grid.
+  bool ignore_orientation = false;
 };
 
 // The outcome of decoding one image. A bad image is ok = false with a reason, never a throw.
@@ -72,10 +76,45 @@ struct DecodeResult {
   std::string reason;  // why not, for the skip report: "zero-byte file", "corrupt or truncated
                        // jpeg: OpenCV could not decode it", ...; empty when ok
   ImageFormat format = ImageFormat::kUnknown;  // sniffed from the bytes
-  uint32_t source_width = 0;   // source columns as stored (header, else decoded); 0 if unknown
-  uint32_t source_height = 0;  // source rows as stored (header, else decoded); 0 if unknown
-  int reduction = 1;           // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
+  uint32_t source_width = 0;    // source columns as stored (header, else decoded); 0 if unknown
+  uint32_t source_height = 0;   // source rows as stored (header, else decoded); 0 if unknown
+  int reduction = 1;            // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
+  uint32_t decoded_width = 0;   // the decoded image before the resize (the source at
+  uint32_t decoded_height = 0;  // 1/reduction, rounded up; oriented); 0 if not decoded
 };
+
+// Where a source's pixels land in the sample decode_image (or decode_image_ragged) made of it:
+// a sample coordinate (pixel edges) is source * scale + offset, per axis. What masks and boxes
+// are mapped with, so they move exactly as the pixels did (resize, crop, pad, DCT reduction).
+struct SampleGeometry {
+  double scale_x = 1, scale_y = 1;    // sample pixels per source pixel
+  double offset_x = 0, offset_y = 0;  // the sample coordinate of the source's edge 0
+  uint32_t width = 0, height = 0;     // the sample's size
+  // The source pixels the sample's image covers from edge 0 (the source's size, or more under
+  // DCT reduction, whose last decoded pixel may reach past the source's edge).
+  double extent_x = 0, extent_y = 0;
+  uint32_t source_width = 0, source_height = 0;  // the source's size (what annotations are on)
+};
+
+// The geometry of a fixed-layout decode (opt's size and policy) of an image decoded at
+// decoded_w x decoded_h with DCT `reduction` (DecodeResult's), or of resize_pixels (reduction 1).
+SampleGeometry fixed_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
+                              const DecodeOptions& opt);
+// The geometry of a ragged decode: the decoded image resized to out_w x out_h.
+SampleGeometry ragged_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
+                               uint32_t out_w, uint32_t out_h);
+
+// A mask (src_h x src_w elements of element_bytes 1 or 2, one channel) resampled into the
+// sample: each output pixel takes the source pixel under its centre mapped back through `g`
+// (nearest neighbour, class ids never blended); a centre outside the source (a pad border)
+// takes `fill`. Writes g.height * g.width elements to `out`.
+void map_mask(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t element_bytes,
+              const SampleGeometry& g, uint32_t fill, uint8_t* out);
+// Boxes (n rows of float32 x1 y1 x2 y2, source pixel edges) mapped through `g`, clipped to the
+// sample; a box with no area left is dropped. Writes the kept rows to `out` (room for n) and
+// their input row numbers to *kept; returns how many were kept.
+size_t map_boxes(const float* in, size_t n, const SampleGeometry& g, float* out,
+                 std::vector<uint32_t>* kept);
 
 // Decodes `size` bytes of an image file and writes opt.height * opt.width * opt.channels bytes,
 // HWC, RGB or grey, to `out` (caller-owned; untouched unless ok, except that it may be partly

@@ -30,6 +30,9 @@ class RecipeDecoder {
   RecipeDecoder(const BuildRecipe& recipe, Layout layout);
 
   Layout layout() const { return layout_; }
+  // Decode the pixels as stored, ignoring EXIF orientation (DecodeOptions::ignore_orientation):
+  // what a build with masks or boxes does, whose annotations are on the stored pixel grid.
+  void set_ignore_orientation(bool ignore) { opt_.ignore_orientation = ignore; }
   // Bytes of one fixed-layout sample; 0 for ragged (its size follows the image).
   size_t fixed_bytes() const;
 
@@ -39,8 +42,11 @@ class RecipeDecoder {
   // bytes are not the ones the listing (and the source digest keyed on it) saw. The reason
   // ("cannot open: ...", "changed while the build ran (listed N bytes, read M, now K)", "corrupt
   // or truncated jpeg: ...") does not repeat the path; callers name the file.
+  // With `geometry`: where the source's pixels landed in the sample (image_decode.h), for
+  // moving its masks and boxes the same way.
   bool decode_file(const std::string& path, const SourceEntry* listed, std::vector<uint8_t>* out,
-                   uint32_t* h, uint32_t* w, std::string* reason) const;
+                   uint32_t* h, uint32_t* w, std::string* reason,
+                   SampleGeometry* geometry = nullptr) const;
   // Fixed layout only: the same, writing fixed_bytes() bytes to `out` (caller-owned; may be
   // partly written when false).
   bool decode_file(const std::string& path, const SourceEntry* listed, uint8_t* out,
