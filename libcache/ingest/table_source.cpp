@@ -1,6 +1,5 @@
 // Listing a table (CSV/TSV with a header row, JSONL): the image column, the class label column,
-// and every other column as a field, typed from its values or by --field (docs/USAGE.md
-// "Tables and fields").
+// and every other column as a field, typed from its values or by --field (docs/USAGE.md "Fields").
 #include <algorithm>
 #include <charconv>
 #include <cmath>
