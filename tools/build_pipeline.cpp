@@ -207,8 +207,9 @@ BuildSummary run_build(const BuildOptions& opt) {
     return s;
   };
 
-  const SourceListing src =
-      list_source(opt.source, SourceOptions{opt.labels_file, opt.class_names});
+  const SourceListing src = list_source(
+      opt.source, SourceOptions{opt.labels_file, opt.class_names, opt.image_column,
+                                opt.label_column, opt.field_kinds, opt.image_root, opt.coco_mask});
   const BuildRecipe r = resolve_recipe(opt, src);
   crash_point("listed");
   // --part I/N: positions [first, end) of the cache order (docs/FORMAT.md "Parts").

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dscache/cache_writer.h"
@@ -13,23 +14,29 @@
 namespace dscache {
 
 struct BuildOptions {
-  std::string source;                     // folder, .csv/.tsv list or idx3 images file
-  std::string output;                     // cache directory to create
-  BuildRecipe recipe;                     // size, channels, resize policy, limits, shard size
-  bool size_given = false;                // false: idx sources use their native size
-  bool channels_given = false;            // false: 3, or 1 for idx sources
-  Storage storage = Storage::kNpy;        // shard format
-  Layout layout = Layout::kFixed;         // fixed H x W, or ragged (recipe.max_side)
-  Codec codec = Codec::kRaw;              // raw pixels, or JPEG at recipe.quality
-  int threads = 0;                        // decode threads; 0 = all cores
-  bool strict = false;                    // first bad file aborts the build, nothing is kept
-  bool force = false;                     // replace an existing cache at `output`
-  bool resume = false;                    // continue an interrupted build of `output`
-  bool quiet = false;                     // no progress lines
-  uint32_t part_index = 0;                // --part I/N: build part I (0-based) ...
-  uint32_t part_count = 0;                // ... of N of the cache order; 0 = the whole listing
-  std::string labels_file;                // idx: labels file ("" = conventional sibling)
-  std::vector<std::string> class_names;   // names for integer labels
+  std::string source;                    // folder, .csv/.tsv/.jsonl list, COCO JSON or idx3
+  std::string output;                    // cache directory to create
+  BuildRecipe recipe;                    // size, channels, resize policy, limits, shard size
+  bool size_given = false;               // false: idx sources use their native size
+  bool channels_given = false;           // false: 3, or 1 for idx sources
+  Storage storage = Storage::kNpy;       // shard format
+  Layout layout = Layout::kFixed;        // fixed H x W, or ragged (recipe.max_side)
+  Codec codec = Codec::kRaw;             // raw pixels, or JPEG at recipe.quality
+  int threads = 0;                       // decode threads; 0 = all cores
+  bool strict = false;                   // first bad file aborts the build, nothing is kept
+  bool force = false;                    // replace an existing cache at `output`
+  bool resume = false;                   // continue an interrupted build of `output`
+  bool quiet = false;                    // no progress lines
+  uint32_t part_index = 0;               // --part I/N: build part I (0-based) ...
+  uint32_t part_count = 0;               // ... of N of the cache order; 0 = the whole listing
+  std::string labels_file;               // idx: labels file ("" = conventional sibling)
+  std::vector<std::string> class_names;  // names for integer labels
+  // Tables and COCO sources (dscache/ingest/source_list.h, SourceOptions):
+  std::string image_column;  // --image-column: the image's column; "" = image_path, else path
+  std::string label_column;  // --label-column: the class label's; "" = label when present
+  std::vector<std::pair<std::string, std::string>> field_kinds;  // --field NAME=KIND, in order
+  std::string image_root;                                        // --image-root: COCO images
+  std::string coco_mask;                  // --coco-mask: "" or "none" (no mask field), "semantic"
   std::string command = "dscache build";  // written into the lock file to name the holder
 };
 

@@ -7,7 +7,10 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "build_part.h"
 #include "build_pipeline.h"
@@ -49,19 +52,47 @@ void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality
   *quality = static_cast<uint32_t>(std::stoul(q));
 }
 
+// The KINDs of --field NAME=KIND (dscache/ingest/source_list.h, SourceOptions::field_kinds).
+constexpr const char* kFieldKinds[] = {"mask", "multi-hot", "int", "float", "text", "ignore"};
+
+// --field NAME=KIND (repeatable): how table column NAME becomes a field. NAME may hold any
+// character but '=' is taken as the last one's; the column's existence is checked on listing.
+std::vector<std::pair<std::string, std::string>> parse_field_flags(
+    const std::vector<std::string>& flags) {
+  std::string kinds;
+  for (const char* k : kFieldKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& flag : flags) {
+    const size_t eq = flag.rfind('=');
+    const std::string name = eq == std::string::npos ? "" : flag.substr(0, eq);
+    const std::string kind = eq == std::string::npos ? "" : flag.substr(eq + 1);
+    bool known = false;
+    for (const char* k : kFieldKinds) known = known || kind == k;
+    if (name.empty() || !known) {
+      throw UsageError("--field '" + flag + "': expected NAME=KIND, KIND one of " + kinds);
+    }
+    for (const auto& [seen, _] : out) {
+      if (seen == name) throw UsageError("--field: column '" + name + "' is given twice");
+    }
+    out.emplace_back(name, kind);
+  }
+  return out;
+}
+
 // The flags of `dscache build` that are parsed from text into BuildOptions.
 struct BuildFlags {
-  std::string size;               // --size N or HxW
-  std::string resize = "crop";    // --resize
-  std::string storage = "npy";    // --storage
-  std::string shard_size = "1G";  // --shard-size, a byte count
-  std::string classes;            // --classes, comma-separated
-  std::string layout = "fixed";   // --layout
-  std::string shuffle = "0";      // --shuffle SEED or none
-  std::string codec = "raw";      // --codec raw | jpeg[:Q]
-  std::string part;               // --part I/N or auto
-  uint32_t parts = 0;             // --parts, with --part auto
-  uint32_t channels = 3;          // --channels 1 or 3
+  std::string size;                // --size N or HxW
+  std::string resize = "crop";     // --resize
+  std::string storage = "npy";     // --storage
+  std::string shard_size = "1G";   // --shard-size, a byte count
+  std::string classes;             // --classes, comma-separated
+  std::string layout = "fixed";    // --layout
+  std::string shuffle = "0";       // --shuffle SEED or none
+  std::string codec = "raw";       // --codec raw | jpeg[:Q]
+  std::string part;                // --part I/N or auto
+  uint32_t parts = 0;              // --parts, with --part auto
+  uint32_t channels = 3;           // --channels 1 or 3
+  std::vector<std::string> field;  // --field NAME=KIND, each
 };
 
 // The options --help shows; values land in `f` and `opt`.
@@ -70,7 +101,9 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "Usage: dscache build SOURCE OUTPUT [options]\n\n"
       "Decode an image dataset once into pre-decoded shards.\n"
       "SOURCE: a folder with one sub-folder per class, a .csv/.tsv list (path,label),\n"
-      "or an MNIST-style idx3 images file (labels: the -labels-idx1- sibling or --labels).\n\n"
+      "a .csv/.tsv/.jsonl table (a header naming image_path, label and fields),\n"
+      "a COCO instances .json (with --image-root), or an MNIST-style idx3 images file\n"
+      "(labels: the -labels-idx1- sibling or --labels).\n\n"
       "Options");
   desc.add_options()("help,h", "show this help")(
       "size", po::value(&f->size), "output size: N (square) or HxW; required unless idx")(
@@ -95,6 +128,17 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "labels", po::value(&opt->labels_file),
       "idx labels file (default: the conventional sibling)")(
       "classes", po::value(&f->classes), "comma-separated class names for integer labels")(
+      "image-column", po::value(&opt->image_column),
+      "table: the column naming the images (default image_path, else path)")(
+      "label-column", po::value(&opt->label_column),
+      "table: the class label column (default label, if present); every other column is a "
+      "field typed from its values (int, float, text)")(
+      "field", po::value(&f->field)->composing(),
+      "table: NAME=KIND makes column NAME a field of KIND: mask (path of a mask image), "
+      "multi-hot (';'-separated names), int, float, text, or ignore (no field); repeatable")(
+      "image-root", po::value(&opt->image_root), "COCO: the folder images' file_name are in")(
+      "coco-mask", po::value(&opt->coco_mask),
+      "COCO: none (default) or semantic (a mask field of category ids, 0 = background)")(
       "part", po::value(&f->part),
       "build only part I/N (0-based) of the cache order, for dscache merge; auto: I and N from "
       "a Slurm job array (SLURM_ARRAY_TASK_ID, _COUNT, _MIN) or a Kubernetes Indexed Job "
@@ -206,6 +250,10 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
   parse_codec_option(f.codec, &opt->codec, &opt->recipe.quality);
   opt->recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
   if (!f.classes.empty()) opt->class_names = split_commas(f.classes);
+  opt->field_kinds = parse_field_flags(f.field);
+  if (!opt->coco_mask.empty() && opt->coco_mask != "none" && opt->coco_mask != "semantic") {
+    throw UsageError("--coco-mask '" + opt->coco_mask + "': expected none or semantic");
+  }
   opt->strict = vm.count("strict") > 0;
   opt->force = vm.count("force") > 0;
   opt->resume = vm.count("resume") > 0;

@@ -14,24 +14,13 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "list_internal.h"
 
 namespace dscache {
-namespace {
-
-namespace fs = std::filesystem;
+namespace ingest_detail {
 
 // The most classes integer labels may imply without --classes (ImageNet-21k has ~21,800).
 constexpr int64_t kMaxNumberedClasses = int64_t{1} << 20;
-
-struct FileStat {
-  bool exists = false;
-  bool is_dir = false;
-  bool is_file = false;
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
 
 FileStat stat_follow(const std::string& path) {
   FileStat s;
@@ -46,6 +35,109 @@ FileStat stat_follow(const std::string& path) {
   s.ino = st.st_ino;
   return s;
 }
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+bool parse_index(const std::string& s, int64_t* out) {
+  if (s.empty() || s.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split_line(const std::string& line, char sep, bool* unterminated) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"' && fields.back().empty()) {
+      quoted = true;
+    } else if (c == sep) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  if (unterminated != nullptr) *unterminated = quoted;
+  return fields;
+}
+
+std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
+                                          const std::string& path) {
+  if (!opt.class_names.empty()) {
+    if (max_label >= static_cast<int64_t>(opt.class_names.size())) {
+      throw Error(ErrorKind::kInvalidArgument, path,
+                  "label " + std::to_string(max_label) + " but --classes names only " +
+                      std::to_string(opt.class_names.size()) + " classes");
+    }
+    return opt.class_names;
+  }
+  // Integer labels name the classes "0".."max", one string each: a label far past any real class
+  // count (an id column, a typo) would allocate billions of them. Past kMaxNumberedClasses the
+  // user must name the classes.
+  if (max_label >= kMaxNumberedClasses) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "label " + std::to_string(max_label) + ": integer labels are class indexes below " +
+                    std::to_string(kMaxNumberedClasses) + " (name the classes with --classes)");
+  }
+  std::vector<std::string> classes;
+  for (int64_t i = 0; i <= max_label; ++i) classes.push_back(std::to_string(i));
+  return classes;
+}
+
+std::vector<std::string> label_classes(const std::vector<std::string>& labels,
+                                       const SourceOptions& opt, const std::string& path,
+                                       std::vector<int64_t>* indexes) {
+  indexes->assign(labels.size(), 0);
+  bool numeric = true;
+  int64_t max_label = -1;
+  for (size_t i = 0; i < labels.size() && numeric; ++i) {
+    numeric = parse_index(labels[i], &(*indexes)[i]);
+    max_label = std::max(max_label, (*indexes)[i]);
+  }
+  if (numeric) return numbered_classes(max_label, opt, path);
+  std::vector<std::string> classes = opt.class_names;  // names given: they fix the order
+  if (classes.empty()) {
+    std::set<std::string> names(labels.begin(), labels.end());
+    classes.assign(names.begin(), names.end());
+  }
+  std::map<std::string, int64_t> by_name;
+  for (size_t i = 0; i < classes.size(); ++i) by_name[classes[i]] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    auto it = by_name.find(labels[i]);
+    if (it == by_name.end()) {
+      throw Error(ErrorKind::kInvalidArgument, path,
+                  "label '" + labels[i] + "' is not in --classes");
+    }
+    (*indexes)[i] = it->second;
+  }
+  return classes;
+}
+
+}  // namespace ingest_detail
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ingest_detail;  // NOLINT: this file's own helpers
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -90,29 +182,6 @@ void hash_entry(Xxh64& h, const SourceEntry& e) {
   h.update(&e.mtime_ns, sizeof e.mtime_ns);
 }
 
-std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
-                                          const std::string& path) {
-  if (!opt.class_names.empty()) {
-    if (max_label >= static_cast<int64_t>(opt.class_names.size())) {
-      throw Error(ErrorKind::kInvalidArgument, path,
-                  "label " + std::to_string(max_label) + " but --classes names only " +
-                      std::to_string(opt.class_names.size()) + " classes");
-    }
-    return opt.class_names;
-  }
-  // Integer labels name the classes "0".."max", one string each: a label far past any real class
-  // count (an id column, a typo) would allocate billions of them. Past kMaxNumberedClasses the
-  // user must name the classes.
-  if (max_label >= kMaxNumberedClasses) {
-    throw Error(ErrorKind::kInvalidArgument, path,
-                "label " + std::to_string(max_label) + ": integer labels are class indexes below " +
-                    std::to_string(kMaxNumberedClasses) + " (name the classes with --classes)");
-  }
-  std::vector<std::string> classes;
-  for (int64_t i = 0; i <= max_label; ++i) classes.push_back(std::to_string(i));
-  return classes;
-}
-
 SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
   SourceListing out;
   out.kind = "folder";
@@ -154,57 +223,27 @@ SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
   return out;
 }
 
-// Splits one CSV/TSV line into fields; supports "double quoted" fields with "" escapes.
-std::vector<std::string> split_line(const std::string& line, char sep) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"' && fields.back().empty()) {
-      quoted = true;
-    } else if (c == sep) {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
+// The first non-empty line of `text`, split; a UTF-8 byte order mark before it is dropped.
+std::vector<std::string> first_line(const std::string& text, char sep) {
+  std::istringstream in(text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? text.substr(3) : text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!trim(line).empty()) return split_line(line, sep);
   }
-  return fields;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-bool parse_index(const std::string& s, int64_t* out) {
-  if (s.empty() || s.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
-  return true;
+  return {};
 }
 
 SourceListing list_file(const std::string& list_path, const SourceOptions& opt) {
+  char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
+  // A regular file (never a FIFO, which would block, or a device), read whole.
+  const std::string text = File::open(list_path).read_all(uint64_t{1} << 32);
+  if (is_table_header(first_line(text, sep), opt)) {
+    return list_table(read_delimited_table(list_path, text, sep), opt);
+  }
   SourceListing out;
   out.kind = "list";
   out.root = list_path;
-  char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
-  // A regular file (never a FIFO, which would block, or a device), read whole.
-  std::istringstream in(File::open(list_path).read_all(uint64_t{1} << 32));
+  std::istringstream in(text);
   std::string base = list_path.substr(0, list_path.find_last_of('/'));
   std::vector<std::pair<std::string, std::string>> rows;
   std::string line;
@@ -227,7 +266,6 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     }
     rows.emplace_back(p, l);
   }
-  if (in.bad()) throw_errno(list_path, "read");
   auto resolve = [&](const std::string& p) {
     return (!p.empty() && p[0] == '/') ? p : base + "/" + p;
   };
@@ -246,45 +284,15 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     }
     if (!parse_index(head, &v) && (others_numeric || !head_elsewhere)) rows.erase(rows.begin());
   }
-  bool numeric = true;
-  int64_t max_label = -1;
-  for (auto& [p, l] : rows) {
-    int64_t v;
-    if (!parse_index(l, &v)) {
-      numeric = false;
-      break;
-    }
-    max_label = std::max(max_label, v);
-  }
-  std::map<std::string, int64_t> by_name;
-  if (numeric) {
-    out.classes = numbered_classes(max_label, opt, list_path);
-  } else {
-    if (!opt.class_names.empty()) {
-      // Names given: they fix the order; every label must be one of them.
-      out.classes = opt.class_names;
-    } else {
-      std::set<std::string> names;
-      for (auto& r : rows) names.insert(r.second);
-      out.classes.assign(names.begin(), names.end());
-    }
-    for (size_t i = 0; i < out.classes.size(); ++i)
-      by_name[out.classes[i]] = static_cast<int64_t>(i);
-  }
-  for (auto& [p, l] : rows) {
+  std::vector<std::string> labels;
+  for (auto& r : rows) labels.push_back(r.second);
+  std::vector<int64_t> indexes;
+  out.classes = label_classes(labels, opt, list_path, &indexes);
+  for (size_t i = 0; i < rows.size(); ++i) {
     SourceEntry e;
-    e.name = p;
-    e.path = resolve(p);
-    if (numeric) {
-      parse_index(l, &e.label);
-    } else {
-      auto it = by_name.find(l);
-      if (it == by_name.end()) {
-        throw Error(ErrorKind::kInvalidArgument, list_path,
-                    "label '" + l + "' is not in --classes");
-      }
-      e.label = it->second;
-    }
+    e.name = rows[i].first;
+    e.path = resolve(e.name);
+    e.label = indexes[i];
     FileStat st = stat_follow(e.path);
     e.size = st.size;
     e.mtime_ns = st.mtime_ns;
@@ -324,14 +332,27 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
     out.entries.push_back(std::move(e));
   }
   // The digest covers both files once rather than every entry's (identical) stat.
-  SourceEntry whole{images_path, base, 0, is.size, is.mtime_ns};
-  SourceEntry lab{out.labels_path, out.labels_path, 0, ls.size, ls.mtime_ns};
+  SourceEntry whole{images_path, base, 0, is.size, is.mtime_ns, ""};
+  SourceEntry lab{out.labels_path, out.labels_path, 0, ls.size, ls.mtime_ns, ""};
   Xxh64 h;
   hash_entry(h, whole);
   hash_entry(h, lab);
   out.digest = h.digest();
   out.idx = std::move(images);
   return out;
+}
+
+// Table options given for a source that is not a table, COCO options for one that is not COCO:
+// an error rather than a silently different cache.
+void check_options_apply(const std::string& source, const SourceOptions& o, bool table) {
+  if (!table && (!o.image_column.empty() || !o.label_column.empty() || !o.field_kinds.empty())) {
+    throw Error(ErrorKind::kInvalidArgument, source,
+                "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+  }
+  if (!o.image_root.empty() || (!o.coco_mask.empty() && o.coco_mask != "none")) {
+    throw Error(ErrorKind::kInvalidArgument, source,
+                "--image-root and --coco-mask apply to COCO instances JSON sources");
+  }
 }
 
 }  // namespace
@@ -345,19 +366,25 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   FileStat st = stat_follow(root);
   if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
+  const bool table = st.is_file && (ends_with(root, ".csv") || ends_with(root, ".tsv") ||
+                                    ends_with(root, ".jsonl"));
+  check_options_apply(source, options, table);
   SourceListing out;
   if (st.is_dir) {
     out = list_folder(root, options);
   } else if (ends_with(root, ".csv") || ends_with(root, ".tsv")) {
     out = list_file(root, options);
+  } else if (ends_with(root, ".jsonl")) {
+    out = list_table(read_jsonl_table(root), options);
   } else if (is_idx_images_file(root)) {
     return list_idx(root, options);
   } else {
     throw Error(ErrorKind::kInvalidArgument, source,
-                "not a folder of class folders, a .csv/.tsv list or an idx3 images file");
+                "not a folder of class folders, a .csv/.tsv/.jsonl list or an idx3 images file");
   }
   Xxh64 h;
   for (const auto& e : out.entries) hash_entry(h, e);
+  if (!out.fields.empty()) hash_fields(h, out);
   out.digest = h.digest();
   return out;
 }

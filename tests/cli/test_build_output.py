@@ -142,6 +142,14 @@ def case_usage_errors(tmp):
          "--shard-size '12X': expected a positive byte count"),
         (["build", src, out, "--size", "8", "--max-pixels", "lots"], "--max-pixels"),
         (["build", src, out, "--size", "8", "--threads", "many"], "--threads"),
+        (["build", src, out, "--size", "8", "--field", "score"],
+         "--field 'score': expected NAME=KIND"),
+        (["build", src, out, "--size", "8", "--field", "score=bool"],
+         "KIND one of mask, multi-hot, int, float, text, ignore"),
+        (["build", src, out, "--size", "8", "--field", "=int"], "--field '=int'"),
+        (["build", src, out, "--size", "8", "--field", "s=int", "--field", "s=text"],
+         "column 's' is given twice"),
+        (["build", src, out, "--size", "8", "--coco-mask", "instance"], "--coco-mask 'instance'"),
         (["build", src, out], "--size"),  # folder source needs --size
         (["build", src, out, "--size"], "--size"),  # missing value
         (["build"], "source"),

@@ -125,6 +125,10 @@ def list_seeds():
         "abs.csv": "/nonexistent/x.png,0\nb.jpg,0\n",
         "names.tsv": "path\tlabel\na.png\tdog\nc d.png\t0\n",
         "numbers.tsv": "a.png\t3\nb.jpg\t0\r\n",
+        "table.csv": 'image_path,label,n,s,tags,m,caption\na.png,cat,3,0.5,x;y,a.png,"hi, you"\n'
+                     "b.jpg,dog,,abc,,,\nc d.png,cat,-1,1e3,y\n",
+        "table.jsonl": '{"image_path": "a.png", "label": 1, "n": 2, "tags": ["x", "y"]}\n'
+                       '{"image_path": "b.jpg", "n": 1.5, "tags": [3], "m": "a.png"}\n',
     }
     for name, text in lists.items():
         put("source_list", f"seed-{name}", text.encode())

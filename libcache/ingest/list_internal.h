@@ -1,0 +1,99 @@
+// What the listers of list_source share (private to the ingest library): file stats, CSV/TSV
+// splitting, label-to-class rules, and the table listers (CSV/TSV with a header, JSONL).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscache/checksum.h"
+#include "dscache/ingest/source_list.h"
+
+namespace dscache::ingest_detail {
+
+struct FileStat {
+  bool exists = false;
+  bool is_dir = false;
+  bool is_file = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+// stat(2), following symlinks; exists = false when it fails.
+FileStat stat_follow(const std::string& path);
+
+// `s` without leading and trailing spaces, tabs and CRs.
+std::string trim(const std::string& s);
+
+// A non-negative decimal integer of at most 18 digits (a class index).
+bool parse_index(const std::string& s, int64_t* out);
+
+// Splits one CSV/TSV line into fields; "double quoted" fields with "" escapes. A quote still
+// open at the end of the line sets *unterminated (when given); the field then runs to the end.
+std::vector<std::string> split_line(const std::string& line, char sep,
+                                    bool* unterminated = nullptr);
+
+// The classes of integer labels 0..max_label: --classes when given (max_label must be in range),
+// else "0".."max_label". Error(kInvalidArgument, path) naming the label otherwise.
+std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
+                                          const std::string& path);
+
+// The class rules of a list's label column: when every label is a class index (parse_index)
+// the classes are numbered_classes; otherwise labels are names, the classes their sorted
+// distinct set (or --classes, which fixes the order and must hold every label). Returns the
+// classes and sets (*indexes)[i] to labels[i]'s class. Error(kInvalidArgument, path) naming the
+// offending label.
+std::vector<std::string> label_classes(const std::vector<std::string>& labels,
+                                       const SourceOptions& opt, const std::string& path,
+                                       std::vector<int64_t>* indexes);
+
+// Whether a .csv/.tsv whose first non-empty line splits into `head` is a table (a header row
+// naming columns, fields beside the label) rather than a `path,label` list: a table option
+// (--image-column, --label-column, --field) is given, the line has 3 or more columns, or it is
+// the one column `image_path` or `path`. Two columns stay a list, as before tables existed.
+bool is_table_header(const std::vector<std::string>& head, const SourceOptions& opt);
+
+// One cell of a table row.
+struct TableCell {
+  bool present = false;            // false: the row lacks the column (short row, absent key)
+  std::string text;                // the value (CSV: trimmed; JSON: a string as is, null as "",
+                                   // anything else as its JSON text)
+  bool is_array = false;           // JSONL: the value is a JSON array ...
+  std::vector<std::string> items;  // ... of these strings
+  bool non_string_item = false;    // ... and holds something else too
+};
+
+// A table as read, before any typing: a header and rows of cells, one per column.
+struct Table {
+  std::string path;                          // the list file, absolute
+  std::vector<std::string> columns;          // the header's names, in order; unique, non-empty
+  std::vector<std::vector<TableCell>> rows;  // each holds columns.size() cells
+  std::vector<size_t> lines;                 // each row's line number in the file (1-based)
+};
+
+// Reads a CSV/TSV table whose whole file is `text`: the first non-empty line is the header (a
+// UTF-8 byte order mark before it is dropped), every other non-empty line a row. Error
+// (kInvalidArgument, path, "line N: ...") for a row with more fields than the header, an
+// unterminated quote, or a header with an empty or repeated name.
+Table read_delimited_table(const std::string& path, const std::string& text, char sep);
+
+// Reads a JSONL table: one JSON object per non-empty line, the columns the keys in order of
+// first appearance. Error(kInvalidArgument, path, "line N: ...") for a line that is not an object.
+Table read_jsonl_table(const std::string& path);
+
+// Types the columns of `table` and lists it (docs/USAGE.md "Fields"): the image column, the label
+// column, and every other column as a field, typed from its values or by --field. Rows that
+// cannot become samples get SourceEntry::bad. Error(kInvalidArgument, path) for a table that
+// cannot be listed (no image column, a --field naming no column, a column name that is not a
+// valid field name, ...).
+SourceListing list_table(const Table& table, const SourceOptions& opt);
+
+// Folds the fields of a listing (specs, every entry's values and bad reason, and each mask
+// file's size and mtime) into `h`, after the entries' names and stats.
+void hash_fields(Xxh64& h, const SourceListing& listing);
+
+}  // namespace dscache::ingest_detail

@@ -1,0 +1,479 @@
+// Listing a table (CSV/TSV with a header row, JSONL): the image column, the class label column,
+// and every other column as a field, typed from its values or by --field (docs/USAGE.md "Fields").
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dscache/enum_table.h"
+#include "dscache/error.h"
+#include "dscache/fields.h"
+#include "list_internal.h"
+
+namespace dscache::ingest_detail {
+namespace {
+
+// What a column becomes: what --field NAME=KIND says, or (kInfer) what its values say.
+enum class ColumnKind { kInfer, kMask, kMultiHot, kInt, kFloat, kText, kIgnore };
+constexpr EnumName<ColumnKind> kColumnKindList[] = {
+    {ColumnKind::kMask, "mask"}, {ColumnKind::kMultiHot, "multi-hot"},
+    {ColumnKind::kInt, "int"},   {ColumnKind::kFloat, "float"},
+    {ColumnKind::kText, "text"}, {ColumnKind::kIgnore, "ignore"}};
+constexpr EnumTable<ColumnKind> kColumnKinds(kColumnKindList);
+
+// Values longer than this are cut in messages.
+constexpr size_t kQuoteChars = 40;
+
+struct FieldColumn {
+  size_t column = 0;  // index into Table::columns (its name is the field's)
+  ColumnKind kind = ColumnKind::kInfer;
+};
+
+// Which column is the image, which the class label, which become fields (in column order).
+struct Roles {
+  size_t image = 0;
+  std::optional<size_t> label;
+  std::vector<FieldColumn> fields;
+};
+
+std::string quote(const std::string& s) {
+  return "'" + (s.size() > kQuoteChars ? s.substr(0, kQuoteChars) + "..." : s) + "'";
+}
+
+// [+-]?digits in int64 range.
+bool parse_int(const std::string& s, int64_t* out) {
+  const char* b = s.data();
+  const char* e = b + s.size();
+  if (b != e && *b == '+') ++b;
+  if (b == e || *b == '+' || (*b == '-' && s[0] == '+')) return false;
+  auto [p, ec] = std::from_chars(b, e, *out);
+  return ec == std::errc() && p == e;
+}
+
+// A decimal number as people write one: [+-]? (d+ [. d*] | . d+) ([eE] [+-]? d+)? -- not inf,
+// nan or hexadecimal.
+bool is_number_text(const std::string& s) {
+  size_t i = 0, digits = 0;
+  const size_t n = s.size();
+  auto digit = [&](size_t k) { return k < n && s[k] >= '0' && s[k] <= '9'; };
+  if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+  for (; digit(i); ++i) ++digits;
+  if (i < n && s[i] == '.') {
+    for (++i; digit(i); ++i) ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digit(i)) return false;
+    while (digit(i)) ++i;
+  }
+  return i == n;
+}
+
+// "" when `s` is a finite float32 (*out), else why not.
+std::string parse_float(const std::string& s, float* out) {
+  if (!is_number_text(s)) return quote(s) + " is not a number";
+  const char* b = s.data() + (s[0] == '+' ? 1 : 0);
+  double d = 0;
+  auto [p, ec] = std::from_chars(b, s.data() + s.size(), d);
+  *out = static_cast<float>(d);
+  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(*out)) {
+    return quote(s) + " is out of range for float32";
+  }
+  return "";
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 1;
+    uint32_t cp = c;
+    if (c >= 0x80) {
+      if ((c >> 5) == 0x6) {
+        len = 2;
+        cp = c & 0x1F;
+      } else if ((c >> 4) == 0xE) {
+        len = 3;
+        cp = c & 0x0F;
+      } else if ((c >> 3) == 0x1E) {
+        len = 4;
+        cp = c & 0x07;
+      } else {
+        return false;
+      }
+      if (i + len > s.size()) return false;
+      for (size_t k = 1; k < len; ++k) {
+        const auto d = static_cast<unsigned char>(s[i + k]);
+        if ((d >> 6) != 0x2) return false;
+        cp = (cp << 6) | (d & 0x3F);
+      }
+      const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+// A multi-hot cell's names: a JSON array's strings, or the ';'-separated names of its text
+// (trimmed; empty ones dropped).
+std::vector<std::string> multi_hot_names(const TableCell& c) {
+  std::vector<std::string> names;
+  if (c.is_array) {
+    for (const std::string& item : c.items) {
+      if (!item.empty()) names.push_back(item);
+    }
+    return names;
+  }
+  size_t start = 0;
+  while (start <= c.text.size()) {
+    size_t end = c.text.find(';', start);
+    if (end == std::string::npos) end = c.text.size();
+    const std::string name = trim(c.text.substr(start, end - start));
+    if (!name.empty()) names.push_back(name);
+    start = end + 1;
+  }
+  return names;
+}
+
+// Why a value cannot be one of a `kind` field's values ("" = it can).
+std::string value_problem(ColumnKind kind, const TableCell& c) {
+  switch (kind) {
+    case ColumnKind::kInt: {
+      int64_t v;
+      if (c.text.empty()) return "empty value, expected an integer";
+      if (parse_int(c.text, &v)) return "";
+      return quote(c.text) +
+             (is_number_text(c.text) && c.text.find_first_of(".eE") == std::string::npos
+                  ? " is out of range for int64"
+                  : " is not an integer");
+    }
+    case ColumnKind::kFloat: {
+      float v;
+      if (c.text.empty()) return "empty value, expected a number";
+      return parse_float(c.text, &v);
+    }
+    case ColumnKind::kMask:
+      return c.text.empty() ? "empty value, expected the path of a mask image" : "";
+    case ColumnKind::kMultiHot:
+      if (c.non_string_item) return "a multi-hot list holds names (strings) only";
+      for (const std::string& name : multi_hot_names(c)) {
+        if (!valid_utf8(name)) return "a name is not valid UTF-8";
+      }
+      return "";
+    case ColumnKind::kText:
+      return valid_utf8(c.text) ? "" : "not valid UTF-8";
+    default:
+      return "";
+  }
+}
+
+// Int when every non-empty value is an integer, float when every one is a number, else text.
+// Rows already bad do not vote; a column of empty values is text.
+ColumnKind infer_kind(const Table& t, size_t column, const std::vector<std::string>& bad) {
+  bool ints = true, numbers = true, any = false;
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    const std::string& v = t.rows[r][column].text;
+    if (!bad[r].empty() || v.empty()) continue;
+    any = true;
+    int64_t i;
+    ints = ints && parse_int(v, &i);
+    numbers = numbers && is_number_text(v);
+  }
+  if (!any) return ColumnKind::kText;
+  return ints ? ColumnKind::kInt : numbers ? ColumnKind::kFloat : ColumnKind::kText;
+}
+
+std::string column_list(const Table& t) {
+  std::string out;
+  for (const std::string& c : t.columns) out += (out.empty() ? "" : ", ") + c;
+  return out;
+}
+
+std::optional<size_t> find_column(const Table& t, const std::string& name) {
+  auto it = std::find(t.columns.begin(), t.columns.end(), name);
+  if (it == t.columns.end()) return std::nullopt;
+  return static_cast<size_t>(it - t.columns.begin());
+}
+
+// A valid field name close to `name`: lower case, other characters '_'.
+std::string field_name_for(const std::string& name) {
+  std::string out;
+  for (char ch : name) {
+    const char c = (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch - 'A' + 'a') : ch;
+    out += ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) ? c : '_';
+  }
+  if (out.empty() || out[0] < 'a' || out[0] > 'z') out = "f_" + out;
+  out = out.substr(0, 64);
+  if (out == "image" || out == "images" || out == "label" || out == "index") out += "_value";
+  return out;
+}
+
+// A column that is to become a field must have a valid field name (dscache/fields.h): no
+// silent renaming, which could make two columns one name or surprise a reader of the cache.
+void check_field_name(const std::string& path, const std::string& name) {
+  FieldSpec probe;  // a scalar int64 field: valid whatever its name, but for the name
+  probe.name = name;
+  try {
+    validate_field(probe, path);
+  } catch (const Error& e) {
+    std::string why = e.reason();  // "field 'Col Name': a name is ..."
+    const size_t colon = why.find("': ");
+    if (colon != std::string::npos) why = why.substr(colon + 3);
+    throw Error(ErrorKind::kInvalidArgument, path,
+                "column '" + name + "' cannot be a field (" + why + "): rename it (to '" +
+                    field_name_for(name) + "', say) or pass --field '" + name + "=ignore'");
+  }
+}
+
+// Finds the image and label columns and the fields, applying --image-column, --label-column and
+// every --field.
+Roles assign_roles(const Table& t, const SourceOptions& opt) {
+  auto need = [&](const std::string& name, const std::string& what) {
+    if (std::optional<size_t> i = find_column(t, name)) return *i;
+    throw Error(
+        ErrorKind::kInvalidArgument, t.path,
+        what + ": the table has no column '" + name + "' (columns: " + column_list(t) + ")");
+  };
+  Roles r;
+  if (!opt.image_column.empty()) {
+    r.image = need(opt.image_column, "--image-column");
+  } else if (std::optional<size_t> i = find_column(t, "image_path")) {
+    r.image = *i;
+  } else {
+    r.image = need("path", "no column 'image_path' names the images (pass --image-column NAME)");
+  }
+  if (!opt.label_column.empty()) {
+    r.label = need(opt.label_column, "--label-column");
+    if (*r.label == r.image) {
+      throw Error(ErrorKind::kInvalidArgument, t.path,
+                  "--label-column '" + opt.label_column + "' is the image column");
+    }
+  } else if (std::optional<size_t> i = find_column(t, "label"); i && *i != r.image) {
+    r.label = *i;
+  }
+  if (!r.label && !opt.class_names.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, t.path,
+                "--classes names the classes of a label column, and the table has none (pass "
+                "--label-column NAME)");
+  }
+  std::map<size_t, ColumnKind> forced;
+  for (const auto& [name, kind_text] : opt.field_kinds) {
+    const std::string flag = "--field '" + name + "=" + kind_text + "'";
+    const std::optional<ColumnKind> kind = kColumnKinds.find(kind_text);
+    if (!kind) {
+      throw Error(ErrorKind::kInvalidArgument, t.path,
+                  flag + ": KIND is one of " + kColumnKinds.names());
+    }
+    const size_t i = need(name, flag);
+    if (i == r.image || i == r.label) {
+      throw Error(ErrorKind::kInvalidArgument, t.path,
+                  flag + ": '" + name + "' is the " + (i == r.image ? "image" : "label") +
+                      " column, not a field");
+    }
+    if (!forced.emplace(i, *kind).second) {
+      throw Error(ErrorKind::kInvalidArgument, t.path, flag + ": column '" + name + "' twice");
+    }
+  }
+  for (size_t i = 0; i < t.columns.size(); ++i) {
+    if (i == r.image || i == r.label) continue;
+    auto it = forced.find(i);
+    const ColumnKind kind = it == forced.end() ? ColumnKind::kInfer : it->second;
+    if (kind == ColumnKind::kIgnore) continue;
+    check_field_name(t.path, t.columns[i]);
+    r.fields.push_back({i, kind});
+  }
+  return r;
+}
+
+// Each row's reason to be skipped ("" = none): a used column missing, an empty image or label,
+// then (with every inferred kind settled) a value its field cannot hold. The first problem in
+// column order names the row's reason. Types the fields' kinds in place.
+std::vector<std::string> find_bad_rows(const Table& t, Roles& roles) {
+  std::vector<std::string> bad(t.rows.size());
+  auto mark = [&](size_t r, size_t column, const std::string& reason) {
+    if (!bad[r].empty()) return;
+    bad[r] =
+        "line " + std::to_string(t.lines[r]) + ": column '" + t.columns[column] + "': " + reason;
+  };
+  std::vector<size_t> used = {roles.image};
+  if (roles.label) used.push_back(*roles.label);
+  for (const FieldColumn& f : roles.fields) used.push_back(f.column);
+  std::sort(used.begin(), used.end());
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    for (size_t column : used) {
+      const TableCell& c = t.rows[r][column];
+      if (!c.present) mark(r, column, "missing");
+      if (c.present && c.text.empty() && (column == roles.image || column == roles.label)) {
+        mark(r, column, "empty value");
+      }
+    }
+  }
+  for (FieldColumn& f : roles.fields) {
+    if (f.kind == ColumnKind::kInfer) f.kind = infer_kind(t, f.column, bad);
+  }
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    for (const FieldColumn& f : roles.fields) {
+      if (!bad[r].empty()) break;
+      const std::string problem = value_problem(f.kind, t.rows[r][f.column]);
+      if (!problem.empty()) mark(r, f.column, problem);
+    }
+  }
+  return bad;
+}
+
+FieldSpec field_spec(const Table& t, const FieldColumn& f, const std::vector<std::string>& bad) {
+  FieldSpec s;
+  s.name = t.columns[f.column];
+  switch (f.kind) {
+    case ColumnKind::kInt:
+      s.kind = FieldKind::kScalar, s.dtype = FieldType::kInt64;
+      break;
+    case ColumnKind::kFloat:
+      s.kind = FieldKind::kScalar, s.dtype = FieldType::kFloat32;
+      break;
+    case ColumnKind::kMask:  // the build's decoder settles uint16 for 16-bit masks
+      s.kind = FieldKind::kMask, s.dtype = FieldType::kUint8;
+      break;
+    case ColumnKind::kMultiHot: {
+      s.kind = FieldKind::kArray, s.dtype = FieldType::kUint8;
+      std::set<std::string> names;
+      for (size_t r = 0; r < t.rows.size(); ++r) {
+        if (!bad[r].empty()) continue;
+        for (std::string& name : multi_hot_names(t.rows[r][f.column])) names.insert(name);
+      }
+      if (names.empty()) {
+        throw Error(ErrorKind::kInvalidArgument, t.path,
+                    "column '" + s.name + "' (multi-hot) names no class in any listed row");
+      }
+      s.classes.assign(names.begin(), names.end());
+      s.shape = {static_cast<uint32_t>(s.classes.size())};
+      break;
+    }
+    default:
+      s.kind = FieldKind::kText, s.dtype = FieldType::kUint8;
+  }
+  return s;
+}
+
+// Appends one good row's value of field `spec` to `out` (the layout FieldColumns promises).
+void append_value(const FieldSpec& spec, const TableCell& c, const std::string& base,
+                  std::vector<uint8_t>& out) {
+  auto append = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  if (spec.kind == FieldKind::kScalar && spec.dtype == FieldType::kInt64) {
+    int64_t v = 0;
+    parse_int(c.text, &v);
+    append(&v, sizeof v);
+  } else if (spec.kind == FieldKind::kScalar) {
+    float v = 0;
+    parse_float(c.text, &v);
+    append(&v, sizeof v);
+  } else if (spec.kind == FieldKind::kMask) {
+    const std::string path = c.text[0] == '/' ? c.text : base + "/" + c.text;
+    append(path.data(), path.size());
+  } else if (spec.kind == FieldKind::kArray) {
+    std::vector<uint8_t> hot(spec.classes.size(), 0);
+    for (const std::string& name : multi_hot_names(c)) {
+      auto it = std::lower_bound(spec.classes.begin(), spec.classes.end(), name);
+      hot[it - spec.classes.begin()] = 1;
+    }
+    append(hot.data(), hot.size());
+  } else {
+    append(c.text.data(), c.text.size());
+  }
+}
+
+}  // namespace
+
+bool is_table_header(const std::vector<std::string>& head, const SourceOptions& opt) {
+  if (!opt.image_column.empty() || !opt.label_column.empty() || !opt.field_kinds.empty()) {
+    return true;
+  }
+  // Two columns stay a path,label list, whatever its header says (docs/USAGE.md "Sources").
+  if (head.size() == 1) return trim(head[0]) == "image_path" || trim(head[0]) == "path";
+  return head.size() > 2;
+}
+
+SourceListing list_table(const Table& t, const SourceOptions& opt) {
+  Roles roles = assign_roles(t, opt);
+  const std::vector<std::string> bad = find_bad_rows(t, roles);
+  SourceListing out;
+  out.kind = "list";
+  out.root = t.path;
+  const std::string base = t.path.substr(0, t.path.find_last_of('/'));
+  std::vector<std::string> labels;
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    if (bad[r].empty() && roles.label) labels.push_back(t.rows[r][*roles.label].text);
+  }
+  std::vector<int64_t> indexes;
+  if (roles.label) out.classes = label_classes(labels, opt, t.path, &indexes);
+  for (const FieldColumn& f : roles.fields) out.fields.push_back(field_spec(t, f, bad));
+  validate_fields(out.fields, t.path);
+  const size_t nf = out.fields.size();
+  out.columns.values.resize(nf);
+  out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
+  size_t next_label = 0;
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    SourceEntry e;
+    const TableCell& image = t.rows[r][roles.image];
+    e.name = image.text;
+    if (!e.name.empty()) {
+      e.path = e.name[0] == '/' ? e.name : base + "/" + e.name;
+      const FileStat st = stat_follow(e.path);
+      e.size = st.size;
+      e.mtime_ns = st.mtime_ns;
+    }
+    e.bad = bad[r];
+    if (e.bad.empty() && roles.label) e.label = indexes[next_label++];
+    for (size_t f = 0; f < nf; ++f) {
+      if (e.bad.empty()) {
+        append_value(out.fields[f], t.rows[r][roles.fields[f].column], base, out.columns.values[f]);
+      }
+      out.columns.offsets[f].push_back(out.columns.values[f].size());
+    }
+    out.entries.push_back(std::move(e));
+  }
+  return out;
+}
+
+void hash_fields(Xxh64& h, const SourceListing& l) {
+  auto text = [&](const std::string& s) {
+    const uint64_t n = s.size();
+    h.update(&n, sizeof n);
+    if (n) h.update(s.data(), n);
+  };
+  for (const FieldSpec& f : l.fields) {
+    text(f.name);
+    const uint32_t head[] = {static_cast<uint32_t>(f.kind), static_cast<uint32_t>(f.dtype),
+                             static_cast<uint32_t>(f.shape.size())};
+    h.update(head, sizeof head);
+    if (!f.shape.empty()) h.update(f.shape.data(), f.shape.size() * sizeof f.shape[0]);
+    for (const std::string& c : f.classes) text(c);
+    text(f.rows_of);
+  }
+  for (size_t f = 0; f < l.fields.size(); ++f) {
+    for (size_t e = 0; e < l.entries.size(); ++e) {
+      const FieldData v = l.columns.get(f, e);
+      h.update(&v.bytes, sizeof v.bytes);
+      if (v.bytes) h.update(v.data, v.bytes);
+      if (l.fields[f].kind == FieldKind::kMask && v.bytes) {  // a changed mask file, too
+        const FileStat st = stat_follow(
+            std::string(static_cast<const char*>(v.data), static_cast<size_t>(v.bytes)));
+        h.update(&st.size, sizeof st.size);
+        h.update(&st.mtime_ns, sizeof st.mtime_ns);
+      }
+    }
+  }
+  for (const SourceEntry& e : l.entries) text(e.bad);
+}
+
+}  // namespace dscache::ingest_detail
