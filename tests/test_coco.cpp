@@ -253,24 +253,34 @@ TEST_SUITE("coco") {
   TEST_CASE("polygons rasterise like annToMask: exact on pixel edges, fillPoly up to boundary") {
     TempDir tmp;
     const int w = 64, h = 48;
-    // An axis-aligned rectangle on pixel edges covers exactly its pixels (pycocotools' rule,
-    // worked by hand: the edges' crossings of column centres round to rows 10 and 15).
-    {
-      json j = {
-          {"images", {image(1, "a.png", w, h)}},
-          {"annotations",
-           {annotation(1, 1, 3, {10, 10, 10, 5}, json::array({{10, 10, 20, 10, 20, 15, 10, 15}}))}},
-          {"categories", categories()}};
+    // Rectangles, worked by hand with pycocotools' rule: on pixel edges, exactly their pixels
+    // (crossings of column centres round to rows 10 and 15); on pixel centres, a centre on the
+    // left or top edge is outside and on the right or bottom edge inside (vertices round half
+    // up on the 5x grid: 2.5 -> 13 / 5 = 2.6).
+    struct Rect {
+      std::vector<double> poly;
+      int x0, x1, y0, y1;  // the pixels inside: [x0, x1) x [y0, y1)
+    };
+    const Rect rects[] = {
+        {{10, 10, 20, 10, 20, 15, 10, 15}, 10, 20, 10, 15},
+        {{2.5, 2.5, 61.5, 2.5, 61.5, 45.5, 2.5, 45.5}, 3, 62, 3, 46},
+    };
+    for (const Rect& r : rects) {
+      json j = {{"images", {image(1, "a.png", w, h)}},
+                {"annotations", {annotation(1, 1, 3, {1, 1, 10, 5}, json::array({r.poly}))}},
+                {"categories", categories()}};
       const CocoInstances coco = dscache::read_coco_instances(write_json(tmp, j));
       std::vector<uint8_t> m(w * h);
       dscache::rasterize_semantic(coco, 0, m.data());
+      int wrong = 0;
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < w; ++x) {
-          CAPTURE(x);
-          CAPTURE(y);
-          CHECK(m[y * w + x] == ((x >= 10 && x < 20 && y >= 10 && y < 15) ? 2 : 0));
+          const bool in = x >= r.x0 && x < r.x1 && y >= r.y0 && y < r.y1;
+          wrong += m[y * w + x] != (in ? 2 : 0);
         }
       }
+      CAPTURE(r.x0);
+      CHECK(wrong == 0);
     }
     // Against fillPoly: a pixel may differ only on the boundary -- its centre within one pixel
     // of the polygon's edges in x and in y (L-infinity distance <= 1: the pixel or a neighbour
