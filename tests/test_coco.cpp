@@ -180,13 +180,16 @@ std::string png_chunk(const char* type, const std::string& data) {
   return be32(static_cast<uint32_t>(data.size())) + body + be32(crc);
 }
 
-// A palette PNG (colour type 3) of `bits` per index, written by hand: OpenCV cannot write one.
-std::string palette_png(uint32_t w, uint32_t h, int bits, const std::vector<uint8_t>& idx) {
+// A palette PNG (colour type 3), or with `grey` a grey one (type 0), of `bits` per pixel, written
+// by hand: OpenCV writes neither palettes nor grey below 8 bits.
+std::string packed_png(uint32_t w, uint32_t h, int bits, const std::vector<uint8_t>& idx,
+                       bool grey = false) {
   auto be32 = [](uint32_t v) {
     return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
                        static_cast<char>(v >> 8), static_cast<char>(v)};
   };
-  std::string ihdr = be32(w) + be32(h) + std::string{static_cast<char>(bits), 3, 0, 0, 0};
+  std::string ihdr =
+      be32(w) + be32(h) + std::string{static_cast<char>(bits), grey ? '\0' : '\3', 0, 0, 0};
   std::string plte;
   for (int i = 0; i < (1 << bits); ++i) plte += std::string{char(i * 7), char(255 - i), char(i)};
   std::string raw;
@@ -204,8 +207,8 @@ std::string palette_png(uint32_t w, uint32_t h, int bits, const std::vector<uint
   REQUIRE(compress(reinterpret_cast<Bytef*>(&z[0]), &zlen,
                    reinterpret_cast<const Bytef*>(raw.data()), raw.size()) == Z_OK);
   z.resize(zlen);
-  return std::string("\x89PNG\r\n\x1a\n", 8) + png_chunk("IHDR", ihdr) + png_chunk("PLTE", plte) +
-         png_chunk("IDAT", z) + png_chunk("IEND", "");
+  return std::string("\x89PNG\r\n\x1a\n", 8) + png_chunk("IHDR", ihdr) +
+         (grey ? "" : png_chunk("PLTE", plte)) + png_chunk("IDAT", z) + png_chunk("IEND", "");
 }
 
 std::vector<uint8_t> bytes_of(const std::vector<uchar>& v) { return {v.begin(), v.end()}; }
@@ -678,7 +681,11 @@ TEST_SUITE("coco") {
     REQUIRE(cv::imencode(".png", cv::Mat(h, w, CV_8UC4, cv::Scalar(1, 2, 3, 4)), rgba));
     std::vector<uchar> jpeg;
     REQUIRE(cv::imencode(".jpg", cv::Mat(h, w, CV_8UC3, cv::Scalar(1, 2, 3)), jpeg));
-    const std::string pal8 = palette_png(w, h, 8, idx), pal4 = palette_png(w, h, 4, idx);
+    const std::string pal8 = packed_png(w, h, 8, idx), pal4 = packed_png(w, h, 4, idx);
+    std::vector<uint8_t> binary(w * h);
+    for (int p = 0; p < w * h; ++p) binary[p] = idx[p] & 1;
+    const std::string grey4 = packed_png(w, h, 4, idx, true);
+    const std::string grey1 = packed_png(w, h, 1, binary, true);
     std::vector<uint8_t> expect8(m8.data, m8.data + w * h);
     std::vector<uint8_t> expect16(reinterpret_cast<uint8_t*>(m16.data),
                                   reinterpret_cast<uint8_t*>(m16.data) + 2 * w * h);
@@ -695,9 +702,12 @@ TEST_SUITE("coco") {
 #ifdef DSCACHE_TEST_HAVE_LIBPNG
         {"8-bit palette", {pal8.begin(), pal8.end()}, 1, idx, ""},
         {"4-bit palette", {pal4.begin(), pal4.end()}, 1, idx, ""},
+        {"4-bit grey, unscaled", {grey4.begin(), grey4.end()}, 1, idx, ""},
+        {"1-bit grey: 0 and 1, not 255", {grey1.begin(), grey1.end()}, 1, binary, ""},
         {"truncated palette", {pal8.begin(), pal8.begin() + 60}, 0, {}, "cannot decode"},
 #else
         {"palette without libpng", {pal8.begin(), pal8.end()}, 0, {}, "palette PNG"},
+        {"1-bit grey without libpng", {grey1.begin(), grey1.end()}, 0, {}, "grey PNG of 1 bits"},
 #endif
         {"RGB PNG", bytes_of(rgb), 0, {}, "mask is RGB (3 channels): expected one channel"},
         {"RGBA PNG", bytes_of(rgba), 0, {}, "mask is RGBA (4 channels)"},
@@ -723,4 +733,32 @@ TEST_SUITE("coco") {
       CHECK(out == c.expect);
     }
   }
+#ifdef DSCACHE_TEST_HAVE_LIBPNG
+  TEST_CASE("decode_mask reads a VOC-style palette PNG written by PIL as its indices") {
+    TempDir tmp;
+    // PIL's "P" mode: what VOC's SegmentationClass masks are (255 = the border class).
+    REQUIRE(dscache::test::run_python(tmp, R"(
+import sys
+from PIL import Image
+im = Image.new("P", (11, 6))
+im.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0] + [224, 224, 192] * 253)
+im.putdata([255 if x == 0 else (x + y) % 3 for y in range(6) for x in range(11)])
+im.save(sys.argv[1])
+)",
+                                      tmp.file("voc.png")) == 0);
+    const std::string png = dscache::test::read_all(tmp.file("voc.png"));
+    std::vector<uint8_t> out;
+    uint32_t hh = 0, ww = 0, eb = 0;
+    std::string reason;
+    REQUIRE(dscache::decode_mask(reinterpret_cast<const uint8_t*>(png.data()), png.size(), &out,
+                                 &hh, &ww, &eb, &reason));
+    CHECK(hh == 6);
+    CHECK(ww == 11);
+    CHECK(eb == 1);
+    REQUIRE(out.size() == 66);
+    for (uint32_t y = 0; y < 6; ++y) {
+      for (uint32_t x = 0; x < 11; ++x) CHECK(out[y * 11 + x] == (x == 0 ? 255 : (x + y) % 3));
+    }
+  }
+#endif
 }

@@ -163,11 +163,12 @@ void png_fail(png_structp png, png_const_charp msg) {
 
 void png_ignore_warning(png_structp, png_const_charp) {}
 
-// A palette PNG's indices, one byte per pixel (1-, 2- and 4-bit indices unpacked), through
-// libpng: OpenCV would expand the palette to colours. No C++ object with a destructor lives in
+// A palette PNG's indices, or a grey PNG's values below 8 bits, one byte per pixel (1-, 2- and
+// 4-bit values unpacked, not scaled), through libpng: OpenCV would expand a palette to colours
+// and scale 1-bit grey to 0/255. No C++ object with a destructor lives in
 // this frame across setjmp.
-bool decode_palette_png(const uint8_t* data, size_t size, std::vector<uint8_t>* out,
-                        uint32_t* height, uint32_t* width, std::string* reason) {
+bool decode_packed_png(const uint8_t* data, size_t size, std::vector<uint8_t>* out,
+                       uint32_t* height, uint32_t* width, std::string* reason) {
   PngSource src{data, size, 0};
   png_structp png =
       png_create_read_struct(PNG_LIBPNG_VER_STRING, reason, png_fail, png_ignore_warning);
@@ -200,12 +201,14 @@ bool decode_palette_png(const uint8_t* data, size_t size, std::vector<uint8_t>* 
 }
 #endif
 
-// PNG colour type from the IHDR chunk (which must come first), or -1 for anything else.
-int png_color_type(const uint8_t* data, size_t size) {
+// PNG colour type from the IHDR chunk (which must come first), or -1 for anything else; its bit
+// depth in *bits.
+int png_color_type(const uint8_t* data, size_t size, int* bits) {
   static const uint8_t kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (size < 26 || std::memcmp(data, kSig, 8) != 0 || std::memcmp(data + 12, "IHDR", 4) != 0) {
     return -1;
   }
+  *bits = data[24];
   return data[25];
 }
 
@@ -251,13 +254,16 @@ void rasterize_semantic(const CocoInstances& coco, size_t k, uint8_t* out) {
 
 bool decode_mask(const uint8_t* data, size_t size, std::vector<uint8_t>* out, uint32_t* height,
                  uint32_t* width, uint32_t* element_bytes, std::string* reason) {
-  const int png_type = png_color_type(data, size);
-  if (png_type == 3) {
+  int bits = 0;
+  const int png_type = png_color_type(data, size, &bits);
+  if (png_type == 3 || (png_type == 0 && bits < 8)) {
 #ifdef DSCACHE_HAVE_LIBPNG
     *element_bytes = 1;
-    return decode_palette_png(data, size, out, height, width, reason);
+    return decode_packed_png(data, size, out, height, width, reason);
 #else
-    *reason = "mask is a palette PNG: this build has no libpng to read its indices";
+    *reason = png_type == 3 ? "mask is a palette PNG: this build has no libpng to read its indices"
+                            : "mask is a grey PNG of " + std::to_string(bits) +
+                                  " bits: this build has no libpng to read its values unscaled";
     return false;
 #endif
   }
