@@ -52,14 +52,20 @@ bool is_coco_instances(const std::string& path);
 // not COCO's (naming the element: "annotations[12].bbox has 3 numbers"). An annotation that
 // names an image id not in `images` is an error; one whose category is not in `categories`, or
 // whose box lies outside its image, makes its image `bad` (a recorded skip, fatal under
-// --strict), as does an RLE whose size differs from its image's.
+// --strict), as does an RLE whose size differs from its image's or a polygon point beyond the
+// image by more than its size. A box may pass the image's edge by up to 1 pixel (COCO's own
+// files do, by float rounding): it is clipped. An annotation whose bbox has w or h <= 0, or no
+// area left once clipped, is dropped (no box, no mask). A malformed RLE (a bad counts string,
+// counts that do not cover its size) is an error.
 CocoInstances read_coco_instances(const std::string& path);
 
 // Rasterises image k's annotations into a semantic mask: out[y * width + x] = category index + 1
-// for pixels covered by an annotation (polygons filled as pycocotools' annToMask does, RLE
-// decoded), 0 elsewhere; where annotations overlap the later one in file order wins. `out` holds
-// height * width bytes. Crowd annotations paint their category too (COCO marks crowd regions
-// with their class; a trainer that wants to ignore them has box_crowd).
+// for pixels covered by an annotation (polygons filled as pycocotools' annToMask does -- the
+// same pixels, by its rleFrPoly rule: a pixel is inside when its centre is, up to a 1/5-pixel
+// rounding of the edges (coco_mask.cpp) -- RLE decoded), 0 elsewhere; where annotations overlap
+// the later one in file order wins. `out` holds height * width bytes. Crowd annotations paint
+// their category too (COCO marks crowd regions with their class; a trainer that wants to ignore
+// them has box_crowd).
 void rasterize_semantic(const CocoInstances& coco, size_t k, uint8_t* out);
 
 // Decodes COCO's compressed RLE string (the LEB128-like text of pycocotools' rleToString) into
