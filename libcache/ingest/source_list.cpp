@@ -14,6 +14,7 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "dscache/ingest/coco.h"
 #include "list_internal.h"
 
 namespace dscache {
@@ -366,6 +367,14 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   FileStat st = stat_follow(root);
   if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
+  if (st.is_file && ends_with(root, ".json") && is_coco_instances(root)) {
+    if (!options.image_column.empty() || !options.label_column.empty() ||
+        !options.field_kinds.empty()) {
+      throw Error(ErrorKind::kInvalidArgument, source,
+                  "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+    }
+    return list_coco(root, options);  // its own digest (the JSON's bytes and each image)
+  }
   const bool table = st.is_file && (ends_with(root, ".csv") || ends_with(root, ".tsv") ||
                                     ends_with(root, ".jsonl"));
   check_options_apply(source, options, table);
@@ -380,7 +389,8 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
     return list_idx(root, options);
   } else {
     throw Error(ErrorKind::kInvalidArgument, source,
-                "not a folder of class folders, a .csv/.tsv/.jsonl list or an idx3 images file");
+                "not a folder of class folders, a .csv/.tsv/.jsonl list, a COCO instances .json or "
+                "an idx3 images file");
   }
   Xxh64 h;
   for (const auto& e : out.entries) hash_entry(h, e);
