@@ -17,6 +17,7 @@
 #include "dscache/fields.h"
 #include "dscache/loader.h"
 #include "dscache/sample_source.h"
+#include "dscache/transform.h"
 #include "spatial_fixtures.h"
 
 namespace dscache::test {
@@ -41,6 +42,8 @@ class FieldSource : public SampleSource {
     uint32_t width = 48;    // fixed layout: every sample's columns
     uint32_t channels = 3;  // 1 or 3
     bool ragged = false;    // sizes vary per sample (30..49 x 32..56)
+    bool encoded = false;   // stands in for a JPEG cache: view() is Unsupported and the
+                            // Loader calls decode_crop (here crop_resize of the pixels)
   };
 
   explicit FieldSource(const Options& o) : o_(o) {
@@ -108,7 +111,13 @@ class FieldSource : public SampleSource {
     std::memcpy(out, scenes_[i].image.data(), scenes_[i].image.size());
   }
   ImageView view(uint64_t i) const override {
-    return ImageView{scenes_[i].image.data(), scenes_[i].h, scenes_[i].w, o_.channels, label(i)};
+    if (o_.encoded) throw Error(ErrorKind::kUnsupported, "", "encoded: no view");
+    return view_of(i);
+  }
+  bool encoded() const override { return o_.encoded; }
+  void decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
+                   uint8_t* out) const override {
+    crop_resize(view_of(i), box, out_h, out_w, out);
   }
   const std::vector<FieldSpec>& fields() const override { return specs_; }
   FieldView field(uint64_t i, size_t f) const override {
@@ -131,6 +140,9 @@ class FieldSource : public SampleSource {
   }
 
  private:
+  ImageView view_of(uint64_t i) const {
+    return ImageView{scenes_[i].image.data(), scenes_[i].h, scenes_[i].w, o_.channels, label(i)};
+  }
   void put(size_t f, uint64_t i, const void* data, size_t bytes, uint64_t rows) {
     const uint8_t* p = static_cast<const uint8_t*>(data);
     values_[f][i].assign(p, p + bytes);

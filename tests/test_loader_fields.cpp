@@ -27,10 +27,12 @@ using dscache::TransformOptions;
 
 namespace {
 
-std::shared_ptr<FieldSource> field_source(bool ragged = false, uint32_t channels = 3) {
+std::shared_ptr<FieldSource> field_source(bool ragged = false, uint32_t channels = 3,
+                                          bool encoded = false) {
   FieldSource::Options o;
   o.ragged = ragged;
   o.channels = channels;
+  o.encoded = encoded;
   return std::make_shared<FieldSource>(o);
 }
 
@@ -241,15 +243,16 @@ TEST_SUITE("loader_fields") {
       bool ragged;
       uint32_t channels, out_h, out_w;
       double min_visibility;
+      bool encoded;  // decode_crop path (a JPEG cache's)
     };
-    const Case cases[] = {{false, 3, 16, 16, 0.0},
-                          {false, 1, 24, 12, 0.3},
-                          {true, 3, 16, 20, 0.0},
-                          {true, 1, 31, 9, 0.6}};
+    const Case cases[] = {{false, 3, 16, 16, 0.0, false}, {false, 1, 24, 12, 0.3, false},
+                          {true, 3, 16, 20, 0.0, false},  {true, 1, 31, 9, 0.6, false},
+                          {true, 3, 16, 16, 0.0, true},   {false, 3, 20, 14, 0.2, true}};
     for (const Case& c : cases) {
       CAPTURE(c.ragged);
       CAPTURE(c.out_h);
-      auto src = field_source(c.ragged, c.channels);
+      CAPTURE(c.encoded);
+      auto src = field_source(c.ragged, c.channels, c.encoded);
       LoaderOptions o = small_options(7);
       o.transform = random_resized(c.out_h, c.out_w, true);
       o.min_box_visibility = c.min_visibility;
