@@ -403,10 +403,10 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   }
   const std::string text = File::open(abs).read_all(kMaxJsonBytes);
   auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
-  if (mask && coco->categories.size() > 254) {
+  if (mask && coco->categories.size() > 255) {
     throw Error(ErrorKind::kUnsupported, abs,
                 std::to_string(coco->categories.size()) +
-                    " categories: --coco-mask semantic stores uint8 masks (at most 254)");
+                    " categories: --coco-mask semantic stores uint8 masks (at most 255)");
   }
   const std::string root = absolute_path(options.image_root);
 
