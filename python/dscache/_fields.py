@@ -170,8 +170,8 @@ def _numeric(spec, value, who):
     except (TypeError, ValueError) as e:
         raise TypeError(f"{who}: field '{spec.name}': not an array of numbers ({e})") from None
     if src.dtype.kind not in "biuf":
-        raise TypeError(f"{who}: field '{spec.name}': {type(value).__name__} of {src.dtype} "
-                        f"cannot be stored as {spec.dtype} (numbers only; ints within int64)")
+        raise TypeError(f"{who}: field '{spec.name}': a {type(value).__name__} ({src.dtype}) "
+                        f"cannot be stored as {spec.dtype}: numbers only (ints within int64)")
     if src.dtype == dst or np.can_cast(src.dtype, dst, "safe"):
         return src.astype(dst, copy=False)
     with np.errstate(all="ignore"):
