@@ -25,6 +25,10 @@ Writing a cache from Python (a dataset no folder layout describes):
             w.write(image, label)
     # leaving the block publishes "my-cache"; an exception leaves a resumable partial directory
 
+Samples may carry named, typed fields (a mask, boxes, a caption...): Writer(..., fields={"mask":
+dscache.Mask(), "boxes": dscache.Boxes()}), w.write(image, label, mask=m, boxes=b), then
+Cache.fields and Cache.field(i, "boxes").
+
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
 """

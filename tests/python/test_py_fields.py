@@ -154,6 +154,11 @@ def test_every_kind_reads_back_through_cache_and_numpy(tmp):
     # Field access by index, the dict of all of a sample's fields, and an unknown name.
     assert c.field(3, 1) == c.field(3, "score") and isinstance(c.field(3, "score"), np.float32)
     assert set(c.sample_fields(5)) == set(all_fields())
+    for mode in ("pread", "in-process"):  # field files are mapped whatever the memory mode
+        other = dscache.Cache(path, memory=mode)
+        assert other.memory_mode == mode
+        for k, spec in enumerate(other.fields):
+            same(spec, other.field(17, k), expected(spec, written[17][2][spec.name]), (mode, k))
     assert c.manifest["fields"][3] == {"name": "boxes", "kind": "boxes", "dtype": "float32",
                                        "shape": [4], "rows_of": "", "classes": []}
     for bad, err in [("nope", dscache.InvalidArgumentError), (99, IndexError)]:
