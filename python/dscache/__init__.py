@@ -25,6 +25,10 @@ Writing a cache from Python (a dataset no folder layout describes):
             w.write(image, label)
     # leaving the block publishes "my-cache"; an exception leaves a resumable partial directory
 
+Samples may carry named, typed fields (a mask, boxes, a caption...): Writer(..., fields={"mask":
+dscache.Mask(), "boxes": dscache.Boxes()}), w.write(image, label, mask=m, boxes=b), then
+Cache.fields and Cache.field(i, "boxes").
+
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
 """
@@ -40,12 +44,15 @@ import numpy as np
 
 from . import _dscache
 from ._checks import _U32, _U64, _check_int, _invalid
+from ._fields import Array, Boxes, Bytes, Field, Mask, Rows, Scalar, Text
+from ._fields import from_bytes as _field_from_bytes, from_dict as _field_from_dict
 from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, IOError,  # noqa
                       NotFoundError, UnsupportedError)
 
 __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError",
            "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
-           "BusyError", "epoch_order", "Writer", "build_order"]
+           "BusyError", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
+           "Array", "Boxes", "Rows", "Text", "Bytes"]
 __version__ = "0.1.0"
 
 STATE_VERSION = 2  # 2: records the cache's identity ("data"); 1 is read, unchecked, with a warning
@@ -141,12 +148,15 @@ class Cache(_Source):
         self._manifest = self._src.manifest
         m = self._manifest
         m["shape"] = [m["height"], m["width"], m["channels"]]
+        self._fields = [_field_from_dict(d) for d in m["fields"]]
+        self._field_at = {f.name: k for k, f in enumerate(self._fields)}
 
     @property
     def manifest(self):
         """The manifest's fields as a dict (format_version, layout, storage, codec, dtype,
         shape [H, W, C] (0, 0, C for ragged), height, width, channels, channel_order, count,
-        classes, class_counts, shards [{file, first, count, bytes}], skipped, source {kind,
+        classes, class_counts, fields [{name, kind, dtype, shape, rows_of, classes}], shards
+        [{file, first, count, bytes, fields {name: {values, offsets}}}], skipped, source {kind,
         root, entries}, tool_version, created_utc)."""
         return dict(self._manifest)
 
@@ -160,6 +170,35 @@ class Cache(_Source):
     memory_mode = property(lambda self: self._src.memory_mode,
                            doc='the mode in force: "page-cache", "in-process" or "pread"')
     stored_bytes = property(lambda self: self._src.stored_bytes)
+
+    @property
+    def fields(self):
+        """The cache's fields (docs/FORMAT.md "Fields"), in field order: dscache.Mask, Scalar,
+        Array, Boxes, Rows, Text or Bytes specs with .name, .kind, .dtype, .shape, .rows_of,
+        .classes (and .to_dict()). Empty for a cache without fields."""
+        return list(self._fields)
+
+    def field(self, i, name):
+        """Sample i's value of field `name` (or its index in .fields), always a fresh copy
+        (field files stay mapped, and a view read outside libcache's guard could crash the
+        interpreter if the file shrank): mask (H, W) -- the sample's own (h, w) in the ragged
+        layout --; scalar a numpy scalar; array its shape; boxes (n, 4) float32; rows
+        (n, *shape); text str; bytes bytes."""
+        if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
+            f = int(name)
+            if not 0 <= f < len(self._fields):
+                raise IndexError(f"field index {f} out of range ({len(self._fields)} fields)")
+        else:
+            f = self._field_at.get(name)
+            if f is None:
+                self._src.field_index(str(name))  # raises InvalidArgumentError listing them
+        raw, rows = self._src.field(int(i), f)
+        h, w = (self.sample_shape(i)[:2] if self._fields[f].kind == "mask" else (0, 0))
+        return _field_from_bytes(self._fields[f], raw, rows, h, w)
+
+    def sample_fields(self, i):
+        """{name: value} of every field of sample i (see field())."""
+        return {f.name: self.field(i, k) for k, f in enumerate(self._fields)}
 
     @property
     def labels(self):
