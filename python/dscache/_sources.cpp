@@ -90,8 +90,8 @@ py::dict field_dict(const FieldSpec& f) {
 }
 
 // Sample i's value of field f as a uint8 array (a copy) and its row count; __init__.py gives it
-// its dtype and shape. A copy, never a view: field files are always mapped, and numpy reading a
-// mapping outside libcache's SIGBUS guard would kill the interpreter if the file shrank.
+// its dtype and shape. A copy, never a view, made by Cache::copy_field under libcache's SIGBUS
+// guard: numpy reading the mapping itself would kill the interpreter if the file shrank.
 py::tuple field_value(const Cache& c, int64_t index, size_t f) {
   const uint64_t i = check_index(c, index);
   FieldView v;
@@ -103,7 +103,7 @@ py::tuple field_value(const Cache& c, int64_t index, size_t f) {
   if (v.bytes > 0) {
     uint8_t* dst = out.mutable_data();
     py::gil_scoped_release nogil;
-    std::memcpy(dst, v.data, static_cast<size_t>(v.bytes));
+    c.copy_field(i, f, dst);
   }
   return py::make_tuple(out, v.rows);
 }
