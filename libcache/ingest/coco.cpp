@@ -413,6 +413,8 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   SourceListing out;
   out.kind = "coco";
   out.root = abs;
+  out.labels_path = absolute_path(options.image_root);  // the manifest's source.labels: where
+                                                        // the images are (verify --source)
   FieldSpec boxes{"boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}, "", {}};
   FieldSpec labels{"box_labels", FieldKind::kRows, FieldType::kInt64,
                    {},           "boxes",          coco->categories};
