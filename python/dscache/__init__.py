@@ -16,7 +16,8 @@ Batch lifetime (the C++ contract): the images array of a batch is a view of one 
 Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while
 the array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot
 crash the process, but after the next batch the buffer is refilled with other samples. Keep a
-batch beyond the next step with `images.copy()`, or pass copy=True. Labels are always copies.
+batch beyond the next step with `images.copy()`, or pass copy=True. Labels, indices and
+fields (masks, boxes, ...) are always copies.
 
 Writing a cache from Python (a dataset no folder layout describes):
 

@@ -26,12 +26,18 @@ FIELDS = {"mask": dscache.Mask("uint8", classes=["bg", "red", "green", "blue"]),
 RANDOM = dscache.Transform("random_resized", (32, 40), scale=(0.2, 1.0), flip=True)
 
 
-def sample(i):
+def ragged_size(i):
+    """Sample i's (height, width) in the ragged cache."""
+    return 30 + (i * 7) % 31, 30 + (i * 13) % 41
+
+
+def sample(i, size=(H, W), mask_dtype=np.uint8):
     """Sample i: black, with one or two solid rectangles of distinct classes (pure red, green,
     blue); its mask labels them class + 1; one box and box label per rectangle."""
+    H, W = size
     rng = np.random.default_rng(i)
     img = np.zeros((H, W, 3), np.uint8)
-    mask = np.zeros((H, W), np.uint8)
+    mask = np.zeros((H, W), mask_dtype)
     classes = rng.permutation(3)[:1 + i % 2]
     boxes = []
     for k, c in enumerate(classes):  # left and right halves: rectangles never overlap
@@ -47,12 +53,15 @@ def sample(i):
     return img, i % 3, values
 
 
-def write_cache(tmp, n=45, name="fields"):
+def write_cache(tmp, n=45, name="fields", ragged=False):
+    """The cache of samples 0..n-1; ragged: each of its own size (ragged_size), uint16 masks."""
     path = os.path.join(tmp, name)
-    with dscache.Writer(path, shape=(H, W), classes=["a", "b", "c"], fields=FIELDS,
-                        shard_size=20000) as w:
+    fields = dict(FIELDS, mask=dscache.Mask("uint16")) if ragged else FIELDS
+    shape = dict(layout="ragged", channels=3) if ragged else dict(shape=(H, W))
+    with dscache.Writer(path, classes=["a", "b", "c"], fields=fields, shard_size=20000,
+                        **shape) as w:
         for i in range(n):
-            img, label, values = sample(i)
+            img, label, values = (sample(i, ragged_size(i), np.uint16) if ragged else sample(i))
             w.write(img, label, **values)
     return path
 
@@ -121,6 +130,26 @@ def test_random_crops_keep_fields_together(tmp):
             seen.append(b["index"])
         assert sorted(np.concatenate(seen)) == list(range(len(cache))), f"epoch {epoch}"
     assert flipped > 0 and cropped > 0, (flipped, cropped)  # the transform was exercised
+
+
+def test_ragged_cache_uint16_masks(tmp):
+    """Samples of their own sizes, cropped to one size: masks (uint16) and boxes follow each."""
+    cache = dscache.Cache(write_cache(tmp, n=30, ragged=True))
+    assert cache.layout == "ragged"
+    loader = dscache.Loader(cache, batch_size=8, seed=6, transform=RANDOM)
+    for b in loader:
+        assert b["mask"].dtype == np.uint16 and b["mask"].shape[1:] == (32, 40)
+        for k, idx in enumerate(b["index"]):
+            check_batch(b, k, int(idx), cache)
+    try:
+        import torch
+    except ImportError:
+        return  # the torch conversion of a uint16 mask is checked where torch is installed
+    loader.set_epoch(0)
+    for t, b in zip(loader.torch(), dscache.Loader(cache, batch_size=8, seed=6,
+                                                   transform=RANDOM)):
+        assert t["mask"].dtype in (torch.int32, getattr(torch, "uint16", torch.int32))
+        assert np.array_equal(t["mask"].numpy().astype(np.int64), b["mask"].astype(np.int64))
 
 
 def test_no_crop_serves_stored_values(tmp):
