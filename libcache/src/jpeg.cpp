@@ -152,6 +152,19 @@ struct DecodeJob {
   uint8_t* region;                   // fast path: room for the whole image at that scale
 };
 
+// A job for the stream `data` of `size` bytes, expected height x width, decoded to `channels`;
+// the caller picks the path and fills its fields.
+DecodeJob stream_job(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
+                     uint32_t channels) {
+  DecodeJob job{};
+  job.data = data;
+  job.size = size;
+  job.height = height;
+  job.width = width;
+  job.channels = channels;
+  return job;
+}
+
 // What it found. Plain data.
 struct DecodeResult {
   uint32_t stream_h = 0, stream_w = 0, components = 0;
@@ -291,12 +304,7 @@ void throw_if_failed(Status st, const JpegScratch::Impl* s, const DecodeJob& job
 // Full-size decode into `out` (throws on failure); updates the stats.
 void decode_full(JpegScratch::Impl* s, const uint8_t* data, size_t size, uint32_t height,
                  uint32_t width, uint32_t channels, uint8_t* out) {
-  DecodeJob job{};
-  job.data = data;
-  job.size = size;
-  job.height = height;
-  job.width = width;
-  job.channels = channels;
+  DecodeJob job = stream_job(data, size, height, width, channels);
   job.fast = false;
   job.out = out;
   DecodeResult res;
@@ -435,12 +443,7 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
       check_header(data, size, height, width);  // before allocating what the caller claims
       s->image.resize(need);
     }
-    DecodeJob job{};
-    job.data = data;
-    job.size = size;
-    job.height = height;
-    job.width = width;
-    job.channels = channels;
+    DecodeJob job = stream_job(data, size, height, width, channels);
     job.fast = true;
     job.scale_num = m;
     job.crop = options.crop;

@@ -58,6 +58,15 @@ void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* 
   File::open(path).read_at(offset, n, out);
 }
 
+ShardEntry shard_entry(const FileEntry& file, uint64_t count) {
+  ShardEntry e;
+  e.file = file.file;
+  e.count = count;
+  e.bytes = file.bytes;
+  e.xxh64 = file.xxh64;
+  return e;
+}
+
 }  // namespace detail
 
 namespace {

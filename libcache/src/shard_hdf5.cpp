@@ -214,13 +214,7 @@ class Hdf5Builder {
     bytes_at_commit_ = data_bytes;
     raw_.reset();  // removes the raw temp file
 
-    const FileEntry f = hash_file(path_);
-    ShardEntry e;
-    e.file = f.file;
-    e.count = n;
-    e.bytes = f.bytes;
-    e.xxh64 = f.xxh64;
-    return e;
+    return shard_entry(hash_file(path_), n);
   }
 
  private:
@@ -445,50 +439,48 @@ ShardLocation locate_hdf5_ragged_shard(const std::string& path) {
   return loc;
 }
 
-void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+namespace {
+
+// Reads the hyperslab at `start` of `count` (each `rank` long) of `images` into `out`; `what`
+// ("bytes" or "samples") names the unit the errors count in. A rank-1 read (a ragged shard's
+// bytes) first checks that `images` is 1-d; a rank-4 read leaves a wrong rank to the hyperslab
+// selection, which refuses it.
+void read_images_slab(const std::string& path, int rank, const hsize_t* start, const hsize_t* count,
+                      const std::string& what, uint8_t* out) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   OpenShard s;
   open_images(path, &s);
   Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
   if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  if (H5Sget_simple_extent_ndims(file_space.get()) != 1) {
+  if (rank == 1 && H5Sget_simple_extent_ndims(file_space.get()) != 1) {
     fail(ErrorKind::kCorruption, path, "'images' is not 1-d");
   }
-  const hsize_t start[1] = {offset};
-  const hsize_t count[1] = {n};
   if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
-    fail(ErrorKind::kInvalidArgument, path, "bytes out of range");
+    fail(ErrorKind::kInvalidArgument, path, what + " out of range");
   }
-  Handle mem_space(H5Screate_simple(1, count, nullptr), H5Sclose);
+  Handle mem_space(H5Screate_simple(rank, count, nullptr), H5Sclose);
   if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
   if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
               out) < 0) {
     fail(ErrorKind::kCorruption, path,
-         "HDF5 could not read bytes [" + std::to_string(offset) + ", " +
-             std::to_string(offset + n) + ") of 'images'");
+         "HDF5 could not read " + what + " [" + std::to_string(start[0]) + ", " +
+             std::to_string(start[0] + count[0]) + ") of 'images'");
   }
+}
+
+}  // namespace
+
+void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+  const hsize_t start[1] = {offset};
+  const hsize_t count[1] = {n};
+  read_images_slab(path, 1, start, count, "bytes", out);
 }
 
 void read_hdf5_samples(const std::string& path, SampleShape shape, uint64_t first, uint64_t n,
                        uint8_t* out) {
-  std::lock_guard<std::mutex> lock(hdf5_mutex());
-  OpenShard s;
-  open_images(path, &s);
-  Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
   const hsize_t start[4] = {first, 0, 0, 0};
   const hsize_t count[4] = {n, shape.height, shape.width, shape.channels};
-  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
-    fail(ErrorKind::kInvalidArgument, path, "samples out of range");
-  }
-  Handle mem_space(H5Screate_simple(4, count, nullptr), H5Sclose);
-  if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
-  if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
-              out) < 0) {
-    fail(ErrorKind::kCorruption, path,
-         "HDF5 could not read samples [" + std::to_string(first) + ", " +
-             std::to_string(first + n) + ") of 'images'");
-  }
+  read_images_slab(path, 4, start, count, "samples", out);
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "dscache/manifest.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -27,6 +28,9 @@ uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t 
                              uint32_t channels, uint64_t used, uint64_t capacity_bytes);
 // The same check for `n` stored bytes: InvalidArgument for n == 0 or when it does not fit.
 void check_ragged_room(const std::string& path, uint64_t n, uint64_t used, uint64_t capacity_bytes);
+
+// The manifest's entry for a committed shard file of `count` samples.
+ShardEntry shard_entry(const FileEntry& file, uint64_t count);
 
 // Reads exactly `n` bytes at `offset` of the file at `path` (pread). Corruption when the file ends
 // first.
