@@ -340,18 +340,32 @@ void open_images(const std::string& path, OpenShard* s) {
   if (!s->images.ok()) fail(ErrorKind::kCorruption, path, "'images' is not a dataset");
 }
 
-void check_uint8(const OpenShard& s, const std::string& path) {
-  Handle type(H5Dget_type(s.images.get()), H5Tclose);
+// Opens the uint8 `images` of `path` into `s` and reads its `rank` dimensions into `dims`;
+// Corruption when it is not uint8 or has another rank (`expected` says which, for the message).
+void open_u8_images(const std::string& path, OpenShard* s, int rank, hsize_t* dims,
+                    const char* expected) {
+  open_images(path, s);
+  Handle type(H5Dget_type(s->images.get()), H5Tclose);
   if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
       H5Tget_sign(type.get()) != H5T_SGN_NONE) {
     fail(ErrorKind::kCorruption, path, "'images' is not uint8");
   }
+  Handle space(H5Dget_space(s->images.get()), H5Sclose);
+  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  const int got = H5Sget_simple_extent_ndims(space.get());
+  if (got != rank || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != rank) {
+    fail(ErrorKind::kCorruption, path,
+         "'images' has " + std::to_string(got) + " dimensions, expected " + expected);
+  }
 }
 
-// Fills loc->contiguous/data_offset: `data` bytes of `images` at one file offset inside a file of
-// `size` bytes, or a chunked/compressed dataset read through the library.
-void place_data(const OpenShard& s, const std::string& path, uint64_t size, uint64_t data,
-                ShardLocation* loc) {
+// Where a shard of `count` samples lies: `data` bytes of `images` at one file offset inside a file
+// of `size` bytes, or a chunked/compressed dataset read through the library.
+ShardLocation locate_data(const OpenShard& s, const std::string& path, uint64_t size,
+                          uint64_t count, uint64_t data) {
+  ShardLocation loc;
+  loc.count = count;
+  loc.file_bytes = size;
   Handle dcpl(H5Dget_create_plist(s.images.get()), H5Pclose);
   const bool contiguous_layout = dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
   const haddr_t offset = H5Dget_offset(s.images.get());
@@ -362,16 +376,17 @@ void place_data(const OpenShard& s, const std::string& path, uint64_t size, uint
                (data > UINT64_MAX - offset ? std::string("past 2^64")
                                            : std::to_string(offset + data)));
     }
-    loc->contiguous = true;
-    loc->data_offset = offset;
+    loc.contiguous = true;
+    loc.data_offset = offset;
   } else if (contiguous_layout && data == 0) {
     // An empty contiguous dataset has no storage and so no address; there is nothing to map.
-    loc->contiguous = true;
-    loc->data_offset = 0;
+    loc.contiguous = true;
+    loc.data_offset = 0;
   } else {
-    loc->contiguous = false;
-    loc->data_offset = 0;
+    loc.contiguous = false;
+    loc.data_offset = 0;
   }
+  return loc;
 }
 
 }  // namespace
@@ -391,16 +406,8 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
   OpenShard s;
-  open_images(path, &s);
-  check_uint8(s, path);
-  Handle space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  const int rank = H5Sget_simple_extent_ndims(space.get());
   hsize_t dims[4] = {0, 0, 0, 0};
-  if (rank != 4 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 4) {
-    fail(ErrorKind::kCorruption, path,
-         "'images' has " + std::to_string(rank) + " dimensions, expected 4 (n, H, W, C)");
-  }
+  open_u8_images(path, &s, 4, dims, "4 (n, H, W, C)");
   if (dims[1] != shape.height || dims[2] != shape.width || dims[3] != shape.channels) {
     fail(ErrorKind::kCorruption, path,
          "'images' is (" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " +
@@ -408,35 +415,16 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
              std::to_string(shape.height) + ", " + std::to_string(shape.width) + ", " +
              std::to_string(shape.channels) + ")");
   }
-  ShardLocation loc;
-  loc.count = dims[0];
-  loc.file_bytes = size;
-  const uint64_t data = checked_mul(dims[0], shape.bytes(), path);
-  place_data(s, path, size, data, &loc);
-  return loc;
+  return locate_data(s, path, size, dims[0], checked_mul(dims[0], shape.bytes(), path));
 }
 
 ShardLocation locate_hdf5_ragged_shard(const std::string& path) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
   OpenShard s;
-  open_images(path, &s);
-  check_uint8(s, path);
-  Handle space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  const int rank = H5Sget_simple_extent_ndims(space.get());
   hsize_t dims[1] = {0};
-  if (rank != 1 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 1) {
-    fail(ErrorKind::kCorruption, path,
-         "'images' has " + std::to_string(rank) +
-             " dimensions, expected 1 (bytes,) for a ragged "
-             "shard");
-  }
-  ShardLocation loc;
-  loc.count = dims[0];
-  loc.file_bytes = size;
-  place_data(s, path, size, dims[0], &loc);
-  return loc;
+  open_u8_images(path, &s, 1, dims, "1 (bytes,) for a ragged shard");
+  return locate_data(s, path, size, dims[0], dims[0]);
 }
 
 namespace {
