@@ -59,6 +59,21 @@ inline dscache::ShardEntry write_shard(Storage storage, const std::string& path,
   return w->commit();
 }
 
+// A fixed-layout shard in a fresh temp dir: `n` random samples of `shape` (seed `seed`) written
+// as `name` through a ShardWriter of `capacity` and committed.
+struct WrittenShard {
+  TempDir dir;
+  SampleShape shape;
+  Samples s;
+  std::string path;  // dir/name
+
+  WrittenShard(Storage storage, const std::string& name, SampleShape shape_, uint64_t n,
+               uint64_t seed, uint64_t capacity)
+      : shape(shape_), s(random_samples(shape_, n, seed)), path(dir.file(name)) {
+    write_shard(storage, path, shape, s, capacity);
+  }
+};
+
 struct StorageCase {
   Storage storage;
   const char* name;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_fixtures.h"
 #include "dscache/cache.h"
 #include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
@@ -42,16 +43,8 @@ void note_allocation(const volatile void*, size_t n) {
 
 namespace {
 
-using dscache::Cache;
-using dscache::CacheOptions;
 using dscache::Codec;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::Layout;
-using dscache::Manifest;
-using dscache::MemoryMode;
-using dscache::SampleShape;
-using dscache::Storage;
+// The library's other names the tests use unqualified come with cache_fixtures.h.
 using namespace dscache::test;
 
 // A smooth, photo-like image (gradients, a disc and mild noise) that JPEG compresses as it would
