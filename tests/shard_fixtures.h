@@ -99,6 +99,28 @@ inline void expect_path_error(F&& f, ErrorKind kind, const std::string& path,
   CHECK(e.reason().find(reason_part) != std::string::npos);
 }
 
+// A damaged fixed-layout shard: `content` written as `name`, which locating as `shape` must
+// refuse as Corruption naming the file, for a reason that contains `reason_part`.
+struct BadShard {
+  const char* name;
+  std::string content;
+  SampleShape shape;
+  std::string reason_part;
+};
+
+// Writes each of `cases` into `dir` and checks that locate_shard(`storage`) refuses it so.
+inline void check_bad_shards(Storage storage, const TempDir& dir,
+                             const std::vector<BadShard>& cases) {
+  for (const BadShard& c : cases) {
+    const std::string name = c.name;
+    CAPTURE(name);
+    const std::string path = dir.file(c.name);
+    write_all(path, c.content);
+    expect_path_error([&] { dscache::locate_shard(storage, path, c.shape); },
+                      ErrorKind::kCorruption, path, c.reason_part);
+  }
+}
+
 // Ragged samples of varied sizes, written back to back.
 struct RaggedSamples {
   std::vector<uint8_t> bytes;  // all samples back to back

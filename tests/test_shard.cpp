@@ -188,18 +188,12 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
     const WrittenShard w(Storage::kNpy, "good.npy", {4, 4, 3}, 5, 9, 5);
     const std::string bytes = read_all(w.path);
 
-    struct Case {
-      const char* name;
-      std::string content;
-      SampleShape shape;
-      std::string reason_part;
-    };
     const std::string other_dtype_path = w.dir.file("i8.npy");
     std::vector<int64_t> i8(5 * 4 * 4 * 3, 1);
     dscache::write_npy_file(other_dtype_path, "<i8", {5, 4, 4, 3}, i8.data(), i8.size() * 8);
     std::vector<uint8_t> flat(240, 1);
     dscache::write_npy_file(w.dir.file("flat.npy"), "|u1", {240}, flat.data(), flat.size());
-    const Case cases[] = {
+    const std::vector<BadShard> cases = {
         {"truncated.npy", bytes.substr(0, bytes.size() - 10), w.shape,
          ("file holds " + std::to_string(bytes.size() - 10) + " bytes, header says " +
           std::to_string(bytes.size()))},
@@ -214,14 +208,7 @@ assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), t
         {"i8.npy", read_all(other_dtype_path), w.shape, "dtype"},
         {"flat.npy", read_all(w.dir.file("flat.npy")), w.shape, "shape is (240,)"},
     };
-    for (const Case& c : cases) {
-      const std::string name = c.name;
-      CAPTURE(name);
-      const std::string path = w.dir.file(c.name);
-      write_all(path, c.content);
-      expect_path_error([&] { dscache::locate_shard(Storage::kNpy, path, c.shape); },
-                        ErrorKind::kCorruption, path, c.reason_part);
-    }
+    check_bad_shards(Storage::kNpy, w.dir, cases);
     for (const StorageCase& sc : storage_cases()) {
       const std::string missing = w.dir.file(std::string("missing.") + sc.name);
       expect_path_error([&] { dscache::locate_shard(sc.storage, missing, w.shape); },

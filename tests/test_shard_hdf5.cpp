@@ -100,27 +100,14 @@ with h5py.File(path, "r") as f:
       H5Sclose(sp);
       H5Fclose(f);
     }
-    struct Case {
-      const char* name;
-      std::string content;  // empty name content means "use the file as is"
-      SampleShape shape;
-      const char* reason_part;
-    };
-    const Case cases[] = {
+    const std::vector<BadShard> cases = {
         {"zero.h5", "", w.shape, "HDF5"},
         {"text.h5", "this is not an HDF5 file\n", w.shape, "not an HDF5 file"},
         {"npy.h5", read_all(w.dir.file("good.h5")).substr(0, 0) + "\x93NUMPY", w.shape, "HDF5"},
         {"truncated.h5", bytes.substr(0, loc.data_offset + 10), w.shape, ""},
         {"wrong_shape.h5", bytes, SampleShape{4, 4, 1}, "expected (n, 4, 4, 1)"},
     };
-    for (const Case& c : cases) {
-      const std::string name = c.name;
-      CAPTURE(name);
-      const std::string path = w.dir.file(c.name);
-      write_all(path, c.content);
-      expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, path, c.shape); },
-                        ErrorKind::kCorruption, path, c.reason_part);
-    }
+    check_bad_shards(Storage::kHdf5, w.dir, cases);
     expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, no_images, w.shape); },
                       ErrorKind::kCorruption, no_images, "no dataset 'images'");
     expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, int16, w.shape); },
