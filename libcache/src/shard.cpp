@@ -80,11 +80,18 @@ void check_shape(SampleShape shape, const std::string& path) {
   }
 }
 
-#ifndef DSCACHE_HAVE_HDF5
-[[noreturn]] void no_hdf5(const std::string& path) {
-  throw Error(ErrorKind::kUnsupported, path, "this build of libcache has no HDF5 support");
+// npy() or hdf5(), by `storage` (in a build without HDF5 the HDF5 half is shard_hdf5_stub.cpp:
+// Unsupported naming the file).
+template <typename Npy, typename Hdf5>
+auto by_storage(Storage storage, const std::string& path, const Npy& npy, const Hdf5& hdf5) {
+  switch (storage) {
+    case Storage::kNpy:
+      return npy();
+    case Storage::kHdf5:
+      return hdf5();
+  }
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
 }
-#endif
 
 }  // namespace
 
@@ -99,32 +106,16 @@ bool hdf5_supported() {
 std::unique_ptr<ShardWriter> ShardWriter::create(Storage storage, const std::string& path,
                                                  SampleShape shape, uint64_t capacity) {
   check_shape(shape, path);
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::create_npy_writer(path, shape, capacity);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::create_hdf5_writer(path, shape, capacity);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::create_npy_writer(path, shape, capacity); },
+      [&] { return detail::create_hdf5_writer(path, shape, capacity); });
 }
 
 ShardLocation locate_shard(Storage storage, const std::string& path, SampleShape shape) {
   check_shape(shape, path);
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::locate_npy_shard(path, shape);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::locate_hdf5_shard(path, shape);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::locate_npy_shard(path, shape); },
+      [&] { return detail::locate_hdf5_shard(path, shape); });
 }
 
 void read_shard_samples(Storage storage, const std::string& path, const ShardLocation& loc,
@@ -136,15 +127,11 @@ void read_shard_samples(Storage storage, const std::string& path, const ShardLoc
   }
   if (n == 0) return;
   if (!loc.contiguous) {
-#ifdef DSCACHE_HAVE_HDF5
-    if (storage == Storage::kHdf5) {
-      detail::read_hdf5_samples(path, shape, first, n, out);
-      return;
+    if (storage != Storage::kHdf5) {
+      throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
     }
-#else
-    if (storage == Storage::kHdf5) no_hdf5(path);
-#endif
-    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+    detail::read_hdf5_samples(path, shape, first, n, out);
+    return;
   }
   const uint64_t sample = shape.bytes();
   // In range: locate checked the extent.
@@ -159,31 +146,16 @@ std::unique_ptr<RaggedShardWriter> RaggedShardWriter::create(Storage storage,
     throw Error(ErrorKind::kInvalidArgument, path,
                 std::to_string(channels) + " channels is invalid (need 1 or 3)");
   }
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::create_npy_ragged_writer(path, channels, capacity_bytes);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::create_hdf5_ragged_writer(path, channels, capacity_bytes);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path,
+      [&] { return detail::create_npy_ragged_writer(path, channels, capacity_bytes); },
+      [&] { return detail::create_hdf5_ragged_writer(path, channels, capacity_bytes); });
 }
 
 ShardLocation locate_ragged_shard(Storage storage, const std::string& path) {
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::locate_npy_ragged_shard(path);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::locate_hdf5_ragged_shard(path);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::locate_npy_ragged_shard(path); },
+      [&] { return detail::locate_hdf5_ragged_shard(path); });
 }
 
 void read_shard_bytes(Storage storage, const std::string& path, const ShardLocation& loc,
@@ -195,15 +167,11 @@ void read_shard_bytes(Storage storage, const std::string& path, const ShardLocat
   }
   if (n == 0) return;
   if (!loc.contiguous) {
-#ifdef DSCACHE_HAVE_HDF5
-    if (storage == Storage::kHdf5) {
-      detail::read_hdf5_bytes(path, offset, n, out);
-      return;
+    if (storage != Storage::kHdf5) {
+      throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
     }
-#else
-    if (storage == Storage::kHdf5) no_hdf5(path);
-#endif
-    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+    detail::read_hdf5_bytes(path, offset, n, out);
+    return;
   }
   detail::pread_exact(path, loc.data_offset + offset, n, out);
 }
