@@ -93,6 +93,24 @@ auto by_storage(Storage storage, const std::string& path, const Npy& npy, const 
   throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
 }
 
+// Checks a read of `unit` [first, first + n) of a shard at `loc`: InvalidArgument naming `path`
+// when it passes the shard's count, or when a shard not stored contiguously is not HDF5 (only
+// HDF5 shards are read through their library). False when there is nothing to read (n == 0).
+bool must_read(Storage storage, const std::string& path, const ShardLocation& loc, const char* unit,
+               uint64_t first, uint64_t n) {
+  if (first > loc.count || n > loc.count - first) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                std::string(unit) + " [" + std::to_string(first) + ", " + std::to_string(first) +
+                    "+" + std::to_string(n) + ") are outside the shard's " +
+                    std::to_string(loc.count));
+  }
+  if (n == 0) return false;
+  if (!loc.contiguous && storage != Storage::kHdf5) {
+    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+  }
+  return true;
+}
+
 }  // namespace
 
 bool hdf5_supported() {
@@ -120,16 +138,8 @@ ShardLocation locate_shard(Storage storage, const std::string& path, SampleShape
 
 void read_shard_samples(Storage storage, const std::string& path, const ShardLocation& loc,
                         SampleShape shape, uint64_t first, uint64_t n, uint8_t* out) {
-  if (first > loc.count || n > loc.count - first) {
-    throw Error(ErrorKind::kInvalidArgument, path,
-                "samples [" + std::to_string(first) + ", " + std::to_string(first) + "+" +
-                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
-  }
-  if (n == 0) return;
+  if (!must_read(storage, path, loc, "samples", first, n)) return;
   if (!loc.contiguous) {
-    if (storage != Storage::kHdf5) {
-      throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
-    }
     detail::read_hdf5_samples(path, shape, first, n, out);
     return;
   }
@@ -160,16 +170,8 @@ ShardLocation locate_ragged_shard(Storage storage, const std::string& path) {
 
 void read_shard_bytes(Storage storage, const std::string& path, const ShardLocation& loc,
                       uint64_t offset, uint64_t n, uint8_t* out) {
-  if (offset > loc.count || n > loc.count - offset) {
-    throw Error(ErrorKind::kInvalidArgument, path,
-                "bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + "+" +
-                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
-  }
-  if (n == 0) return;
+  if (!must_read(storage, path, loc, "bytes", offset, n)) return;
   if (!loc.contiguous) {
-    if (storage != Storage::kHdf5) {
-      throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
-    }
     detail::read_hdf5_bytes(path, offset, n, out);
     return;
   }
