@@ -25,9 +25,9 @@ Usage: jpeg_bench.py [--build-dir build] [--source DIR | --count 2000] [--out jp
 import argparse
 import json
 import os
-import subprocess
 import sys
 
+from programs import built, checked_run
 from hostinfo import host_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,10 +37,7 @@ GOAL_REDUCED = 1.5
 
 
 def run(cmd, what):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"jpeg_bench: {what} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p.stdout
+    return checked_run("jpeg_bench", cmd, what)
 
 
 def main():
@@ -53,12 +50,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--chart")
     a = ap.parse_args()
-    dscache = os.path.join(a.build_dir, "tools", "dscache")
-    serve = os.path.join(a.build_dir, "bench", "jpeg_serve")
-    codec = os.path.join(a.build_dir, "bench", "jpeg_decode")
-    for exe in (dscache, serve, codec):
-        if not os.access(exe, os.X_OK):
-            sys.exit(f"jpeg_bench: {exe} is missing; build with the jpeg feature first")
+    dscache, serve, codec = built("jpeg_bench", a.build_dir,
+                                  ["tools/dscache", "bench/jpeg_serve", "bench/jpeg_decode"],
+                                  "build with the jpeg feature first")
     os.makedirs(a.out, exist_ok=True)
     src = a.source
     if not src:

@@ -29,10 +29,9 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import time
 
+from programs import built, checked_run
 from hostinfo import host_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,10 +42,7 @@ GOAL_POINTS = 0.5
 
 
 def run(cmd, what):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"windowed_training: {what} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p.stdout
+    return checked_run("windowed_training", cmd, what)
 
 
 def write_class_sorted(out_dir):
@@ -103,12 +99,10 @@ def main():
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--json", help="write every run and the summary here")
     a = ap.parse_args()
-    dscache = os.path.join(a.build_dir, "tools", "dscache")
-    trainer = os.path.join(a.build_dir, "trainer", "dscache-train")
-    quality = os.path.join(a.build_dir, "bench", "shuffle_quality")
-    for exe in (dscache, trainer, quality):
-        if not os.access(exe, os.X_OK):
-            sys.exit(f"windowed_training: {exe} is missing; build the project first")
+    dscache, trainer, quality = built(
+        "windowed_training", a.build_dir,
+        ["tools/dscache", "trainer/dscache-train", "bench/shuffle_quality"],
+        "build the project first")
     os.makedirs(a.out, exist_ok=True)
     sorted_idx, n = write_class_sorted(os.path.join(a.out, "sorted-idx"))
     caches = {"sorted": os.path.join(a.out, "sorted"), "shuffled": os.path.join(a.out, "shuffled")}

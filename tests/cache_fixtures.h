@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,20 +45,28 @@ using dscache::Storage;
 
 using Fixture = WrittenCache;
 
-// What to build: by default 4 + 4 + 2 samples of 5x7x3 (ragged: sides 1..9) in classes
-// cat/dog/emu, written by shard writers with room to spare.
-struct Spec : CacheSpec {
+// What to build: by default the small cache, written by shard writers with room to spare.
+struct Spec : SmallCacheSpec {
   Spec() {
-    shard_counts = {4, 4, 2};
-    height = 5;
-    width = 7;
-    classes = {"cat", "dog", "emu"};
-    ragged_min_side = 1;
-    ragged_max_side = 9;
     spare_samples = 3;
     spare_bytes = 100;
   }
 };
+
+// 4 + 0 + 3 + 5 samples in `storage`: runs that cross shards, one shard empty.
+inline Spec spec_with_empty_shard(Storage storage) {
+  Spec spec;
+  spec.storage = storage;
+  spec.shard_counts = {4, 0, 3, 5};
+  return spec;
+}
+
+// The cache in `dir` opened in memory mode `mode`, its other options at their defaults.
+inline std::shared_ptr<Cache> open_in_mode(const std::string& dir, MemoryMode mode) {
+  CacheOptions o;
+  o.memory = mode;
+  return Cache::open(dir, o);
+}
 
 // Writes `spec` into `dir` (test_cache.cpp).
 Fixture write_cache(const std::string& dir, const Spec& spec);

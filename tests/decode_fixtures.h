@@ -28,6 +28,13 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::DecodeOptions;
+using dscache::DecodeResult;
+using dscache::ImageFormat;
+using dscache::ResizePolicy;
+
 using Bytes = std::vector<uint8_t>;
 
 inline Bytes encode(const cv::Mat& bgr, const std::string& ext,

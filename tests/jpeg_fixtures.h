@@ -20,6 +20,17 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::CropBox;
+using dscache::CropMode;
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::ImageView;
+using dscache::JpegDecodeOptions;
+using dscache::JpegScratch;
+using dscache::TransformOptions;
+
 // Serve-time tolerance of jpeg_decode_crop (defaults) against jpeg_decode + crop_resize, per
 // channel value: docs/FORMAT.md, "Serve-time decode". Keep the two in step.
 // Over DCT-scaled crops (those at full scale are exact): the pooled mean, the pooled 99.9th

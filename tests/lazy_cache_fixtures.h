@@ -64,9 +64,13 @@ inline std::vector<int64_t> labels_for(uint64_t count) {
   return l;
 }
 
+const SampleShape kSmall{8, 8, 3};
+
 // A deterministic decode function that counts its calls and can fail, stall or kill its process.
 struct Decoder {
-  uint64_t bytes = 0;
+  explicit Decoder(uint64_t sample_bytes = kSmall.bytes()) : bytes(sample_bytes) {}
+
+  uint64_t bytes;         // of one decoded sample
   int64_t fail_at = -1;   // returns false for this sample
   int64_t kill_at = -1;   // raise(SIGKILL) on this sample
   unsigned sleep_us = 0;  // per call
@@ -98,6 +102,12 @@ inline std::shared_ptr<LazyCache> open_cache(const std::string& path, uint64_t c
   o.verify_hits = verify;
   return LazyCache::open(path, count, shape, labels_for(count), dec.fn(), o);
 }
+
+// A fresh temp dir and the cache file's path in it: the fixture of most LazyCache tests.
+struct LazyFile {
+  TempDir dir;
+  const std::string path = dir.file("lazy.bin");
+};
 
 inline bool sample_ok(const LazyCache& c, uint64_t i) {
   std::vector<uint8_t> out(c.shape().bytes());
@@ -191,7 +201,5 @@ inline int wait_status(pid_t pid) {
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   return status;
 }
-
-const SampleShape kSmall{8, 8, 3};
 
 }  // namespace dscache::test

@@ -18,6 +18,12 @@
 
 namespace dscache::test {
 
+// The library's names the test files use unqualified: they take them, with the fixtures,
+// by `using namespace dscache::test`.
+using dscache::Error;
+using dscache::ErrorKind;
+using dscache::NpyHeader;
+
 // Builds magic + version + little-endian length + `dict` (+ '\n' padding when asked).
 inline std::string make_header(int major, const std::string& dict, bool pad = true) {
   std::string text = dict;

@@ -59,6 +59,21 @@ inline dscache::ShardEntry write_shard(Storage storage, const std::string& path,
   return w->commit();
 }
 
+// A fixed-layout shard in a fresh temp dir: `n` random samples of `shape` (seed `seed`) written
+// as `name` through a ShardWriter of `capacity` and committed.
+struct WrittenShard {
+  TempDir dir;
+  SampleShape shape;
+  Samples s;
+  std::string path;  // dir/name
+
+  WrittenShard(Storage storage, const std::string& name, SampleShape shape_, uint64_t n,
+               uint64_t seed, uint64_t capacity)
+      : shape(shape_), s(random_samples(shape_, n, seed)), path(dir.file(name)) {
+    write_shard(storage, path, shape, s, capacity);
+  }
+};
+
 struct StorageCase {
   Storage storage;
   const char* name;
@@ -82,6 +97,28 @@ inline void expect_path_error(F&& f, ErrorKind kind, const std::string& path,
   const Error e = expect_error(f, kind, path);
   CHECK(e.path() == path);
   CHECK(e.reason().find(reason_part) != std::string::npos);
+}
+
+// A damaged fixed-layout shard: `content` written as `name`, which locating as `shape` must
+// refuse as Corruption naming the file, for a reason that contains `reason_part`.
+struct BadShard {
+  const char* name;
+  std::string content;
+  SampleShape shape;
+  std::string reason_part;
+};
+
+// Writes each of `cases` into `dir` and checks that locate_shard(`storage`) refuses it so.
+inline void check_bad_shards(Storage storage, const TempDir& dir,
+                             const std::vector<BadShard>& cases) {
+  for (const BadShard& c : cases) {
+    const std::string name = c.name;
+    CAPTURE(name);
+    const std::string path = dir.file(c.name);
+    write_all(path, c.content);
+    expect_path_error([&] { dscache::locate_shard(storage, path, c.shape); },
+                      ErrorKind::kCorruption, path, c.reason_part);
+  }
 }
 
 // Ragged samples of varied sizes, written back to back.

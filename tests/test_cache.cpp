@@ -96,9 +96,7 @@ TEST_SUITE("unit") {
     TempDir dir;
     const Fixture f = write_cache(dir.path(), Spec{});
     for (const MemoryMode mode : {MemoryMode::kPageCache, MemoryMode::kInProcess}) {
-      CacheOptions o;
-      o.memory = mode;
-      const auto cache = Cache::open(dir.path(), o);
+      const auto cache = open_in_mode(dir.path(), mode);
       std::vector<dscache::ImageView> views;
       for (uint64_t i = 0; i < cache->size(); ++i) views.push_back(cache->view(i));
       for (uint64_t i = 0; i < cache->size(); ++i) {
@@ -163,9 +161,7 @@ TEST_SUITE("unit") {
       }
       {
         // kInProcess holds it in memory: then it can be viewed.
-        CacheOptions o;
-        o.memory = MemoryMode::kInProcess;
-        const auto cache = Cache::open(dir.path(), o);
+        const auto cache = open_in_mode(dir.path(), MemoryMode::kInProcess);
         CHECK(cache->resident_bytes() == f.data_bytes(0) + f.data_bytes(1) + f.data_bytes(2));
         check_serves(*cache, f);
       }

@@ -26,15 +26,8 @@
 #include "dscache/ingest/image_decode.h"
 #include "temp_dir.h"
 
-namespace {
-
-using dscache::DecodeOptions;
-using dscache::DecodeResult;
-using dscache::ImageFormat;
-using dscache::ResizePolicy;
+// The library's names the tests use unqualified come with decode_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_CASE("sniff_format recognizes magic bytes, not names") {
   struct Case {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,14 +40,25 @@ void within_5s(F f) {
   done.get();
 }
 
-struct Spec : CacheSpec {
-  Spec() {
-    shard_counts = {4, 4, 2};
-    height = 5;
-    width = 7;
-    classes = {"cat", "dog", "emu"};
-  }
-};
+using Spec = SmallCacheSpec;
+
+// One shard of `count` samples of 32x32: enough that a Loader is still reading when it is cut.
+Spec one_shard_of_32x32(uint64_t count) {
+  Spec spec;
+  spec.shard_counts = {count};
+  spec.height = 32;
+  spec.width = 32;
+  return spec;
+}
+
+// A Loader of two workers with `lo`'s other options over the cache in `dir`, opened mapped
+// (kPageCache), so that a shard cut under it faults.
+std::unique_ptr<dscache::Loader> mapped_loader(const std::string& dir, dscache::LoaderOptions lo) {
+  dscache::CacheOptions co;
+  co.memory = dscache::MemoryMode::kPageCache;
+  lo.workers = 2;
+  return std::make_unique<dscache::Loader>(dscache::Cache::open(dir, co), lo);
+}
 
 void replace_with_fifo(const std::string& path) {
   REQUIRE(::unlink(path.c_str()) == 0);
@@ -243,26 +255,18 @@ TEST_SUITE("file") {
 
   TEST_CASE("a shard truncated while a Loader serves it is Corruption naming it, not SIGBUS") {
     TempDir dir;
-    Spec spec;
-    spec.shard_counts = {4000};
-    spec.height = 32;
-    spec.width = 32;
-    const WrittenCache f = write_test_cache(dir.path(), spec);
-    dscache::CacheOptions co;
-    co.memory = dscache::MemoryMode::kPageCache;
-    auto cache = dscache::Cache::open(dir.path(), co);
+    const WrittenCache f = write_test_cache(dir.path(), one_shard_of_32x32(4000));
     dscache::LoaderOptions lo;
     lo.batch_size = 64;
-    lo.workers = 2;
     lo.prefetch = 2;
-    dscache::Loader loader(cache, lo);
-    loader.start_epoch(1, 0);
-    REQUIRE(loader.next() != nullptr);
+    const auto loader = mapped_loader(dir.path(), lo);
+    loader->start_epoch(1, 0);
+    REQUIRE(loader->next() != nullptr);
     // Cut the shard to its header while the workers keep reading from the mapping.
     REQUIRE(::truncate(f.path("images-00000.npy").c_str(), 128) == 0);
     bool corrupt = false;
     try {
-      for (int i = 0; i < 100 && loader.next() != nullptr; ++i) {
+      for (int i = 0; i < 100 && loader->next() != nullptr; ++i) {
       }
     } catch (const Error& e) {
       corrupt = e.kind() == ErrorKind::kCorruption &&
@@ -284,32 +288,25 @@ TEST_SUITE("file") {
           CAPTURE(dscache::to_string(storage));
           CAPTURE(dscache::to_string(layout));
           TempDir dir;
-          Spec spec;
+          Spec spec = one_shard_of_32x32(200);
           spec.storage = storage;
           spec.layout = layout;
-          spec.shard_counts = {200};
-          spec.height = 32;
-          spec.width = 32;
           spec.ragged_min_side = 24;
           spec.ragged_max_side = 40;
           const WrittenCache f = write_test_cache(dir.path(), spec);
-          dscache::CacheOptions co;
-          co.memory = dscache::MemoryMode::kPageCache;
-          auto cache = dscache::Cache::open(dir.path(), co);
           dscache::LoaderOptions lo;
           lo.batch_size = 16;
-          lo.workers = 2;
           lo.prefetch = 1;
           lo.transform.crop = crop;
           lo.transform.height = 16;
           lo.transform.width = 16;
-          dscache::Loader loader(cache, lo);
+          const auto loader = mapped_loader(dir.path(), lo);
           const std::string shard = f.manifest.shards[0].file;
           REQUIRE(::truncate((dir.path() + "/" + shard).c_str(), 128) == 0);
-          loader.start_epoch(1, 0);
+          loader->start_epoch(1, 0);
           expect_error(
               [&] {
-                while (loader.next() != nullptr) {
+                while (loader->next() != nullptr) {
                 }
               },
               ErrorKind::kCorruption, shard + ": file shrank while mapped (truncated");

@@ -18,20 +18,8 @@
 #include "jpeg_internal.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::CropBox;
-using dscache::CropMode;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::ImageView;
-using dscache::JpegDecodeOptions;
-using dscache::JpegScratch;
-using dscache::TransformOptions;
-
+// The library's names the tests use unqualified come with jpeg_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_SUITE("jpeg") {
   TEST_CASE("this build has JPEG support") { CHECK(dscache::jpeg_supported()); }

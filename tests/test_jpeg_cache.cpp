@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_fixtures.h"
 #include "dscache/cache.h"
 #include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
@@ -42,16 +43,8 @@ void note_allocation(const volatile void*, size_t n) {
 
 namespace {
 
-using dscache::Cache;
-using dscache::CacheOptions;
 using dscache::Codec;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::Layout;
-using dscache::Manifest;
-using dscache::MemoryMode;
-using dscache::SampleShape;
-using dscache::Storage;
+// The library's other names the tests use unqualified come with cache_fixtures.h.
 using namespace dscache::test;
 
 // A smooth, photo-like image (gradients, a disc and mild noise) that JPEG compresses as it would
@@ -526,27 +519,24 @@ TEST_SUITE("jpeg cache") {
       t.replace(at, from.size(), to);
       return t;
     };
-    expect_error(
-        [&] {
-          dscache::manifest_from_json(broken("\"format_version\": 2", "\"format_version\": 1"),
-                                      "m.json");
-        },
-        ErrorKind::kCorruption, {"m.json"});
-    expect_error(
-        [&] { dscache::manifest_from_json(broken("\"quality\": 90", "\"quality\": 0"), "m.json"); },
-        ErrorKind::kCorruption, {"recipe.quality is 0"});
-    expect_error(
-        [&] {
-          dscache::manifest_from_json(broken("\"codec\": \"jpeg\"", "\"codec\": \"webp\""),
-                                      "m.json");
-        },
-        ErrorKind::kCorruption, {"codec is 'webp'"});
-    expect_error(
-        [&] {
-          dscache::manifest_from_json(broken("\"codec\": \"jpeg\"", "\"codec\": \"raw\""),
-                                      "m.json");
-        },
-        ErrorKind::kCorruption, {"format_version is 2, expected 1"});
+    struct Case {
+      const char* from;
+      const char* to;
+      const char* reason;  // in the Corruption's message
+    };
+    const Case cases[] = {
+        {"\"format_version\": 2", "\"format_version\": 1", "m.json"},
+        {"\"quality\": 90", "\"quality\": 0", "recipe.quality is 0"},
+        {"\"codec\": \"jpeg\"", "\"codec\": \"webp\"", "codec is 'webp'"},
+        {"\"codec\": \"jpeg\"", "\"codec\": \"raw\"", "format_version is 2, expected 1"},
+    };
+    for (const Case& c : cases) {
+      const std::string to = c.to;
+      CAPTURE(to);
+      const std::string bad = broken(c.from, c.to);
+      expect_error([&] { dscache::manifest_from_json(bad, "m.json"); }, ErrorKind::kCorruption,
+                   c.reason);
+    }
     // A raw manifest keeps version 1 and writes no codec key (readers before 2 read it).
     Manifest raw = back;
     raw.codec = Codec::kRaw;

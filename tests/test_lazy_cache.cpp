@@ -28,12 +28,10 @@
 // The library's names the tests use unqualified come with lazy_cache_fixtures.h.
 using namespace dscache::test;
 
-TEST_CASE("first pass decodes each sample once, second pass only hits, reopen starts warm") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(
+    LazyFile, "first pass decodes each sample once, second pass only hits, reopen starts warm") {
   const uint64_t count = 100;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   {
     auto c = open_cache(path, count, kSmall, dec);
     CHECK(c->size() == count);
@@ -51,7 +49,6 @@ TEST_CASE("first pass decodes each sample once, second pass only hits, reopen st
     CHECK(c->hits() == count);
   }
   Decoder again;  // a fresh counter: a warm start must not call it at all
-  again.bytes = kSmall.bytes();
   auto c = open_cache(path, count, kSmall, again);
   CHECK(c->filled() == count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -69,11 +66,9 @@ TEST_CASE("first pass decodes each sample once, second pass only hits, reopen st
   CHECK(c->hits() == 2 * count);
 }
 
-TEST_CASE("view fills a slot in place and the pointer stays valid") {
-  TempDir dir;
+TEST_CASE_FIXTURE(LazyFile, "view fills a slot in place and the pointer stays valid") {
   Decoder dec;
-  dec.bytes = kSmall.bytes();
-  auto c = open_cache(dir.file("lazy.bin"), 10, kSmall, dec);
+  auto c = open_cache(path, 10, kSmall, dec);
   const dscache::ImageView v = c->view(3);
   CHECK(dec.n() == 1);
   CHECK(c->filled() == 1);
@@ -83,13 +78,10 @@ TEST_CASE("view fills a slot in place and the pointer stays valid") {
   CHECK(dec.n() == 10);
 }
 
-TEST_CASE("the file is laid out byte for byte as docs/FORMAT.md says") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "the file is laid out byte for byte as docs/FORMAT.md says") {
   const uint64_t count = 100;
   const SampleShape shape{4, 5, 3};
-  Decoder dec;
-  dec.bytes = shape.bytes();
+  Decoder dec(shape.bytes());
   {
     auto c = open_cache(path, count, shape, dec, 0x1122334455667788ULL);
     for (uint64_t i : {0, 7, 8, 99}) CHECK(sample_ok(*c, i));
@@ -139,8 +131,7 @@ TEST_CASE("a new file is sparse: slots take disk space only once filled") {
   const std::string path = dir.file("big.bin");
   const uint64_t count = 200000;
   const SampleShape shape{64, 64, 3};  // 2.4 GB of slots if preallocated
-  Decoder dec;
-  dec.bytes = shape.bytes();
+  Decoder dec(shape.bytes());
   auto c = open_cache(path, count, shape, dec);
   CHECK(sample_ok(*c, count - 1));
   struct stat st;
@@ -151,12 +142,11 @@ TEST_CASE("a new file is sparse: slots take disk space only once filled") {
   CHECK(c->filled() == 1);
 }
 
-TEST_CASE("four threads over random indices get the right bytes; each sample decoded once") {
-  TempDir dir;
+TEST_CASE_FIXTURE(
+    LazyFile, "four threads over random indices get the right bytes; each sample decoded once") {
   const uint64_t count = 2000;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
-  auto c = open_cache(dir.file("lazy.bin"), count, kSmall, dec);
+  auto c = open_cache(path, count, kSmall, dec);
   const int kThreads = 4;
   const int kOps = 4000;
   std::atomic<uint64_t> wrong{0};
@@ -196,12 +186,9 @@ TEST_CASE("four threads over random indices get the right bytes; each sample dec
   CHECK(c->hits() + c->misses() == uint64_t{kThreads} * kOps + count);
 }
 
-TEST_CASE("a file made for another source or shape is refused, naming the path") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "a file made for another source or shape is refused, naming the path") {
   const uint64_t count = 50;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   open_cache(path, count, kSmall, dec, 42);
 
   struct Case {
@@ -217,8 +204,7 @@ TEST_CASE("a file made for another source or shape is refused, naming the path")
   };
   for (const Case& k : cases) {
     CAPTURE(k.name);
-    Decoder d;
-    d.bytes = k.shape.bytes();
+    Decoder d(k.shape.bytes());
     try {
       open_cache(path, k.count, k.shape, d, k.digest);
       FAIL("opened a file made for something else");
@@ -239,7 +225,6 @@ TEST_CASE("damaged files are refused as Corruption (or Unsupported), naming the 
   TempDir dir;
   const uint64_t count = 50;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   const std::string good = dir.file("good.bin");
   {
     auto c = open_cache(good, count, kSmall, dec);
@@ -315,12 +300,9 @@ TEST_CASE("damaged files are refused as Corruption (or Unsupported), naming the 
   }
 }
 
-TEST_CASE("filled() ignores stray bits past count in the bitmap's padding") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "filled() ignores stray bits past count in the bitmap's padding") {
   const uint64_t count = 20;  // bits 20..23 of byte 2 and all later bytes are padding
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   open_cache(path, count, kSmall, dec);
   const uint8_t stray[2] = {0xF0, 0xFF};
   write_range(path, raw_layout(count, kSmall).bitmap + 2, stray, 2);
@@ -330,11 +312,8 @@ TEST_CASE("filled() ignores stray bits past count in the bitmap's padding") {
   CHECK(c->filled() == 1);
 }
 
-TEST_CASE("impossible arguments are InvalidArgument") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "impossible arguments are InvalidArgument") {
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   struct Case {
     const char* name;
     uint64_t count;
@@ -372,13 +351,11 @@ TEST_CASE("impossible arguments are InvalidArgument") {
   }
 }
 
-TEST_CASE("a failing decode throws Corruption naming the sample and leaves its slot unfilled") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(
+    LazyFile, "a failing decode throws Corruption naming the sample and leaves its slot unfilled") {
   const uint64_t count = 20;
   const uint64_t j = 7;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   dec.fail_at = static_cast<int64_t>(j);
   auto c = open_cache(path, count, kSmall, dec);
   std::vector<uint8_t> out(kSmall.bytes());
@@ -405,13 +382,10 @@ TEST_CASE("a failing decode throws Corruption naming the sample and leaves its s
   CHECK(check_set_slots_complete(path, count, kSmall) == count - 1);
 }
 
-TEST_CASE("a Loader serves one epoch from a LazyCache") {
-  TempDir dir;
+TEST_CASE_FIXTURE(LazyFile, "a Loader serves one epoch from a LazyCache") {
   const uint64_t count = 103;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
-  std::shared_ptr<const dscache::SampleSource> source =
-      open_cache(dir.file("lazy.bin"), count, kSmall, dec);
+  std::shared_ptr<const dscache::SampleSource> source = open_cache(path, count, kSmall, dec);
   dscache::LoaderOptions o;
   o.batch_size = 16;
   o.workers = 2;

@@ -29,12 +29,9 @@
 // The library's names the tests use unqualified come with lazy_cache_fixtures.h.
 using namespace dscache::test;
 
-TEST_CASE("fills made by another process persist") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "fills made by another process persist") {
   const uint64_t count = 64;
   Decoder child_dec;
-  child_dec.bytes = kSmall.bytes();
   const pid_t pid = spawn([&] {
     auto c = open_cache(path, count, kSmall, child_dec);
     std::vector<uint8_t> out(kSmall.bytes());
@@ -46,7 +43,6 @@ TEST_CASE("fills made by another process persist") {
   REQUIRE(WEXITSTATUS(status) == 0);
 
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   auto c = open_cache(path, count, kSmall, dec);
   CHECK(c->filled() == count / 2);
   for (uint64_t i = 0; i < count; i += 2) CHECK(sample_ok(*c, i));
@@ -66,8 +62,7 @@ TEST_CASE("a process killed at a random moment leaves only complete slots marked
     const std::string path = dir.file("lazy-" + std::to_string(round) + ".bin");
     int opened[2];
     REQUIRE(::pipe(opened) == 0);
-    Decoder slow;
-    slow.bytes = shape.bytes();
+    Decoder slow(shape.bytes());
     slow.sleep_us = 500;  // the whole pass takes about 32 ms
     const pid_t pid = spawn([&] {
       ::close(opened[0]);
@@ -93,8 +88,7 @@ TEST_CASE("a process killed at a random moment leaves only complete slots marked
 
     // Killed before the file got its name: nothing to check but a clean start.
     if (::access(path.c_str(), F_OK) == 0) check_set_slots_complete(path, count, shape);
-    Decoder dec;
-    dec.bytes = shape.bytes();
+    Decoder dec(shape.bytes());
     auto c = open_cache(path, count, shape, dec);
     const uint64_t before = c->filled();
     for (uint64_t i = 0; i < count; ++i) REQUIRE(sample_ok(*c, i));
@@ -103,14 +97,12 @@ TEST_CASE("a process killed at a random moment leaves only complete slots marked
   }
 }
 
-TEST_CASE(
+TEST_CASE_FIXTURE(
+    LazyFile,
     "a decode that kills its process on sample k leaves bit k clear and earlier slots whole") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
   const uint64_t count = 40;
   const uint64_t k = 23;
   Decoder killer;
-  killer.bytes = kSmall.bytes();
   killer.kill_at = static_cast<int64_t>(k);
   const pid_t pid = spawn([&] {
     auto c = open_cache(path, count, kSmall, killer);
@@ -127,19 +119,15 @@ TEST_CASE(
   for (uint64_t i = 0; i < count; ++i) CHECK(bit_set(bitmap, i) == (i < k));
 
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   auto c = open_cache(path, count, kSmall, dec);
   CHECK(c->filled() == k);
   for (uint64_t i = 0; i < count; ++i) CHECK(sample_ok(*c, i));
   CHECK(dec.n() == count - k);
 }
 
-TEST_CASE("a torn slot (bit set, bytes wrong, as after a power loss)") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "a torn slot (bit set, bytes wrong, as after a power loss)") {
   const uint64_t count = 16;
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   {
     auto c = open_cache(path, count, kSmall, dec);
     for (uint64_t i = 0; i < count; ++i) REQUIRE(sample_ok(*c, i));
@@ -151,7 +139,6 @@ TEST_CASE("a torn slot (bit set, bytes wrong, as after a power loss)") {
 
   SUBCASE("verify_hits refills it, through copy_sample and view") {
     Decoder fresh;
-    fresh.bytes = kSmall.bytes();
     {
       auto c = open_cache(path, count, kSmall, fresh, 42, /*verify=*/true);
       CHECK(c->filled() == count);
@@ -167,7 +154,6 @@ TEST_CASE("a torn slot (bit set, bytes wrong, as after a power loss)") {
   }
   SUBCASE("without verify_hits the stored bytes are served as they are") {
     Decoder fresh;
-    fresh.bytes = kSmall.bytes();
     auto c = open_cache(path, count, kSmall, fresh, 42, /*verify=*/false);
     std::vector<uint8_t> out(kSmall.bytes());
     c->copy_sample(5, out.data());
@@ -176,9 +162,7 @@ TEST_CASE("a torn slot (bit set, bytes wrong, as after a power loss)") {
   }
 }
 
-TEST_CASE("processes creating the same file at once end up sharing one file") {
-  TempDir dir;
-  const std::string path = dir.file("lazy.bin");
+TEST_CASE_FIXTURE(LazyFile, "processes creating the same file at once end up sharing one file") {
   const uint64_t count = 400;
   const int kProcs = 4;
   int gate[2];
@@ -186,7 +170,6 @@ TEST_CASE("processes creating the same file at once end up sharing one file") {
   std::vector<pid_t> pids;
   for (int p = 0; p < kProcs; ++p) {
     Decoder dec;
-    dec.bytes = kSmall.bytes();
     pids.push_back(spawn([&, p, dec] {
       ::close(gate[1]);
       char b;
@@ -211,7 +194,6 @@ TEST_CASE("processes creating the same file at once end up sharing one file") {
   CHECK(list_dir(dir.path()) == std::vector<std::string>{"lazy.bin"});  // no temp files left
   CHECK(check_set_slots_complete(path, count, kSmall) == count);
   Decoder dec;
-  dec.bytes = kSmall.bytes();
   auto c = open_cache(path, count, kSmall, dec);
   CHECK(c->filled() == count);
   for (uint64_t i = 0; i < count; ++i) CHECK(sample_ok(*c, i));

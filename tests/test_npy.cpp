@@ -16,15 +16,8 @@
 #include "npy_fixtures.h"
 #include "test_util.h"
 
-namespace {
-
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::NpyHeader;
-
+// The library's names the tests use unqualified come with npy_fixtures.h.
 using namespace dscache::test;
-
-}  // namespace
 
 TEST_SUITE("unit") {
   TEST_CASE("format then parse round-trips every descr and many shapes") {

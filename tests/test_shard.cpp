@@ -170,11 +170,7 @@ TEST_SUITE("unit") {
   }
 
   TEST_CASE("numpy reads an npy shard; its pixel sum equals ours") {
-    TempDir dir;
-    const SampleShape shape{6, 5, 3};
-    const Samples s = random_samples(shape, 9, 42);
-    const std::string path = dir.file("images-00000.npy");
-    write_shard(Storage::kNpy, path, shape, s, 50);
+    const WrittenShard w(Storage::kNpy, "images-00000.npy", {6, 5, 3}, 9, 42, 50);
     const char* code = R"PY(
 import sys
 import numpy as np
@@ -184,55 +180,38 @@ assert a.dtype == np.uint8, a.dtype
 assert a.shape == (n, h, w, c), a.shape
 assert int(a.astype(np.int64).sum()) == total, (int(a.astype(np.int64).sum()), total)
 )PY";
-    CHECK(run_python(dir, code, path + " 9 " + shape_args(shape) + " " + std::to_string(s.sum)) ==
-          0);
+    CHECK(run_python(w.dir, code,
+                     w.path + " 9 " + shape_args(w.shape) + " " + std::to_string(w.s.sum)) == 0);
   }
 
   TEST_CASE("bad shard files are Corruption naming the file; a missing one is NotFound") {
-    TempDir dir;
-    const SampleShape shape{4, 4, 3};
-    const Samples s = random_samples(shape, 5, 9);
-    const std::string good = dir.file("good.npy");
-    write_shard(Storage::kNpy, good, shape, s, 5);
-    const std::string bytes = read_all(good);
+    const WrittenShard w(Storage::kNpy, "good.npy", {4, 4, 3}, 5, 9, 5);
+    const std::string bytes = read_all(w.path);
 
-    struct Case {
-      const char* name;
-      std::string content;
-      SampleShape shape;
-      std::string reason_part;
-    };
-    const std::string other_dtype_path = dir.file("i8.npy");
+    const std::string other_dtype_path = w.dir.file("i8.npy");
     std::vector<int64_t> i8(5 * 4 * 4 * 3, 1);
     dscache::write_npy_file(other_dtype_path, "<i8", {5, 4, 4, 3}, i8.data(), i8.size() * 8);
     std::vector<uint8_t> flat(240, 1);
-    dscache::write_npy_file(dir.file("flat.npy"), "|u1", {240}, flat.data(), flat.size());
-    const Case cases[] = {
-        {"truncated.npy", bytes.substr(0, bytes.size() - 10), shape,
+    dscache::write_npy_file(w.dir.file("flat.npy"), "|u1", {240}, flat.data(), flat.size());
+    const std::vector<BadShard> cases = {
+        {"truncated.npy", bytes.substr(0, bytes.size() - 10), w.shape,
          ("file holds " + std::to_string(bytes.size() - 10) + " bytes, header says " +
           std::to_string(bytes.size()))},
-        {"trailing.npy", bytes + "garbage", shape,
+        {"trailing.npy", bytes + "garbage", w.shape,
          ("file holds " + std::to_string(bytes.size() + 7) + " bytes, header says " +
           std::to_string(bytes.size()))},
         {"wrong_shape.npy", bytes, SampleShape{4, 3, 3}, "expected (n, 4, 3, 3)"},
         {"wrong_channels.npy", bytes, SampleShape{4, 4, 1}, "shape is (5, 4, 4, 3)"},
-        {"zero.npy", "", shape, ""},
-        {"header_only.npy", bytes.substr(0, 40), shape, ""},
-        {"text.npy", "hello\n", shape, "magic"},
-        {"i8.npy", read_all(other_dtype_path), shape, "dtype"},
-        {"flat.npy", read_all(dir.file("flat.npy")), shape, "shape is (240,)"},
+        {"zero.npy", "", w.shape, ""},
+        {"header_only.npy", bytes.substr(0, 40), w.shape, ""},
+        {"text.npy", "hello\n", w.shape, "magic"},
+        {"i8.npy", read_all(other_dtype_path), w.shape, "dtype"},
+        {"flat.npy", read_all(w.dir.file("flat.npy")), w.shape, "shape is (240,)"},
     };
-    for (const Case& c : cases) {
-      const std::string name = c.name;
-      CAPTURE(name);
-      const std::string path = dir.file(c.name);
-      write_all(path, c.content);
-      expect_path_error([&] { dscache::locate_shard(Storage::kNpy, path, c.shape); },
-                        ErrorKind::kCorruption, path, c.reason_part);
-    }
+    check_bad_shards(Storage::kNpy, w.dir, cases);
     for (const StorageCase& sc : storage_cases()) {
-      const std::string missing = dir.file(std::string("missing.") + sc.name);
-      expect_path_error([&] { dscache::locate_shard(sc.storage, missing, shape); },
+      const std::string missing = w.dir.file(std::string("missing.") + sc.name);
+      expect_path_error([&] { dscache::locate_shard(sc.storage, missing, w.shape); },
                         ErrorKind::kNotFound, missing);
     }
   }

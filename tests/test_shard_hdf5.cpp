@@ -80,17 +80,13 @@ with h5py.File(path, "r") as f:
     }
   }
   TEST_CASE("hdf5: bad files are Corruption naming the file") {
-    TempDir dir;
-    const SampleShape shape{4, 4, 3};
-    const Samples s = random_samples(shape, 6, 5);
-    const std::string good = dir.file("good.h5");
-    write_shard(Storage::kHdf5, good, shape, s, 6);
-    const std::string bytes = read_all(good);
-    const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, good, shape);
+    const WrittenShard w(Storage::kHdf5, "good.h5", {4, 4, 3}, 6, 5, 6);
+    const std::string bytes = read_all(w.path);
+    const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, w.path, w.shape);
 
     // An HDF5 file without `images`, and one whose `images` is int16.
-    const std::string no_images = dir.file("no_images.h5");
-    const std::string int16 = dir.file("int16.h5");
+    const std::string no_images = w.dir.file("no_images.h5");
+    const std::string int16 = w.dir.file("int16.h5");
     {
       hid_t f = H5Fcreate(no_images.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
       REQUIRE(f >= 0);
@@ -104,54 +100,37 @@ with h5py.File(path, "r") as f:
       H5Sclose(sp);
       H5Fclose(f);
     }
-    struct Case {
-      const char* name;
-      std::string content;  // empty name content means "use the file as is"
-      SampleShape shape;
-      const char* reason_part;
-    };
-    const Case cases[] = {
-        {"zero.h5", "", shape, "HDF5"},
-        {"text.h5", "this is not an HDF5 file\n", shape, "not an HDF5 file"},
-        {"npy.h5", read_all(dir.file("good.h5")).substr(0, 0) + "\x93NUMPY", shape, "HDF5"},
-        {"truncated.h5", bytes.substr(0, loc.data_offset + 10), shape, ""},
+    const std::vector<BadShard> cases = {
+        {"zero.h5", "", w.shape, "HDF5"},
+        {"text.h5", "this is not an HDF5 file\n", w.shape, "not an HDF5 file"},
+        {"npy.h5", read_all(w.dir.file("good.h5")).substr(0, 0) + "\x93NUMPY", w.shape, "HDF5"},
+        {"truncated.h5", bytes.substr(0, loc.data_offset + 10), w.shape, ""},
         {"wrong_shape.h5", bytes, SampleShape{4, 4, 1}, "expected (n, 4, 4, 1)"},
     };
-    for (const Case& c : cases) {
-      const std::string name = c.name;
-      CAPTURE(name);
-      const std::string path = dir.file(c.name);
-      write_all(path, c.content);
-      expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, path, c.shape); },
-                        ErrorKind::kCorruption, path, c.reason_part);
-    }
-    expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, no_images, shape); },
+    check_bad_shards(Storage::kHdf5, w.dir, cases);
+    expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, no_images, w.shape); },
                       ErrorKind::kCorruption, no_images, "no dataset 'images'");
-    expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, int16, shape); },
+    expect_path_error([&] { dscache::locate_shard(Storage::kHdf5, int16, w.shape); },
                       ErrorKind::kCorruption, int16, "uint8");
   }
 
   TEST_CASE("hdf5: the library reads back images, labels, layout and offset") {
-    TempDir dir;
-    const SampleShape shape{5, 6, 3};
     const uint64_t n = 7;
-    const Samples s = random_samples(shape, n, 77);
-    const std::string path = dir.file("images-00000.h5");
-    write_shard(Storage::kHdf5, path, shape, s, 100);
-    const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, path, shape);
+    const WrittenShard w(Storage::kHdf5, "images-00000.h5", {5, 6, 3}, n, 77, 100);
+    const ShardLocation loc = dscache::locate_shard(Storage::kHdf5, w.path, w.shape);
 
-    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = H5Fopen(w.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     REQUIRE(f >= 0);
     hid_t images = H5Dopen2(f, "images", H5P_DEFAULT);
     hid_t labels = H5Dopen2(f, "labels", H5P_DEFAULT);
     REQUIRE(images >= 0);
     REQUIRE(labels >= 0);
-    std::vector<uint8_t> got(s.bytes.size());
+    std::vector<uint8_t> got(w.s.bytes.size());
     CHECK(H5Dread(images, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()) >= 0);
-    CHECK(got == s.bytes);
+    CHECK(got == w.s.bytes);
     std::vector<int64_t> got_labels(n);
     CHECK(H5Dread(labels, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, got_labels.data()) >= 0);
-    CHECK(got_labels == s.labels);
+    CHECK(got_labels == w.s.labels);
 
     hid_t type = H5Dget_type(images);
     CHECK(H5Tequal(type, H5T_STD_U8LE) > 0);
@@ -163,9 +142,9 @@ with h5py.File(path, "r") as f:
     hsize_t dims[4] = {};
     CHECK(H5Sget_simple_extent_dims(space, dims, nullptr) == 4);
     CHECK(dims[0] == n);
-    CHECK(dims[1] == shape.height);
-    CHECK(dims[2] == shape.width);
-    CHECK(dims[3] == shape.channels);
+    CHECK(dims[1] == w.shape.height);
+    CHECK(dims[2] == w.shape.width);
+    CHECK(dims[3] == w.shape.channels);
     H5Sclose(space);
     hid_t dcpl = H5Dget_create_plist(images);
     CHECK(H5Pget_layout(dcpl) == H5D_CONTIGUOUS);
@@ -197,13 +176,13 @@ with h5py.File(path, "r") as f:
     H5Fclose(f);
 
     // pread at H5Dget_offset gives the samples: what the mmap reader relies on.
-    const int fd = ::open(path.c_str(), O_RDONLY);
+    const int fd = ::open(w.path.c_str(), O_RDONLY);
     REQUIRE(fd >= 0);
-    std::vector<uint8_t> raw(s.bytes.size());
+    std::vector<uint8_t> raw(w.s.bytes.size());
     CHECK(::pread(fd, raw.data(), raw.size(), static_cast<off_t>(offset)) ==
           static_cast<ssize_t>(raw.size()));
     ::close(fd);
-    CHECK(raw == s.bytes);
+    CHECK(raw == w.s.bytes);
   }
 
   TEST_CASE("hdf5: a chunked + deflate images dataset is located as non-contiguous and read") {

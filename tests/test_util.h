@@ -153,6 +153,17 @@ struct CacheSpec {
   uint64_t spare_bytes = 0;      // ragged shard writers' capacity beyond their samples
 };
 
+// The small cache most tests build: 4 + 4 + 2 samples of 5x7x3 (ragged: sides 1..9) in classes
+// cat/dog/emu.
+struct SmallCacheSpec : CacheSpec {
+  SmallCacheSpec() {
+    shard_counts = {4, 4, 2};
+    height = 5;
+    width = 7;
+    classes = {"cat", "dog", "emu"};
+  }
+};
+
 // A complete, valid cache on disk and what it should serve.
 struct WrittenCache {
   std::string dir;

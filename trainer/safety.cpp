@@ -166,34 +166,34 @@ long long now_ns() {
 void say(const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); }
 const char* short_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
+// "dscache-train: " WHO, then `before`, the signal's name and `after`; async-signal-safe.
+void say_about(const char* before, int sig, const char* after) {
+  say("dscache-train: ");
+  say(g_who);
+  say(before);
+  say(short_name(sig));
+  say(after);
+}
+
 void on_stop_signal(int sig) {
   const int phase = g_phase.load();
   if (phase == kExiting) return;
   if (phase == kSetup) {
-    say("dscache-train: ");
-    say(g_who);
-    say("stopped by ");
-    say(short_name(sig));
-    say(" before training started; nothing to save\n");
+    say_about("stopped by ", sig, " before training started; nothing to save\n");
     ::_exit(128 + sig);
   }
   int expected = 0;
   if (g_stop.compare_exchange_strong(expected, sig)) {
     g_first_ns.store(now_ns());
-    say("dscache-train: ");
-    say(g_who);
-    say("got ");
-    say(short_name(sig));
-    say(": stopping after the current optimizer step and writing a checkpoint (send it again to "
-        "exit at once)\n");
+    say_about("got ", sig,
+              ": stopping after the current optimizer step and writing a checkpoint (send it "
+              "again to exit at once)\n");
     return;
   }
   if (now_ns() - g_first_ns.load() < 1000000000LL) return;  // the same request, delivered twice
-  say("dscache-train: ");
-  say(g_who);
-  say("second ");
-  say(short_name(sig));
-  say(" while stopping: exiting at once, without a checkpoint (the previous ones are intact)\n");
+  say_about("second ", sig,
+            " while stopping: exiting at once, without a checkpoint (the previous ones are "
+            "intact)\n");
   ::_exit(128 + sig);
 }
 

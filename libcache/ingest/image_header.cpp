@@ -236,6 +236,23 @@ bool sunraster_dims(const Bytes& b, ImageHeaderInfo* info) {
   return b.be32(4, &w) && b.be32(8, &h) && set_dims(info, w, h);
 }
 
+// The reader of each format's dimensions; a format without one (HDR, OpenEXR) is not ok.
+struct DimsReader {
+  ImageFormat format;
+  bool (*read)(const Bytes& b, ImageHeaderInfo* info);
+};
+constexpr DimsReader kDimsReaders[] = {
+    {ImageFormat::kJpeg, jpeg_dims},
+    {ImageFormat::kPng, png_dims},
+    {ImageFormat::kGif, gif_dims},
+    {ImageFormat::kBmp, bmp_dims},
+    {ImageFormat::kTiff, tiff_dims},
+    {ImageFormat::kWebp, webp_dims},
+    {ImageFormat::kPnm, pnm_dims},
+    {ImageFormat::kJpeg2000, jpeg2000_dims},
+    {ImageFormat::kSunRaster, sunraster_dims},
+};
+
 }  // namespace
 
 const char* to_string(ImageFormat f) {
@@ -305,36 +322,8 @@ ImageHeaderInfo read_image_header(const uint8_t* data, size_t size) {
   if (info.format == ImageFormat::kUnknown) return info;
   Bytes b(data, size);
   bool ok = false;
-  switch (info.format) {
-    case ImageFormat::kJpeg:
-      ok = jpeg_dims(b, &info);
-      break;
-    case ImageFormat::kPng:
-      ok = png_dims(b, &info);
-      break;
-    case ImageFormat::kGif:
-      ok = gif_dims(b, &info);
-      break;
-    case ImageFormat::kBmp:
-      ok = bmp_dims(b, &info);
-      break;
-    case ImageFormat::kTiff:
-      ok = tiff_dims(b, &info);
-      break;
-    case ImageFormat::kWebp:
-      ok = webp_dims(b, &info);
-      break;
-    case ImageFormat::kPnm:
-      ok = pnm_dims(b, &info);
-      break;
-    case ImageFormat::kJpeg2000:
-      ok = jpeg2000_dims(b, &info);
-      break;
-    case ImageFormat::kSunRaster:
-      ok = sunraster_dims(b, &info);
-      break;
-    default:
-      break;
+  for (const DimsReader& r : kDimsReaders) {
+    if (r.format == info.format) ok = r.read(b, &info);
   }
   if (!ok) {
     info.width = info.height = 0;

@@ -144,12 +144,12 @@ struct DecodeJob {
   const uint8_t* data;
   size_t size;
   uint32_t height, width, channels;  // expected stream size, output channels
-  bool fast;                         // scale/crop path (else: every row at full size into out)
-  uint8_t* out;                      // full path: height*width*channels bytes
-  uint32_t scale_num;                // fast path: DCT scale /8
-  bool crop;                         // fast path: crop columns and skip rows
-  uint32_t y0, y1, x0, x1;           // fast path: rows/columns wanted, in full-size pixels
-  uint8_t* region;                   // fast path: room for the whole image at that scale
+  bool fast = false;                 // scale/crop path (else: every row at full size into out)
+  uint8_t* out = nullptr;            // full path: height*width*channels bytes
+  uint32_t scale_num = 0;            // fast path: DCT scale /8
+  bool crop = false;                 // fast path: crop columns and skip rows
+  uint32_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;  // fast path: rows/columns wanted, full-size pixels
+  uint8_t* region = nullptr;                // fast path: room for the whole image at that scale
 };
 
 // What it found. Plain data.
@@ -291,12 +291,7 @@ void throw_if_failed(Status st, const JpegScratch::Impl* s, const DecodeJob& job
 // Full-size decode into `out` (throws on failure); updates the stats.
 void decode_full(JpegScratch::Impl* s, const uint8_t* data, size_t size, uint32_t height,
                  uint32_t width, uint32_t channels, uint8_t* out) {
-  DecodeJob job{};
-  job.data = data;
-  job.size = size;
-  job.height = height;
-  job.width = width;
-  job.channels = channels;
+  DecodeJob job{data, size, height, width, channels};  // the path's fields follow
   job.fast = false;
   job.out = out;
   DecodeResult res;
@@ -435,12 +430,7 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
       check_header(data, size, height, width);  // before allocating what the caller claims
       s->image.resize(need);
     }
-    DecodeJob job{};
-    job.data = data;
-    job.size = size;
-    job.height = height;
-    job.width = width;
-    job.channels = channels;
+    DecodeJob job{data, size, height, width, channels};  // the path's fields follow
     job.fast = true;
     job.scale_num = m;
     job.crop = options.crop;

@@ -112,30 +112,37 @@ struct LazyCache::Impl {
     misses.fetch_add(1, std::memory_order_relaxed);
   }
 
+  // Holds the claim on slot `i` for its scope.
+  struct Claim {
+    const Impl* impl;
+    uint64_t i;
+    ~Claim() { impl->release(i); }
+  };
+
+  // A hit for copy(): slot `i` is filled and its copy in `out` checks good.
+  bool copy_hit(uint64_t i, uint8_t* out) const {
+    if (!is_filled(i)) return false;
+    std::memcpy(out, slot(i), geo.slot_bytes);
+    if (!good(i, out)) return false;  // checked on the copy: no window between check and use
+    hits.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // A hit for view(): slot `i` is filled and checks good in place.
+  bool view_hit(uint64_t i) const {
+    if (!is_filled(i) || !good(i, slot(i))) return false;
+    hits.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
   void copy(uint64_t i, uint8_t* out) const {
     check_index(i);
     for (;;) {
-      if (is_filled(i)) {
-        std::memcpy(out, slot(i), geo.slot_bytes);
-        if (good(i, out)) {  // checked on the copy: no window between check and use
-          hits.fetch_add(1, std::memory_order_relaxed);
-          return;
-        }
-      }
+      if (copy_hit(i, out)) return;
       if (!claim(i)) continue;
-      struct Release {
-        const Impl* impl;
-        uint64_t i;
-        ~Release() { impl->release(i); }
-      } release_on_exit{this, i};
+      const Claim held{this, i};
       // A thread that held the claim (or another process) may have filled it since we looked.
-      if (is_filled(i)) {
-        std::memcpy(out, slot(i), geo.slot_bytes);
-        if (good(i, out)) {
-          hits.fetch_add(1, std::memory_order_relaxed);
-          return;
-        }
-      }
+      if (copy_hit(i, out)) return;
       fill(i, out);  // decodes straight into the caller's buffer
       return;
     }
@@ -144,20 +151,10 @@ struct LazyCache::Impl {
   const uint8_t* view(uint64_t i) const {
     check_index(i);
     for (;;) {
-      if (is_filled(i) && good(i, slot(i))) {
-        hits.fetch_add(1, std::memory_order_relaxed);
-        return slot(i);
-      }
+      if (view_hit(i)) return slot(i);
       if (!claim(i)) continue;
-      struct Release {
-        const Impl* impl;
-        uint64_t i;
-        ~Release() { impl->release(i); }
-      } release_on_exit{this, i};
-      if (is_filled(i) && good(i, slot(i))) {
-        hits.fetch_add(1, std::memory_order_relaxed);
-        return slot(i);
-      }
+      const Claim held{this, i};
+      if (view_hit(i)) return slot(i);
       // Never decode into the slot itself: another process may be reading or filling it.
       std::vector<uint8_t> buf(geo.slot_bytes);
       fill(i, buf.data());

@@ -58,6 +58,15 @@ void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* 
   File::open(path).read_at(offset, n, out);
 }
 
+ShardEntry shard_entry(const FileEntry& file, uint64_t count) {
+  ShardEntry e;
+  e.file = file.file;
+  e.count = count;
+  e.bytes = file.bytes;
+  e.xxh64 = file.xxh64;
+  return e;
+}
+
 }  // namespace detail
 
 namespace {
@@ -71,11 +80,36 @@ void check_shape(SampleShape shape, const std::string& path) {
   }
 }
 
-#ifndef DSCACHE_HAVE_HDF5
-[[noreturn]] void no_hdf5(const std::string& path) {
-  throw Error(ErrorKind::kUnsupported, path, "this build of libcache has no HDF5 support");
+// npy() or hdf5(), by `storage` (in a build without HDF5 the HDF5 half is shard_hdf5_stub.cpp:
+// Unsupported naming the file).
+template <typename Npy, typename Hdf5>
+auto by_storage(Storage storage, const std::string& path, const Npy& npy, const Hdf5& hdf5) {
+  switch (storage) {
+    case Storage::kNpy:
+      return npy();
+    case Storage::kHdf5:
+      return hdf5();
+  }
+  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
 }
-#endif
+
+// Checks a read of `unit` [first, first + n) of a shard at `loc`: InvalidArgument naming `path`
+// when it passes the shard's count, or when a shard not stored contiguously is not HDF5 (only
+// HDF5 shards are read through their library). False when there is nothing to read (n == 0).
+bool must_read(Storage storage, const std::string& path, const ShardLocation& loc, const char* unit,
+               uint64_t first, uint64_t n) {
+  if (first > loc.count || n > loc.count - first) {
+    throw Error(ErrorKind::kInvalidArgument, path,
+                std::string(unit) + " [" + std::to_string(first) + ", " + std::to_string(first) +
+                    "+" + std::to_string(n) + ") are outside the shard's " +
+                    std::to_string(loc.count));
+  }
+  if (n == 0) return false;
+  if (!loc.contiguous && storage != Storage::kHdf5) {
+    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -90,52 +124,24 @@ bool hdf5_supported() {
 std::unique_ptr<ShardWriter> ShardWriter::create(Storage storage, const std::string& path,
                                                  SampleShape shape, uint64_t capacity) {
   check_shape(shape, path);
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::create_npy_writer(path, shape, capacity);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::create_hdf5_writer(path, shape, capacity);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::create_npy_writer(path, shape, capacity); },
+      [&] { return detail::create_hdf5_writer(path, shape, capacity); });
 }
 
 ShardLocation locate_shard(Storage storage, const std::string& path, SampleShape shape) {
   check_shape(shape, path);
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::locate_npy_shard(path, shape);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::locate_hdf5_shard(path, shape);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::locate_npy_shard(path, shape); },
+      [&] { return detail::locate_hdf5_shard(path, shape); });
 }
 
 void read_shard_samples(Storage storage, const std::string& path, const ShardLocation& loc,
                         SampleShape shape, uint64_t first, uint64_t n, uint8_t* out) {
-  if (first > loc.count || n > loc.count - first) {
-    throw Error(ErrorKind::kInvalidArgument, path,
-                "samples [" + std::to_string(first) + ", " + std::to_string(first) + "+" +
-                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
-  }
-  if (n == 0) return;
+  if (!must_read(storage, path, loc, "samples", first, n)) return;
   if (!loc.contiguous) {
-#ifdef DSCACHE_HAVE_HDF5
-    if (storage == Storage::kHdf5) {
-      detail::read_hdf5_samples(path, shape, first, n, out);
-      return;
-    }
-#else
-    if (storage == Storage::kHdf5) no_hdf5(path);
-#endif
-    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+    detail::read_hdf5_samples(path, shape, first, n, out);
+    return;
   }
   const uint64_t sample = shape.bytes();
   // In range: locate checked the extent.
@@ -150,51 +156,24 @@ std::unique_ptr<RaggedShardWriter> RaggedShardWriter::create(Storage storage,
     throw Error(ErrorKind::kInvalidArgument, path,
                 std::to_string(channels) + " channels is invalid (need 1 or 3)");
   }
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::create_npy_ragged_writer(path, channels, capacity_bytes);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::create_hdf5_ragged_writer(path, channels, capacity_bytes);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path,
+      [&] { return detail::create_npy_ragged_writer(path, channels, capacity_bytes); },
+      [&] { return detail::create_hdf5_ragged_writer(path, channels, capacity_bytes); });
 }
 
 ShardLocation locate_ragged_shard(Storage storage, const std::string& path) {
-  switch (storage) {
-    case Storage::kNpy:
-      return detail::locate_npy_ragged_shard(path);
-    case Storage::kHdf5:
-#ifdef DSCACHE_HAVE_HDF5
-      return detail::locate_hdf5_ragged_shard(path);
-#else
-      no_hdf5(path);
-#endif
-  }
-  throw Error(ErrorKind::kInvalidArgument, path, "unknown storage");
+  return by_storage(
+      storage, path, [&] { return detail::locate_npy_ragged_shard(path); },
+      [&] { return detail::locate_hdf5_ragged_shard(path); });
 }
 
 void read_shard_bytes(Storage storage, const std::string& path, const ShardLocation& loc,
                       uint64_t offset, uint64_t n, uint8_t* out) {
-  if (offset > loc.count || n > loc.count - offset) {
-    throw Error(ErrorKind::kInvalidArgument, path,
-                "bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + "+" +
-                    std::to_string(n) + ") are outside the shard's " + std::to_string(loc.count));
-  }
-  if (n == 0) return;
+  if (!must_read(storage, path, loc, "bytes", offset, n)) return;
   if (!loc.contiguous) {
-#ifdef DSCACHE_HAVE_HDF5
-    if (storage == Storage::kHdf5) {
-      detail::read_hdf5_bytes(path, offset, n, out);
-      return;
-    }
-#else
-    if (storage == Storage::kHdf5) no_hdf5(path);
-#endif
-    throw Error(ErrorKind::kInvalidArgument, path, "npy shards are always contiguous");
+    detail::read_hdf5_bytes(path, offset, n, out);
+    return;
   }
   detail::pread_exact(path, loc.data_offset + offset, n, out);
 }

@@ -214,13 +214,7 @@ class Hdf5Builder {
     bytes_at_commit_ = data_bytes;
     raw_.reset();  // removes the raw temp file
 
-    const FileEntry f = hash_file(path_);
-    ShardEntry e;
-    e.file = f.file;
-    e.count = n;
-    e.bytes = f.bytes;
-    e.xxh64 = f.xxh64;
-    return e;
+    return shard_entry(hash_file(path_), n);
   }
 
  private:
@@ -346,18 +340,32 @@ void open_images(const std::string& path, OpenShard* s) {
   if (!s->images.ok()) fail(ErrorKind::kCorruption, path, "'images' is not a dataset");
 }
 
-void check_uint8(const OpenShard& s, const std::string& path) {
-  Handle type(H5Dget_type(s.images.get()), H5Tclose);
+// Opens the uint8 `images` of `path` into `s` and reads its `rank` dimensions into `dims`;
+// Corruption when it is not uint8 or has another rank (`expected` says which, for the message).
+void open_u8_images(const std::string& path, OpenShard* s, int rank, hsize_t* dims,
+                    const char* expected) {
+  open_images(path, s);
+  Handle type(H5Dget_type(s->images.get()), H5Tclose);
   if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
       H5Tget_sign(type.get()) != H5T_SGN_NONE) {
     fail(ErrorKind::kCorruption, path, "'images' is not uint8");
   }
+  Handle space(H5Dget_space(s->images.get()), H5Sclose);
+  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
+  const int got = H5Sget_simple_extent_ndims(space.get());
+  if (got != rank || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != rank) {
+    fail(ErrorKind::kCorruption, path,
+         "'images' has " + std::to_string(got) + " dimensions, expected " + expected);
+  }
 }
 
-// Fills loc->contiguous/data_offset: `data` bytes of `images` at one file offset inside a file of
-// `size` bytes, or a chunked/compressed dataset read through the library.
-void place_data(const OpenShard& s, const std::string& path, uint64_t size, uint64_t data,
-                ShardLocation* loc) {
+// Where a shard of `count` samples lies: `data` bytes of `images` at one file offset inside a file
+// of `size` bytes, or a chunked/compressed dataset read through the library.
+ShardLocation locate_data(const OpenShard& s, const std::string& path, uint64_t size,
+                          uint64_t count, uint64_t data) {
+  ShardLocation loc;
+  loc.count = count;
+  loc.file_bytes = size;
   Handle dcpl(H5Dget_create_plist(s.images.get()), H5Pclose);
   const bool contiguous_layout = dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
   const haddr_t offset = H5Dget_offset(s.images.get());
@@ -368,16 +376,17 @@ void place_data(const OpenShard& s, const std::string& path, uint64_t size, uint
                (data > UINT64_MAX - offset ? std::string("past 2^64")
                                            : std::to_string(offset + data)));
     }
-    loc->contiguous = true;
-    loc->data_offset = offset;
+    loc.contiguous = true;
+    loc.data_offset = offset;
   } else if (contiguous_layout && data == 0) {
     // An empty contiguous dataset has no storage and so no address; there is nothing to map.
-    loc->contiguous = true;
-    loc->data_offset = 0;
+    loc.contiguous = true;
+    loc.data_offset = 0;
   } else {
-    loc->contiguous = false;
-    loc->data_offset = 0;
+    loc.contiguous = false;
+    loc.data_offset = 0;
   }
+  return loc;
 }
 
 }  // namespace
@@ -397,16 +406,8 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
   OpenShard s;
-  open_images(path, &s);
-  check_uint8(s, path);
-  Handle space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  const int rank = H5Sget_simple_extent_ndims(space.get());
   hsize_t dims[4] = {0, 0, 0, 0};
-  if (rank != 4 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 4) {
-    fail(ErrorKind::kCorruption, path,
-         "'images' has " + std::to_string(rank) + " dimensions, expected 4 (n, H, W, C)");
-  }
+  open_u8_images(path, &s, 4, dims, "4 (n, H, W, C)");
   if (dims[1] != shape.height || dims[2] != shape.width || dims[3] != shape.channels) {
     fail(ErrorKind::kCorruption, path,
          "'images' is (" + std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " +
@@ -414,81 +415,60 @@ ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape) {
              std::to_string(shape.height) + ", " + std::to_string(shape.width) + ", " +
              std::to_string(shape.channels) + ")");
   }
-  ShardLocation loc;
-  loc.count = dims[0];
-  loc.file_bytes = size;
-  const uint64_t data = checked_mul(dims[0], shape.bytes(), path);
-  place_data(s, path, size, data, &loc);
-  return loc;
+  return locate_data(s, path, size, dims[0], checked_mul(dims[0], shape.bytes(), path));
 }
 
 ShardLocation locate_hdf5_ragged_shard(const std::string& path) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   const uint64_t size = file_size(path);  // NotFound before HDF5 sees the path
   OpenShard s;
-  open_images(path, &s);
-  check_uint8(s, path);
-  Handle space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  const int rank = H5Sget_simple_extent_ndims(space.get());
   hsize_t dims[1] = {0};
-  if (rank != 1 || H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 1) {
-    fail(ErrorKind::kCorruption, path,
-         "'images' has " + std::to_string(rank) +
-             " dimensions, expected 1 (bytes,) for a ragged "
-             "shard");
-  }
-  ShardLocation loc;
-  loc.count = dims[0];
-  loc.file_bytes = size;
-  place_data(s, path, size, dims[0], &loc);
-  return loc;
+  open_u8_images(path, &s, 1, dims, "1 (bytes,) for a ragged shard");
+  return locate_data(s, path, size, dims[0], dims[0]);
 }
 
-void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+namespace {
+
+// Reads the hyperslab at `start` of `count` (each `rank` long) of `images` into `out`; `what`
+// ("bytes" or "samples") names the unit the errors count in. A rank-1 read (a ragged shard's
+// bytes) first checks that `images` is 1-d; a rank-4 read leaves a wrong rank to the hyperslab
+// selection, which refuses it.
+void read_images_slab(const std::string& path, int rank, const hsize_t* start, const hsize_t* count,
+                      const std::string& what, uint8_t* out) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   OpenShard s;
   open_images(path, &s);
   Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
   if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
-  if (H5Sget_simple_extent_ndims(file_space.get()) != 1) {
+  if (rank == 1 && H5Sget_simple_extent_ndims(file_space.get()) != 1) {
     fail(ErrorKind::kCorruption, path, "'images' is not 1-d");
   }
-  const hsize_t start[1] = {offset};
-  const hsize_t count[1] = {n};
   if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
-    fail(ErrorKind::kInvalidArgument, path, "bytes out of range");
+    fail(ErrorKind::kInvalidArgument, path, what + " out of range");
   }
-  Handle mem_space(H5Screate_simple(1, count, nullptr), H5Sclose);
+  Handle mem_space(H5Screate_simple(rank, count, nullptr), H5Sclose);
   if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
   if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
               out) < 0) {
     fail(ErrorKind::kCorruption, path,
-         "HDF5 could not read bytes [" + std::to_string(offset) + ", " +
-             std::to_string(offset + n) + ") of 'images'");
+         "HDF5 could not read " + what + " [" + std::to_string(start[0]) + ", " +
+             std::to_string(start[0] + count[0]) + ") of 'images'");
   }
+}
+
+}  // namespace
+
+void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out) {
+  const hsize_t start[1] = {offset};
+  const hsize_t count[1] = {n};
+  read_images_slab(path, 1, start, count, "bytes", out);
 }
 
 void read_hdf5_samples(const std::string& path, SampleShape shape, uint64_t first, uint64_t n,
                        uint8_t* out) {
-  std::lock_guard<std::mutex> lock(hdf5_mutex());
-  OpenShard s;
-  open_images(path, &s);
-  Handle file_space(H5Dget_space(s.images.get()), H5Sclose);
-  if (!file_space.ok()) fail(ErrorKind::kCorruption, path, "'images' has no dataspace");
   const hsize_t start[4] = {first, 0, 0, 0};
   const hsize_t count[4] = {n, shape.height, shape.width, shape.channels};
-  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0) {
-    fail(ErrorKind::kInvalidArgument, path, "samples out of range");
-  }
-  Handle mem_space(H5Screate_simple(4, count, nullptr), H5Sclose);
-  if (!mem_space.ok()) fail(ErrorKind::kIOError, path, "HDF5: create dataspace failed");
-  if (H5Dread(s.images.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT,
-              out) < 0) {
-    fail(ErrorKind::kCorruption, path,
-         "HDF5 could not read samples [" + std::to_string(first) + ", " +
-             std::to_string(first + n) + ") of 'images'");
-  }
+  read_images_slab(path, 4, start, count, "samples", out);
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "dscache/manifest.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -28,6 +29,9 @@ uint64_t ragged_sample_bytes(const std::string& path, uint32_t height, uint32_t 
 // The same check for `n` stored bytes: InvalidArgument for n == 0 or when it does not fit.
 void check_ragged_room(const std::string& path, uint64_t n, uint64_t used, uint64_t capacity_bytes);
 
+// The manifest's entry for a committed shard file of `count` samples.
+ShardEntry shard_entry(const FileEntry& file, uint64_t count);
+
 // Reads exactly `n` bytes at `offset` of the file at `path` (pread). Corruption when the file ends
 // first.
 void pread_exact(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out);
@@ -40,7 +44,7 @@ std::unique_ptr<RaggedShardWriter> create_npy_ragged_writer(const std::string& p
                                                             uint64_t capacity_bytes);
 ShardLocation locate_npy_ragged_shard(const std::string& path);
 
-#ifdef DSCACHE_HAVE_HDF5
+// The HDF5 half (shard_hdf5.cpp; in a build without HDF5, shard_hdf5_stub.cpp: Unsupported).
 std::unique_ptr<ShardWriter> create_hdf5_writer(const std::string& path, SampleShape shape,
                                                 uint64_t capacity);
 ShardLocation locate_hdf5_shard(const std::string& path, SampleShape shape);
@@ -53,7 +57,6 @@ std::unique_ptr<RaggedShardWriter> create_hdf5_ragged_writer(const std::string& 
 ShardLocation locate_hdf5_ragged_shard(const std::string& path);
 // Reads bytes [offset, offset + n) of a 1-d `images` through the HDF5 library.
 void read_hdf5_bytes(const std::string& path, uint64_t offset, uint64_t n, uint8_t* out);
-#endif
 
 }  // namespace detail
 }  // namespace dscache

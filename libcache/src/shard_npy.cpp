@@ -26,13 +26,7 @@ ShardEntry commit_npy_shard(AtomicFile& file, const std::string& initial_header,
     throw Error(ErrorKind::kInvalidArgument, file.temp_path(), "npy header grew at commit");
   }
   if (header != initial_header) file.pwrite(header.data(), header.size(), 0);
-  const FileEntry f = file.commit();
-  ShardEntry e;
-  e.file = f.file;
-  e.count = count;
-  e.bytes = f.bytes;
-  e.xxh64 = f.xxh64;
-  return e;
+  return shard_entry(file.commit(), count);
 }
 
 class NpyShardWriter : public ShardWriter {
@@ -152,6 +146,28 @@ NpyHeader read_u8_header(const std::string& path) {
   return h;
 }
 
+// Where an npy shard's `data` bytes lie: right after the header `h`, ending the file of `size`
+// bytes (Corruption otherwise); `unit` names what the header's first dimension counts.
+ShardLocation contiguous_location(const std::string& path, uint64_t size, const NpyHeader& h,
+                                  uint64_t data, const char* unit) {
+  if (data > UINT64_MAX - h.data_offset) {
+    throw Error(ErrorKind::kCorruption, path, "array size overflows 64 bits");
+  }
+  const uint64_t expected = h.data_offset + data;
+  if (expected != size) {
+    throw Error(ErrorKind::kCorruption, path,
+                "file holds " + std::to_string(size) + " bytes, header says " +
+                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) + " " + unit +
+                    ")");
+  }
+  ShardLocation loc;
+  loc.count = h.shape[0];
+  loc.data_offset = h.data_offset;
+  loc.file_bytes = size;
+  loc.contiguous = true;
+  return loc;
+}
+
 }  // namespace
 
 std::unique_ptr<RaggedShardWriter> create_npy_ragged_writer(const std::string& path,
@@ -167,21 +183,7 @@ ShardLocation locate_npy_ragged_shard(const std::string& path) {
     throw Error(ErrorKind::kCorruption, path,
                 "shape is " + dims_text(h.shape) + ", expected (bytes,) for a ragged shard");
   }
-  if (h.shape[0] > UINT64_MAX - h.data_offset) {
-    throw Error(ErrorKind::kCorruption, path, "array size overflows 64 bits");
-  }
-  const uint64_t expected = h.data_offset + h.shape[0];
-  if (expected != size) {
-    throw Error(ErrorKind::kCorruption, path,
-                "file holds " + std::to_string(size) + " bytes, header says " +
-                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) + " image bytes)");
-  }
-  ShardLocation loc;
-  loc.count = h.shape[0];
-  loc.data_offset = h.data_offset;
-  loc.file_bytes = size;
-  loc.contiguous = true;
-  return loc;
+  return contiguous_location(path, size, h, h.shape[0], "image bytes");
 }
 
 std::unique_ptr<ShardWriter> create_npy_writer(const std::string& path, SampleShape shape,
@@ -200,22 +202,8 @@ ShardLocation locate_npy_shard(const std::string& path, SampleShape shape) {
                     ", " + std::to_string(shape.width) + ", " + std::to_string(shape.channels) +
                     ")");
   }
-  const uint64_t data = checked_mul(h.shape[0], shape.bytes(), path);
-  if (data > UINT64_MAX - h.data_offset) {
-    throw Error(ErrorKind::kCorruption, path, "array size overflows 64 bits");
-  }
-  const uint64_t expected = h.data_offset + data;
-  if (expected != size) {
-    throw Error(ErrorKind::kCorruption, path,
-                "file holds " + std::to_string(size) + " bytes, header says " +
-                    std::to_string(expected) + " (" + std::to_string(h.shape[0]) + " samples)");
-  }
-  ShardLocation loc;
-  loc.count = h.shape[0];
-  loc.data_offset = h.data_offset;
-  loc.file_bytes = size;
-  loc.contiguous = true;
-  return loc;
+  return contiguous_location(path, size, h, checked_mul(h.shape[0], shape.bytes(), path),
+                             "samples");
 }
 
 }  // namespace detail

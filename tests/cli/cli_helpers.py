@@ -144,6 +144,13 @@ def huge_png_bytes(w, h):
             + png_chunk(b"IEND", b""))
 
 
+def check_pixels_equal(got, want, what):
+    """GOT equals WANT value for value; a failure names WHAT and how far they are apart."""
+    check(np.array_equal(got, want),
+          f"{what}: max abs diff {np.abs(got.astype(int) - want).max()}, "
+          f"mismatching values {np.count_nonzero(got != want)}")
+
+
 def make_simple_folder(root, classes, per_class, size, seed=0, ext=".png"):
     """classes x per_class random images of size (h, w); returns the relative paths in order."""
     h, w = size
@@ -154,6 +161,34 @@ def make_simple_folder(root, classes, per_class, size, seed=0, ext=".png"):
             write_img(Path(root) / rel, rand_rgb(seed * 100003 + ci * 1009 + k, h, w))
             rels.append(rel)
     return rels
+
+
+def kept_shards(out, n, ext=".npy"):
+    """After a build of OUT was killed: OUT is absent and its partial dir holds the finished
+    shards images-00000 .. n-1 (with ext); returns their paths."""
+    part = partial_dir(out)
+    check(not out.exists(), "OUTPUT exists after the build was killed")
+    check(part.is_dir(), f"{part} missing after the build was killed")
+    files = [part / f"images-{k:05d}{ext}" for k in range(n)]
+    for f in files:
+        check(f.is_file(), f"{f.name} missing from the partial dir: {sorted(os.listdir(part))}")
+    return files
+
+
+def make_mixed_folder(src, classes, n_per_class, spread):
+    """PNG and JPEG files of mixed sizes, n_per_class in each class folder: every third a smooth
+    JPEG, the rest random PNGs, of 20 + up to spread = (dh, dw) pixels (JPEGs twice that), plus
+    the undecodable k2/zz_bad.jpg."""
+    dh, dw = spread
+    for ci, cls in enumerate(classes):
+        for k in range(n_per_class):
+            seed = ci * 100 + k
+            h, w = 20 + (seed * 7) % dh, 20 + (seed * 13) % dw
+            if k % 3 == 0:
+                write_img(src / cls / f"f{k:02d}.jpg", smooth_rgb(seed, h * 2, w * 2))
+            else:
+                write_img(src / cls / f"f{k:02d}.png", rand_rgb(seed, h, w))
+    write_bytes(src / "k2" / "zz_bad.jpg", b"nope")
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,13 +238,19 @@ def load_labels(out):
     return lab
 
 
+def checked_manifest(out, layout, storage):
+    """The manifest of the cache in OUT, checked for format_version 1, `layout` and `storage`."""
+    m = load_manifest(out)
+    check_eq(m.get("format_version"), 1, "manifest format_version")
+    check_eq(m.get("layout"), layout, "manifest layout")
+    check_eq(m.get("storage"), storage, "manifest storage")
+    return m
+
+
 def check_cache(out, storage="npy"):
     """Structural checks every built cache must pass; returns (manifest, images, labels)."""
     out = Path(out)
-    m = load_manifest(out)
-    check_eq(m.get("format_version"), 1, "manifest format_version")
-    check_eq(m.get("layout"), "fixed", "manifest layout")
-    check_eq(m.get("storage"), storage, "manifest storage")
+    m = checked_manifest(out, "fixed", storage)
     check_eq(m.get("dtype"), "uint8", "manifest dtype")
     H, W, C = m["shape"]
     check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
@@ -356,10 +397,7 @@ def check_side_files(out, m):
 def check_ragged_cache(out, storage="npy", max_side=None, channels=3):
     """Structural checks of a ragged cache; returns (manifest, [sample arrays], labels, index)."""
     out = Path(out)
-    m = load_manifest(out)
-    check_eq(m.get("format_version"), 1, "manifest format_version")
-    check_eq(m.get("layout"), "ragged", "manifest layout")
-    check_eq(m.get("storage"), storage, "manifest storage")
+    m = checked_manifest(out, "ragged", storage)
     check_eq(m.get("dtype"), "uint8", "manifest dtype")
     check_eq(m.get("shape"), [0, 0, channels], "ragged manifest shape")
     C = channels

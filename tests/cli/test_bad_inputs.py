@@ -118,6 +118,25 @@ def edit_manifest(d, f):
     mp.write_text(json.dumps(m, indent=2))
 
 
+def cut_to_empty(d):
+    """Cuts the 16x16 npy cache in D to count 0 (FORMAT.md allows it; a build refuses to make
+    one): empty side files and first shard, the other shards dropped, the manifest to match."""
+    (d / "labels.npy").write_bytes(npy_bytes(np.zeros(0, "<i8")))
+    (d / "checksums.npy").write_bytes(npy_bytes(np.zeros(0, "<u8")))
+    (d / "sources.jsonl").write_bytes(b"")
+    (d / "images-00000.npy").write_bytes(npy_bytes(np.zeros((0, 16, 16, 3), np.uint8)))
+    for name in ("labels.npy", "checksums.npy", "sources.jsonl", "images-00000.npy"):
+        refresh(d, name)
+
+    def zero(m):
+        m["count"] = 0
+        m["class_counts"] = [0] * len(m["classes"])
+        m["shards"] = m["shards"][:1]
+        m["shards"][0]["count"] = 0
+        m["source"]["entries"] = 0
+    edit_manifest(d, zero)
+
+
 def npy_bytes(arr, header_shape=None, fortran=False):
     """An .npy file of ARR whose header may lie about the shape or the order."""
     shape = arr.shape if header_shape is None else header_shape
@@ -278,19 +297,7 @@ def case_empty_cache(tmp):
     then exit 2), --sample is out of range (a bad value: exit 2)."""
     # A build refuses to make one (nothing decoded); so cut a real cache down to 0 samples.
     out = variant(base_cache(tmp), tmp, "empty")
-    (out / "labels.npy").write_bytes(npy_bytes(np.zeros(0, "<i8")))
-    (out / "checksums.npy").write_bytes(npy_bytes(np.zeros(0, "<u8")))
-    (out / "sources.jsonl").write_bytes(b"")
-    (out / "images-00000.npy").write_bytes(npy_bytes(np.zeros((0, 16, 16, 3), np.uint8)))
-    for name in ("labels.npy", "checksums.npy", "sources.jsonl", "images-00000.npy"):
-        refresh(out, name)
-
-    def zero(m):
-        m["count"] = 0
-        m["class_counts"] = [0] * len(m["classes"])
-        m["shards"][0]["count"] = 0
-        m["source"]["entries"] = 0
-    edit_manifest(out, zero)
+    cut_to_empty(out)
     check(json.loads((out / "manifest.json").read_text())["count"] == 0, "count is not 0")
     expect(["inspect", out], 0, ["samples    0"])
     expect(["verify", out], 0, ["OK"])

@@ -24,9 +24,9 @@ import numpy as np
 from PIL import Image
 
 from cli_helpers import (
-    build, check, check_cache, check_eq, class_counts_list, encode, huge_png_bytes, imread_grey,
-    imread_rgb, main, make_simple_folder, partial_dir, rand_rgb, read_jsonl, run_json, smooth_rgb,
-    summary_mentions_skipped, write_bytes, write_img,
+    build, check, check_cache, check_eq, check_pixels_equal, class_counts_list, encode,
+    huge_png_bytes, imread_grey, imread_rgb, main, make_simple_folder, partial_dir, rand_rgb,
+    read_jsonl, run_json, smooth_rgb, summary_mentions_skipped, write_bytes, write_img,
 )
 
 
@@ -109,15 +109,11 @@ def case_folder_pixels_interop_npy(tmp):
         check(arr.flags["C_CONTIGUOUS"], f"{s['file']} not C order")
     for i, rel in enumerate(order[:4]):
         ref = imread_rgb(src / rel)
-        check(np.array_equal(images[i], ref),
-              f"sample {i} ({rel}) differs from cv2.imread+BGR2RGB: max abs diff "
-              f"{np.abs(images[i].astype(int) - ref).max()}")
+        check_pixels_equal(images[i], ref, f"sample {i} ({rel}) differs from cv2.imread+BGR2RGB")
     ref = cv2.resize(imread_rgb(src / "c/shrink.png"), (32, 32), interpolation=cv2.INTER_AREA)
-    check(np.array_equal(images[5], ref), "c/shrink.png: stretch != cv2.resize INTER_AREA "
-          f"(max abs diff {np.abs(images[5].astype(int) - ref).max()})")
+    check_pixels_equal(images[5], ref, "c/shrink.png: stretch != cv2.resize INTER_AREA")
     ref = cv2.resize(imread_rgb(src / "c/grow.png"), (32, 32), interpolation=cv2.INTER_LINEAR)
-    check(np.array_equal(images[4], ref), "c/grow.png: stretch != cv2.resize INTER_LINEAR "
-          f"(max abs diff {np.abs(images[4].astype(int) - ref).max()})")
+    check_pixels_equal(images[4], ref, "c/grow.png: stretch != cv2.resize INTER_LINEAR")
 
     # Grey: --channels 1 equals IMREAD_GRAYSCALE (colour PNG, grey PNG, JPEG).
     gsrc = tmp / "gsrc"
@@ -131,9 +127,8 @@ def case_folder_pixels_interop_npy(tmp):
     check_eq(gm["channel_order"], "L", "grey channel_order")
     for i, rel in enumerate(["x/colour.png", "x/grey.png", "y/photo.jpg"]):
         ref = imread_grey(gsrc / rel)
-        check(np.array_equal(gimages[i][..., 0], ref),
-              f"grey sample {i} ({rel}) differs from IMREAD_GRAYSCALE: max abs diff "
-              f"{np.abs(gimages[i][..., 0].astype(int) - ref).max()}")
+        check_pixels_equal(gimages[i][..., 0], ref,
+                           f"grey sample {i} ({rel}) differs from IMREAD_GRAYSCALE")
 
 
 def case_resize_modes(tmp):
@@ -164,10 +159,7 @@ def case_resize_modes(tmp):
             want = cv2.resize(img, (32, 32), interpolation=cv2.INTER_AREA)
             want_tall = cv2.resize(tall, (32, 32), interpolation=cv2.INTER_AREA)
         for got, ref, name in ((images[0], want, "wide.png"), (images[1], want_tall, "zz_tall.png")):
-            check(np.array_equal(got, ref),
-                  f"--resize {mode}: {name} differs from the reference: max abs diff "
-                  f"{np.abs(got.astype(int) - ref).max()}, "
-                  f"mismatching pixels {(got != ref).any(axis=2).sum()}")
+            check_pixels_equal(got, ref, f"--resize {mode}: {name} differs from the reference")
 
 
 def case_reduced_decode(tmp):
@@ -182,8 +174,7 @@ def case_reduced_decode(tmp):
     check_eq(mr["recipe"]["reduced_decode"], True, "recipe.reduced_decode default")
     check_eq(mf["recipe"]["reduced_decode"], False, "recipe.reduced_decode with --no-reduced-decode")
     ref = cv2.resize(imread_rgb(src / "a/big.jpg"), (32, 32), interpolation=cv2.INTER_AREA)
-    check(np.array_equal(imf[0], ref), "--no-reduced-decode: sample != full decode + INTER_AREA "
-          f"(max abs diff {np.abs(imf[0].astype(int) - ref).max()})")
+    check_pixels_equal(imf[0], ref, "--no-reduced-decode: sample != full decode + INTER_AREA")
     diff = np.abs(ir[0].astype(int) - ref).mean()
     check(diff < 4.0, f"reduced decode too far from the full decode: mean abs diff {diff}")
 
@@ -352,9 +343,7 @@ def case_bad_inputs(tmp):
             d = np.abs(images[i].astype(int) - ref).max()
             check(d <= 1, f"{rel}: 16-bit sample differs from cv2.imread by up to {d}")
             continue
-        check(np.array_equal(images[i], ref),
-              f"{rel}: pixels differ from the expected RGB (max abs diff "
-              f"{np.abs(images[i].astype(int) - ref).max()})")
+        check_pixels_equal(images[i], ref, f"{rel}: pixels differ from the expected RGB")
     cmyk = images[sources.index("b/cmyk.jpg")]
     spread = cmyk.reshape(-1, 3).astype(float).std(axis=0).max()
     check(spread < 3.0, f"b/cmyk.jpg: a flat colour should stay flat (std {spread})")

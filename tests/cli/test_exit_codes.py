@@ -8,7 +8,6 @@ needs DSCACHE_TRAIN (dscache-train) and is registered by trainer/meson.build, wh
 """
 
 import fcntl
-import json
 import os
 import resource
 import socket
@@ -17,11 +16,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 from cli_helpers import (DSCACHE, TIMEOUT_S, Failure, Skip, build, check, main,
                          make_simple_folder, write_bytes)
-from test_bad_inputs import npy_bytes, refresh
+from test_bad_inputs import cut_to_empty
 
 DSCACHE_TRAIN = os.environ.get("DSCACHE_TRAIN", "")
 
@@ -160,19 +157,7 @@ class Fixtures:
         if d.exists():
             return d
         build(self.src(), d, "--size", "16")
-        (d / "labels.npy").write_bytes(npy_bytes(np.zeros(0, "<i8")))
-        (d / "checksums.npy").write_bytes(npy_bytes(np.zeros(0, "<u8")))
-        (d / "sources.jsonl").write_bytes(b"")
-        (d / "images-00000.npy").write_bytes(npy_bytes(np.zeros((0, 16, 16, 3), np.uint8)))
-        for name in ("labels.npy", "checksums.npy", "sources.jsonl", "images-00000.npy"):
-            refresh(d, name)
-        m = json.loads((d / "manifest.json").read_text())
-        m["count"] = 0
-        m["class_counts"] = [0] * len(m["classes"])
-        m["shards"] = m["shards"][:1]
-        m["shards"][0]["count"] = 0
-        m["source"]["entries"] = 0
-        (d / "manifest.json").write_text(json.dumps(m, indent=2))
+        cut_to_empty(d)
         return d
 
     def ragged(self):

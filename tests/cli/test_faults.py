@@ -13,6 +13,7 @@ SIGCONT).
 Usage: test_faults.py CASE   (env DSCACHE = the built binary)
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -405,15 +406,24 @@ def case_disk_full_fsize(tmp):
         _no_space_then_resume(src, out, ref, opts, "File too large", fail)
 
 
-def case_disk_full_tmpfs(tmp):
-    mnt = tmp / "mnt"
+@contextlib.contextmanager
+def small_tmpfs(mnt, size):
+    """A tmpfs of `size` mounted at `mnt` (made here) for the block, unmounted after; Skip where
+    it cannot be mounted (the full-filesystem variants need root and CAP_SYS_ADMIN)."""
     mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise Skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): the "
                    "full-filesystem variant needs root and CAP_SYS_ADMIN")
     try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def case_disk_full_tmpfs(tmp):
+    with small_tmpfs(tmp / "mnt", "64k") as mnt:
         src, ref = tmp / "src", tmp / "ref"
         make_simple_folder(src, ["c0", "c1"], 24, (24, 24), seed=5)
         opts = ["--size", "24", "--shard-size", str(24 * 24 * 3 * 4), "--threads", "2",
@@ -441,8 +451,6 @@ def case_disk_full_tmpfs(tmp):
         run(["build", src, out] + opts + ["--resume"])
         compare_caches(out, ref, "resumed after the tmpfs grew")
         print(f"tmpfs: failed with {len(kept)} finished shards kept, resumed byte-identical")
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def case_merge_disk_full_tmpfs(tmp):
@@ -451,14 +459,7 @@ def case_merge_disk_full_tmpfs(tmp):
     1, "filesystem error: cannot copy file: Input/output error" from std::filesystem's short
     copy), no temp file left, the copied shards kept; --resume after the disk grew finishes it
     equal to a merge on one filesystem."""
-    mnt = tmp / "mnt"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise Skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): the "
-                   "full-filesystem variant needs root and CAP_SYS_ADMIN")
-    try:
+    with small_tmpfs(tmp / "mnt", "128k") as mnt:
         src = tmp / "src"
         make_simple_folder(src, ["c0", "c1"], 24, (32, 32), seed=5)
         # One 72 KiB shard per part: the first fits in the 128k tmpfs, the second's copy runs
@@ -489,8 +490,6 @@ def case_merge_disk_full_tmpfs(tmp):
         compare_caches(out, ref, "merge resumed after the tmpfs grew")
         run(["verify", out])
         print(f"tmpfs: merge failed with {len(kept)} copied shards kept, resumed identical")
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def case_source_changes(tmp):

@@ -20,8 +20,8 @@ import numpy as np
 
 from cli_helpers import (
     DSCACHE, Failure, TIMEOUT_S, build, cache_files, check, check_cache, check_eq,
-    check_ragged_cache, load_images, load_manifest, main, make_ragged_folder, partial_dir,
-    rand_rgb, read_jsonl, run, smooth_rgb, write_bytes, write_img,
+    check_ragged_cache, load_images, load_manifest, main, make_mixed_folder, make_ragged_folder,
+    partial_dir, rand_rgb, read_jsonl, run, write_bytes, write_img,
 )
 
 N_PARTS = 4
@@ -31,15 +31,7 @@ INDEX_FILES = ["ragged-index.npy", "jpeg-index.npy"]
 
 def make_source(src, n_per_class=6):
     """PNG and JPEG files of mixed sizes in 3 classes, plus one undecodable file."""
-    for ci, cls in enumerate(["k1", "k2", "k3"]):
-        for k in range(n_per_class):
-            seed = ci * 100 + k
-            h, w = 20 + (seed * 7) % 50, 20 + (seed * 13) % 60
-            if k % 3 == 0:
-                write_img(src / cls / f"f{k:02d}.jpg", smooth_rgb(seed, h * 2, w * 2))
-            else:
-                write_img(src / cls / f"f{k:02d}.png", rand_rgb(seed, h, w))
-    write_bytes(src / "k2" / "zz_bad.jpg", b"nope")
+    make_mixed_folder(src, ["k1", "k2", "k3"], n_per_class, (50, 60))
 
 
 def popen(args, env_extra=None):

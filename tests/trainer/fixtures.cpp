@@ -125,6 +125,11 @@ Dataset read_idx_gz(const std::string& images_gz, const std::string& labels_gz, 
 #endif
 }
 
+std::vector<std::string> cat(std::vector<std::string> head, const std::vector<std::string>& flags) {
+  head.insert(head.end(), flags.begin(), flags.end());
+  return head;
+}
+
 int run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                 const std::string& log_path) {
   return wait_process(spawn_process(argv, extra_env, log_path));
@@ -150,6 +155,31 @@ int free_port() {
   }
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+std::vector<int> spawn_ranks(const std::vector<std::string>& argv, int world,
+                             const std::vector<int>& ranks, const std::string& log_path,
+                             const std::vector<std::string>& extra_env) {
+  const std::string port = std::to_string(free_port());
+  std::vector<int> pids;
+  for (int r : ranks) {
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
+        "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    pids.push_back(spawn_process(argv, env, log_path));
+  }
+  return pids;
+}
+
+std::vector<int> run_ranks(const std::vector<std::string>& argv, int world,
+                           const std::vector<int>& ranks, const std::string& log_path,
+                           const std::vector<std::string>& extra_env) {
+  std::vector<int> statuses;
+  for (int pid : spawn_ranks(argv, world, ranks, log_path, extra_env)) {
+    statuses.push_back(wait_process(pid));
+  }
+  return statuses;
 }
 
 int spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,

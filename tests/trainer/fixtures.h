@@ -33,6 +33,10 @@ void write_cache(const std::string& dir, const Dataset& d, uint64_t shard_sample
 Dataset read_idx_gz(const std::string& images_gz, const std::string& labels_gz, uint64_t first,
                     uint64_t n);
 
+// `head` then `flags`: a command line whose computed parts (executable, paths) come first, so
+// that its literal flags pack into a few lines.
+std::vector<std::string> cat(std::vector<std::string> head, const std::vector<std::string>& flags);
+
 // Runs `argv` (argv[0] a path) with extra "NAME=value" environment entries; returns the raw
 // wait status. stdout/stderr go to `log_path` when non-empty.
 int run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
@@ -45,6 +49,18 @@ int wait_process(int pid);  // the raw wait status
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int free_port();
+
+// Starts `argv` by hand (as a scheduler would) as each rank in `ranks` of a `world`-rank job on
+// a free port of 127.0.0.1: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, then
+// `extra_env`; all log to `log_path`. Returns their pids, in the order of `ranks`.
+std::vector<int> spawn_ranks(const std::vector<std::string>& argv, int world,
+                             const std::vector<int>& ranks, const std::string& log_path,
+                             const std::vector<std::string>& extra_env = {});
+
+// spawn_ranks(), then waits for each: their raw wait statuses, in the order of `ranks`.
+std::vector<int> run_ranks(const std::vector<std::string>& argv, int world,
+                           const std::vector<int>& ranks, const std::string& log_path,
+                           const std::vector<std::string>& extra_env = {});
 
 std::string read_file(const std::string& path);
 

@@ -2,18 +2,8 @@
 // all-reduce against the flat one, no communication on non-final micro-steps, sync-BN against
 // one process with the whole batch (suite unit: ranks as threads of this process), and the
 // binary's bucketed vs flat training (suite cli: ranks as processes).
-// LibTorch first, then drop glog's CHECK macros before doctest (see test_trainer_unit.cpp).
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#undef CHECK_NOTNULL
-#undef CHECK_FALSE
-#include <doctest/doctest.h>
+#include "torch_doctest.h"  // first: LibTorch, then doctest
+
 #include <sys/wait.h>
 
 #include <cmath>
@@ -31,10 +21,12 @@
 #include "fixtures.h"
 #include "grad_sync.h"
 #include "models.h"
+#include "tensor_checks.h"
 
 namespace {
 
 using namespace dscache::train;
+using trainer_test::rel_diff;
 
 // Runs body(rank, comm) for ranks 0 and 1 on two threads joined in one Gloo group over
 // loopback; rethrows the first failure. False when this build has no Gloo.
@@ -83,15 +75,6 @@ std::vector<torch::Tensor> grads(Classifier& m) {
   std::vector<torch::Tensor> g;
   for (const auto& p : m.parameters()) g.push_back(p.grad().detach().clone());
   return g;
-}
-
-double rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).pow(2).sum().item<double>();
-    den += b[i].to(torch::kDouble).pow(2).sum().item<double>();
-  }
-  return std::sqrt(num / den);
 }
 
 std::shared_ptr<Classifier> seeded_model(ModelKind kind) {
@@ -279,37 +262,11 @@ TEST_SUITE("cli") {
     for (ModelKind kind : {ModelKind::kCnn, ModelKind::kResnet18}) {
       CAPTURE(to_string(kind));
       auto run_pair = [&](const std::string& bucket_mb, const std::string& out) {
-        const std::vector<std::string> args = {exe,
-                                               "--train",
-                                               tmp.path() + "/train",
-                                               "--model",
-                                               to_string(kind),
-                                               "--batch",
-                                               "4",
-                                               "--accum-steps",
-                                               "2",
-                                               "--threads",
-                                               "1",
-                                               "--seed",
-                                               "3",
-                                               "--max-steps",
-                                               "3",
-                                               "--output",
-                                               out,
-                                               "--no-progress",
-                                               "--bucket-mb",
-                                               bucket_mb};
-        const std::string port = std::to_string(trainer_test::free_port());
-        std::vector<int> pids;
-        for (int r = 0; r < 2; ++r) {
-          pids.push_back(trainer_test::spawn_process(
-              args,
-              {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-               "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-              log));
-        }
-        for (int pid : pids) {
-          const int st = trainer_test::wait_process(pid);
+        const std::vector<std::string> args = trainer_test::cat(
+            {exe, "--train", tmp.path() + "/train", "--model", to_string(kind)},
+            {"--batch", "4", "--accum-steps", "2", "--threads", "1", "--seed", "3", "--max-steps",
+             "3", "--output", out, "--no-progress", "--bucket-mb", bucket_mb});
+        for (int st : trainer_test::run_ranks(args, 2, {0, 1}, log)) {
           INFO(trainer_test::read_file(log));
           REQUIRE(WIFEXITED(st));
           REQUIRE(WEXITSTATUS(st) == 0);

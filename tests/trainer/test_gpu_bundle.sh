@@ -9,13 +9,8 @@ set -euo pipefail
 src=$1 build=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-config=$(find /usr/lib -path '*/cmake/Torch/TorchConfig.cmake' 2>/dev/null | head -n 1)
-[[ -n "$config" ]] || { echo "FAIL: no system TorchConfig.cmake to mirror"; exit 1; }
-libdir=$(cd "$(dirname "$config")/../.." && pwd)
-mkdir -p "$tmp/torch/share/cmake/Torch"
-ln -s /usr/include "$tmp/torch/include"
-ln -s "$libdir" "$tmp/torch/lib"
-cp "$config" "$tmp/torch/share/cmake/Torch/"
+source "$src/tests/trainer/torch_tree.sh"
+torch_tree "$tmp/torch"
 
 cd "$tmp"
 DSCACHE_BUILD=$build "$src/scripts/gpu-bundle" "$tmp/bundle" --count 0 >"$tmp/bundle.log" 2>&1 ||

@@ -8,21 +8,10 @@ set -euo pipefail
 src=$1 dscache=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# Debian's libtorch-dev: LIBDIR/cmake/Torch/TorchConfig.cmake beside LIBDIR/libtorch_cpu.so.
-config=$(find /usr/lib -path '*/cmake/Torch/TorchConfig.cmake' 2>/dev/null | head -n 1)
-[[ -n "$config" ]] || { echo "FAIL: no system TorchConfig.cmake to mirror"; exit 1; }
-libdir=$(cd "$(dirname "$config")/../.." && pwd)
+source "$src/tests/trainer/torch_tree.sh"  # $config, $libdir, torch_tree
 [[ -e "$libdir/libtorch_cpu.so" ]] || { echo "FAIL: no libtorch_cpu.so in $libdir"; exit 1; }
-
-tree() {  # tree DIR ABI: a LibTorch tree of links, its TorchConfig.cmake claiming ABI
-  mkdir -p "$1/share/cmake/Torch"
-  ln -s /usr/include "$1/include"
-  ln -s "$libdir" "$1/lib"
-  sed "s/_GLIBCXX_USE_CXX11_ABI=[01]/_GLIBCXX_USE_CXX11_ABI=$2/" "$config" \
-    > "$1/share/cmake/Torch/TorchConfig.cmake"
-}
-tree "$tmp/torch" 1
-tree "$tmp/torch-old-abi" 0
+torch_tree "$tmp/torch" 1
+torch_tree "$tmp/torch-old-abi" 0
 
 opts=(-Dtests=disabled -Dtools=disabled -Dhdf5=disabled)
 meson setup "$tmp/build" "$src" "${opts[@]}" -Dtorch_dir="$tmp/torch" >"$tmp/setup.log" 2>&1 ||

@@ -33,17 +33,20 @@
 namespace {
 
 using namespace dscache::train;
+using trainer_test::cat;
 using trainer_test::check_close_weights;
 using trainer_test::check_same_result;
 using trainer_test::read_metrics;
+using trainer_test::run_ranks;
+using trainer_test::spawn_ranks;
 using trainer_test::TempDir;
 using trainer_test::train_exe;
 
-// `head` then `flags`: a command line whose computed parts (executable, paths) come first, so
-// that its literal flags pack into a few lines.
-std::vector<std::string> cat(std::vector<std::string> head, const std::vector<std::string>& flags) {
-  head.insert(head.end(), flags.begin(), flags.end());
-  return head;
+// Writes `d` as the cache TMP/train; returns the flags that train on it.
+std::vector<std::string> train_on(const TempDir& tmp, const trainer_test::Dataset& d) {
+  const std::string dir = tmp.path() + "/train";
+  trainer_test::write_cache(dir, d);
+  return {"--train", dir};
 }
 
 // The trainer run with `args`, writing into `out`, without the progress line.
@@ -119,9 +122,8 @@ TEST_SUITE("cli") {
   TEST_CASE("resume after SIGKILL: resnet18 (BatchNorm buffers), channels-last, effective batch") {
     TempDir tmp;
     // 48 samples of 8x8, batch 8, effective batch 16 → 3 windows per epoch, 2 epochs.
-    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(48, 8, 8, 3, 3, 7));
     const std::vector<std::string> args =
-        cat({"--train", tmp.path() + "/train"},
+        cat(train_on(tmp, trainer_test::synthetic(48, 8, 8, 3, 3, 7)),
             {"--model", "resnet18", "--epochs", "2", "--batch", "8", "--effective-batch", "16",
              "--threads", "2", "--seed", "4", "--checkpoint-every", "2", "--log-every", "1",
              "--channels-last", "--lr", "0.01"});
@@ -134,43 +136,18 @@ TEST_SUITE("cli") {
     // process with batch 16 sees the same windows (positions r, r+2, ... of the epoch's order).
     trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(200, 12, 12, 3, 4, 5));
     auto args = [&](const std::string& batch, const std::string& out) {
-      return std::vector<std::string>{train_exe(),
-                                      "--train",
-                                      tmp.path() + "/train",
-                                      "--batch",
-                                      batch,
-                                      "--accum-steps",
-                                      "2",
-                                      "--threads",
-                                      "1",
-                                      "--seed",
-                                      "3",
-                                      "--epochs",
-                                      "2",
-                                      "--output",
-                                      out,
-                                      "--no-progress",
-                                      "--log-every",
-                                      "1"};
+      return cat({train_exe(), "--train", tmp.path() + "/train", "--batch", batch},
+                 {"--accum-steps", "2", "--threads", "1", "--seed", "3", "--epochs", "2",
+                  "--output", out, "--no-progress", "--log-every", "1"});
     };
     const std::string log = tmp.path() + "/log.txt";
     int st = trainer_test::run_process(args("16", tmp.path() + "/single"), {}, log);
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
-    const std::string port = std::to_string(trainer_test::free_port());
-    std::vector<int> pids;
-    for (int r = 0; r < 2; ++r) {
-      pids.push_back(trainer_test::spawn_process(
-          args("8", tmp.path() + "/ddp"),
-          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-          log));
-    }
-    for (int pid : pids) {
-      st = trainer_test::wait_process(pid);
+    for (int s : run_ranks(args("8", tmp.path() + "/ddp"), 2, {0, 1}, log)) {
       INFO(trainer_test::read_file(log));
-      REQUIRE(WIFEXITED(st));
-      CHECK(WEXITSTATUS(st) == 0);
+      REQUIRE(WIFEXITED(s));
+      CHECK(WEXITSTATUS(s) == 0);
     }
     check_close_weights(tmp.path() + "/single/model.pt", tmp.path() + "/ddp/model.pt",
                         ModelKind::kCnn, 3, 4, 12, 12, 1e-4, 1e-6);
@@ -195,61 +172,31 @@ TEST_SUITE("cli") {
     trainer_test::write_cache(tmp.path() + "/val", trainer_test::synthetic(40, 12, 12, 3, 4, 6));
     const std::string log = tmp.path() + "/log.txt";
     // Starts both ranks with `extra_env` and returns their wait statuses.
-    auto run_pair = [&](const std::string& out, bool resume, const std::string& extra_env) {
-      std::vector<std::string> args = {train_exe(),
-                                       "--train",
-                                       tmp.path() + "/train",
-                                       "--val",
-                                       tmp.path() + "/val",
-                                       "--batch",
-                                       "8",
-                                       "--accum-steps",
-                                       "2",
-                                       "--threads",
-                                       "1",
-                                       "--seed",
-                                       "5",
-                                       "--epochs",
-                                       "2",
-                                       "--optimizer",
-                                       "adamw",
-                                       "--schedule",
-                                       "cosine",
-                                       "--checkpoint-every",
-                                       "4",
-                                       "--log-every",
-                                       "1",
-                                       "--output",
-                                       out,
-                                       "--no-progress"};
+    auto run_pair = [&](const std::string& out, bool resume,
+                        const std::vector<std::string>& extra_env) {
+      std::vector<std::string> args =
+          cat({train_exe(), "--train", tmp.path() + "/train", "--val", tmp.path() + "/val"},
+              {"--batch",    "8",      "--accum-steps",      "2", "--threads",   "1",
+               "--seed",     "5",      "--epochs",           "2", "--optimizer", "adamw",
+               "--schedule", "cosine", "--checkpoint-every", "4", "--log-every", "1",
+               "--output",   out,      "--no-progress"});
       if (resume) args.push_back("--resume");
-      const std::string port = std::to_string(trainer_test::free_port());
-      std::vector<int> pids;
-      for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                        "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=127.0.0.1",
-                                        "MASTER_PORT=" + port};
-        if (!extra_env.empty()) env.push_back(extra_env);
-        pids.push_back(trainer_test::spawn_process(args, env, log));
-      }
-      std::vector<int> statuses;
-      for (int pid : pids) statuses.push_back(trainer_test::wait_process(pid));
-      return statuses;
+      return run_ranks(args, 2, {0, 1}, log, extra_env);
     };
     const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
-    for (int st : run_pair(a_dir, false, "")) {
+    for (int st : run_pair(a_dir, false, {})) {
       INFO(trainer_test::read_file(log));
       REQUIRE(WIFEXITED(st));
       REQUIRE(WEXITSTATUS(st) == 0);
     }
-    for (int st : run_pair(b_dir, false, "DSCACHE_TEST_KILL_AFTER_STEPS=6")) {
+    for (int st : run_pair(b_dir, false, {"DSCACHE_TEST_KILL_AFTER_STEPS=6"})) {
       INFO(trainer_test::read_file(log));
       REQUIRE(WIFSIGNALED(st));
       CHECK(WTERMSIG(st) == SIGKILL);
     }
     CHECK_FALSE(std::filesystem::exists(b_dir + "/model.pt"));
     REQUIRE(std::filesystem::exists(b_dir + "/checkpoint.pt"));
-    for (int st : run_pair(b_dir, true, "")) {
+    for (int st : run_pair(b_dir, true, {})) {
       INFO(trainer_test::read_file(log));
       REQUIRE(WIFEXITED(st));
       REQUIRE(WEXITSTATUS(st) == 0);
@@ -407,25 +354,6 @@ TEST_SUITE("cli") {
     return a;
   }
 
-  // Starts `args` as ranks 0..world-1 by hand (as a scheduler would) with `extra_env`; returns
-  // their wait statuses.
-  std::vector<int> run_ranks(const std::vector<std::string>& args, int world,
-                             const std::vector<int>& ranks, const std::string& log,
-                             const std::vector<std::string>& extra_env = {}) {
-    const std::string port = std::to_string(trainer_test::free_port());
-    std::vector<int> pids;
-    for (int r : ranks) {
-      std::vector<std::string> env = {
-          "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
-          "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
-      env.insert(env.end(), extra_env.begin(), extra_env.end());
-      pids.push_back(trainer_test::spawn_process(args, env, log));
-    }
-    std::vector<int> out;
-    for (int pid : pids) out.push_back(trainer_test::wait_process(pid));
-    return out;
-  }
-
   double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -526,16 +454,10 @@ TEST_SUITE("cli") {
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
     trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
     const auto args = dp_args(train, tmp.path() + "/out", {"--dist-timeout", "3"});
-    const std::string port = std::to_string(trainer_test::free_port());
-    std::vector<int> pids;
-    for (int r = 0; r < 2; ++r) {
-      pids.push_back(trainer_test::spawn_process(
-          args,
-          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "DSCACHE_TEST_KILL_AFTER_STEPS=3",
-           "DSCACHE_TEST_KILL_RANK=1", "DSCACHE_TEST_STOP_INSTEAD=1"},
-          log));
-    }
+    const std::vector<int> pids =
+        spawn_ranks(args, 2, {0, 1}, log,
+                    {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_RANK=1",
+                     "DSCACHE_TEST_STOP_INSTEAD=1"});
     const auto t0 = std::chrono::steady_clock::now();
     const int st = trainer_test::wait_process(pids[0]);
     const double took = seconds_since(t0);
@@ -589,9 +511,8 @@ TEST_SUITE("cli") {
 
   TEST_CASE("TORCHELASTIC_RESTART_COUNT > 0 resumes from the checkpoint, saying so") {
     TempDir tmp;
-    trainer_test::write_cache(tmp.path() + "/train", trainer_test::synthetic(96, 12, 12, 3, 4, 7));
     const std::vector<std::string> args =
-        cat({"--train", tmp.path() + "/train"},
+        cat(train_on(tmp, trainer_test::synthetic(96, 12, 12, 3, 4, 7)),
             {"--batch", "16", "--threads", "1", "--epochs", "2", "--seed", "2",
              "--checkpoint-every", "2", "--log-every", "1"});
     const std::string a_dir = tmp.path() + "/a", b_dir = tmp.path() + "/b";
@@ -677,6 +598,27 @@ TEST_SUITE("cli") {
     return dir;
   }
 
+  // `bytes` with the byte at `pos` flipped.
+  std::string flipped(std::string bytes, size_t pos) {
+    bytes[pos] = static_cast<char>(bytes[pos] ^ 0xff);
+    return bytes;
+  }
+
+  struct Resumed {
+    int status;        // raw wait status
+    std::string text;  // its log
+  };
+
+  // Runs the tiny fixture with `--epochs 2 --resume` on DIR, logging to LOG (replaced), killed
+  // after `timeout_s`.
+  Resumed resume(const std::string& train, const std::string& dir, const std::string& log,
+                 int timeout_s) {
+    std::filesystem::remove(log);
+    const int st =
+        run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, timeout_s);
+    return {st, trainer_test::read_file(log)};
+  }
+
   TEST_CASE("checkpoint: 40 single-byte flips are each caught; resume falls back or refuses") {
     TempDir tmp;
     const std::string w = tmp.path(), train = w + "/train", log = w + "/log.txt";
@@ -693,20 +635,15 @@ TEST_SUITE("cli") {
     for (size_t pos : positions) {
       CAPTURE(pos);
       const std::string dir = copy_of_template(w, "flip");
-      std::string bad = good;
-      bad[pos] = static_cast<char>(bad[pos] ^ 0xff);
-      write_bytes(dir + "/checkpoint.pt", bad);
-      std::filesystem::remove(log);
-      const int st =
-          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 120);
-      const std::string text = trainer_test::read_file(log);
-      CAPTURE(text);
-      REQUIRE(code_of(st) == 0);
-      CHECK(text.find(dir + "/checkpoint.pt: ") != std::string::npos);
-      CHECK(text.find("falling back to the older " + dir + "/checkpoint.prev.pt") !=
+      write_bytes(dir + "/checkpoint.pt", flipped(good, pos));
+      const Resumed r = resume(train, dir, log, 120);
+      CAPTURE(r.text);
+      REQUIRE(code_of(r.status) == 0);
+      CHECK(r.text.find(dir + "/checkpoint.pt: ") != std::string::npos);
+      CHECK(r.text.find("falling back to the older " + dir + "/checkpoint.prev.pt") !=
             std::string::npos);
       CHECK(trainer_test::read_file(dir + "/model.pt") == want);  // the uninterrupted weights
-      fell_back += text.find("falling back") != std::string::npos;
+      fell_back += r.text.find("falling back") != std::string::npos;
     }
     MESSAGE(fell_back << " of " << positions.size() << " flips fell back to checkpoint.prev.pt");
     // Without the older checkpoint a flip is refused: exit 5, naming the file and the reason.
@@ -715,16 +652,11 @@ TEST_SUITE("cli") {
       CAPTURE(pos);
       const std::string dir = copy_of_template(w, "flip");
       std::filesystem::remove(dir + "/checkpoint.prev.pt");
-      std::string bad = good;
-      bad[pos] = static_cast<char>(bad[pos] ^ 0xff);
-      write_bytes(dir + "/checkpoint.pt", bad);
-      std::filesystem::remove(log);
-      const int st =
-          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 120);
-      const std::string text = trainer_test::read_file(log);
-      CAPTURE(text);
-      CHECK(code_of(st) == 5);
-      CHECK(text.find("no usable checkpoint in " + dir) != std::string::npos);
+      write_bytes(dir + "/checkpoint.pt", flipped(good, pos));
+      const Resumed r = resume(train, dir, log, 120);
+      CAPTURE(r.text);
+      CHECK(code_of(r.status) == 5);
+      CHECK(r.text.find("no usable checkpoint in " + dir) != std::string::npos);
       CHECK_FALSE(std::filesystem::exists(dir + "/model.pt"));
     }
   }
@@ -765,22 +697,19 @@ TEST_SUITE("cli") {
         {"missing, the older one intact", [](const std::string&) {}, true, 0,
          "checkpoint.pt is missing; falling back to the older"},
     };
-    for (const Row& r : rows) {
-      CAPTURE(r.name);
+    for (const Row& row : rows) {
+      CAPTURE(row.name);
       const std::string dir = copy_of_template(w, "bad");
       std::filesystem::remove(dir + "/checkpoint.pt");
-      if (!r.keep_previous) std::filesystem::remove(dir + "/checkpoint.prev.pt");
-      r.make(dir + "/checkpoint.pt");
-      std::filesystem::remove(log);
+      if (!row.keep_previous) std::filesystem::remove(dir + "/checkpoint.prev.pt");
+      row.make(dir + "/checkpoint.pt");
       const auto t0 = std::chrono::steady_clock::now();
-      const int st =
-          run_with_timeout(tiny_args(train, dir, {"--epochs", "2", "--resume"}), {}, log, 60);
-      const std::string text = trainer_test::read_file(log);
-      CAPTURE(text);
-      CHECK(code_of(st) == r.code);
-      CHECK(text.find(r.needle) != std::string::npos);
+      const Resumed r = resume(train, dir, log, 60);
+      CAPTURE(r.text);
+      CHECK(code_of(r.status) == row.code);
+      CHECK(r.text.find(row.needle) != std::string::npos);
       CHECK(seconds_since(t0) < 60);
-      if (r.code == 0) {
+      if (row.code == 0) {
         CHECK(trainer_test::read_file(dir + "/model.pt") ==
               trainer_test::read_file(w + "/ref/model.pt"));
       }
@@ -800,11 +729,11 @@ TEST_SUITE("cli") {
       const std::string out = tmp.path() + "/" + name;
       std::filesystem::remove(log);
       // The test hook raises the signal in the process after step 3 (of 4 in epoch 1).
-      int st = run_with_timeout(
+      const int st = run_with_timeout(
           tiny_args(train, out, {"--epochs", "2"}),
           {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_SIGNAL=" + std::to_string(sig)},
           log, 120);
-      std::string text = trainer_test::read_file(log);
+      const std::string text = trainer_test::read_file(log);
       CAPTURE(text);
       CHECK(code_of(st) == 128 + sig);
       CHECK(text.find("got " + name + ": stopping after the current optimizer step") !=
@@ -813,12 +742,11 @@ TEST_SUITE("cli") {
                       "/checkpoint.pt; resume with --resume") != std::string::npos);
       CHECK(std::filesystem::exists(out + "/checkpoint.pt"));
       CHECK_FALSE(std::filesystem::exists(out + "/model.pt"));
-      std::filesystem::remove(log);
-      st = run_with_timeout(tiny_args(train, out, {"--epochs", "2", "--resume"}), {}, log, 120);
-      text = trainer_test::read_file(log);
-      REQUIRE(code_of(st) == 0);
-      CHECK(text.find("resuming from " + out +
-                      "/checkpoint.pt at a step of epoch 1/2, step 3 (48 samples seen)") !=
+      const Resumed r = resume(train, out, log, 120);
+      CAPTURE(r.text);
+      REQUIRE(code_of(r.status) == 0);
+      CHECK(r.text.find("resuming from " + out +
+                        "/checkpoint.pt at a step of epoch 1/2, step 3 (48 samples seen)") !=
             std::string::npos);
       check_same_result(ref, out, ModelKind::kCnn, 1, 4, 8, 8, 8 + 2);
     }
@@ -882,15 +810,8 @@ TEST_SUITE("cli") {
     const std::string big = tmp.path() + "/big", out = tmp.path() + "/both";
     trainer_test::write_cache(big, trainer_test::synthetic(16000, 12, 12, 3, 4, 5));
     std::filesystem::remove(log);
-    const std::string port = std::to_string(trainer_test::free_port());
-    std::vector<int> pids;
-    for (int r = 0; r < 2; ++r) {
-      pids.push_back(trainer_test::spawn_process(
-          dp_args(big, out, {"--dist-timeout", "20"}),
-          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-          log));
-    }
+    const std::vector<int> pids =
+        spawn_ranks(dp_args(big, out, {"--dist-timeout", "20"}), 2, {0, 1}, log);
     CHECK(wait_for_lines(out + "/metrics.jsonl", 3, 120));
     for (int pid : pids) ::kill(pid, SIGTERM);
     std::vector<int> codes;

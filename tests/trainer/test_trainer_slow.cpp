@@ -40,35 +40,14 @@ TEST_SUITE("slow") {
       const std::string out = tmp.path() + "/out-" + precision;
       const std::string log = tmp.path() + "/log-" + precision + ".txt";
       const auto t0 = std::chrono::steady_clock::now();
-      const int st = trainer_test::run_process({train_exe(),
-                                                "--train",
-                                                tmp.path() + "/train",
-                                                "--val",
-                                                tmp.path() + "/val",
-                                                "--epochs",
-                                                "2",
-                                                "--batch",
-                                                "32",
-                                                "--accum-steps",
-                                                "2",
-                                                "--optimizer",
-                                                "adamw",
-                                                "--lr",
-                                                "2e-3",
-                                                "--schedule",
-                                                "cosine",
-                                                "--warmup-steps",
-                                                "10",
-                                                "--precision",
-                                                precision,
-                                                "--threads",
-                                                "2",
-                                                "--output",
-                                                out,
-                                                "--log-every",
-                                                "20",
-                                                "--no-progress"},
-                                               {}, log);
+      const int st = trainer_test::run_process(
+          trainer_test::cat(
+              {train_exe(), "--train", tmp.path() + "/train", "--val", tmp.path() + "/val"},
+              {"--epochs",       "2",     "--batch",     "32",      "--accum-steps", "2",
+               "--optimizer",    "adamw", "--lr",        "2e-3",    "--schedule",    "cosine",
+               "--warmup-steps", "10",    "--precision", precision, "--threads",     "2",
+               "--output",       out,     "--log-every", "20",      "--no-progress"}),
+          {}, log);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string text = trainer_test::read_file(log);

@@ -1,22 +1,10 @@
 // dscache-train's parts in process (suite unit): accumulation equivalence, batch conversion,
 // tensor-backed Loader buffers, the autocast guard, GradScaler, the LR schedule, models,
 // --precision auto and the options table.
-// LibTorch first: Debian's c10 pulls in glog, whose CHECK* macros would otherwise replace
-// doctest's (silently turning assertions into glog aborts). Drop them, then include doctest.
-#include <torch/torch.h>
+#include "torch_doctest.h"  // first: LibTorch, then doctest
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#undef CHECK_NOTNULL
-#undef CHECK_FALSE
-#include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
@@ -35,6 +23,7 @@
 #include "models.h"
 #include "options.h"
 #include "precision.h"
+#include "tensor_checks.h"
 #include "train.h"
 #include "train_internal.h"
 
@@ -42,6 +31,7 @@ namespace {
 
 using namespace dscache::train;
 using trainer_test::Dataset;
+using trainer_test::rel_diff;
 using trainer_test::TempDir;
 
 std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
@@ -56,14 +46,12 @@ void zero_grads(const std::vector<torch::Tensor>& params) {
   }
 }
 
-// ||a - b|| / ||b|| over all tensors together.
-double rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).pow(2).sum().item<double>();
-    den += b[i].to(torch::kDouble).pow(2).sum().item<double>();
-  }
-  return std::sqrt(num / den);
+// The accumulation tests' cache in `dir`: 53 samples of 12x12x3 in 4 classes, shards of 20;
+// LibTorch set to 2 threads.
+std::shared_ptr<dscache::Cache> cache_of_53(const TempDir& dir) {
+  at::set_num_threads(2);
+  trainer_test::write_cache(dir.path() + "/c", trainer_test::synthetic(53, 12, 12, 3, 4, 11), 20);
+  return dscache::Cache::open(dir.path() + "/c");
 }
 
 std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cache, uint32_t batch) {
@@ -78,12 +66,9 @@ std::shared_ptr<dscache::Loader> loader_for(std::shared_ptr<dscache::Cache> cach
 TEST_SUITE("unit") {
   TEST_CASE(
       "accumulation: K micro-batches of b equal one batch of K*b (cnn, fp32), last window short") {
-    at::set_num_threads(2);
     TempDir tmp;
     // 53 samples, b = 8: 7 micro-batches (6 x 8 + 5). Windows of K = 3: 24, 24, 5 samples.
-    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
-    trainer_test::write_cache(tmp.path() + "/c", d, 20);
-    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const auto cache = cache_of_53(tmp);
     const Normalization norm = measure_normalization(*cache, NormalizeKind::kDataset);
     const BatchConverter conv(norm, torch::kCPU, false);
     const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
@@ -132,11 +117,8 @@ TEST_SUITE("unit") {
       "accumulation: dividing by the nominal K instead of the true count is detectably wrong") {
     // The last window of 53 samples in windows of 3 x 8 holds 5: a loss scaled by 1/(K*b) = 1/24
     // gives gradients 5/24 of the truth, far outside the 1e-5 the test above demands.
-    at::set_num_threads(2);
     TempDir tmp;
-    const Dataset d = trainer_test::synthetic(53, 12, 12, 3, 4, 11);
-    trainer_test::write_cache(tmp.path() + "/c", d, 20);
-    auto cache = dscache::Cache::open(tmp.path() + "/c");
+    const auto cache = cache_of_53(tmp);
     const BatchConverter conv(measure_normalization(*cache, NormalizeKind::kHalf), torch::kCPU,
                               false);
     const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);

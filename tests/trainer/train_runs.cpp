@@ -1,18 +1,7 @@
 // Running dscache-train and comparing its runs (train_runs.h): the one LibTorch file of the
 // binary's tests, for loading model.pt.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#undef CHECK_NOTNULL
-#undef CHECK_FALSE
 #include "train_runs.h"
-
-#include <doctest/doctest.h>
+#include "torch_doctest.h"  // first: LibTorch, then doctest
 
 #include <cstdlib>
 #include <map>
