@@ -230,6 +230,18 @@ def case_table_fields(tmp):
     build(src / "list.csv", h5, *opts, "--storage", "hdf5", "--quiet")
     verify_ok(h5)
     mh, vh, ih = check_table_values(h5, recs, 24)
+    # A build-time shuffle moves every field with its image (sources.jsonl says from where).
+    shuf = tmp / "shuf"
+    build(src / "list.csv", shuf, *opts, "--shuffle", "5", "--quiet")
+    verify_ok(shuf)
+    ms, vs = load_fields(shuf)
+    order = [recs.index(next(r for r in recs if r["image_path"] == s))
+             for s in read_jsonl(shuf / "sources.jsonl")]
+    check(order != list(range(len(recs))), f"--shuffle 5 kept the source order {order}")
+    for f in m["fields"]:
+        for i, j in enumerate(order):
+            check(np.array_equal(vs[f["name"]][i], values[f["name"]][j]),
+                  f"--shuffle 5: {f['name']} of sample {i} is not that of source row {j}")
     check_eq([s["file"] for s in mh["shards"]], ["images-00000.h5"], "hdf5 shard names")
     check(np.array_equal(ih, images), "hdf5 images differ from the npy build's")
     for f in m["fields"]:
@@ -598,6 +610,12 @@ def case_inspect_fields(tmp):
         g = tmp / f"g{k}.png"
         run(["inspect", cout, "--grid", str(n), "--out", g])
         check(cv2.imread(str(g)) is not None, f"--grid {n}: unreadable PNG")
+    # A damaged offsets file: exit 5 naming it, never a wrong picture.
+    bad = tmp / "bad"
+    shutil.copytree(cout, bad)
+    _flip(bad / "boxes-offsets-00000.npy", load_npy(bad / "boxes-offsets-00000.npy").offset + 9)
+    p = run(["inspect", bad, "--sample", "0"], expect_rc=5)
+    check("boxes-" in p.stderr, f"inspect of a damaged offsets file: {p.stderr}")
     plain = tmp / "plain.png"
     run(["inspect", cout, "--sample", "3", "--out", plain])  # no boxes: still a picture
     check(imread_rgb(plain).shape[0] >= 256, "--sample 3 picture not scaled")
