@@ -70,7 +70,19 @@ void CacheView::read_field(uint64_t i, size_t f, std::vector<uint8_t>* out, uint
   const Manifest& m = manifest();
   const ShardEntry& s = shard_of(i);
   const size_t k = static_cast<size_t>(&s - m.shards.data());
-  const FieldShardFile file = files_->open_field(k, f, m.has_index() ? &index() : nullptr);
+  // open_field reads the shard's whole offsets file: keep the last shard's fields open, as a
+  // grid or a run of samples reads several samples of one shard.
+  if (field_k_ != k) {
+    field_files_.clear();
+    field_files_.resize(m.fields.size());
+    field_open_.assign(m.fields.size(), false);
+    field_k_ = k;
+  }
+  if (!field_open_[f]) {
+    field_files_[f] = files_->open_field(k, f, m.has_index() ? &index() : nullptr);
+    field_open_[f] = true;
+  }
+  const FieldShardFile& file = field_files_[f];
   const FieldSpec& spec = m.fields[f];
   const uint64_t j = i - s.first;
   const uint64_t row = spec.row_bytes();  // a mask: one pixel's bytes

@@ -65,6 +65,10 @@ class CacheView {
   File open_file_;
   std::vector<IndexRow> index_;
   bool have_index_ = false;
+  // Shard field_k_'s field files, opened on first use (read_field).
+  size_t field_k_ = SIZE_MAX;
+  std::vector<FieldShardFile> field_files_;
+  std::vector<bool> field_open_;
 };
 
 }  // namespace dscache
