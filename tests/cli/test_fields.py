@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 
 from cli_helpers import (
-    build, check, check_eq, file_xxh64, imread_rgb, load_manifest, main, partial_dir, read_jsonl,
+    build, check, check_eq, compare_caches, file_xxh64, imread_rgb, load_manifest, main, partial_dir, read_jsonl,
     run, run_json, write_img, xxh64,
 )
 
@@ -503,6 +503,12 @@ def field_files(out):
             if part in e}
 
 
+# Where the resumed build was killed: after shard 3 was committed (the brief's case), while a
+# shard's side files (field files among them) were written, after a shard's rename and before
+# its sidecar, after a sidecar.
+KILL_POINTS = ["shard-committed:3", "side-file:3", "shard-renamed:2", "sidecar-written:2"]
+
+
 def case_resume_fields(tmp):
     src = tmp / "src"
     rows = [(i * 3 - 5, i / 4, ";".join("abc"[: 1 + i % 3]), f"caption {i}") for i in range(12)]
@@ -511,25 +517,20 @@ def case_resume_fields(tmp):
             "--shard-size", str(16 * 16 * 3 * 2)]
     ref = tmp / "ref"
     build(src / "list.csv", ref, *opts, "--quiet")
-    out = tmp / "out"
-    build(src / "list.csv", out, *opts, "--quiet", expect_rc=-9,
-          env_extra={"DSCACHE_TEST_KILL_AT": "shard-committed:3"})
-    check(not out.exists() and partial_dir(out).is_dir(), "no partial dir after the kill")
-    run(["build", src / "list.csv", out] + opts + ["--shuffle", "none", "--quiet", "--resume"])
-    a, b = field_files(out), field_files(ref)
-    check_eq(sorted(a), sorted(b), "field files: resumed vs uninterrupted")
-    check(len(a) == 6 * 6, f"expected 6 shards x 6 field files, got {len(a)}")
-    for name in a:
-        check(a[name] == b[name], f"{name}: resumed build differs from the uninterrupted one")
-    for name in ("checksums.npy", "labels.npy", "manifest.json"):
-        if name == "manifest.json":
-            ma, mb = load_manifest(out), load_manifest(ref)
-            ma.pop("created_utc")
-            mb.pop("created_utc")
-            check(ma == mb, "manifest: resumed vs uninterrupted")
-        else:
-            check((out / name).read_bytes() == (ref / name).read_bytes(), f"{name} differs")
-    verify_ok(out)
+    b = field_files(ref)
+    check(len(b) == 6 * 6, f"expected 6 shards x 6 field files, got {len(b)}")
+    for point in KILL_POINTS:
+        out = tmp / point.replace(":", "_")
+        build(src / "list.csv", out, *opts, "--quiet", expect_rc=-9,
+              env_extra={"DSCACHE_TEST_KILL_AT": point})
+        check(not out.exists() and partial_dir(out).is_dir(), f"{point}: no partial dir")
+        run(["build", src / "list.csv", out] + opts + ["--shuffle", "none", "--quiet", "--resume"])
+        a = field_files(out)
+        check_eq(sorted(a), sorted(b), f"{point}: field files, resumed vs uninterrupted")
+        for name in a:
+            check(a[name] == b[name], f"{point}: {name} differs from the uninterrupted build's")
+        compare_caches(out, ref, f"{point}: resumed vs uninterrupted")
+        verify_ok(out)
 
 
 def case_merge_fields(tmp):
