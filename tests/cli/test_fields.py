@@ -200,21 +200,26 @@ def check_table_values(out, recs, size):
     images = fixed_images(out, m)
     check_eq(images.shape, (n, size, size, 3), "images shape")
     for i in range(n):
-        img, mask = images[i], values["mask_path"][i]
-        check_eq(mask.shape, (size, size), f"mask {i} shape")
-        white = np.all(img == WHITE, axis=-1)
-        red = np.all(img == RED, axis=-1)
-        grey = np.all(img == GREY, axis=-1)
-        check(white.sum() > 10 and red.sum() > 10 and grey.sum() > 10,
-              f"sample {i}: the fixture's colours did not survive the resize")
-        wid = 1 + i % 3
-        for sel, want, what in ((white, wid, "white"), (red, RED_ID, "red"), (grey, 0, "grey")):
-            bad = np.argwhere(sel & (mask != want))
-            check(len(bad) == 0, f"sample {i}: {len(bad)} pure {what} pixels whose mask is not "
-                  f"{want}, e.g. (y, x) {bad[:3].tolist()}: {mask[tuple(bad[0])] if len(bad) else ''}")
-        check_eq(sorted(np.unique(mask).tolist()), [0, wid, RED_ID], f"mask {i} ids")
+        check_eq(values["mask_path"][i].shape, (size, size), f"mask {i} shape")
+        check_mask_pixels(images[i], values["mask_path"][i], i)
     check_checksums(out, m, values, images)
     return m, values, images
+
+
+def check_mask_pixels(img, mask, i):
+    """Where sample i's stored image is pure white, red or grey (not blended by the resize),
+    its mask holds the rectangle's id, RED_ID or 0."""
+    white = np.all(img == WHITE, axis=-1)
+    red = np.all(img == RED, axis=-1)
+    grey = np.all(img == GREY, axis=-1)
+    check(white.sum() > 10 and red.sum() > 10 and grey.sum() > 10,
+          f"sample {i}: the fixture's colours did not survive the resize")
+    wid = 1 + i % 3
+    for sel, want, what in ((white, wid, "white"), (red, RED_ID, "red"), (grey, 0, "grey")):
+        bad = np.argwhere(sel & (mask != want))
+        check(len(bad) == 0, f"sample {i}: {len(bad)} pure {what} pixels whose mask is not "
+              f"{want}, e.g. (y, x) {bad[:3].tolist()}: {mask[tuple(bad[0])] if len(bad) else ''}")
+    check_eq(sorted(np.unique(mask).tolist()), [0, wid, RED_ID], f"mask {i} ids")
 
 
 def case_table_fields(tmp):
@@ -230,6 +235,18 @@ def case_table_fields(tmp):
     build(src / "list.csv", h5, *opts, "--storage", "hdf5", "--quiet")
     verify_ok(h5)
     mh, vh, ih = check_table_values(h5, recs, 24)
+    # The ragged layout: each mask as large as its image, stored with offsets.
+    rag = tmp / "ragged"
+    build(src / "list.csv", rag, *opts[2:], "--layout", "ragged", "--max-side", "30", "--quiet")
+    verify_ok(rag)
+    mr, vr = load_fields(rag)
+    rimgs = ragged_images(rag, mr)
+    check("offsets" in mr["shards"][0]["fields"]["mask_path"], "ragged mask without offsets")
+    for i, img in enumerate(rimgs):
+        check_eq(img.shape, (30, 36, 3), f"ragged sample {i} shape")
+        check_mask_pixels(img, vr["mask_path"][i].reshape(img.shape[:2]), i)
+        check_eq(vr["caption"][i].tobytes().decode(), recs[i]["caption"], f"ragged caption {i}")
+    check_checksums(rag, mr, vr, rimgs)
     # A build-time shuffle moves every field with its image (sources.jsonl says from where).
     shuf = tmp / "shuf"
     build(src / "list.csv", shuf, *opts, "--shuffle", "5", "--quiet")
@@ -535,9 +552,13 @@ def case_resume_fields(tmp):
 
 def case_merge_fields(tmp):
     src = tmp / "src"
-    rows = [(i, i * 1.5, "b" if i % 2 else "a;c", f"c{i}" * (i % 4)) for i in range(9)]
+    # Tag z only in part 1's rows: the parts still agree on the classes (typing reads the whole
+    # table). Two samples per shard: each part has several shards of field files.
+    rows = [(i, i * 1.5, ("b;z" if i > 5 else "b") if i % 2 else "a;c", f"c{i}" * (i % 4))
+            for i in range(9)]
     make_table(src, rows)
-    opts = ["--size", "16", "--field", "mask_path=mask", "--field", "tags=multi-hot"]
+    opts = ["--size", "16", "--field", "mask_path=mask", "--field", "tags=multi-hot",
+            "--shard-size", str(16 * 16 * 3 * 2)]
     one = tmp / "one"
     build(src / "list.csv", one, *opts, "--quiet")
     parts = []
@@ -551,6 +572,9 @@ def case_merge_fields(tmp):
     m1, v1 = load_fields(one)
     mm, vm = load_fields(merged)
     check_eq(mm["fields"], m1["fields"], "merged fields")
+    check_eq(next(f for f in mm["fields"] if f["name"] == "tags")["classes"], ["a", "b", "c", "z"],
+             "merged multi-hot classes")
+    check(len(mm["shards"]) >= 4, f"merged cache has {len(mm['shards'])} shards")
     check_eq(mm["count"], m1["count"], "merged count")
     check(np.array_equal(fixed_images(merged, mm), fixed_images(one, m1)), "merged images")
     check_eq(np.load(merged / "labels.npy").tolist(), np.load(one / "labels.npy").tolist(),
