@@ -661,6 +661,19 @@ TEST_SUITE("coco") {
     CHECK(edited != l.digest);
     REQUIRE(cv::imwrite(tmp.file("img/b.jpg"), pixels));  // another size
     CHECK(dscache::list_coco(path, opt).digest != edited);
+    opt.coco_mask = "none";
+    CHECK(dscache::list_coco(path, opt).fields.size() == 4);
+    // A uint8 mask holds background and 255 classes.
+    for (int c = 0; c < 252; ++c) j["categories"].push_back({{"id", 1000 + c}, {"name", "c"}});
+    write_json(tmp, j);
+    opt.coco_mask = "semantic";
+    CHECK(dscache::list_coco(path, opt).fields[4].classes.size() == 256);
+    j["categories"].push_back({{"id", 5000}, {"name", "one too many"}});
+    write_json(tmp, j);
+    expect_error([&] { dscache::list_coco(path, opt); }, ErrorKind::kUnsupported,
+                 "256 categories: --coco-mask semantic stores uint8 masks (at most 255)");
+    opt.coco_mask = "";
+    CHECK(dscache::list_coco(path, opt).fields.size() == 4);
   }
 
   TEST_CASE("decode_mask: grey 8/16-bit as stored, palette PNG as indices, colour refused") {

@@ -17,9 +17,11 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
+#include "dscache/loader.h"
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
+#include "spatial_fixtures.h"
 #include "test_util.h"
 
 using dscache::Cache;
@@ -402,6 +404,92 @@ TEST_SUITE("fields") {
       m.shards[0].fields[3].offsets = now;
       dscache::write_manifest(out, m);
       CHECK_THROWS_WITH(Cache::open(out), doctest::Contains("below the one before it"));
+    }
+  }
+
+  TEST_CASE(
+      "a cache on disk through the Loader: fields as stored, and jointly cropped and flipped") {
+    TempDir tmp;
+    for (Layout layout : {Layout::kFixed, Layout::kRagged}) {
+      const std::string out = tmp.path() + (layout == Layout::kFixed ? "/f" : "/r");
+      CacheWriterOptions o;
+      o.layout = layout;
+      o.recipe.height = layout == Layout::kFixed ? 48 : 0;
+      o.recipe.width = layout == Layout::kFixed ? 64 : 0;
+      o.recipe.channels = 3;
+      o.recipe.shard_bytes = 20 * 48 * 64 * 3;
+      o.fields = {all_kinds()[0], all_kinds()[3], all_kinds()[4]};  // mask, boxes, box_labels
+      std::vector<Scene> scenes;
+      {
+        auto w = CacheWriter::open(out, o);
+        for (uint32_t i = 0; i < 40; ++i) {
+          const uint32_t h = layout == Layout::kFixed ? 48 : 40 + i % 9;
+          const uint32_t wd = layout == Layout::kFixed ? 64 : 50 + i % 13;
+          scenes.emplace_back(h, wd, 3, 1, 5 + i % 11, 4 + i % 7, 30 + i % 13, 24 + i % 9, 1);
+          const Scene& sc = scenes.back();
+          const int64_t lab = i;
+          const FieldData v[3] = {{sc.mask.data(), sc.mask.size()}, {sc.box.data(), 16}, {&lab, 8}};
+          w->append(sc.image.data(), h, wd, 0, "s" + std::to_string(i), nullptr, v);
+        }
+        w->publish();
+      }
+      auto cache = Cache::open(out);
+      dscache::LoaderOptions lo;
+      lo.batch_size = 8;
+      lo.transform.crop = dscache::CropMode::kRandomResized;
+      lo.transform.height = 32;
+      lo.transform.width = 40;
+      lo.transform.flip = true;
+      dscache::Loader loader(cache, lo);
+      JointSeen seen;
+      int flipped = 0;
+      for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+        loader.start_epoch(9, epoch);
+        while (const dscache::Batch* b = loader.next()) {
+          const dscache::FieldBatch* mask = b->field("mask");
+          const dscache::FieldBatch* boxes = b->field("boxes");
+          const dscache::FieldBatch* labels = b->field("box_labels");
+          REQUIRE(mask != nullptr);
+          REQUIRE(boxes != nullptr);
+          REQUIRE(labels != nullptr);
+          CHECK(mask->shape == std::vector<uint64_t>{b->size, 32, 40});
+          for (uint32_t k = 0; k < b->size; ++k) {
+            const uint64_t i = b->indices[k];
+            const int64_t n = boxes->offsets[k + 1] - boxes->offsets[k];
+            REQUIRE(labels->offsets[k + 1] - labels->offsets[k] == n);
+            if (n == 1) {
+              int64_t lab;
+              std::memcpy(&lab, labels->data + 8 * labels->offsets[k], 8);
+              CHECK(lab == int64_t(i));  // the box's label follows it
+            }
+            check_joint(scenes[i], 32, 40, b->images + k * 32 * 40 * 3, mask->data + k * 32 * 40,
+                        reinterpret_cast<const float*>(boxes->data) + 4 * boxes->offsets[k],
+                        static_cast<size_t>(n), &seen);
+            flipped += dscache::choose_crop(lo.transform, 1, 1, 9, epoch, i).flip;
+          }
+        }
+      }
+      CHECK(seen.labelled > 60);
+      CHECK(flipped > 40);
+      // crop none (fixed layout) serves every field exactly as stored; a selection serves only it.
+      if (layout == Layout::kFixed) {
+        dscache::LoaderOptions plain;
+        plain.batch_size = 16;
+        plain.fields = std::vector<std::string>{"box_labels", "mask"};
+        dscache::Loader l2(cache, plain);
+        l2.start_epoch(3, 0);
+        while (const dscache::Batch* b = l2.next()) {
+          REQUIRE(b->fields.size() == 2);
+          CHECK(b->field("boxes") == nullptr);
+          for (uint32_t k = 0; k < b->size; ++k) {
+            const uint64_t i = b->indices[k];
+            CHECK(std::memcmp(b->field("mask")->data + k * 48 * 64, scenes[i].mask.data(),
+                              48 * 64) == 0);
+          }
+        }
+        plain.fields = std::vector<std::string>{"nope"};
+        CHECK_THROWS_WITH(dscache::Loader(cache, plain), doctest::Contains("nope"));
+      }
     }
   }
 }

@@ -42,7 +42,9 @@ void skip_non_images(SourceListing* listing) {
   for (auto& e : listing->entries) {
     std::string reason;
     struct stat st {};
-    if (::stat(e.path.c_str(), &st) != 0) {
+    if (!e.bad.empty()) {  // a table row the listing could not make a sample of
+      reason = e.bad;
+    } else if (::stat(e.path.c_str(), &st) != 0) {
       reason = std::strerror(errno);
     } else if (!S_ISREG(st.st_mode)) {
       reason = "not a regular file";

@@ -403,16 +403,18 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   }
   const std::string text = File::open(abs).read_all(kMaxJsonBytes);
   auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
-  if (mask && coco->categories.size() > 254) {
+  if (mask && coco->categories.size() > 255) {
     throw Error(ErrorKind::kUnsupported, abs,
                 std::to_string(coco->categories.size()) +
-                    " categories: --coco-mask semantic stores uint8 masks (at most 254)");
+                    " categories: --coco-mask semantic stores uint8 masks (at most 255)");
   }
   const std::string root = absolute_path(options.image_root);
 
   SourceListing out;
   out.kind = "coco";
   out.root = abs;
+  out.labels_path = absolute_path(options.image_root);  // the manifest's source.labels: where
+                                                        // the images are (verify --source)
   FieldSpec boxes{"boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}, "", {}};
   FieldSpec labels{"box_labels", FieldKind::kRows, FieldType::kInt64,
                    {},           "boxes",          coco->categories};

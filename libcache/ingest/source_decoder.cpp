@@ -153,6 +153,14 @@ SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, 
 SourceDecoder::SourceDecoder(const Manifest& m, std::vector<std::string> names, std::string root,
                              uint64_t samples)
     : m_(m), names_(std::move(names)), root_(std::move(root)), decoder_(m.recipe, m.layout) {
+  // A COCO source's images are under its image root (source.labels), not beside the JSON.
+  if (m.source.kind == "coco" && root_ == m.source.root) root_ = m.source.labels;
+  // As the build decoded them: a sample with a mask or boxes ignores EXIF orientation.
+  for (const FieldSpec& f : m.fields) {
+    if (f.kind == FieldKind::kMask || f.kind == FieldKind::kBoxes) {
+      decoder_.set_ignore_orientation(true);
+    }
+  }
   if (m.source.kind == "idx") {
     uint64_t records = UINT64_MAX;  // all
     if (samples < names_.size()) {

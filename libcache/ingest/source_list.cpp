@@ -401,7 +401,7 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
 
 std::string source_entry_path(const std::string& kind, const std::string& root,
                               const std::string& name) {
-  if (kind == "folder") return root + "/" + name;
+  if (kind == "folder" || kind == "coco") return root + "/" + name;  // coco: the image root
   if (kind == "list") {
     if (!name.empty() && name[0] == '/') return name;
     return root.substr(0, root.find_last_of('/')) + "/" + name;

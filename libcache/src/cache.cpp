@@ -426,6 +426,15 @@ FieldView Cache::field(uint64_t i, size_t f) const {
   return FieldView{st.data == nullptr ? nullptr : st.data + first * row, rows * row, rows};
 }
 
+void Cache::copy_field(uint64_t i, size_t f, uint8_t* out) const {
+  const FieldView v = field(i, f);
+  if (v.bytes == 0) return;
+  const Impl& c = *impl_;
+  const size_t k = static_cast<size_t>(&c.find_shard(i) - c.shards.data());
+  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes),
+                       c.files->path(c.manifest.shards[k].fields[f].values.file));
+}
+
 size_t Cache::field_index(const std::string& name) const {
   const auto& fields = impl_->manifest.fields;
   std::string known;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dscache/error.h"
+#include "field_fill.h"
 #include "mapped_file.h"
 #include "prefetcher.h"
 #include "read_ahead.h"
@@ -99,6 +100,8 @@ class Loader::Impl {
     AlignedBytes images;
     std::vector<int64_t> labels;
     std::vector<uint64_t> indices;
+    detail::FieldBuffers fields;   // the selected fields' values (none: empty)
+    std::vector<uint8_t> scratch;  // a crop box (or sample) copied out of the source
     Batch batch;
   };
 
@@ -112,6 +115,8 @@ class Loader::Impl {
   uint64_t sample_bytes_ = 0;
   bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
   bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
+  std::unique_ptr<detail::FieldFill> fields_;  // the fields batches carry
+  bool with_fields_ = false;                   // any at all (else no per-sample field work)
   uint64_t samples_per_epoch_ = 0;
   uint64_t batches_per_epoch_ = 0;
   std::vector<Slot> slots_;
@@ -189,6 +194,17 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
                   " bytes does not fit in 64 bits");
   }
 
+  fields_ = std::make_unique<detail::FieldFill>(*source_, options_.fields,
+                                                options_.min_box_visibility, out_h_, out_w_);
+  with_fields_ = !fields_->empty();
+  // What a batch holds per sample besides labels and indices: the image and the fixed-size
+  // fields (variable ones grow with the data and are not known here).
+  uint64_t field_bytes = 0, held_bytes = 0;
+  if (!fields_->fixed_bytes_per_sample(&field_bytes) ||
+      __builtin_add_overflow(sample_bytes_, field_bytes, &held_bytes)) {
+    throw invalid("loader.fields: the fixed-size fields of one sample do not fit in 64 bits");
+  }
+
   const uint64_t per_rank = samples_per_rank(n, options_.sampler);
   const uint64_t bs = options_.batch_size;
   batches_per_epoch_ = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
@@ -196,13 +212,15 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
 
   const uint32_t slot_count = options_.prefetch + 1;  // <= kMaxPrefetch + 1: no wrap
   // Per slot: the images plus a label and an index per sample; slot_count slots.
-  const std::string sizes = "loader.batch_size " + std::to_string(bs) + " x " +
-                            std::to_string(sample_bytes_) + " bytes per sample (" +
-                            std::to_string(out_h_) + "x" + std::to_string(out_w_) + "x" +
-                            std::to_string(channels_) + ") x " + std::to_string(slot_count) +
-                            " buffers (prefetch " + std::to_string(options_.prefetch) + " + 1)";
+  const std::string sizes =
+      "loader.batch_size " + std::to_string(bs) + " x " + std::to_string(held_bytes) +
+      " bytes per sample (" + std::to_string(out_h_) + "x" + std::to_string(out_w_) + "x" +
+      std::to_string(channels_) +
+      (field_bytes > 0 ? " + " + std::to_string(field_bytes) + " of fields" : std::string()) +
+      ") x " + std::to_string(slot_count) + " buffers (prefetch " +
+      std::to_string(options_.prefetch) + " + 1)";
   uint64_t batch_bytes = 0, slot_bytes = 0, ring_bytes = 0;
-  if (!checked_mul(bs, sample_bytes_, &batch_bytes) || batch_bytes > UINT64_MAX - 2 * kAlign ||
+  if (!checked_mul(bs, held_bytes, &batch_bytes) || batch_bytes > UINT64_MAX - 2 * kAlign ||
       !checked_mul(bs, sizeof(int64_t) + sizeof(uint64_t), &slot_bytes) ||
       slot_bytes > UINT64_MAX - batch_bytes - kAlign ||
       !checked_mul(slot_bytes + batch_bytes + kAlign, slot_count, &ring_bytes)) {
@@ -219,6 +237,10 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);
     s.labels.resize(bs);
     s.indices.resize(bs);
+    if (with_fields_) {
+      s.fields = fields_->make_buffers(options_.batch_size);
+      s.batch.fields = fields_->make_batch_fields();
+    }
   }
   try {
     prefetcher_ = std::make_unique<Prefetcher>(
@@ -272,34 +294,38 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   const uint64_t begin = job * bs;
   const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
   const TransformOptions& t = options_.transform;
-  std::vector<uint8_t> scratch;  // a crop box (or sample) copied out of the source
-  uint64_t run_left = 0;         // samples copy_run already copied for the coming positions
+  std::vector<uint8_t>& scratch = slot.scratch;
+  uint64_t run_left = 0;  // samples copy_run already copied for the coming positions
+  if (with_fields_) fields_->begin(&slot.fields);
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
     const uint64_t idx = order_[begin + k];
     uint8_t* out = slot.images.get() + k * sample_bytes_;
+    // The sample's one geometric draw: its image and every spatial field use it.
+    SampleShape s;
+    CropBox box;
     if (encoded_) {
       // Decoded in this worker, only as much as the crop needs (kNone: the whole sample).
-      const SampleShape s = source_->sample_shape(idx);
-      source_->decode_crop(idx, choose_crop(t, s.height, s.width, seed_, epoch_, idx), out_h_,
-                           out_w_, out);
+      s = source_->sample_shape(idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      source_->decode_crop(idx, box, out_h_, out_w_, out);
     } else if (plain_copy_) {
+      s = SampleShape{out_h_, out_w_, channels_};
       if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
       --run_left;
-      if (t.flip && choose_crop(t, out_h_, out_w_, seed_, epoch_, idx).flip) {
-        mirror_rows(out, out_h_, out_w_, channels_);
-      }
+      if (t.flip || with_fields_) box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
+      if (box.flip) mirror_rows(out, out_h_, out_w_, channels_);
     } else {
       // Only the crop box is copied out of view() memory, row by row through guarded_copy, and
       // crop_resize reads the copy: reading a mapping directly would die of SIGBUS on a shard
       // truncated under the reader. Sources without stable pointers copy the whole sample.
-      const SampleShape s = source_->sample_shape(idx);
+      s = source_->sample_shape(idx);
       if (s.channels != channels_) {
         throw Error(ErrorKind::kCorruption, "",
                     "sample " + std::to_string(idx) + " has " + std::to_string(s.channels) +
                         " channels, the source says " + std::to_string(channels_));
       }
-      const CropBox box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
       ImageView view;
       bool have_view = false;
       try {
@@ -323,14 +349,19 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
           source_->copy_sample(idx, whole.data());
           throw;
         }
+        // The sample's transform, read relative to the copied window.
         crop_resize(ImageView{scratch.data(), box.height, box.width, s.channels},
                     CropBox{0, 0, box.height, box.width, box.flip}, out_h_, out_w_, out);
       } else {
         scratch.resize(static_cast<size_t>(s.bytes()));
         source_->copy_sample(idx, scratch.data());
-        crop_resize(ImageView{scratch.data(), s.height, s.width, s.channels}, box, out_h_, out_w_,
-                    out);
+        SpatialTransform(box, s.height, s.width, out_h_, out_w_)
+            .image(ImageView{scratch.data(), s.height, s.width, s.channels}, out);
       }
+    }
+    if (with_fields_) {
+      fields_->add(&slot.fields, static_cast<uint32_t>(k), idx, s.height, s.width,
+                   SpatialTransform(box, s.height, s.width, out_h_, out_w_));
     }
     slot.labels[k] = source_->label(idx);
     slot.indices[k] = idx;
@@ -344,6 +375,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   b.images = slot.images.get();
   b.labels = slot.labels.data();
   b.indices = slot.indices.data();
+  if (with_fields_) fields_->finish(&slot.fields, b.size, &b.fields);
 }
 
 // Copies the samples at order_[pos], order_[pos + 1], ... while their indices stay consecutive

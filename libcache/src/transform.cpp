@@ -180,4 +180,123 @@ void crop_resize(const ImageView& src, const CropBox& box, uint32_t out_h, uint3
   detail::resample(origin, src_stride, c, ty, tx, out_h, out_w, box.flip, out, &row);
 }
 
+SpatialTransform::SpatialTransform(const CropBox& box, uint32_t src_h, uint32_t src_w,
+                                   uint32_t out_h, uint32_t out_w)
+    : box_(box), src_h_(src_h), src_w_(src_w), out_h_(out_h), out_w_(out_w) {
+  if (box.height == 0 || box.width == 0) {
+    throw invalid("SpatialTransform: empty crop box " + std::to_string(box.height) + "x" +
+                  std::to_string(box.width));
+  }
+  if (out_h == 0 || out_w == 0) {
+    throw invalid("SpatialTransform: empty output " + std::to_string(out_h) + "x" +
+                  std::to_string(out_w));
+  }
+  if (uint64_t{box.y} + box.height > src_h || uint64_t{box.x} + box.width > src_w) {
+    throw invalid("SpatialTransform: crop box " + std::to_string(box.height) + "x" +
+                  std::to_string(box.width) + "+" + std::to_string(box.y) + "+" +
+                  std::to_string(box.x) + " is outside the " + std::to_string(src_h) + "x" +
+                  std::to_string(src_w) + " sample");
+  }
+}
+
+void SpatialTransform::image(const ImageView& src, uint8_t* out) const {
+  if (src.height != src_h_ || src.width != src_w_) {
+    throw invalid("SpatialTransform::image: the image is " + std::to_string(src.height) + "x" +
+                  std::to_string(src.width) + ", the transform was made for " +
+                  std::to_string(src_h_) + "x" + std::to_string(src_w_));
+  }
+  crop_resize(src, box_, out_h_, out_w_, out);
+}
+
+namespace {
+
+// Nearest-neighbour sampling of one channel of E-byte elements: output (oy, ox) reads source
+// row box.y + floor((2*oy + 1) * box.height / (2*out_h)) (its footprint's centre), columns
+// alike, the column taken from the mirrored output column when flipped. Integer arithmetic
+// only; the column's quotient is stepped instead of divided per pixel. Elements are moved as
+// bytes (their stored byte order is kept; the buffers need no alignment).
+template <size_t E>
+void sample_nearest(const uint8_t* src, uint32_t src_w, const CropBox& box, uint32_t out_h,
+                    uint32_t out_w, uint8_t* out) {
+  const uint64_t den_y = 2 * uint64_t{out_h}, den_x = 2 * uint64_t{out_w};
+  const uint64_t step_q = 2 * uint64_t{box.width} / den_x, step_r = 2 * uint64_t{box.width} % den_x;
+  const uint64_t first_q = box.width / den_x, first_r = box.width % den_x;  // ox = 0
+  for (uint32_t oy = 0; oy < out_h; ++oy) {
+    const uint64_t sy = box.y + (2 * uint64_t{oy} + 1) * box.height / den_y;
+    const uint8_t* row = src + (sy * src_w + box.x) * E;
+    uint8_t* dst = out + uint64_t{oy} * out_w * E;
+    uint64_t q = first_q, r = first_r;  // column ox of the box: (2*ox + 1) * width / den_x
+    for (uint32_t ox = 0; ox < out_w; ++ox) {
+      std::memcpy(dst + size_t{box.flip ? out_w - 1 - ox : ox} * E, row + q * E, E);
+      q += step_q;
+      r += step_r;
+      if (r >= den_x) {
+        r -= den_x;
+        ++q;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void SpatialTransform::mask(const uint8_t* src, uint32_t element_bytes, uint8_t* out) const {
+  if (element_bytes != 1 && element_bytes != 2) {
+    throw invalid("SpatialTransform::mask: elements of " + std::to_string(element_bytes) +
+                  " bytes (masks hold uint8 or uint16 class ids)");
+  }
+  if (box_.height == out_h_ && box_.width == out_w_ && !box_.flip) {
+    const size_t src_stride = size_t{src_w_} * element_bytes;
+    const size_t row = size_t{out_w_} * element_bytes;
+    const uint8_t* origin = src + size_t{box_.y} * src_stride + size_t{box_.x} * element_bytes;
+    for (uint32_t y = 0; y < out_h_; ++y) {
+      std::memcpy(out + y * row, origin + y * src_stride, row);
+    }
+    return;
+  }
+  if (element_bytes == 1) {
+    sample_nearest<1>(src, src_w_, box_, out_h_, out_w_, out);
+  } else {
+    sample_nearest<2>(src, src_w_, box_, out_h_, out_w_, out);
+  }
+}
+
+size_t SpatialTransform::boxes(const float* in, size_t n, double min_visibility, float* out,
+                               uint32_t* kept) const {
+  if (!(min_visibility >= 0.0 && min_visibility <= 1.0)) {
+    throw invalid("SpatialTransform::boxes: min_visibility " + std::to_string(min_visibility) +
+                  " is outside [0, 1]");
+  }
+  const double bx = box_.x, by = box_.y, bw = box_.width, bh = box_.height;
+  const double ow = out_w_, oh = out_h_;
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float* b = in + 4 * i;
+    double x1 = (double{b[0]} - bx) * ow / bw;
+    double y1 = (double{b[1]} - by) * oh / bh;
+    double x2 = (double{b[2]} - bx) * ow / bw;
+    double y2 = (double{b[3]} - by) * oh / bh;
+    if (box_.flip) {
+      const double f1 = ow - x2, f2 = ow - x1;
+      x1 = f1;
+      x2 = f2;
+    }
+    const double area = (x2 - x1) * (y2 - y1);
+    const double cx1 = std::clamp(x1, 0.0, ow), cx2 = std::clamp(x2, 0.0, ow);
+    const double cy1 = std::clamp(y1, 0.0, oh), cy2 = std::clamp(y2, 0.0, oh);
+    const double clipped = (cx2 - cx1) * (cy2 - cy1);
+    const float f[4] = {static_cast<float>(cx1), static_cast<float>(cy1), static_cast<float>(cx2),
+                        static_cast<float>(cy2)};
+    // Written so that NaN (a non-finite box) compares false and is dropped; a box left with no
+    // area once stored as float is dropped too.
+    if (!(f[2] > f[0] && f[3] > f[1] && x2 > x1 && y2 > y1 && clipped >= min_visibility * area)) {
+      continue;
+    }
+    std::memcpy(out + 4 * m, f, sizeof f);
+    if (kept != nullptr) kept[m] = static_cast<uint32_t>(i);
+    ++m;
+  }
+  return m;
+}
+
 }  // namespace dscache

@@ -16,7 +16,8 @@ Batch lifetime (the C++ contract): the images array of a batch is a view of one 
 Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while
 the array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot
 crash the process, but after the next batch the buffer is refilled with other samples. Keep a
-batch beyond the next step with `images.copy()`, or pass copy=True. Labels are always copies.
+batch beyond the next step with `images.copy()`, or pass copy=True. Labels, indices and
+fields (masks, boxes, ...) are always copies.
 
 Writing a cache from Python (a dataset no folder layout describes):
 
@@ -24,6 +25,14 @@ Writing a cache from Python (a dataset no folder layout describes):
         for image, label in samples:                    # (64, 64, 3) uint8 arrays, class index
             w.write(image, label)
     # leaving the block publishes "my-cache"; an exception leaves a resumable partial directory
+
+Samples may carry named, typed fields (a mask, boxes, a caption...): Writer(..., fields={"mask":
+dscache.Mask(), "boxes": dscache.Boxes()}), w.write(image, label, mask=m, boxes=b), then
+Cache.fields and Cache.field(i, "boxes"). A Loader over such a cache yields a dict per batch
+(dscache.Batch): batch["image"], batch["label"], batch["index"], fixed fields stacked
+(batch["mask"] (B, H, W)), variable ones flat with offsets (batch["boxes"] (sum n, 4),
+batch["boxes_offsets"] (B + 1,)); dscache.per_sample(batch, "boxes") and
+dscache.detection_targets(batch) cut them per sample. Loader(fields=[...]) serves only those.
 
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
@@ -40,12 +49,18 @@ import numpy as np
 
 from . import _dscache
 from ._checks import _U32, _U64, _check_int, _invalid
+from ._fields import Array, Boxes, Bytes, Field, Mask, Rows, Scalar, Text
+from ._batch import Batch, detection_targets, per_sample
+from ._batch import make_batch as _make_batch, to_torch as _batch_to_torch
+from ._fields import from_bytes as _field_from_bytes, from_dict as _field_from_dict
 from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, IOError,  # noqa
                       NotFoundError, UnsupportedError)
 
 __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError",
            "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
-           "BusyError", "epoch_order", "Writer", "build_order"]
+           "BusyError", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
+           "Array", "Boxes", "Rows", "Text", "Bytes", "Batch", "per_sample",
+           "detection_targets"]
 __version__ = "0.1.0"
 
 STATE_VERSION = 2  # 2: records the cache's identity ("data"); 1 is read, unchecked, with a warning
@@ -122,6 +137,11 @@ class _Source:
         """(H, W, C) of sample i (differs per sample in the ragged layout)."""
         return tuple(self._src.sample_shape(int(i)))
 
+    @property
+    def fields(self):
+        """The samples' fields besides image and label (none here; see Cache.fields)."""
+        return []
+
 
 class Cache(_Source):
     """A built cache directory, validated and memory-mapped (libcache's Cache::open).
@@ -141,12 +161,15 @@ class Cache(_Source):
         self._manifest = self._src.manifest
         m = self._manifest
         m["shape"] = [m["height"], m["width"], m["channels"]]
+        self._fields = [_field_from_dict(d) for d in m["fields"]]
+        self._field_at = {f.name: k for k, f in enumerate(self._fields)}
 
     @property
     def manifest(self):
         """The manifest's fields as a dict (format_version, layout, storage, codec, dtype,
         shape [H, W, C] (0, 0, C for ragged), height, width, channels, channel_order, count,
-        classes, class_counts, shards [{file, first, count, bytes}], skipped, source {kind,
+        classes, class_counts, fields [{name, kind, dtype, shape, rows_of, classes}], shards
+        [{file, first, count, bytes, fields {name: {values, offsets}}}], skipped, source {kind,
         root, entries}, tool_version, created_utc)."""
         return dict(self._manifest)
 
@@ -160,6 +183,35 @@ class Cache(_Source):
     memory_mode = property(lambda self: self._src.memory_mode,
                            doc='the mode in force: "page-cache", "in-process" or "pread"')
     stored_bytes = property(lambda self: self._src.stored_bytes)
+
+    @property
+    def fields(self):
+        """The cache's fields (docs/FORMAT.md "Fields"), in field order: dscache.Mask, Scalar,
+        Array, Boxes, Rows, Text or Bytes specs with .name, .kind, .dtype, .shape, .rows_of,
+        .classes (and .to_dict()). Empty for a cache without fields."""
+        return list(self._fields)
+
+    def field(self, i, name):
+        """Sample i's value of field `name` (or its index in .fields), always a fresh copy
+        (field files stay mapped, and a view read outside libcache's guard could crash the
+        interpreter if the file shrank): mask (H, W) -- the sample's own (h, w) in the ragged
+        layout --; scalar a numpy scalar; array its shape; boxes (n, 4) float32; rows
+        (n, *shape); text str; bytes bytes."""
+        if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
+            f = int(name)
+            if not 0 <= f < len(self._fields):
+                raise IndexError(f"field index {f} out of range ({len(self._fields)} fields)")
+        else:
+            f = self._field_at.get(name)
+            if f is None:
+                self._src.field_index(str(name))  # raises InvalidArgumentError listing them
+        raw, rows = self._src.field(int(i), f)
+        h, w = (self.sample_shape(i)[:2] if self._fields[f].kind == "mask" else (0, 0))
+        return _field_from_bytes(self._fields[f], raw, rows, h, w)
+
+    def sample_fields(self, i):
+        """{name: value} of every field of sample i (see field())."""
+        return {f.name: self.field(i, k) for k, f in enumerate(self._fields)}
 
     @property
     def labels(self):
@@ -249,9 +301,12 @@ class Loader:
     """Shuffled, rank-sharded, prefetched batches from a Cache or LazyCache (libcache's Loader).
 
     Iterating yields (images, labels): images a (B, H, W, C) uint8 numpy array, labels (B,)
-    int64; with return_indices=True also the (B,) uint64 sample indices. Each iteration is one
-    epoch of this rank: the epoch is set_epoch()'s value, or the one after the last complete
-    pass (starting at 0).
+    int64; with return_indices=True also the (B,) uint64 sample indices. Over a cache with
+    fields (format_version 3) it yields a dscache.Batch instead, a dict: "image", "label",
+    "index" and the served fields -- fixed kinds stacked ("mask" (B, H, W), "count" (B,)),
+    variable kinds flat with offsets ("boxes" (sum n, 4) and "boxes_offsets" (B + 1,)); see
+    dscache.per_sample and dscache.detection_targets. Each iteration is one epoch of this rank:
+    the epoch is set_epoch()'s value, or the one after the last complete pass (starting at 0).
 
     shuffle: True/"global" (a permutation of all samples), False/"none" (storage order) or
     "windowed" (for caches larger than memory: block, window_blocks, block_bytes,
@@ -260,8 +315,12 @@ class Loader:
     torch.distributed's rank and world size when it is initialized, else 0 and 1. rank_tail:
     "pad" (every rank gets as many samples, a few repeated) or "drop". drop_last: drop this
     rank's last short batch. workers: threads filling batches; prefetch: batches ready ahead.
-    transform: a dscache.Transform, or None. copy: yield copies instead of views of the ring
-    buffers (see the module docstring on batch lifetime).
+    transform: a dscache.Transform, or None; masks and boxes get each sample's crop and flip
+    with its image. copy: yield copies instead of views of the ring buffers (see the module
+    docstring on batch lifetime; fields are always copies). fields: the field names to serve,
+    in this order (None = all of the cache's, [] = none); fields not named are never read.
+    min_box_visibility: a box is kept when the part of it inside the crop covers at least this
+    share (0..1) of its whole area (0 = any part); rows_of rows follow their box.
 
     Iterate from one thread at a time: a second thread calling into the Loader while the first
     waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
@@ -271,7 +330,7 @@ class Loader:
     def __init__(self, cache, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, workers=2, prefetch=4, transform=None, copy=False,
                  return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
-                 window_bytes=0):
+                 window_bytes=0, fields=None, min_box_visibility=0.0):
         if not isinstance(cache, _Source):
             raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
         if rank is None or world_size is None:
@@ -301,16 +360,42 @@ class Loader:
         self.copy = bool(copy)
         self.return_indices = bool(return_indices)
         self.transform = t
+        self.fields = self._select_fields(cache, fields)
+        self._as_dict = bool(cache.fields)  # a cache with fields yields Batch dicts
         self._impl = _dscache.Loader(
             cache._src, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
-            t.ratio[0], t.ratio[1], t.flip)
+            t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
+            float(min_box_visibility))
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
         self._generation = 0     # bumped on every iter(): an abandoned iterator stops
         _live_loaders.add(self)
+
+    @staticmethod
+    def _select_fields(cache, names):
+        """{name: spec} of the fields served, in order (libcache checks unknown names)."""
+        specs = {f.name: f for f in cache.fields}
+        if names is None:
+            names = list(specs)
+        elif isinstance(names, (str, bytes)):
+            raise TypeError(f"fields must be a list of field names, not a {type(names).__name__} "
+                            f"(fields=[{names!r}])")
+        names = list(names)
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"fields: a field name must be a str, got {n!r}")
+        served = {n: specs[n] for n in names if n in specs}
+        keys = ["image", "label", "index"]
+        for n, f in served.items():
+            keys += [n, n + "_offsets"] if f.variable else [n]
+        for k in keys:
+            if keys.count(k) > 1:
+                raise _invalid(f"fields: a batch would hold two arrays named '{k}' (a field's "
+                               f"name and another's offsets): select one with fields=[...]")
+        return served
 
     # ---- epochs -------------------------------------------------------------------------
 
@@ -347,17 +432,21 @@ class Loader:
         return self._batches(self._generation)
 
     def _batches(self, gen):
-        impl, copy, with_idx = self._impl, self.copy, self.return_indices
+        impl, copy, as_dict, specs = self._impl, self.copy, self._as_dict, self.fields
+        with_idx = self.return_indices or as_dict
         while True:
             if gen != self._generation:
                 return  # a newer iter() took over the Loader
             b = impl.next(with_idx)
             if b is None:
                 break
-            images, labels, indices, _ = b
+            images, labels, indices, _, fields = b
             if copy:
                 images = images.copy()
-            yield (images, labels, indices) if with_idx else (images, labels)
+            if as_dict:
+                yield _make_batch(images, labels, indices, fields, specs)
+            else:
+                yield (images, labels, indices) if with_idx else (images, labels)
         if gen == self._generation and self._active:
             self._active = False
             self._epoch += 1
@@ -365,9 +454,14 @@ class Loader:
     def torch(self, device=None, non_blocking=False):
         """The same batches as torch.Tensors: images (B, H, W, C) uint8 and labels int64 made
         with torch.from_numpy (sharing memory, same lifetime rule; indices as int64), moved to
-        `device` when given."""
+        `device` when given. Over a cache with fields: the Batch dict with every array a tensor
+        (fields shared with the batch's copies; a uint16 mask as int32 where torch has no
+        uint16)."""
         import torch
         for b in self:
+            if isinstance(b, Batch):
+                yield _batch_to_torch(b, device, non_blocking)
+                continue
             # torch has no uint64 before 2.3: indices (< 2**63) travel as int64
             out = tuple(torch.from_numpy(x.view(np.int64) if x.dtype == np.uint64 else x)
                         for x in b)

@@ -6,6 +6,7 @@
 // holds the buffer it points into (the Loader's allocator here frees a buffer only when the
 // Loader released it and no view of it is alive), so a view never points at freed memory. The
 // C++ contract still holds for the contents: a batch's pixels are valid until the next batch.
+// A batch's fields (masks, boxes, ...) are copies (see field_copies), labels and indices too.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -16,12 +17,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "_binding.h"
 #include "dscache/error.h"
+#include "dscache/fields.h"
 #include "dscache/loader.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
@@ -96,6 +99,33 @@ CropMode parse_crop(const std::string& s) { return kCropModeNames.parse(s, "tran
 // Thrown by the Loader's wait_poll when a signal handler raised: the Python exception is set.
 struct Interrupted {};
 
+// The batch's fields as [(name, values, offsets or None)]: `values` an array of the field's dtype
+// and FieldBatch::shape, `offsets` (variable kinds) int64 (size + 1,). Copies, not views: the
+// C++ Loader keeps field values in per-slot buffers of its own (not the BufferAllocator's), which
+// it reallocates when a batch needs more room and frees with the Loader, so a view could outlive
+// its memory. Small next to the images, but for masks (B x H x W elements) a copy per batch.
+py::list field_copies(const Batch& b) {
+  py::list out;
+  for (const FieldBatch& f : b.fields) {
+    std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
+    py::array values(py::dtype(npy_descr(f.spec->dtype)), shape);
+    if (static_cast<uint64_t>(values.nbytes()) != f.bytes) {  // our invariant: shape x dtype
+      throw Error(ErrorKind::kIOError, "",
+                  "field '" + f.spec->name + "': batch holds " + std::to_string(f.bytes) +
+                      " bytes, shape says " + std::to_string(values.nbytes()));
+    }
+    if (f.bytes > 0) std::memcpy(values.mutable_data(), f.data, f.bytes);
+    py::object offsets = py::none();
+    if (f.offsets != nullptr) {
+      py::array_t<int64_t> o(static_cast<py::ssize_t>(b.size) + 1);
+      std::memcpy(o.mutable_data(), f.offsets, sizeof(int64_t) * (b.size + 1));
+      offsets = o;
+    }
+    out.append(py::make_tuple(f.spec->name, values, offsets));
+  }
+  return out;
+}
+
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
@@ -147,8 +177,8 @@ class PyLoader {
     loader_->restore(LoaderPosition{seed, epoch, cursor});
   }
 
-  // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index) or
-  // None at the end of the epoch.
+  // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index,
+  // fields [(name, values, offsets or None)] copies) or None at the end of the epoch.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
     try {
@@ -169,10 +199,11 @@ class PyLoader {
     py::array_t<uint8_t> images = view_array(b->images, dims, held, true);
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
     std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
-    if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index);
+    py::list fields = field_copies(*b);
+    if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index, fields);
     py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
     std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
-    return py::make_tuple(images, labels, indices, b->index);
+    return py::make_tuple(images, labels, indices, b->index, fields);
   }
 
   // Takes the rest of the epoch in C++, nothing done with the batches but reading one byte each:
@@ -283,7 +314,9 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
                                   const std::string& rank_tail, uint32_t workers, uint32_t prefetch,
                                   const std::string& crop, uint32_t height, uint32_t width,
                                   double scale_min, double scale_max, double ratio_min,
-                                  double ratio_max, bool flip) {
+                                  double ratio_max, bool flip,
+                                  const std::optional<std::vector<std::string>>& fields,
+                                  double min_box_visibility) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.drop_last = drop_last;
@@ -300,6 +333,8 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   o.transform.ratio_min = ratio_min;
   o.transform.ratio_max = ratio_max;
   o.transform.flip = flip;
+  o.fields = fields;
+  o.min_box_visibility = min_box_visibility;
   return o;
 }
 
@@ -327,11 +362,12 @@ PYBIND11_MODULE(_dscache, m) {
                        uint32_t world_size, const std::string& rank_tail, uint32_t workers,
                        uint32_t prefetch, const std::string& crop, uint32_t height, uint32_t width,
                        double scale_min, double scale_max, double ratio_min, double ratio_max,
-                       bool flip) {
+                       bool flip, std::optional<std::vector<std::string>> fields,
+                       double min_box_visibility) {
              LoaderOptions o = make_loader_options(
                  batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
                  rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
-                 scale_max, ratio_min, ratio_max, flip);
+                 scale_max, ratio_min, ratio_max, flip, fields, min_box_visibility);
              return std::make_unique<PyLoader>(std::move(source), o);
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
@@ -339,7 +375,8 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("window_bytes"), py::arg("rank"), py::arg("world_size"), py::arg("rank_tail"),
            py::arg("workers"), py::arg("prefetch"), py::arg("crop"), py::arg("height"),
            py::arg("width"), py::arg("scale_min"), py::arg("scale_max"), py::arg("ratio_min"),
-           py::arg("ratio_max"), py::arg("flip"))
+           py::arg("ratio_max"), py::arg("flip"), py::arg("fields") = py::none(),
+           py::arg("min_box_visibility") = 0.0)
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))

@@ -16,6 +16,7 @@
 #include "_binding.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
+#include "dscache/fields.h"
 #include "dscache/lazy_cache.h"
 #include "dscache/manifest.h"
 #include "dscache/sample_source.h"
@@ -77,6 +78,36 @@ py::tuple get_sample(const std::shared_ptr<const SampleSource>& src, int64_t ind
   return py::make_tuple(out, src->label(i));
 }
 
+py::dict field_dict(const FieldSpec& f) {
+  py::dict d;
+  d["name"] = f.name;
+  d["kind"] = to_string(f.kind);
+  d["dtype"] = to_string(f.dtype);
+  d["shape"] = f.shape;
+  d["rows_of"] = f.rows_of;
+  d["classes"] = f.classes;
+  return d;
+}
+
+// Sample i's value of field f as a uint8 array (a copy) and its row count; __init__.py gives it
+// its dtype and shape. A copy, never a view, made by Cache::copy_field under libcache's SIGBUS
+// guard: numpy reading the mapping itself would kill the interpreter if the file shrank.
+py::tuple field_value(const Cache& c, int64_t index, size_t f) {
+  const uint64_t i = check_index(c, index);
+  FieldView v;
+  {
+    py::gil_scoped_release nogil;
+    v = c.field(i, f);
+  }
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(v.bytes));
+  if (v.bytes > 0) {
+    uint8_t* dst = out.mutable_data();
+    py::gil_scoped_release nogil;
+    c.copy_field(i, f, dst);
+  }
+  return py::make_tuple(out, v.rows);
+}
+
 MemoryMode parse_memory(const std::string& s) { return kMemoryModeNames.parse(s, "memory"); }
 AccessHint parse_hint(const std::string& s) { return kAccessHintNames.parse(s, "hint"); }
 
@@ -93,6 +124,9 @@ py::dict manifest_dict(const Manifest& m) {
   d["channel_order"] = m.channel_order;
   d["count"] = m.count;
   d["classes"] = m.classes;
+  py::list fields;
+  for (const FieldSpec& f : m.fields) fields.append(field_dict(f));
+  d["fields"] = fields;
   d["class_counts"] = m.class_counts;
   py::list shards;
   for (const ShardEntry& s : m.shards) {
@@ -102,6 +136,14 @@ py::dict manifest_dict(const Manifest& m) {
     e["count"] = s.count;
     e["bytes"] = s.bytes;
     e["xxh64"] = s.xxh64;
+    py::dict files;
+    for (size_t f = 0; f < s.fields.size() && f < m.fields.size(); ++f) {
+      py::dict ff;
+      ff["values"] = s.fields[f].values.file;
+      if (!s.fields[f].offsets.file.empty()) ff["offsets"] = s.fields[f].offsets.file;
+      files[py::str(m.fields[f].name)] = ff;
+    }
+    e["fields"] = files;
     shards.append(e);
   }
   d["shards"] = shards;
@@ -188,7 +230,9 @@ void bind_sources(py::module_& m) {
       .def_property_readonly("memory_mode",
                              [](const Cache& c) { return to_string(c.memory_mode()); })
       .def_property_readonly("resident_bytes", &Cache::resident_bytes)
-      .def_property_readonly("stored_bytes", &Cache::stored_bytes);
+      .def_property_readonly("stored_bytes", &Cache::stored_bytes)
+      .def("field_index", &Cache::field_index, py::arg("name"))
+      .def("field", &field_value, py::arg("i"), py::arg("field"));
 
   py::class_<LazyCache, SampleSource, std::shared_ptr<LazyCache>>(m, "LazyCache")
       .def(py::init([](const std::string& path, uint64_t count, uint32_t h, uint32_t w, uint32_t c,

@@ -13,6 +13,7 @@
 #include "_binding.h"
 #include "dscache/cache_writer.h"
 #include "dscache/error.h"
+#include "dscache/fields.h"
 #include "dscache/manifest.h"
 #include "dscache/sampler.h"
 
@@ -20,6 +21,35 @@ namespace py = pybind11;
 
 namespace dscache {
 namespace {
+
+// One FieldSpec from the (name, kind, dtype, shape, rows_of, classes) tuple _writer.py makes of
+// a dscache.Field; the spelling is checked by validate_fields() at begin(), which names it.
+FieldSpec field_spec(const py::tuple& t) {
+  if (t.size() != 6) throw py::value_error("a field spec is (name, kind, dtype, shape, ...)");
+  FieldSpec f;
+  f.name = t[0].cast<std::string>();
+  f.kind = kFieldKindNames.parse(t[1].cast<std::string>(), "fields '" + f.name + "' kind");
+  f.dtype = kFieldTypeNames.parse(t[2].cast<std::string>(), "fields '" + f.name + "' dtype");
+  f.shape = t[3].cast<std::vector<uint32_t>>();
+  f.rows_of = t[4].cast<std::string>();
+  f.classes = t[5].cast<std::vector<std::string>>();
+  return f;
+}
+
+// The arrays _writer.py converted one sample's field values to (C-contiguous, little-endian, in
+// each field's dtype), as FieldData. The list holds the arrays while the GIL is released.
+std::vector<FieldData> field_data(const py::list& values, const std::string& name) {
+  std::vector<FieldData> out;
+  out.reserve(values.size());
+  for (const py::handle& v : values) {
+    const py::array a = py::reinterpret_borrow<py::array>(v);
+    if (!py::isinstance<py::array>(v) || !(a.flags() & py::array::c_style)) {
+      throw Error(ErrorKind::kInvalidArgument, name, "a field value must be a C-contiguous array");
+    }
+    out.push_back(FieldData{a.data(), static_cast<uint64_t>(a.nbytes())});
+  }
+  return out;
+}
 
 // Owns the CacheWriter; not thread-safe (the Python class says so). Every call releases the GIL
 // while it writes: the numpy array it reads is held by the call's arguments.
@@ -30,7 +60,8 @@ class PyWriter {
     w_ = CacheWriter::open(path, o);
   }
 
-  void write(const py::array& image, int64_t label, const std::string& name) {
+  void write(const py::array& image, int64_t label, const std::string& name,
+             const py::list& fields) {
     const py::array_t<uint8_t, py::array::c_style> a =
         py::array_t<uint8_t, py::array::c_style>::ensure(image);
     if (!a || a.ndim() < 2 || a.ndim() > 3) {
@@ -47,16 +78,18 @@ class PyWriter {
       throw Error(ErrorKind::kInvalidArgument, name, "image sides must be 1..65500");
     }
     const auto h = static_cast<uint32_t>(a.shape(0)), w = static_cast<uint32_t>(a.shape(1));
+    const std::vector<FieldData> values = field_data(fields, name);
     py::gil_scoped_release nogil;
-    writer().append(a.data(), h, w, label, name);
+    writer().append(a.data(), h, w, label, name, nullptr, values.empty() ? nullptr : values.data());
   }
 
   void write_encoded(const py::bytes& data, uint32_t height, uint32_t width, int64_t label,
-                     const std::string& name) {
+                     const std::string& name, const py::list& fields) {
     std::string s = data;  // a copy: the GIL is released while it is written
+    const std::vector<FieldData> values = field_data(fields, name);
     py::gil_scoped_release nogil;
     writer().append_encoded(reinterpret_cast<const uint8_t*>(s.data()), s.size(), height, width,
-                            label, name);
+                            label, name, nullptr, values.empty() ? nullptr : values.data());
   }
 
   void skip(const std::string& name, const std::string& reason) { writer().skip(name, reason); }
@@ -110,7 +143,8 @@ void bind_writer(py::module_& m) {
                        const std::string& layout, const std::string& codec, uint32_t height,
                        uint32_t width, uint32_t channels, uint32_t quality, uint64_t shard_bytes,
                        std::vector<std::string> classes, bool shuffled, uint64_t shuffle_seed,
-                       uint32_t max_side, bool force, bool resume) {
+                       uint32_t max_side, const std::vector<py::tuple>& fields, bool force,
+                       bool resume) {
              CacheWriterOptions o;
              o.storage = kStorageNames.parse(storage, "storage");
              o.layout = kLayoutNames.parse(layout, "layout");
@@ -124,6 +158,7 @@ void bind_writer(py::module_& m) {
              o.recipe.shuffle_seed = shuffled ? shuffle_seed : 0;
              o.recipe.max_side = max_side;
              o.classes = std::move(classes);
+             for (const py::tuple& t : fields) o.fields.push_back(field_spec(t));
              o.source = SourceRecord{"python", "", "", 0, 0};
              o.force = force;
              o.resume = resume;
@@ -135,10 +170,11 @@ void bind_writer(py::module_& m) {
            py::arg("path"), py::arg("storage"), py::arg("layout"), py::arg("codec"),
            py::arg("height"), py::arg("width"), py::arg("channels"), py::arg("quality"),
            py::arg("shard_bytes"), py::arg("classes"), py::arg("shuffled"), py::arg("shuffle_seed"),
-           py::arg("max_side"), py::arg("force"), py::arg("resume"))
-      .def("write", &PyWriter::write, py::arg("image"), py::arg("label"), py::arg("name"))
+           py::arg("max_side"), py::arg("fields"), py::arg("force"), py::arg("resume"))
+      .def("write", &PyWriter::write, py::arg("image"), py::arg("label"), py::arg("name"),
+           py::arg("fields"))
       .def("write_encoded", &PyWriter::write_encoded, py::arg("data"), py::arg("height"),
-           py::arg("width"), py::arg("label"), py::arg("name"))
+           py::arg("width"), py::arg("label"), py::arg("name"), py::arg("fields"))
       .def("skip", &PyWriter::skip, py::arg("name"), py::arg("reason"))
       .def("cut_shard", &PyWriter::cut_shard)
       .def("publish", &PyWriter::publish)

@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from . import _dscache
+from . import _dscache, _fields
 from ._checks import _U32, _U64, _check_int, _invalid
 
 
@@ -35,14 +35,25 @@ class Writer:
       caller writes its items in that order (recorded in the manifest as `--shuffle` is).
     max_side: recorded as the ragged layout's limit (0: none).
     force: replace an existing cache at `path`, or discard an interrupted write of it.
-    resume: continue an interrupted write with the same options.
+    resume: continue an interrupted write with the same options (fields included).
+    fields: the named, typed values every sample carries besides its image and label
+      (docs/FORMAT.md "Fields"; the cache is then format_version 3), as {name: spec} in field
+      order, a spec being dscache.Mask, Scalar, Array, Boxes, Rows, Text or Bytes:
+
+        fields={"mask": dscache.Mask("uint8", classes=["bg", "cat"]),
+                "boxes": dscache.Boxes(), "box_labels": dscache.Rows("int64", rows_of="boxes"),
+                "score": dscache.Scalar("float32"), "caption": dscache.Text()}
+
+      (or a cache's .fields, to write another cache with the same fields). write() then takes
+      one value for each: write(image, label, mask=m, boxes=b, ...) or fields={...}.
 
     Not thread-safe: write from one thread. Images are copied into the shards at write()."""
 
     def __init__(self, path, shape=None, classes=None, codec="raw", layout="fixed",
                  shard_size=256 << 20, shuffle_seed=None, storage="npy", quality=90,
-                 channels=None, max_side=0, force=False, resume=False):
+                 channels=None, max_side=0, force=False, resume=False, fields=None):
         path = os.fspath(path)
+        self._fields = _fields.declare(fields)
         if layout not in ("fixed", "ragged"):
             raise _invalid(f"layout: {layout!r} is not one of fixed, ragged")
         height = width = 0
@@ -65,8 +76,9 @@ class Writer:
         names = [] if classes is None else [str(c) for c in classes]
         self._w = _dscache.Writer(
             path, storage, layout, codec, height, width, channels, int(quality), int(shard_size),
-            names, shuffle_seed is not None, int(shuffle_seed or 0), int(max_side), bool(force),
-            bool(resume))
+            names, shuffle_seed is not None, int(shuffle_seed or 0), int(max_side),
+            [(f.name, f.kind, f.dtype, list(f.shape), f.rows_of or "", f.classes or [])
+             for f in self._fields], bool(force), bool(resume))
         self.path = path
         self._channels = channels
 
@@ -82,21 +94,52 @@ class Writer:
             self._w.close()  # resumable: the finished shards stay in the partial directory
         return False
 
-    def write(self, image, label=0, name=None):
+    @property
+    def fields(self):
+        """The declared fields (named dscache.Field specs), in field order."""
+        return list(self._fields)
+
+    def write(self, image, label=0, name=None, fields=None, **values):
         """Appends one sample: a (H, W, C) uint8 array (or (H, W) for one channel) and its
-        label; `name` (default: its position) is recorded in sources.jsonl."""
+        label; `name` (default: its position) is recorded in sources.jsonl. With fields, one
+        value for each, as keywords or fields={name: value} (needed for a field called `name`
+        or `fields`): numpy arrays, lists, Python numbers, str (Text), bytes (Bytes), converted
+        to the field's dtype when no value changes (see docs/USAGE.md)."""
         a = np.asarray(image)
         if a.dtype != np.uint8:
             raise _invalid(f"image dtype is {a.dtype}, expected uint8")
         if a.ndim == 2 and self._channels == 1:
             a = a[:, :, None]
-        self._w.write(a, int(label), str(self._w.position) if name is None else str(name))
+        who = str(self._w.position) if name is None else str(name)
+        h, w = (int(a.shape[0]), int(a.shape[1])) if a.ndim >= 2 else (0, 0)
+        self._w.write(a, int(label), who, self._values(fields, values, h, w, who))
 
-    def write_encoded(self, data, height, width, label=0, name=None):
+    def write_encoded(self, data, height, width, label=0, name=None, fields=None, **values):
         """codec="jpeg": appends an encoded JPEG stream (bytes) that decodes to
-        height x width x channels, as is."""
-        self._w.write_encoded(bytes(data), int(height), int(width), int(label),
-                              str(self._w.position) if name is None else str(name))
+        height x width x channels, as is; fields as in write()."""
+        who = str(self._w.position) if name is None else str(name)
+        self._w.write_encoded(bytes(data), int(height), int(width), int(label), who,
+                              self._values(fields, values, int(height), int(width), who))
+
+    def _values(self, fields, values, height, width, who):
+        """One value per declared field, in field order, as the arrays the binding stores."""
+        given = dict(fields or {})
+        for k in values:
+            if k in given:
+                raise _invalid(f"{who}: field '{k}' given twice (keyword and fields=)")
+        given.update(values)
+        known = [f.name for f in self._fields]
+        for k in given:
+            if k not in known:
+                raise _invalid(f"{who}: unknown field '{k}' (the cache has "
+                               f"{', '.join(known) if known else 'no fields'})")
+        out = []
+        for f in self._fields:
+            if f.name not in given:
+                raise _invalid(f"{who}: no value for field '{f.name}' (every sample needs one "
+                               f"for each of {', '.join(known)})")
+            out.append(_fields.to_array(f, given[f.name], height, width, who))
+        return out
 
     def skip(self, name, reason):
         """Records an item that was not written, and why (skipped.jsonl)."""

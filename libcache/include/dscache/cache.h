@@ -99,6 +99,10 @@ class Cache : public SampleSource {
   // lives (see SampleSource::field). Field files are always mapped (whatever the memory mode);
   // their sizes, headers and offsets were checked at open, so every view lies inside its file.
   FieldView field(uint64_t i, size_t f) const override;
+  // Copies field(i, f)'s bytes to `out` (field(i, f).bytes of them) under the SIGBUS guard: a
+  // field file truncated by another process while mapped is Error(kCorruption) naming it, never
+  // a crash. What a caller that reads the value outside libcache should use.
+  void copy_field(uint64_t i, size_t f, uint8_t* out) const;
   // The index of the field named `name` in fields(), or Error(kInvalidArgument) listing them.
   size_t field_index(const std::string& name) const;
   // Sample i's bytes exactly as stored (the JPEG stream for codec kJpeg; the HWC pixels for

@@ -44,7 +44,8 @@ struct LoaderOptions {
                                // every spatial field (mask, boxes); default: samples as stored
   // Fields served with each batch, by name, in this order (each must be one of the source's
   // fields()); unset = all of the source's fields, in field order; empty = none. Fields not
-  // named are never read.
+  // named are never read (but the boxes a named rows_of field follows, which decide the rows it
+  // keeps). Their buffers are aligned host memory (not `allocator`), grown as batches need.
   std::optional<std::vector<std::string>> fields;
   // Boxes: a box is kept when its part inside the crop covers at least this share (0..1) of its
   // whole mapped area; 0 = any area left. Rows of a `rows_of` field follow their box.

@@ -1,0 +1,116 @@
+"""Batches of a cache with fields (format_version 3): the dict dscache.Loader yields, its torch
+form, and the helpers that cut a flat variable-length field into per-sample values (the lists
+torchvision's detection models take)."""
+import numpy as np
+
+from ._checks import _invalid
+
+
+class Batch(dict):
+    """One batch of a cache with fields, a dict:
+
+    "image" (B, H, W, C) uint8 -- a view of the Loader's ring buffer, as in the tuple API --,
+    "label" (B,) int64, "index" (B,) uint64 sample indices (int64 in torch), and per served field
+    `name`: fixed kinds stacked -- mask (B, H, W) transformed with the image, scalar (B,), array
+    (B, *shape) --; variable kinds flat -- boxes (sum n, 4) float32 in the served image's
+    pixels, rows (sum n, *shape), text/bytes (sum of lengths,) uint8 -- with
+    `name + "_offsets"` (B + 1,) int64: sample k's rows are [offsets[k], offsets[k + 1]).
+    Field arrays and labels are copies the batch owns; keeping them is safe.
+
+    .fields: {name: dscache field spec} of the fields served, in selection order.
+    """
+
+    fields = {}
+
+    def per_sample(self, name):
+        """Field `name` as a list of B per-sample values (see dscache.per_sample)."""
+        return per_sample(self, name)
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _batch_size(batch):
+    return len(batch["label"])
+
+
+def per_sample(batch, name):
+    """Field `name` of a Batch as a list of B per-sample values: a fixed kind's rows of the
+    stacked array; a variable kind's slices of the flat array ((n, 4) boxes, (n, *shape) rows);
+    text decoded to str, bytes to bytes. Views of the batch's arrays (numpy or torch)."""
+    spec = batch.fields.get(name) if isinstance(batch, Batch) else None
+    if spec is None:
+        served = ", ".join(batch.fields) if isinstance(batch, Batch) else "none (not a Batch)"
+        raise _invalid(f"per_sample: field '{name}' is not in the batch (its fields: {served})")
+    values = batch[name]
+    n = _batch_size(batch)
+    if not spec.variable:
+        return [values[k] for k in range(n)]
+    offsets = batch[name + "_offsets"]
+    o = offsets.tolist()
+    parts = [values[o[k]:o[k + 1]] for k in range(n)]
+    if spec.kind in ("text", "bytes"):
+        raw = [bytes(p.numpy()) if _is_torch(p) else p.tobytes() for p in parts]
+        return [r.decode("utf-8") for r in raw] if spec.kind == "text" else raw
+    return parts
+
+
+def detection_targets(batch, boxes="boxes", labels="box_labels"):
+    """The per-sample targets torchvision's detection models take (fasterrcnn_*, retinanet_*,
+    ...): a list of B dicts {"boxes": (n, 4) float32 x1 y1 x2 y2 in the served image's pixels,
+    "labels": (n,) int64}, from a Batch's boxes field and a rows field with one class per box
+    (rows_of=boxes; labels=None leaves "labels" out). numpy arrays, or torch tensors when the
+    batch is torch's (Loader.torch()): move them to the model's device with the images."""
+    box_list = per_sample(batch, boxes)
+    if labels is None:
+        return [{"boxes": b} for b in box_list]
+    spec = batch.fields.get(labels)
+    if spec is None or spec.kind != "rows" or spec.shape not in ((), (1,)):
+        raise _invalid(f"detection_targets: labels '{labels}' must be a rows field with one "
+                       f"value a row (Rows(dtype, rows_of='{boxes}')), got {spec!r}")
+    out = []
+    for k, (b, lab) in enumerate(zip(box_list, per_sample(batch, labels))):
+        if len(lab) != len(b):
+            raise _invalid(f"detection_targets: sample {k} has {len(b)} boxes in '{boxes}' and "
+                           f"{len(lab)} rows in '{labels}' (declare it rows_of='{boxes}')")
+        if _is_torch(lab):
+            import torch
+            lab = lab.reshape(-1).to(torch.int64)
+        else:
+            lab = lab.reshape(-1).astype(np.int64)
+        out.append({"boxes": b, "labels": lab})
+    return out
+
+
+def to_torch(batch, device=None, non_blocking=False):
+    """The Batch with every array a torch.Tensor made with torch.from_numpy (sharing memory:
+    the image keeps its ring-buffer lifetime); uint64 indices as int64; a uint16 mask as int32
+    where this torch has no uint16. Moved to `device` when given."""
+    import torch
+
+    def tensor(a):
+        if a.dtype == np.uint64:  # torch has no uint64 before 2.3 (indices are < 2**63)
+            a = a.view(np.int64)
+        try:
+            t = torch.from_numpy(a)
+        except TypeError:  # uint16 before torch 2.3
+            t = torch.from_numpy(a.astype(np.int32))
+        if device is not None:
+            t = t.to(device, non_blocking=non_blocking)
+        return t
+
+    out = Batch({k: tensor(v) for k, v in batch.items()})
+    out.fields = batch.fields
+    return out
+
+
+def make_batch(images, labels, indices, fields, specs):
+    """The Batch of one Loader.next() (the binding's tuple)."""
+    b = Batch(image=images, label=labels, index=indices)
+    for name, values, offsets in fields:
+        b[name] = values
+        if offsets is not None:
+            b[name + "_offsets"] = offsets
+    b.fields = specs
+    return b
