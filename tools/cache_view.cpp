@@ -66,6 +66,40 @@ const ShardEntry& CacheView::shard_of(uint64_t i) const {
   return *(it - 1);
 }
 
+void CacheView::read_field(uint64_t i, size_t f, std::vector<uint8_t>* out, uint64_t* rows) {
+  const Manifest& m = manifest();
+  const ShardEntry& s = shard_of(i);
+  const size_t k = static_cast<size_t>(&s - m.shards.data());
+  // open_field reads the shard's whole offsets file: keep the last shard's fields open, as a
+  // grid or a run of samples reads several samples of one shard.
+  if (field_k_ != k) {
+    field_files_.clear();
+    field_files_.resize(m.fields.size());
+    field_open_.assign(m.fields.size(), false);
+    field_k_ = k;
+  }
+  if (!field_open_[f]) {
+    field_files_[f] = files_->open_field(k, f, m.has_index() ? &index() : nullptr);
+    field_open_[f] = true;
+  }
+  const FieldShardFile& file = field_files_[f];
+  const FieldSpec& spec = m.fields[f];
+  const uint64_t j = i - s.first;
+  const uint64_t row = spec.row_bytes();  // a mask: one pixel's bytes
+  uint64_t at = 0, n = 0;
+  if (file.offsets.empty()) {
+    n = file.data_bytes / std::max<uint64_t>(1, s.count);  // checked by open_field
+    at = j * n;
+    *rows = spec.kind == FieldKind::kMask ? n / row : 1;
+  } else {
+    at = static_cast<uint64_t>(file.offsets[j]) * row;
+    *rows = static_cast<uint64_t>(file.offsets[j + 1] - file.offsets[j]);
+    n = *rows * row;
+  }
+  out->resize(n);
+  if (n > 0) file.values.read_at(file.data_offset + at, n, out->data());
+}
+
 void CacheView::read_samples(size_t k, uint64_t first, uint64_t n, uint8_t* out) {
   const Manifest& m = manifest();
   const ShardLocation& loc = shard(k);

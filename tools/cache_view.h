@@ -50,6 +50,10 @@ class CacheView {
   void read_samples(size_t k, uint64_t first, uint64_t n, uint8_t* out);
   // The shard holding sample i (i < count).
   const ShardEntry& shard_of(uint64_t i) const;
+  // Sample i's value of field f (manifest field order) as stored, its files checked by
+  // CacheDir::open_field. *rows: the value's rows (variable kinds), 1 (fixed kinds) or the
+  // mask's pixels (masks, any layout).
+  void read_field(uint64_t i, size_t f, std::vector<uint8_t>* out, uint64_t* rows);
 
  private:
   // Shard k open for reading (the last one read; one descriptor at a time).
@@ -61,6 +65,10 @@ class CacheView {
   File open_file_;
   std::vector<IndexRow> index_;
   bool have_index_ = false;
+  // Shard field_k_'s field files, opened on first use (read_field).
+  size_t field_k_ = SIZE_MAX;
+  std::vector<FieldShardFile> field_files_;
+  std::vector<bool> field_open_;
 };
 
 }  // namespace dscache

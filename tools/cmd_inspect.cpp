@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "inspect_fields.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -74,6 +75,7 @@ json summary_json(CacheView& c) {
       {"layout", to_string(m.layout)},
       {"storage", to_string(m.storage)},
       {"codec", to_string(m.codec)},
+      {"fields", fields_json(m)},
       {"quality", m.codec == Codec::kJpeg ? json(m.recipe.quality) : json(nullptr)},
       {"stored_bytes", sizes.stored},
       {"raw_bytes", sizes.raw},
@@ -166,6 +168,7 @@ void print_summary(CacheView& c) {
     std::printf("  %3zu  %-*s %8llu\n", i, static_cast<int>(width), m.classes[i].c_str(),
                 static_cast<unsigned long long>(m.class_counts[i]));
   }
+  print_fields(m);
   if (!skips.empty()) {
     std::printf("skipped    %zu\n", skips.size());
     size_t shown = std::min<size_t>(skips.size(), 20);
@@ -200,6 +203,23 @@ cv::Mat sample_image(CacheView& c, uint64_t i) {
   return out;
 }
 
+// Sample i with its masks and boxes drawn over it (caches with such fields), scaled up to at
+// least 256 pixels on its longer side so that boxes and names are readable, and a legend below.
+cv::Mat sample_picture(CacheView& c, uint64_t i, const SampleFields& f) {
+  cv::Mat img = sample_image(c, i);
+  if (!has_drawn_fields(c.manifest())) return img;
+  if (img.channels() == 1) cv::cvtColor(img, img, cv::COLOR_GRAY2BGR);
+  const int scale = std::max(1, static_cast<int>(std::ceil(256.0 / std::max(img.rows, img.cols))));
+  cv::Mat big;
+  cv::resize(img, big, cv::Size(img.cols * scale, img.rows * scale), 0, 0, cv::INTER_NEAREST);
+  draw_fields(c.manifest(), f, true, &big);
+  cv::Mat legend = fields_legend(c.manifest(), f, big.cols);
+  if (legend.empty()) return big;
+  cv::Mat out;
+  cv::vconcat(big, legend, out);
+  return out;
+}
+
 void write_png(const std::string& path, const cv::Mat& img) {
   bool ok = false;
   try {
@@ -217,11 +237,14 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
   int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
   int rows = static_cast<int>((n + cols - 1) / cols);
   // Ragged samples are fitted into 128x128 cells; fixed ones are scaled up to at least 96 px.
+  // Masks and boxes are drawn over the cells, which are then larger (at least 160 px).
   const bool ragged = m.layout == Layout::kRagged;
+  const bool drawn = has_drawn_fields(m);
+  const double least = drawn ? 160.0 : 96.0;
   int scale =
-      ragged ? 1 : std::max(1, static_cast<int>(std::ceil(96.0 / std::max(m.height, m.width))));
-  int cw = ragged ? 128 : static_cast<int>(m.width) * scale;
-  int ch = ragged ? 128 : static_cast<int>(m.height) * scale;
+      ragged ? 1 : std::max(1, static_cast<int>(std::ceil(least / std::max(m.height, m.width))));
+  int cw = ragged ? (drawn ? 192 : 128) : static_cast<int>(m.width) * scale;
+  int ch = ragged ? (drawn ? 192 : 128) : static_cast<int>(m.height) * scale;
   int strip = 16, pad = 4;
   cv::Mat sheet(rows * (ch + strip + pad) + pad, cols * (cw + pad) + pad, CV_8UC3,
                 cv::Scalar(40, 40, 40));
@@ -237,13 +260,16 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
           h = std::max(1, static_cast<int>(img.rows * s));
       cv::Mat fit;
       cv::resize(img, fit, cv::Size(w, h), 0, 0, s < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+      if (drawn) draw_fields(m, read_sample_fields(c, i, img.rows, img.cols), true, &fit);
       fit.copyTo(sheet(cv::Rect(x + (cw - w) / 2, y + (ch - h) / 2, w, h)));
     } else {
       cv::Mat big;
       cv::resize(img, big, cv::Size(cw, ch), 0, 0, cv::INTER_NEAREST);
+      if (drawn) draw_fields(m, read_sample_fields(c, i, img.rows, img.cols), true, &big);
       big.copyTo(sheet(cv::Rect(x, y, cw, ch)));
     }
-    std::string text = class_name(m, labels[i]);
+    // An unlabeled cache (COCO) has no class to name: its sample number instead.
+    std::string text = m.classes.empty() ? "#" + std::to_string(i) : class_name(m, labels[i]);
     double fs = 0.4;
     int base = 0;
     while (text.size() > 1 &&
@@ -272,8 +298,10 @@ bool parse_inspect_command_line(int argc, char** argv, InspectArgs* a) {
       "Usage: dscache inspect CACHE [options]\n\nSummarize a cache, or show its "
       "samples.\n\nOptions");
   desc.add_options()("help,h", "show this help")("json", "machine-readable output")(
-      "sample", po::value(&a->sample), "print sample I's label and source (with --out: write it)")(
-      "grid", po::value(&a->grid), "with --out: write a contact sheet of N samples")(
+      "sample", po::value(&a->sample),
+      "print sample I's label, source and fields (with --out: write its picture; masks and boxes "
+      "drawn over it, scaled up, with a legend)")("grid", po::value(&a->grid),
+                                                  "with --out: write a contact sheet of N samples")(
       "out", po::value(&a->out), "PNG file for --sample or --grid");
   po::variables_map vm;
   if (!parse_cache_args(argc, argv, desc, "inspect", &a->dir, &vm)) return false;
@@ -298,19 +326,32 @@ void show_sample(CacheView& c, const InspectArgs& a) {
   auto sources = c.sources();
   c.shard(static_cast<size_t>(&c.shard_of(i) - m.shards.data()));  // header vs manifest
   const std::string cls = class_name(m, labels[i]);
-  if (!a.out.empty()) write_png(a.out, sample_image(c, i));
+  SampleFields fields;
+  if (!m.fields.empty()) {
+    uint32_t h = m.height, w = m.width;
+    if (m.has_index()) {
+      h = c.index()[i].height;
+      w = c.index()[i].width;
+    }
+    fields = read_sample_fields(c, i, h, w);
+  }
+  if (!a.out.empty()) write_png(a.out, sample_picture(c, i, fields));
   if (a.as_json) {
     json j{{"index", i},
            {"label", labels[i]},
            {"class", cls},
            {"source", sources[i]},
            {"shard", c.shard_of(i).file}};
+    if (!m.fields.empty()) j["fields"] = sample_fields_json(m, fields);
     if (!a.out.empty()) j["out"] = a.out;
-    std::printf("%s\n", j.dump(2).c_str());
+    // Text fields are UTF-8 when the build wrote them; a damaged byte shows as U+FFFD.
+    std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     std::printf("sample %llu: label %lld (%s), source %s, shard %s\n",
                 static_cast<unsigned long long>(i), static_cast<long long>(labels[i]), cls.c_str(),
                 sources[i].c_str(), c.shard_of(i).file.c_str());
+    if (!m.fields.empty()) std::printf("fields\n");
+    print_sample_fields(m, fields);
     if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
   }
 }

@@ -399,8 +399,11 @@ FieldShardFile CacheDir::open_field(size_t k, size_t f, const std::vector<IndexR
     for (size_t i = 0; i < out.offsets.size(); ++i) {
       const int64_t prev = i == 0 ? 0 : out.offsets[i - 1];
       if (out.offsets[i] < prev || (i == 0 && out.offsets[0] != 0)) {
+        // Offset i ends sample i - 1 of the shard (and starts sample i): name the sample.
+        const uint64_t sample = s.first + (i == 0 ? 0 : i - 1);
         throw Error(ErrorKind::kCorruption, of.path(),
-                    "offset " + std::to_string(i) + " is " + std::to_string(out.offsets[i]) +
+                    "sample " + std::to_string(sample) + ": offset " + std::to_string(i) + " is " +
+                        std::to_string(out.offsets[i]) +
                         (i == 0 ? ", expected 0"
                                 : ", below the one before it (" + std::to_string(prev) + ")"));
       }
