@@ -154,11 +154,6 @@ void check_serves(const std::string& dir, Layout l, uint64_t n) {
   CHECK_THROWS_AS(c->field_index("nope"), Error);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 }  // namespace
 
 TEST_SUITE("fields") {
@@ -221,7 +216,7 @@ TEST_SUITE("fields") {
     w->append(px.data(), kH, kW, 0, "x");
     const Manifest m = w->publish();
     CHECK(m.format_version == 1);
-    CHECK(read_file(tmp.path() + "/c/manifest.json").find("\"fields\"") == std::string::npos);
+    CHECK(read_all(tmp.path() + "/c/manifest.json").find("\"fields\"") == std::string::npos);
     CHECK(dscache::read_npy_header(tmp.path() + "/c/checksums.npy").shape ==
           std::vector<uint64_t>{1});
   }
@@ -317,7 +312,7 @@ TEST_SUITE("fields") {
         CHECK(m.shards[k].fields[f].offsets.xxh64 == ref.shards[k].fields[f].offsets.xxh64);
       }
     }
-    CHECK(read_file(out + "/checksums.npy") == read_file(whole + "/checksums.npy"));
+    CHECK(read_all(out + "/checksums.npy") == read_all(whole + "/checksums.npy"));
   }
 
   TEST_CASE("a damaged field file of the partial directory is redone on resume") {

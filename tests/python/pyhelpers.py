@@ -9,7 +9,9 @@ usage, 77 all skipped: SKIP for meson).
 Environment (set by tests/meson.build): PYTHONPATH = build/python (the built package),
 DSCACHE = the dscache binary, LOADER_DUMP = the C++ reference dumper.
 """
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,20 @@ from testrunner import Skip  # noqa: E402,F401 - the cases raise it
 
 DSCACHE = os.environ.get("DSCACHE", "")
 LOADER_DUMP = os.environ.get("LOADER_DUMP", "")
+
+
+def verify(path):
+    """`dscache verify PATH` must pass (Skip when DSCACHE is not set)."""
+    if not DSCACHE:
+        raise Skip("DSCACHE not set (run through meson test)")
+    r = subprocess.run([DSCACHE, "verify", path], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"dscache verify {path}: {r.returncode} {r.stdout} {r.stderr}"
+
+
+def manifest(path):
+    """PATH/manifest.json, parsed."""
+    with open(os.path.join(path, "manifest.json")) as f:
+        return json.load(f)
 
 
 def write_pngs(root, classes=3, per_class=23, seed=0):

@@ -4,7 +4,6 @@ field kind (docs/FORMAT.md "Fields") passes `dscache verify` and reads back equa
 Cache.field() and through numpy alone (np.load(mmap_mode="r") of the field files the manifest
 lists); ragged masks follow their images' sizes; a SIGKILL mid-write then resume=True gives the
 same field files as an uninterrupted write; bad values are errors naming the field."""
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import textwrap
 import numpy as np
 
 import dscache
-from pyhelpers import DSCACHE, Skip, main
+from pyhelpers import main, manifest, verify
 
 CLASSES = ["cat", "dog", "emu"]
 
@@ -53,18 +52,6 @@ def items(n, seed=0, ragged=False, shape=(12, 10)):
             "caption": f"sample {i}: " + "é" * (i % 4),
             "blob": bytes(rng.integers(0, 256, size=i % 7, dtype=np.uint8))}))
     return out
-
-
-def verify(path):
-    if not DSCACHE:
-        raise Skip("DSCACHE not set (run through meson test)")
-    r = subprocess.run([DSCACHE, "verify", path], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"dscache verify {path}: {r.returncode} {r.stdout} {r.stderr}"
-
-
-def manifest(path):
-    with open(os.path.join(path, "manifest.json")) as f:
-        return json.load(f)
 
 
 def expected(spec, value):

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 
 import dscache
-from pyhelpers import DSCACHE, Skip, main
+from pyhelpers import main, manifest, verify
 
 CLASSES = ["cat", "dog", "emu"]
 
@@ -41,18 +41,6 @@ def smooth(n, shape=(24, 20, 3), seed=0):
         img = img + rng.integers(-3, 4, size=shape)
         out.append((np.clip(img, 0, 255).astype(np.uint8), int(rng.integers(0, 3))))
     return out
-
-
-def verify(path):
-    if not DSCACHE:
-        raise Skip("DSCACHE not set (run through meson test)")
-    r = subprocess.run([DSCACHE, "verify", path], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"dscache verify {path}: {r.returncode} {r.stdout} {r.stderr}"
-
-
-def manifest(path):
-    with open(os.path.join(path, "manifest.json")) as f:
-        return json.load(f)
 
 
 def shard_bytes(path):
