@@ -116,6 +116,20 @@ inline std::vector<uint64_t> all_indices(const std::vector<Taken>& batches) {
   return v;
 }
 
+// The 97-sample cache of three shards (30, 30, 37) in `storage`, written into `dir`, opened in
+// pread mode: what the pread tests compare with the same cache mapped.
+inline std::shared_ptr<Cache> pread_cache(const std::string& dir, Storage storage, Built* built) {
+  Spec spec;
+  spec.storage = storage;
+  spec.shard_counts = {30, 30, 37};
+  *built = build_cache(dir, spec);
+  dscache::CacheOptions po;
+  po.memory = dscache::MemoryMode::kPread;
+  auto c = Cache::open(dir, po);
+  REQUIRE(c->memory_mode() == dscache::MemoryMode::kPread);
+  return c;
+}
+
 inline LoaderOptions small_options(uint32_t batch_size = 8) {
   LoaderOptions o;
   o.batch_size = batch_size;

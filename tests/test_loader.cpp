@@ -208,14 +208,8 @@ TEST_SUITE("loader") {
   TEST_CASE("a cache open in pread mode yields the same batches as a mapped one") {
     for (const Storage storage : storages()) {
       TempDir dir;
-      Spec spec;
-      spec.storage = storage;
-      spec.shard_counts = {30, 30, 37};
-      const Built built = build_cache(dir.path(), spec);
-      dscache::CacheOptions po;
-      po.memory = dscache::MemoryMode::kPread;
-      const auto pread = Cache::open(dir.path(), po);
-      REQUIRE(pread->memory_mode() == dscache::MemoryMode::kPread);
+      Built built;
+      const auto pread = pread_cache(dir.path(), storage, &built);
       for (const CropMode crop : {CropMode::kNone, CropMode::kCenter, CropMode::kRandomResized}) {
         LoaderOptions o = small_options(10);
         o.workers = 2;

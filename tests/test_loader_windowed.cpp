@@ -116,13 +116,8 @@ TEST_SUITE("loader") {
   TEST_CASE("a cache open in pread mode yields the same windowed batches as a mapped one") {
     for (const Storage storage : storages()) {
       TempDir dir;
-      Spec spec;
-      spec.storage = storage;
-      spec.shard_counts = {30, 30, 37};
-      const Built built = build_cache(dir.path(), spec);
-      dscache::CacheOptions po;
-      po.memory = dscache::MemoryMode::kPread;
-      const auto pread = Cache::open(dir.path(), po);
+      Built built;
+      const auto pread = pread_cache(dir.path(), storage, &built);
       for (uint32_t window_blocks : {1u, 3u}) {
         LoaderOptions o = small_options(10);
         o.sampler.shuffle = Shuffle::kWindowed;

@@ -76,6 +76,18 @@ Manifest ragged_manifest() {
   return m;
 }
 
+// The error manifest_from_json refuses `j` with (as read from /x/manifest.json); a FAIL when it
+// accepts it.
+Error refusal(const Json& j) {
+  try {
+    dscache::manifest_from_json(j.dump(), "/x/manifest.json");
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("accepted");
+  return Error(ErrorKind::kInvalidArgument, "", "unreachable");
+}
+
 void check_equal(const Manifest& a, const Manifest& b) {
   CHECK(a.format_version == b.format_version);
   CHECK(a.layout == b.layout);
@@ -255,14 +267,10 @@ TEST_SUITE("unit") {
       CAPTURE(c.name);
       Json j = Json::parse(dscache::to_json(c.ragged ? ragged_manifest() : full_manifest()));
       c.mutate(j);
-      try {
-        dscache::manifest_from_json(j.dump(), "/x/manifest.json");
-        FAIL("accepted");
-      } catch (const Error& e) {
-        CAPTURE(e.what());
-        CHECK(e.kind() == ErrorKind::kCorruption);
-        CHECK(std::string(e.what()).find(c.message) != std::string::npos);
-      }
+      const Error e = refusal(j);
+      CAPTURE(e.what());
+      CHECK(e.kind() == ErrorKind::kCorruption);
+      CHECK(std::string(e.what()).find(c.message) != std::string::npos);
     }
     // write_manifest refuses what the reader would refuse.
     TempDir dir;
@@ -386,17 +394,13 @@ TEST_SUITE("unit") {
       CAPTURE(c.name);
       Json j = Json::parse(good);
       c.mutate(j);
-      try {
-        dscache::manifest_from_json(j.dump(), "/x/manifest.json");
-        FAIL("accepted");
-      } catch (const Error& e) {
-        CAPTURE(e.what());
-        CHECK(e.kind() == c.kind);
-        CHECK(e.path() == "/x/manifest.json");
-        const std::string prefix = std::string(dscache::to_string(c.kind)) + ": /x/manifest.json: ";
-        CHECK(std::string(e.what()).rfind(prefix, 0) == 0);
-        CHECK(std::string(e.what()).find(c.message) != std::string::npos);
-      }
+      const Error e = refusal(j);
+      CAPTURE(e.what());
+      CHECK(e.kind() == c.kind);
+      CHECK(e.path() == "/x/manifest.json");
+      const std::string prefix = std::string(dscache::to_string(c.kind)) + ": /x/manifest.json: ";
+      CHECK(std::string(e.what()).rfind(prefix, 0) == 0);
+      CHECK(std::string(e.what()).find(c.message) != std::string::npos);
     }
   }
 
