@@ -24,19 +24,8 @@
 #include "spatial_fixtures.h"
 #include "test_util.h"
 
-using dscache::Cache;
-using dscache::CacheDir;
-using dscache::CacheWriter;
-using dscache::CacheWriterOptions;
-using dscache::Error;
-using dscache::ErrorKind;
-using dscache::FieldData;
-using dscache::FieldKind;
-using dscache::FieldSpec;
-using dscache::FieldType;
-using dscache::FieldView;
-using dscache::Layout;
-using dscache::Manifest;
+// Every name of the fields contract is used here; the test takes the library's namespace whole.
+using namespace dscache;  // NOLINT(build/namespaces)
 using namespace dscache::test;
 
 namespace fs = std::filesystem;
