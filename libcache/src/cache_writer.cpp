@@ -352,6 +352,7 @@ void CacheWriter::abandon() {
   Impl& w = *impl_;
   w.fixed.reset();
   w.bytes.reset();
+  w.field_writers.clear();  // their temp files go before the directory does
   if (w.begun && !w.complete && !w.published && path_exists(w.partial)) remove_tree(w.partial);
 }
 
