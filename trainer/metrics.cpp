@@ -11,12 +11,17 @@
 
 #include "dscache/error.h"
 #include "safety.h"
+#include "tensorboard.h"
 
 namespace dscache {
 namespace train {
 
 MetricsLog::~MetricsLog() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsLog::open_tensorboard(const std::string& dir, std::optional<int64_t> purge_from) {
+  events_ = std::make_unique<EventWriter>(dir, purge_from);
 }
 
 void MetricsLog::open(const std::string& path, std::optional<uint64_t> resume_bytes) {
@@ -50,6 +55,24 @@ void MetricsLog::write(const nlohmann::json& line) {
     left -= static_cast<size_t>(n);
   }
   bytes_ += text.size();
+  if (!events_) return;
+  const int64_t step = line.value("step", int64_t{0});
+  const double now = wall_time_now();
+  for (const auto& [tag, value] : tensorboard_scalars(line)) events_->scalar(tag, step, value, now);
+  events_->flush();
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& line) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::string kind = line.value("kind", std::string());
+  if (kind != "step" && kind != "epoch") return out;
+  for (const auto& [key, value] : line.items()) {
+    if (!value.is_number() || key == "step" || key == "epoch") continue;
+    std::string tag = "train/" + key;
+    if (kind == "epoch") tag = key.rfind("val_", 0) == 0 ? "val/" + key.substr(4) : "epoch/" + key;
+    out.emplace_back(tag, value.get<double>());
+  }
+  return out;
 }
 
 ProgressLine::ProgressLine(bool wanted, uint32_t epochs)

@@ -4,9 +4,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorboard.h"
 
 namespace dscache {
 namespace train {
@@ -23,8 +28,14 @@ class MetricsLog {
   // Truncates `path`, or with `resume_bytes` cuts it back to that length and appends. Only a
   // regular file is opened (a FIFO cannot block). Throws dscache::Error naming the file.
   void open(const std::string& path, std::optional<uint64_t> resume_bytes);
-  // Appends `line`; does nothing when not open (no --output, or not rank 0). Throws
-  // Error(kIOError) with the system's reason (e.g. "File too large") when the write fails.
+  // From now on also writes each line's numbers (tensorboard_scalars) to a new TensorBoard event
+  // file in `dir` (EventWriter: created when missing). `purge_from`: a resumed run's first step
+  // to come, from which TensorBoard drops what earlier event files logged. Throws
+  // dscache::Error naming the directory or the file.
+  void open_tensorboard(const std::string& dir, std::optional<int64_t> purge_from);
+  // Appends `line`, and its scalars to the event file, each with one write(2); does nothing when
+  // not open (no --output, or not rank 0). Throws Error(kIOError) with the system's reason
+  // (e.g. "File too large") when a write fails.
   void write(const nlohmann::json& line);
   uint64_t bytes() const { return bytes_; }  // the file's length; 0 before open
 
@@ -32,7 +43,14 @@ class MetricsLog {
   std::string path_;
   int fd_ = -1;
   uint64_t bytes_ = 0;
+  std::unique_ptr<EventWriter> events_;
 };
+
+// The TensorBoard scalars of a metrics.jsonl line: every number but "step" and "epoch" (the
+// axis), tagged "train/KEY" for a "step" line, "epoch/KEY" for an "epoch" line and "val/KEY" for
+// its val_KEY keys (val/loss, val/acc); nulls and booleans are left out. The step they belong to
+// is the line's "step".
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& line);
 
 // "epoch E/N  batch B/M  loss L  lr R  S samples/s", redrawn in place on stderr at most every
 // 250 ms and always for an epoch's final line (which ends with a newline). Draws nothing unless

@@ -123,6 +123,7 @@ void Run::claim_output_on_main_rank() {
                            "); add --resume to continue it, or --force to start over");
   }
   for (const auto& n : present) fs::remove(o_.output + "/" + n);
+  fs::remove_all(o_.output + "/tb");  // the old run's curves would overlay the new one's
   std::fprintf(stderr, "dscache-train: --force: removed the previous run's %s from %s\n",
                names.c_str(), o_.output.c_str());
 }
@@ -235,6 +236,11 @@ bool Run::resume() {
     if (main_rank_) {
       metrics_.open(o_.output + "/metrics.jsonl",
                     resumed ? std::optional<uint64_t>(st_.metrics_bytes) : std::nullopt);
+      // A new event file each run; a resumed one tells TensorBoard to drop the steps it replays.
+      metrics_.open_tensorboard(
+          o_.output + "/tb", resumed
+                                 ? std::optional<int64_t>(static_cast<int64_t>(st_.global_step) + 1)
+                                 : std::nullopt);
     }
   }
   if (!resumed) {
