@@ -67,7 +67,7 @@ struct TrainOptions {
   std::string val_lazy_cache;  // the same for --val: an image folder or list decoded into this
                                // file; "" = --val is a cache
   uint32_t channels = 3;       // --lazy-cache/--val-lazy-cache: 3 (RGB) or 1 (grey); default 3
-  std::string output;          // directory for metrics.jsonl, checkpoint.pt, model.pt; "" = none
+  std::string output;          // the run's files: metrics.jsonl, tb/, checkpoints, model; "" = none
   bool resume = false;         // continue from OUTPUT/checkpoint.pt if it exists
   bool allow_data_change = false;  // --resume onto a --train whose samples differ from the
                                    // checkpoint's (refused without it, exit 2)
