@@ -8,8 +8,9 @@
 namespace dscache {
 namespace train {
 
-// Glyph cells are 6 x 8 font pixels (5 x 7 plus a column and a row of spacing), each font pixel
-// `scale` x `scale` raster pixels. Characters outside printable ASCII draw as '?'.
+// Glyph cells are 6 x 8 font pixels (5 x 7 above the baseline, a row for descenders, a column of
+// spacing), each font pixel `scale` x `scale` raster pixels. Characters outside printable ASCII
+// draw as '?'.
 constexpr int kGlyphAdvance = 6;
 constexpr int kGlyphHeight = 8;
 

@@ -60,7 +60,7 @@ void draw_dot(Raster* pic, double x, double y, Rgb c, double radius, const PlotA
   draw_segment(pic, x, y, x, y, c, 2 * radius, clip);
 }
 
-int text_height(int scale) { return 7 * scale; }
+int text_height(int scale) { return kGlyphHeight * scale; }  // descenders included
 
 // Right edge of the y-axis tick labels and the other margins, in font pixels x scale.
 struct Margins {
@@ -118,7 +118,8 @@ void draw_panel(Raster* pic, const CurvePanel& panel, const PlotArea& a,
     pic->fill_rect(a.left, y, a.right, y + 1, kGrid);
     pic->fill_rect(a.left - 4 * s, y, a.left, y + 1, kFrame);
     const std::string label = tick_label(v, ystep);
-    draw_text(pic, a.left - 4 * s - 2 * s - text_width(label, s) + s, y - th / 2, label, kText, s);
+    draw_text(pic, a.left - 4 * s - 2 * s - text_width(label, s) + s, y - 7 * s / 2, label, kText,
+              s);  // digits: 7 rows
   }
   pic->fill_rect(a.left, a.top, a.right, a.top + 1, kFrame);
   pic->fill_rect(a.left, a.bottom - 1, a.right, a.bottom, kFrame);

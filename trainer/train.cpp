@@ -233,8 +233,17 @@ bool Run::resume() {
     }
     // Only rank 0 writes metrics, checkpoints and weights.
     if (main_rank_) {
-      metrics_.open(o_.output + "/metrics.jsonl",
+      const std::string metrics_path = o_.output + "/metrics.jsonl";
+      metrics_.open(metrics_path,
                     resumed ? std::optional<uint64_t>(st_.metrics_bytes) : std::nullopt);
+      check_regular_if_exists(curves_path(), "chart");  // refused now, not after an epoch
+      // The log now ends at the checkpoint: curves.png is drawn from all of it, not this part.
+      const size_t skipped = resumed ? curves_.load(metrics_path) : 0;
+      if (skipped > 0) {
+        std::fprintf(stderr,
+                     "dscache-train: %s: %zu lines are not JSON; curves.png leaves them out\n",
+                     metrics_path.c_str(), skipped);
+      }
     }
   }
   if (!resumed) {
