@@ -12,6 +12,7 @@
 
 #include "amp.h"
 #include "checkpoint.h"
+#include "curves.h"
 #include "data.h"
 #include "device_input.h"
 #include "distributed.h"
@@ -71,6 +72,7 @@ class Run {
   void prepare_steps();
   // After the loop: the model, the stop message; returns go()'s exit status.
   int finish();
+  std::string curves_path() const { return o_.output + "/curves.png"; }
   // OUTPUT/checkpoint.pt with this run's parts and settings (checkpoint.h).
   void write_checkpoint();
   LoadResult read_checkpoint();
@@ -109,6 +111,7 @@ class Run {
   AmpConfig amp_;
   RunState st_;
   MetricsLog metrics_;
+  TrainingCurves curves_;  // rank 0 with --output: every logged line, redrawn as curves.png
   std::unique_ptr<OutputLock> lock_;       // rank 0 with --output: held until the process ends
   bool keep_previous_ = true;              // false while checkpoint.pt is one that failed to verify
   uint64_t checkpoint_step_ = UINT64_MAX;  // global_step of the last checkpoint written

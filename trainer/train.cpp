@@ -234,13 +234,22 @@ bool Run::resume() {
     }
     // Only rank 0 writes metrics, checkpoints and weights.
     if (main_rank_) {
-      metrics_.open(o_.output + "/metrics.jsonl",
+      const std::string metrics_path = o_.output + "/metrics.jsonl";
+      metrics_.open(metrics_path,
                     resumed ? std::optional<uint64_t>(st_.metrics_bytes) : std::nullopt);
       // A new event file each run; a resumed one tells TensorBoard to drop the steps it replays.
       metrics_.open_tensorboard(
           o_.output + "/tb", resumed
                                  ? std::optional<int64_t>(static_cast<int64_t>(st_.global_step) + 1)
                                  : std::nullopt);
+      check_regular_if_exists(curves_path(), "chart");  // refused now, not after an epoch
+      // The log now ends at the checkpoint: curves.png is drawn from all of it, not this part.
+      const size_t skipped = resumed ? curves_.load(metrics_path) : 0;
+      if (skipped > 0) {
+        std::fprintf(stderr,
+                     "dscache-train: %s: %zu lines are not JSON; curves.png leaves them out\n",
+                     metrics_path.c_str(), skipped);
+      }
     }
   }
   if (!resumed) {

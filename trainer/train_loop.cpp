@@ -179,13 +179,16 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
 }
 
 void Run::log_step(uint64_t epoch, double lr) {
-  metrics_.write({{"kind", "step"},
-                  {"step", st_.global_step},
-                  {"epoch", epoch},
-                  {"loss", log_loss_ / std::max<int64_t>(1, log_samples_)},
-                  {"lr", lr},
-                  {"scale", scaler_ ? scaler_->scale_value() : 1.0},
-                  {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}});
+  const nlohmann::json line = {
+      {"kind", "step"},
+      {"step", st_.global_step},
+      {"epoch", epoch},
+      {"loss", log_loss_ / std::max<int64_t>(1, log_samples_)},
+      {"lr", lr},
+      {"scale", scaler_ ? scaler_->scale_value() : 1.0},
+      {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}};
+  metrics_.write(line);
+  if (main_rank_ && !o_.output.empty()) curves_.add(line);
   log_loss_ = 0;
   log_samples_ = 0;
   log_start_ = Clock::now();
@@ -231,6 +234,8 @@ void Run::end_epoch(const EpochClock& ec) {
   if (!o_.output.empty()) {
     st_.metrics_bytes = metrics_.bytes();
     write_checkpoint();
+    curves_.add(line);  // after the checkpoint: a picture that cannot be written loses no epoch
+    curves_.draw(curves_path());
   }
 }
 

@@ -873,6 +873,7 @@ TEST_SUITE("cli") {
     REQUIRE(code_of(trainer_test::run_process(tiny_args(train, out), {}, log)) == 0);
     const std::string model = trainer_test::read_file(out + "/model.pt");
     const std::string metrics = trainer_test::read_file(out + "/metrics.jsonl");
+    CHECK(trainer_test::read_file(out + "/curves.png").compare(0, 4, "\x89PNG") == 0);
     std::filesystem::remove(log);
     int st = run_with_timeout(tiny_args(train, out, {"--lr", "0.2"}), {}, log, 60);
     std::string text = trainer_test::read_file(log);

@@ -58,6 +58,10 @@ void check_same_result(const std::string& a_dir, const std::string& b_dir, Model
   }
   const auto ma = read_metrics(a_dir + "/metrics.jsonl");
   const auto mb = read_metrics(b_dir + "/metrics.jsonl");
+  // The same history draws the same curves.png: a resumed run's covers the whole run.
+  const std::string png_a = trainer_test::read_file(a_dir + "/curves.png");
+  CHECK(png_a.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  CHECK(png_a == trainer_test::read_file(b_dir + "/curves.png"));
   REQUIRE(ma.size() == mb.size());
   CHECK(ma.size() == lines);
   for (size_t i = 0; i < ma.size(); ++i) {
