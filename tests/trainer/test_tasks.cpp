@@ -4,6 +4,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +24,7 @@
 #include "task.h"
 #include "task_metrics.h"
 #include "tensor_checks.h"
+#include "train_runs.h"
 
 namespace {
 
@@ -135,9 +138,9 @@ TEST_SUITE("unit") {
         {task(TaskKind::kRegress, {"g"}, RegressLoss::kHuber, true), 1},
     };
     for (const Case& c : cases) {
-      CAPTURE(to_string(c.t.kind));
+      CAPTURE(std::string(to_string(c.t.kind)));
       CAPTURE(c.t.targets[0]);
-      CAPTURE(to_string(c.t.loss));
+      CAPTURE(std::string(to_string(c.t.loss)));
       TargetSpec spec = resolve_targets(c.t, *cache, "--train c");
       if (c.t.target_norm) measure_target_stats(*cache, &spec);
       REQUIRE(spec.outputs() == c.outputs);
@@ -226,7 +229,7 @@ TEST_SUITE("unit") {
     const AmpConfig fp32 = amp_config(Precision::kFp32, DeviceKind::kCpu);
     for (const TaskOptions& t : {task(TaskKind::kMultilabel, {"tags"}),
                                  task(TaskKind::kRegress, {"r", "g"}, RegressLoss::kMse, true)}) {
-      CAPTURE(to_string(t.kind));
+      CAPTURE(std::string(to_string(t.kind)));
       TargetSpec spec = resolve_targets(t, *train, "--train");
       if (t.target_norm) measure_target_stats(*train, &spec);
       torch::manual_seed(1);
@@ -331,5 +334,66 @@ TEST_SUITE("unit") {
     }
     CHECK(split_targets("a,b") == std::vector<std::string>{"a", "b"});
     CHECK_THROWS_AS(split_targets("a,,b"), dscache::UsageError);
+  }
+}
+
+TEST_SUITE("cli") {
+  TEST_CASE("tasks: dscache-train --task multilabel/regress logs their metrics and resumes them") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", val = tmp.path() + "/val";
+    brightness_cache(train, 128, 1);
+    brightness_cache(val, 64, 2);
+    const std::string log = tmp.path() + "/log.txt";
+    auto run = [&](const std::string& out, const std::vector<std::string>& flags) {
+      const int st = trainer_test::run_process(
+          trainer_test::cat({trainer_test::train_exe(), "--train", train, "--val", val, "--output",
+                             out, "--no-progress", "--threads", "2", "--batch", "16"},
+                            flags),
+          {}, log);
+      return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    };
+    struct Case {
+      std::string out;
+      std::vector<std::string> flags;
+      std::vector<const char*> metrics;
+    };
+    const Case cases[] = {
+        {tmp.path() + "/ml",
+         {"--task", "multilabel", "--targets", "a,b,c", "--optimizer", "adamw"},
+         {"val_map", "val_micro_f1", "train_acc"}},
+        {tmp.path() + "/reg",
+         {"--task", "regress", "--targets", "r,g", "--target-norm", "--loss", "l1", "--optimizer",
+          "adamw"},
+         {"val_mae", "val_rmse", "val_r2"}},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.out);
+      auto flags = c.flags;
+      flags.insert(flags.end(), {"--epochs", "1"});
+      REQUIRE(run(c.out, flags) == 0);
+      flags.back() = "2";
+      flags.push_back("--resume");  // the checkpoint's target statistics are read back
+      INFO(trainer_test::read_file(log));
+      REQUIRE(run(c.out, flags) == 0);
+      const auto lines = trainer_test::read_metrics(c.out + "/metrics.jsonl");
+      REQUIRE(lines.size() >= 2);
+      const auto& last = lines.back();
+      CHECK(last["kind"] == "epoch");
+      CHECK(last["epoch"] == 1);
+      CHECK(last["val_loss"].is_number());
+      for (const char* k : c.metrics) {
+        CAPTURE(k);
+        CHECK(last[k].is_number());
+      }
+    }
+    // Another task onto the regression checkpoint: refused (usage, 2) naming --task.
+    CHECK(run(tmp.path() + "/reg", {"--task", "multilabel", "--targets", "a,b,c", "--optimizer",
+                                    "adamw", "--epochs", "3", "--resume"}) == 2);
+    CHECK(trainer_test::read_file(log).find("--task regress (this run: multilabel)") !=
+          std::string::npos);
+    // A field the cache lacks, named with the option and the cache.
+    CHECK(run(tmp.path() + "/bad", {"--task", "regress", "--targets", "r,weight"}) == 2);
+    CHECK(trainer_test::read_file(log).find("--targets: field 'weight' does not exist in --train " +
+                                            train) != std::string::npos);
   }
 }
