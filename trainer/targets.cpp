@@ -15,7 +15,8 @@ namespace train {
 namespace {
 
 std::string describe(const FieldSpec& f) {
-  std::string s = std::string(to_string(f.kind)) + " of " + to_string(f.dtype);
+  const std::string kind = to_string(f.kind);
+  std::string s = (kind[0] == 'a' ? "an " : "a ") + kind + " of " + to_string(f.dtype);
   if (!f.shape.empty()) {
     s += " [";
     for (size_t i = 0; i < f.shape.size(); ++i) s += (i ? "," : "") + std::to_string(f.shape[i]);
@@ -74,7 +75,7 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
       throw UsageError("--targets: field '" + name + "' is named twice");
     }
     const FieldSpec& f = source.fields()[field_index(source, name, where)];
-    const std::string bad = "--targets: field '" + name + "' in " + where + " is a " + describe(f) +
+    const std::string bad = "--targets: field '" + name + "' in " + where + " is " + describe(f) +
                             "; --task " + task + " needs ";
     if (t.kind == TaskKind::kRegress) {
       if (f.kind != FieldKind::kScalar || f.dtype != FieldType::kFloat32) {

@@ -286,7 +286,7 @@ TEST_SUITE("unit") {
         {task(TaskKind::kMultilabel, {"a", "a"}), "field 'a' is named twice"},
         {task(TaskKind::kRegress, {"id"}),
          "field 'id' in --train c is a scalar of int64; --task regress needs float32 scalars"},
-        {task(TaskKind::kRegress, {"tags"}), "field 'tags' in --train c is a array of uint8 [3]"},
+        {task(TaskKind::kRegress, {"tags"}), "field 'tags' in --train c is an array of uint8 [3]"},
     };
     for (const Case& c : cases) {
       CAPTURE(c.want);
