@@ -79,7 +79,11 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
                             "; --task " + task + " needs ";
     if (t.kind == TaskKind::kRegress) {
       if (f.kind != FieldKind::kScalar || f.dtype != FieldType::kFloat32) {
-        throw UsageError(bad + "float32 scalars");
+        // A table's column of integers becomes int64: say how to make it a target.
+        throw UsageError(bad + "float32 scalars" +
+                         (f.kind == FieldKind::kScalar
+                              ? " (for a table column, rebuild with --field " + name + "=float)"
+                              : std::string()));
       }
       spec.names.push_back(name);
     } else if (f.kind == FieldKind::kScalar && f.dtype == FieldType::kInt64) {

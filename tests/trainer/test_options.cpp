@@ -53,6 +53,16 @@ TEST_SUITE("unit") {
     check_table<OptimizerKind>({kOptimizerNames,
                                 {{OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdamW, "adamw"}},
                                 "sgd, adamw"});
+    // Stored in checkpoints (task_options.h): never renamed.
+    check_table<TaskKind>({kTaskNames,
+                           {{TaskKind::kClassify, "classify"},
+                            {TaskKind::kMultilabel, "multilabel"},
+                            {TaskKind::kRegress, "regress"}},
+                           "classify, multilabel, regress"});
+    check_table<RegressLoss>(
+        {kRegressLossNames,
+         {{RegressLoss::kMse, "mse"}, {RegressLoss::kL1, "l1"}, {RegressLoss::kHuber, "huber"}},
+         "mse, l1, huber"});
     check_table<ScheduleKind>({kScheduleNames,
                                {{ScheduleKind::kConstant, "constant"},
                                 {ScheduleKind::kCosine, "cosine"},
