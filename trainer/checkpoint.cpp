@@ -82,6 +82,23 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 }  // namespace
 
+namespace {
+std::string targets_text(const TaskOptions& t) {
+  std::string s;
+  for (const auto& n : t.targets) s += (s.empty() ? "" : ",") + n;
+  return s.empty() ? "(none)" : s;
+}
+// What a checkpoint from before --task existed implies for the settings it lacks.
+std::string saved_setting(torch::serialize::InputArchive& a, const std::string& k) {
+  c10::IValue v;
+  if (a.try_read("cfg/" + k, v)) return v.toStringRef();
+  if (k == "task") return "classify";
+  if (k == "targets" || k == "loss") return "(none)";
+  if (k == "target-norm") return "off";
+  return read_s(a, "cfg/" + k);  // throws: the key should be there
+}
+}  // namespace
+
 RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
                          const SamplerOptions& sampler) {
   const std::string shuffle =
@@ -120,6 +137,11 @@ RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
       {"normalize", to_string(o.normalize)},
       // the scaler's state exists only with scaling (fp16 turns it on under auto)
       {"loss-scaling (resolved)", scaling ? "on" : "off"},
+      // what the head predicts and the loss it was trained with (the targets' units)
+      {"task", to_string(o.task.kind)},
+      {"targets", targets_text(o.task)},
+      {"loss", o.task.kind == TaskKind::kRegress ? to_string(o.task.loss) : "(none)"},
+      {"target-norm", o.task.target_norm ? "on" : "off"},
   };
   // Adjustable: read afresh at every step (or only at the end of the run), and the state stays
   // valid under a new value: the LR is recomputed from the step count, momentum buffers and Adam
@@ -186,6 +208,10 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   a.write("rng", at::detail::getDefaultCPUGenerator().get_state());
   a.write("norm_mean", torch::tensor(p.norm.mean, torch::kDouble));
   a.write("norm_std", torch::tensor(p.norm.std, torch::kDouble));
+  if (p.targets) {
+    a.write("target_mean", torch::tensor(p.targets->mean, torch::kDouble));
+    a.write("target_std", torch::tensor(p.targets->std, torch::kDouble));
+  }
 
   std::ostringstream out;
   a.save_to(out);
@@ -266,7 +292,7 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   }
   std::string refused;
   for (const auto& [k, v] : settings.fixed) {
-    const std::string saved = read_s(a, "cfg/" + k);
+    const std::string saved = saved_setting(a, k);
     if (saved != v)
       refused += (refused.empty() ? "--" : ", --") + k + " " + saved + " (this run: " + v + ")";
   }
@@ -346,6 +372,20 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   stdv = stdv.cpu().contiguous();
   p.norm.mean.assign(mean.data_ptr<double>(), mean.data_ptr<double>() + mean.numel());
   p.norm.std.assign(stdv.data_ptr<double>(), stdv.data_ptr<double>() + stdv.numel());
+  if (p.targets) {  // the task matched (a fixed setting), so the checkpoint holds them
+    torch::Tensor tm, ts;
+    a.read("target_mean", tm);
+    a.read("target_std", ts);
+    tm = tm.cpu().contiguous();
+    ts = ts.cpu().contiguous();
+    if (tm.numel() != p.targets->outputs() || ts.numel() != p.targets->outputs()) {
+      throw CheckpointError(path + ": holds " + std::to_string(tm.numel()) +
+                            " target statistics, the head has " +
+                            std::to_string(p.targets->outputs()) + " outputs");
+    }
+    p.targets->mean.assign(tm.data_ptr<double>(), tm.data_ptr<double>() + tm.numel());
+    p.targets->std.assign(ts.data_ptr<double>(), ts.data_ptr<double>() + ts.numel());
+  }
 }
 
 }  // namespace

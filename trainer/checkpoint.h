@@ -63,6 +63,7 @@ struct CheckpointParts {
   GradScaler* scaler;  // null: no loss scaling (a checkpoint records which)
   RunState& state;
   Normalization& norm;
+  TargetSpec* targets = nullptr;  // --task multilabel/regress: its --target-norm mean and std
 };
 
 constexpr const char* kCheckpointName = "checkpoint.pt";

@@ -121,7 +121,9 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   if (m.layout == Layout::kRagged && o.image_size == 0) {
     throw UsageError("--image-size: required for a ragged cache (" + o.train + ")");
   }
-  if (m.classes.size() < 2) {
+  const bool fields_task = o.task.kind != TaskKind::kClassify;
+  if (fields_task) d.info.targets = resolve_targets(o.task, *d.train, "--train " + o.train);
+  if (!fields_task && m.classes.size() < 2) {
     throw UsageError("--train: " + o.train + " has " + std::to_string(m.classes.size()) +
                      " class(es); classification needs at least 2");
   }
@@ -149,6 +151,7 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
       lo.transform.height = lo.transform.width = o.image_size;
     }
   }
+  if (fields_task) lo.fields = vo.fields = m.targets.fields;  // only what the loss reads
   lo.allocator = allocator;
   vo.allocator = allocator;
   d.train_loader = std::make_unique<Loader>(d.train, lo);
@@ -160,7 +163,11 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
       throw UsageError("--val: " + o.val + " has " + std::to_string(vs.channels) +
                        " channels, the training data " + std::to_string(m.channels));
     }
-    if (val.classes != m.classes) {
+    if (fields_task && resolve_targets(o.task, *d.val, "--val " + o.val).names != m.targets.names) {
+      throw UsageError("--targets: --val " + o.val + " has other target outputs than --train " +
+                       o.train + " (a multi-hot array of another length or class names)");
+    }
+    if (!fields_task && val.classes != m.classes) {
       throw UsageError("--val: " + o.val + " has other classes than the training data (" +
                        std::to_string(val.classes.size()) + " vs " +
                        std::to_string(m.classes.size()) + ")");

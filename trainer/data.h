@@ -11,6 +11,7 @@
 #include "dscache/sample_source.h"
 #include "lazy_source.h"
 #include "options.h"
+#include "targets.h"
 
 namespace dscache {
 namespace train {
@@ -32,6 +33,9 @@ struct DataInfo {
   Layout layout = Layout::kFixed;
   uint32_t height = 0, width = 0, channels = 0;  // height/width 0 for ragged
   std::vector<std::string> classes;
+  // --task multilabel/regress: the target fields resolved on the training data (mean 0, std 1
+  // until --target-norm measures them); unused for classify
+  TargetSpec targets;
   // What identifies the samples, so --resume can refuse another cache with the same count and
   // shape (lazy_source.h: DataIdentity).
   DataIdentity identity;

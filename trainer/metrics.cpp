@@ -96,8 +96,12 @@ void print_epoch_summary(const nlohmann::json& line, uint32_t epochs) {
   std::printf("epoch %llu/%u: loss %.4f", line.at("epoch").get<unsigned long long>() + 1, epochs,
               line.at("loss").get<double>());
   if (!line.at("val_loss").is_null()) {
-    std::printf("  val_loss %.4f  val_acc %.4f", line.at("val_loss").get<double>(),
-                line.at("val_acc").get<double>());
+    std::printf("  val_loss %.4f", line.at("val_loss").get<double>());
+    for (const char* k : {"val_acc", "val_map", "val_micro_f1", "val_mae", "val_rmse", "val_r2"}) {
+      if (line.contains(k) && line.at(k).is_number()) {
+        std::printf("  %s %.4f", k, line.at(k).get<double>());
+      }
+    }
   }
   std::printf("  %.1f s  %.0f samples/s  data_wait %.1f%%  skipped %lld\n",
               line.at("seconds").get<double>(), line.at("samples_per_s").get<double>(),

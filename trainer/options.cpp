@@ -99,7 +99,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   TrainOptions o;
   std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
-              window_bytes;
+              window_bytes, task = "classify", targets, loss = "mse";
   po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
   // clang-format off
   desc.add_options()
@@ -107,6 +107,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("train", po::value(&o.train), "training cache directory (required)")
     ("val", po::value(&o.val), "validation cache directory")
     ("model", po::value(&model), "cnn | resnet18 (default cnn)")
+    ("task", po::value(&task), "classify | multilabel | regress (default classify: the cache's labels)")
+    ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: float32 scalars)")
+    ("loss", po::value(&loss), "--task regress: mse | l1 | huber (default mse)")
+    ("target-norm", po::bool_switch(&o.task.target_norm), "--task regress: standardise targets with the training set's mean/std")
     ("epochs", po::value(&o.epochs), "passes over the training cache (default 1)")
     ("max-steps", po::value(&o.max_steps), "stop after N optimizer steps (0 = no limit)")
     ("batch", po::value(&o.batch), "micro-batch size (default 64)")
@@ -203,6 +207,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   o.schedule = pick(kScheduleNames, "schedule", schedule);
   o.device = pick(kDeviceNames, "device", device);
   o.normalize = pick(kNormalizeNames, "normalize", normalize);
+  o.task.kind = pick(kTaskNames, "task", task);
+  if (vm.count("targets")) o.task.targets = split_targets(targets);
+  o.task.loss = pick(kRegressLossNames, "loss", loss);
+  validate_task(o.task, vm.count("loss") > 0);
   if (vm.count("accum-steps") && vm.count("effective-batch")) {
     throw UsageError("--accum-steps and --effective-batch: give one, not both");
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dscache/exit_codes.h"
+#include "task_options.h"
 
 namespace dscache {
 namespace train {
@@ -87,6 +88,8 @@ struct TrainOptions {
                                   // during the last backward of a window; 0 = one flat buffer
                                   // after it; default 25 (PyTorch DDP's)
   bool sync_bn = false;           // data parallel: BatchNorm statistics over all ranks' batches
+  TaskOptions task;               // --task, --targets, --loss, --target-norm (task_options.h);
+                                  // default classify on the cache's labels
 };
 
 // A bad command line or option value (ExitCode::kUsage): the one type both programs throw.

@@ -22,6 +22,7 @@
 #include "options.h"
 #include "safety.h"
 #include "step.h"
+#include "task.h"
 
 namespace dscache {
 namespace train {
@@ -108,6 +109,10 @@ class Run {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<GradScaler> scaler_;
   Normalization norm_;
+  // --task multilabel/regress: data_.info.targets with --target-norm's statistics (measured on
+  // a fresh run, the checkpoint's on resume)
+  TargetSpec targets_;
+  bool fields_task() const { return o_.task.kind != TaskKind::kClassify; }
   AmpConfig amp_;
   RunState st_;
   MetricsLog metrics_;

@@ -30,7 +30,9 @@ void Run::build_model() {
   const int64_t h = o_.image_size ? o_.image_size : m.height;
   const int64_t w = o_.image_size ? o_.image_size : m.width;
   torch::manual_seed(o_.seed);
-  model_ = make_model(o_.model, m.channels, static_cast<int64_t>(m.classes.size()), h, w);
+  const int64_t outputs =
+      fields_task() ? m.targets.outputs() : static_cast<int64_t>(m.classes.size());
+  model_ = make_model(o_.model, m.channels, outputs, h, w);
   model_->to(device_);
   if (comm_ && o_.sync_bn) {
     bn_allreduce_ = [this](const torch::Tensor& t) { comm_->allreduce_sum({t}); };
@@ -80,7 +82,8 @@ void Run::resolve_precision() {
 
 void Run::write_checkpoint() {
   save_checkpoint(o_.output, settings(),
-                  {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_},
+                  {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_,
+                   fields_task() ? &targets_ : nullptr},
                   keep_previous_);
   keep_previous_ = true;
   checkpoint_step_ = st_.global_step;
@@ -88,7 +91,8 @@ void Run::write_checkpoint() {
 
 LoadResult Run::read_checkpoint() {
   LoadResult r = load_checkpoint(o_.output, settings(), device_,
-                                 {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_});
+                                 {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_,
+                                  fields_task() ? &targets_ : nullptr});
   keep_previous_ = !r.current_bad;  // never keep a damaged checkpoint as the fallback
   if (r.found) {
     // The optimizer's archive restores its hyper-parameters too; the adjustable ones take this
@@ -190,6 +194,7 @@ void Run::setup() {
   const BufferAllocator allocator =
       o_.device == DeviceKind::kCuda ? tensor_allocator(/*pinned=*/true) : BufferAllocator{};
   data_ = open_data(o_, dist_.rank, dist_.world_size, allocator);
+  targets_ = data_.info.targets;
   build_model();
   batches_ = data_.train_loader->batches_per_epoch();
 }
@@ -254,6 +259,7 @@ bool Run::resume() {
   }
   if (!resumed) {
     norm_ = measure_normalization(*data_.train, o_.normalize);
+    if (fields_task() && o_.task.target_norm) measure_target_stats(*data_.train, &targets_);
     st_.position = {o_.seed, 0, 0};
   }
   return resumed;

@@ -10,6 +10,7 @@
 
 #include "evaluate.h"
 #include "run.h"
+#include "task_metrics.h"
 #include "test_hooks.h"
 
 namespace dscache {
@@ -90,10 +91,13 @@ Run::Window Run::run_window(EpochClock* ec) {
     const Batch* batch = train_loader.next();
     if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
     const torch::Tensor x = conv_->images(*batch);
-    const torch::Tensor y = conv_->labels(*batch);
     if (grad_sync_ && ec->b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
+    GradScaler* scaler = scaler_ ? &*scaler_ : nullptr;
     const MicroResult r =
-        forward_backward(*model_, x, y, w.samples, amp_, scaler_ ? &*scaler_ : nullptr);
+        fields_task()
+            ? forward_backward_targets(*model_, x, batch_targets(targets_, *batch, device_),
+                                       targets_, w.samples, amp_, scaler)
+            : forward_backward(*model_, x, conv_->labels(*batch), w.samples, amp_, scaler);
     wloss_t = wloss_t.defined() ? wloss_t + r.loss_sum : r.loss_sum;
     wcorrect_t = wcorrect_t.defined() ? wcorrect_t + r.correct : r.correct;
   }
@@ -222,7 +226,13 @@ void Run::end_epoch(const EpochClock& ec) {
       {"skipped_steps", st_.epoch_skipped},
       {"complete", ec.b >= batches_}};
   if (grad_sync_) line["allreduce_bytes_per_step"] = grad_sync_->bytes_per_step();
-  if (data_.val_loader) {
+  // regression has no accuracy; multilabel's is the share of samples with every output right
+  if (o_.task.kind == TaskKind::kRegress) line["train_acc"] = nullptr;
+  if (data_.val_loader && fields_task()) {
+    const TargetEval ev = evaluate_targets(*model_, *data_.val_loader, *conv_, amp_, targets_);
+    line["val_loss"] = ev.loss;
+    line.update(ev.metrics);
+  } else if (data_.val_loader) {
     const EvalResult ev = evaluate(*model_, *data_.val_loader, *conv_, amp_);
     line["val_loss"] = ev.loss;
     line["val_acc"] = ev.acc;

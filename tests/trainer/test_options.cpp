@@ -53,6 +53,16 @@ TEST_SUITE("unit") {
     check_table<OptimizerKind>({kOptimizerNames,
                                 {{OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdamW, "adamw"}},
                                 "sgd, adamw"});
+    // Stored in checkpoints (task_options.h): never renamed.
+    check_table<TaskKind>({kTaskNames,
+                           {{TaskKind::kClassify, "classify"},
+                            {TaskKind::kMultilabel, "multilabel"},
+                            {TaskKind::kRegress, "regress"}},
+                           "classify, multilabel, regress"});
+    check_table<RegressLoss>(
+        {kRegressLossNames,
+         {{RegressLoss::kMse, "mse"}, {RegressLoss::kL1, "l1"}, {RegressLoss::kHuber, "huber"}},
+         "mse, l1, huber"});
     check_table<ScheduleKind>({kScheduleNames,
                                {{ScheduleKind::kConstant, "constant"},
                                 {ScheduleKind::kCosine, "cosine"},
@@ -109,6 +119,45 @@ TEST_SUITE("unit") {
         {{"--normalize", "none"}, "--normalize: 'none' is not one of dataset, half"},
         // The library's Shuffle has "none"; the trainer always shuffles.
         {{"--shuffle", "none"}, "--shuffle: 'none' is not one of global, windowed"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.message);
+      CHECK(usage_error(c.args) == c.message);
+    }
+  }
+
+  TEST_CASE("parse_options: --task, --targets, --loss and --target-norm") {
+    const TrainOptions d = parse({});
+    CHECK(d.task.kind == TaskKind::kClassify);  // today's runs, unchanged
+    CHECK(d.task.targets.empty());
+    const TrainOptions m = parse({"--task", "multilabel", "--targets", "a,b,c"});
+    CHECK(m.task.kind == TaskKind::kMultilabel);
+    CHECK(m.task.targets == std::vector<std::string>{"a", "b", "c"});
+    const TrainOptions r =
+        parse({"--task", "regress", "--targets", "age", "--loss", "huber", "--target-norm"});
+    CHECK(r.task.kind == TaskKind::kRegress);
+    CHECK(r.task.loss == RegressLoss::kHuber);
+    CHECK(r.task.target_norm);
+    struct Case {
+      std::vector<std::string> args;
+      std::string message;
+    };
+    const Case cases[] = {
+        {{"--task", "multilabel"},
+         "--targets: required with --task multilabel (the fields to predict)"},
+        {{"--task", "regress"}, "--targets: required with --task regress (the fields to predict)"},
+        {{"--task", "segment", "--targets", "m"},
+         "--task: 'segment' is not one of classify, multilabel, regress"},
+        {{"--targets", "a"},
+         "--targets: --task classify trains on the cache's labels; give --task multilabel or "
+         "regress to predict fields"},
+        {{"--task", "regress", "--targets", "a,"}, "--targets: 'a,' has an empty field name"},
+        {{"--task", "regress", "--targets", "a", "--loss", "l2"},
+         "--loss: 'l2' is not one of mse, l1, huber"},
+        {{"--task", "multilabel", "--targets", "a", "--loss", "mse"},
+         "--loss: applies to --task regress only"},
+        {{"--task", "multilabel", "--targets", "a", "--target-norm"},
+         "--target-norm: applies to --task regress only"},
     };
     for (const Case& c : cases) {
       CAPTURE(c.message);

@@ -1,0 +1,136 @@
+// Multilabel and regression targets: --targets resolved against a source, --target-norm.
+#include "targets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "dscache/exit_codes.h"
+#include "dscache/fields.h"
+
+namespace dscache {
+namespace train {
+
+namespace {
+
+std::string describe(const FieldSpec& f) {
+  const std::string kind = to_string(f.kind);
+  std::string s = (kind[0] == 'a' ? "an " : "a ") + kind + " of " + to_string(f.dtype);
+  if (!f.shape.empty()) {
+    s += " [";
+    for (size_t i = 0; i < f.shape.size(); ++i) s += (i ? "," : "") + std::to_string(f.shape[i]);
+    s += "]";
+  }
+  return s;
+}
+
+size_t field_index(const SampleSource& source, const std::string& name, const std::string& where) {
+  const auto& fs = source.fields();
+  for (size_t i = 0; i < fs.size(); ++i) {
+    if (fs[i].name == name) return i;
+  }
+  std::string have;
+  for (const FieldSpec& f : fs) have += (have.empty() ? "" : ", ") + f.name;
+  throw UsageError("--targets: field '" + name + "' does not exist in " + where + " (" +
+                   (have.empty() ? std::string("it has no fields") : "its fields: " + have) + ")");
+}
+
+}  // namespace
+
+double field_element(const FieldSpec& f, const uint8_t* data, uint64_t e) {
+  switch (f.dtype) {
+    case FieldType::kUint8:
+      return data[e];
+    case FieldType::kUint16: {
+      uint16_t v;
+      std::memcpy(&v, data + 2 * e, 2);
+      return v;
+    }
+    case FieldType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, data + 8 * e, 8);
+      return static_cast<double>(v);
+    }
+    case FieldType::kFloat32: {
+      float v;
+      std::memcpy(&v, data + 4 * e, 4);
+      return v;
+    }
+  }
+  return 0;
+}
+
+TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
+                           const std::string& where) {
+  if (t.kind == TaskKind::kClassify) {
+    throw std::logic_error("resolve_targets: --task classify has no target fields");
+  }
+  TargetSpec spec;
+  spec.kind = t.kind;
+  spec.loss = t.loss;
+  const std::string task = to_string(t.kind);
+  for (const std::string& name : t.targets) {
+    if (std::count(t.targets.begin(), t.targets.end(), name) > 1) {
+      throw UsageError("--targets: field '" + name + "' is named twice");
+    }
+    const FieldSpec& f = source.fields()[field_index(source, name, where)];
+    const std::string bad = "--targets: field '" + name + "' in " + where + " is " + describe(f) +
+                            "; --task " + task + " needs ";
+    if (t.kind == TaskKind::kRegress) {
+      if (f.kind != FieldKind::kScalar || f.dtype != FieldType::kFloat32) {
+        // A table's column of integers becomes int64: say how to make it a target.
+        throw UsageError(bad + "float32 scalars" +
+                         (f.kind == FieldKind::kScalar
+                              ? " (for a table column, rebuild with --field " + name + "=float)"
+                              : std::string()));
+      }
+      spec.names.push_back(name);
+    } else if (f.kind == FieldKind::kScalar && f.dtype == FieldType::kInt64) {
+      spec.names.push_back(name);
+    } else if (f.kind == FieldKind::kArray && f.shape.size() == 1 &&
+               (f.dtype == FieldType::kUint8 || f.dtype == FieldType::kInt64)) {
+      if (t.targets.size() != 1) {
+        throw UsageError("--targets: field '" + name + "' is a multi-hot array; give it alone");
+      }
+      spec.array = true;
+      for (uint32_t k = 0; k < f.shape[0]; ++k) {
+        spec.names.push_back(k < f.classes.size() ? f.classes[k]
+                                                  : name + "[" + std::to_string(k) + "]");
+      }
+    } else {
+      throw UsageError(bad + "int64 scalars of 0/1, or one uint8/int64 array (multi-hot)");
+    }
+    spec.fields.push_back(name);
+  }
+  spec.mean.assign(spec.names.size(), 0.0);
+  spec.std.assign(spec.names.size(), 1.0);
+  return spec;
+}
+
+void measure_target_stats(const SampleSource& source, TargetSpec* spec) {
+  const size_t t = spec->names.size();
+  std::vector<double> sum(t, 0), sq(t, 0);
+  const uint64_t n = source.size();
+  for (size_t j = 0; j < spec->fields.size(); ++j) {
+    const size_t fi = field_index(source, spec->fields[j], "the training data");
+    const FieldSpec& f = source.fields()[fi];
+    for (uint64_t i = 0; i < n; ++i) {
+      const FieldView v = source.field(i, fi);
+      for (uint64_t e = 0; e < f.row_elements(); ++e) {
+        const double x = field_element(f, v.data, e);
+        sum[j + e] += x;
+        sq[j + e] += x * x;
+      }
+    }
+  }
+  for (size_t k = 0; k < t; ++k) {
+    const double mean = n ? sum[k] / n : 0;
+    const double sd = n ? std::sqrt(std::max(0.0, sq[k] / n - mean * mean)) : 0;
+    spec->mean[k] = mean;
+    spec->std[k] = sd < 1e-6 ? 1.0 : sd;
+  }
+}
+
+}  // namespace train
+}  // namespace dscache
