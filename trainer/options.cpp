@@ -92,6 +92,32 @@ uint64_t byte_count(const std::string& option, const std::string& text) {
   }
 }
 
+// Boost reads "-3" for an unsigned option as 4294967293 (lexical_cast wraps): --batch -3 asked
+// for four billion samples and ended in an out-of-memory error. Refuses a sign up front.
+void refuse_signed_unsigned(const std::vector<std::string>& args,
+                            const po::options_description& desc) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const po::option_description* d = desc.find_nothrow(name, false);
+    if (!d || !d->semantic() || d->semantic()->max_tokens() == 0) continue;
+    const std::string value =
+        eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+    static const char* const kUnsigned[] = {
+        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
+        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
+        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
+        "dist-timeout", "nproc-per-node"};
+    const bool is_unsigned =
+        std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
+    if (is_unsigned && !value.empty() && (value[0] == '-' || value[0] == '+')) {
+      throw UsageError("--" + name + ": '" + value + "' is not a non-negative integer");
+    }
+  }
+}
+
 }  // namespace
 
 TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
@@ -156,28 +182,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
-  // Boost reads "-3" for an unsigned option as 4294967293 (lexical_cast wraps): --batch -3 asked
-  // for four billion samples and ended in an out-of-memory error. Refuse a sign up front.
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const po::option_description* d = desc.find_nothrow(name, false);
-    if (!d || !d->semantic() || d->semantic()->max_tokens() == 0) continue;
-    const std::string value =
-        eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
-    static const char* const kUnsigned[] = {
-        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
-        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
-        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
-        "dist-timeout", "nproc-per-node"};
-    const bool is_unsigned =
-        std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
-    if (is_unsigned && !value.empty() && (value[0] == '-' || value[0] == '+')) {
-      throw UsageError("--" + name + ": '" + value + "' is not a non-negative integer");
-    }
-  }
+  refuse_signed_unsigned(args, desc);
   po::variables_map vm;
   try {
     std::vector<std::string> copy = args;

@@ -1,0 +1,324 @@
+"""dscache.Loader and dscache.Transform: batches from a Cache or LazyCache (libcache's Loader),
+and the per-sample crop/flip its workers apply. Imported by dscache/__init__.py, whose names
+(Cache, LazyCache) it checks against."""
+import atexit
+import os
+import sys
+import warnings
+import weakref
+
+import numpy as np
+
+from . import STATE_VERSION, _dscache, _Source
+from ._batch import Batch, make_batch as _make_batch, to_torch as _batch_to_torch
+from ._checks import _U32, _U64, _check_int, _invalid
+from ._errors import InvalidArgumentError
+
+# Every live Loader, closed (workers stopped and joined) at interpreter exit: a worker still
+# inside Python then (a LazyCache's decode function) would be killed by finalization.
+_live_loaders = weakref.WeakSet()
+
+
+def _mark_loaders_forked():
+    """In a fork's child: every Loader made before the fork lost its worker threads (they stayed
+    in the parent); using one raises UnsupportedError instead of waiting forever."""
+    for loader in list(_live_loaders):
+        impl = getattr(loader, "_impl", None)
+        if impl is not None:
+            impl.mark_forked()
+
+
+os.register_at_fork(after_in_child=_mark_loaders_forked)
+
+
+@atexit.register
+def _close_live_loaders():
+    for loader in list(_live_loaders):
+        impl = getattr(loader, "_impl", None)
+        if impl is not None:
+            impl.close()
+
+
+class Transform:
+    """Per-sample crop, resize and flip applied by the Loader's workers (dscache/transform.h),
+    deterministic per (seed, epoch, sample).
+
+    crop: "none" (samples as stored), "center" or "random_resized" (torchvision's
+    RandomResizedCrop with scale and ratio); size: (height, width) of the output, or an int;
+    flip: mirror horizontally with probability 1/2.
+    """
+
+    def __init__(self, crop="none", size=None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                 flip=False):
+        if size is None:
+            h = w = 0
+        elif isinstance(size, (int, np.integer)):
+            h = w = int(size)
+        else:
+            h, w = (int(x) for x in size)
+        self.crop, self.height, self.width = crop, h, w
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.flip = bool(flip)
+
+    def __repr__(self):
+        return (f"dscache.Transform(crop={self.crop!r}, size=({self.height}, {self.width}), "
+                f"scale={self.scale}, ratio={self.ratio}, flip={self.flip})")
+
+
+def _distributed_defaults():
+    """(rank, world_size) of an initialized torch.distributed group, else (0, 1). torch is not
+    imported for this: a program that uses torch.distributed has imported it already."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:  # an odd torch build: behave as if not distributed
+        pass
+    return 0, 1
+
+
+class Loader:
+    """Shuffled, rank-sharded, prefetched batches from a Cache or LazyCache (libcache's Loader).
+
+    Iterating yields (images, labels): images a (B, H, W, C) uint8 numpy array, labels (B,)
+    int64; with return_indices=True also the (B,) uint64 sample indices. Over a cache with
+    fields (format_version 3) it yields a dscache.Batch instead, a dict: "image", "label",
+    "index" and the served fields -- fixed kinds stacked ("mask" (B, H, W), "count" (B,)),
+    variable kinds flat with offsets ("boxes" (sum n, 4) and "boxes_offsets" (B + 1,)); see
+    dscache.per_sample and dscache.detection_targets. Each iteration is one epoch of this rank:
+    the epoch is set_epoch()'s value, or the one after the last complete pass (starting at 0).
+
+    shuffle: True/"global" (a permutation of all samples), False/"none" (storage order) or
+    "windowed" (for caches larger than memory: block, window_blocks, block_bytes,
+    window_bytes as in dscache/sampler.h). seed: the shuffle seed. rank, world_size: this
+    process's share (each rank takes every world_size-th sample of the epoch's order); default
+    torch.distributed's rank and world size when it is initialized, else 0 and 1. rank_tail:
+    "pad" (every rank gets as many samples, a few repeated) or "drop". drop_last: drop this
+    rank's last short batch. workers: threads filling batches; prefetch: batches ready ahead.
+    transform: a dscache.Transform, or None; masks and boxes get each sample's crop and flip
+    with its image. copy: yield copies instead of views of the ring buffers (see the module
+    docstring on batch lifetime; fields are always copies). fields: the field names to serve,
+    in this order (None = all of the cache's, [] = none); fields not named are never read.
+    min_box_visibility: a box is kept when the part of it inside the crop covers at least this
+    share (0..1) of its whole area (0 = any part); rows_of rows follow their box.
+
+    Iterate from one thread at a time: a second thread calling into the Loader while the first
+    waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
+    the position between any two batches (torchdata StatefulDataLoader semantics).
+    """
+
+    def __init__(self, cache, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
+                 drop_last=False, workers=2, prefetch=4, transform=None, copy=False,
+                 return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
+                 window_bytes=0, fields=None, min_box_visibility=0.0):
+        if not isinstance(cache, _Source):
+            raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
+        if rank is None or world_size is None:
+            d_rank, d_world = _distributed_defaults()
+            rank = d_rank if rank is None else rank
+            world_size = d_world if world_size is None else world_size
+        if shuffle is True:
+            shuffle = "global"
+        elif shuffle is False or shuffle is None:
+            shuffle = "none"
+        t = transform if transform is not None else Transform()
+        if not isinstance(t, Transform):
+            raise TypeError("transform must be a dscache.Transform or None")
+        for name, v in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
+                        ("workers", workers), ("prefetch", prefetch)):
+            _check_int(name, v, 0, _U32)
+        for name, v in (("seed", seed), ("block", block), ("window_blocks", window_blocks),
+                        ("block_bytes", block_bytes), ("window_bytes", window_bytes)):
+            _check_int(name, v, 0, _U64)
+        for name, v in (("transform height", t.height), ("transform width", t.width)):
+            _check_int(name, v, 0, _U32)
+        self.cache = cache
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.drop_last = bool(drop_last)
+        self.copy = bool(copy)
+        self.return_indices = bool(return_indices)
+        self.transform = t
+        self.fields = self._select_fields(cache, fields)
+        self._as_dict = bool(cache.fields)  # a cache with fields yields Batch dicts
+        self._impl = _dscache.Loader(
+            cache._src, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
+            int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
+            int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
+            t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
+            float(min_box_visibility))
+        self._epoch = 0          # the epoch the next iter() runs (or the one running)
+        self._active = False     # an epoch was started and not finished
+        self._pending = None     # a position from load_state_dict() for the next iter()
+        self._generation = 0     # bumped on every iter(): an abandoned iterator stops
+        _live_loaders.add(self)
+
+    @staticmethod
+    def _select_fields(cache, names):
+        """{name: spec} of the fields served, in order (libcache checks unknown names)."""
+        specs = {f.name: f for f in cache.fields}
+        if names is None:
+            names = list(specs)
+        elif isinstance(names, (str, bytes)):
+            raise TypeError(f"fields must be a list of field names, not a {type(names).__name__} "
+                            f"(fields=[{names!r}])")
+        names = list(names)
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"fields: a field name must be a str, got {n!r}")
+        served = {n: specs[n] for n in names if n in specs}
+        keys = ["image", "label", "index"]
+        for n, f in served.items():
+            keys += [n, n + "_offsets"] if f.variable else [n]
+        for k in keys:
+            if keys.count(k) > 1:
+                raise _invalid(f"fields: a batch would hold two arrays named '{k}' (a field's "
+                               f"name and another's offsets): select one with fields=[...]")
+        return served
+
+    # ---- epochs -------------------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs (DistributedSampler.set_epoch's role). Calling it
+        is optional: each complete pass advances the epoch by one."""
+        self._epoch = _check_int("epoch", epoch, 0, _U64)
+        self._pending = None
+        self._active = False
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return self._impl.batches_per_epoch()
+
+    @property
+    def samples_per_epoch(self):
+        return self._impl.samples_per_epoch()
+
+    def __iter__(self):
+        # The C++ call first: if it fails (e.g. another thread is iterating), nothing changed.
+        if self._pending is not None:
+            seed, epoch, cursor = self._pending
+            self._impl.restore(seed, epoch, cursor)
+            self._pending = None
+            self.seed, self._epoch = seed, epoch
+        else:
+            self._impl.start_epoch(self.seed, self._epoch)
+        self._generation += 1
+        self._active = True
+        return self._batches(self._generation)
+
+    def _batches(self, gen):
+        impl, copy, as_dict, specs = self._impl, self.copy, self._as_dict, self.fields
+        with_idx = self.return_indices or as_dict
+        while True:
+            if gen != self._generation:
+                return  # a newer iter() took over the Loader
+            b = impl.next(with_idx)
+            if b is None:
+                break
+            images, labels, indices, _, fields = b
+            if copy:
+                images = images.copy()
+            if as_dict:
+                yield _make_batch(images, labels, indices, fields, specs)
+            else:
+                yield (images, labels, indices) if with_idx else (images, labels)
+        if gen == self._generation and self._active:
+            self._active = False
+            self._epoch += 1
+
+    def torch(self, device=None, non_blocking=False):
+        """The same batches as torch.Tensors: images (B, H, W, C) uint8 and labels int64 made
+        with torch.from_numpy (sharing memory, same lifetime rule; indices as int64), moved to
+        `device` when given. Over a cache with fields: the Batch dict with every array a tensor
+        (fields shared with the batch's copies; a uint16 mask as int32 where torch has no
+        uint16)."""
+        import torch
+        for b in self:
+            if isinstance(b, Batch):
+                yield _batch_to_torch(b, device, non_blocking)
+                continue
+            # torch has no uint64 before 2.3: indices (< 2**63) travel as int64
+            out = tuple(torch.from_numpy(x.view(np.int64) if x.dtype == np.uint64 else x)
+                        for x in b)
+            if device is not None:
+                out = tuple(x.to(device, non_blocking=non_blocking) for x in out)
+            yield out
+
+    def wait_seconds(self):
+        """Seconds spent waiting for batches since the last call (data-loading stall time)."""
+        return self._impl.take_wait_seconds()
+
+    # ---- resumable state ----------------------------------------------------------------
+
+    def state_dict(self):
+        """The position after the last batch yielded: resuming from it (load_state_dict, then
+        iterate) yields exactly the batches an uninterrupted run would have yielded next. Taken
+        between epochs (or after an epoch's last batch) it resumes at the next epoch. Plain
+        ints and strings: picklable, JSON-able, fits in a torch checkpoint."""
+        if self._pending is not None:
+            seed, epoch, cursor = self._pending
+        elif self._active:
+            seed, epoch, cursor = self._impl.position()
+        else:
+            seed, epoch, cursor = self.seed, self._epoch, 0
+        if cursor >= len(self) and len(self) > 0:
+            epoch, cursor = epoch + 1, 0
+        so = self._impl.sampler_options()
+        return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
+                "cursor": int(cursor), "batch_size": self.batch_size, "drop_last": self.drop_last,
+                "rank": self.rank, "world_size": self.world_size,
+                "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
+
+    def load_state_dict(self, state):
+        """Continue from state_dict()'s position at the next iteration. Refuses (dscache.
+        InvalidArgumentError) a state saved on another cache (its sample count or contents
+        differ), with another batch size, rank, world size or shuffle geometry, or with a seed or
+        epoch outside 0..2**64-1: its cursor would mean other samples."""
+        version = state.get("version", 0)
+        if version not in (1, STATE_VERSION):
+            raise _invalid(f"state_dict: version {version!r} is not {STATE_VERSION}")
+        if version == 1:
+            warnings.warn("dscache: a version 1 state_dict does not record its cache; it is "
+                          "resumed without checking that the cache is the same", stacklevel=2)
+        else:
+            theirs, mine_id = state.get("data") or {}, self.cache._identity()
+            if theirs.get("count") != mine_id["count"]:
+                raise _invalid(f"state_dict: saved on a cache of {theirs.get('count')!r} samples, "
+                               f"this loader's cache has {mine_id['count']}")
+            if theirs.get("kind") != mine_id["kind"] or theirs.get("digest") != mine_id["digest"]:
+                raise _invalid(f"state_dict: saved on another cache (same {mine_id['count']} "
+                               f"samples, content digest {theirs.get('digest')!r}, this one "
+                               f"{mine_id['digest']!r}): its positions would mean other samples")
+        seed = _check_int("state_dict seed", state.get("seed"), 0, _U64)
+        epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
+        mine = self._impl.sampler_options()
+        checks = [("batch_size", self.batch_size), ("drop_last", self.drop_last),
+                  ("rank", self.rank), ("world_size", self.world_size)]
+        for key, val in checks:
+            if state.get(key) != val:
+                raise InvalidArgumentError(
+                    f"InvalidArgument: state_dict: {key} was {state.get(key)!r}, this loader "
+                    f"has {val!r}", "", f"{key} differs")
+        theirs = state.get("sampler", {})
+        for key in ("shuffle", "block", "window_blocks", "rank_tail"):
+            if theirs.get(key) != mine.get(key):
+                raise InvalidArgumentError(
+                    f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
+                    f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
+                    f"sampler {key} differs")
+        cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
+        self.seed = seed
+        self._epoch = epoch
+        self._active = False
+        self._pending = (self.seed, self._epoch, cursor)
+
+    def __repr__(self):
+        return (f"dscache.Loader(batch_size={self.batch_size}, seed={self.seed}, "
+                f"rank={self.rank}/{self.world_size}, epoch={self._epoch}, "
+                f"{len(self)} batches/epoch)")
