@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_impl.h"
 #include "dscache/atomic_file.h"
 #include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
@@ -26,126 +27,6 @@
 #include "shard_impl.h"
 
 namespace dscache {
-
-namespace {
-
-struct ShardState {
-  ShardEntry entry;               // as the manifest lists it
-  std::string path;               // DIR/file
-  ShardLocation loc;              // from the shard's own header
-  uint64_t data_bytes = 0;        // image bytes (fixed: count * sample bytes; ragged: loc.count)
-  const uint8_t* data = nullptr;  // sample 0 / byte 0, mapped or resident; null: read via HDF5
-  detail::MappedRegion mapping;   // the whole file, when mapped
-  detail::MappedRegion copy;      // private copy of the data, when resident
-  File file;                      // kept open for HDF5 and pread reads (survive a rename of DIR)
-  int fd = -1;                    // file.fd() while it is kept, else -1
-  bool pread = false;             // kPread: copy_sample preads from fd
-  std::string read_path;          // what HDF5 opens: /proc/self/fd/N when available, else path
-};
-
-int madvice(AccessHint hint) {
-  switch (hint) {
-    case AccessHint::kRandom:
-      return MADV_RANDOM;
-    case AccessHint::kSequential:
-      return MADV_SEQUENTIAL;
-    case AccessHint::kWillNeed:
-      return MADV_WILLNEED;
-  }
-  return MADV_NORMAL;
-}
-
-}  // namespace
-
-// One field's files of one shard, as served.
-struct FieldState {
-  detail::MappedRegion mapping;   // the values file (none when it holds no value bytes)
-  const uint8_t* data = nullptr;  // its first value byte
-  std::vector<int64_t> offsets;   // kinds with offsets: count + 1 row offsets
-};
-
-struct Cache::Impl {
-  std::shared_ptr<const CacheDir> files;  // the directory, open for the Cache's lifetime
-  std::string dir;
-  Manifest manifest;
-  CacheOptions options;
-  SampleShape shape;                            // fixed: the sample shape; ragged: (0, 0, C)
-  std::vector<ShardState> shards;               // manifest order
-  std::vector<int64_t> labels;                  // (count,)
-  std::vector<IndexRow> index;                  // raw ragged and JPEG: (count,)
-  std::vector<std::vector<FieldState>> fields;  // [shard][field]
-  std::vector<uint64_t> value_bytes;            // per field: fixed value bytes, 0 with offsets
-  uint64_t resident = 0;                        // bytes copied into private memory
-  uint64_t block = 1;                           // locality_block()
-  MemoryMode mode = MemoryMode::kPageCache;     // in force (kAuto resolved)
-
-  void check_index(uint64_t i) const {
-    if (i >= manifest.count) {
-      throw Error(ErrorKind::kInvalidArgument, dir,
-                  "sample " + std::to_string(i) + " is out of range (the cache holds " +
-                      std::to_string(manifest.count) + ")");
-    }
-  }
-
-  // The shard holding sample i (i < count): the last shard whose first <= i. Empty shards share
-  // their `first` with the next one, so they are never chosen.
-  const ShardState& find_shard(uint64_t i) const {
-    auto it = std::upper_bound(shards.begin(), shards.end(), i,
-                               [](uint64_t v, const ShardState& s) { return v < s.entry.first; });
-    return *(it - 1);
-  }
-
-  bool jpeg() const { return manifest.codec == Codec::kJpeg; }
-
-  SampleShape sample_shape(uint64_t i) const {
-    if (manifest.layout == Layout::kFixed) return shape;
-    const IndexRow& r = index[i];
-    return SampleShape{r.height, r.width, shape.channels};
-  }
-
-  // Byte offset of sample i inside its shard's data.
-  uint64_t data_offset(const ShardState& s, uint64_t i) const {
-    if (index.empty()) return (i - s.entry.first) * shape.bytes();
-    return index[i].offset;
-  }
-
-  // Bytes sample i occupies as stored.
-  uint64_t stored_bytes(uint64_t i) const {
-    return index.empty() ? shape.bytes() : index[i].length;
-  }
-
-  // Copies sample i's stored bytes from shard s into `out` (any mode).
-  void read_stored(const ShardState& s, uint64_t i, uint8_t* out) const {
-    if (s.pread) {
-      detail::pread_all(s.fd, out, static_cast<size_t>(stored_bytes(i)),
-                        s.loc.data_offset + data_offset(s, i), s.path, ErrorKind::kCorruption);
-    } else if (s.data == nullptr) {
-      read_through_hdf5(s, i, out);
-    } else {
-      detail::guarded_copy(out, s.data + data_offset(s, i), static_cast<size_t>(stored_bytes(i)),
-                           s.path);
-    }
-  }
-
-  // Decodes JPEG sample i (crop `box`, or the whole image when box is null) into `out`; a bad
-  // stream is Corruption naming the shard and the sample.
-  void decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w, uint8_t* out) const;
-
-  void read_through_hdf5(const ShardState& s, uint64_t i, uint8_t* out) const {
-    // HDF5 calls are serialized inside the shard functions (detail::hdf5_mutex()).
-    try {
-      if (index.empty()) {
-        read_shard_samples(manifest.storage, s.read_path, s.loc, shape, i - s.entry.first, 1, out);
-      } else {
-        read_shard_bytes(manifest.storage, s.read_path, s.loc, index[i].offset, index[i].length,
-                         out);
-      }
-    } catch (const Error& e) {
-      if (e.path() == s.path) throw;
-      throw Error(e.kind(), s.path, e.reason());
-    }
-  }
-};
 
 namespace {
 
@@ -167,41 +48,6 @@ void make_resident(Cache::Impl& c, ShardState& s) {
   s.copy = std::move(copy);
   s.data = s.copy.data();
   c.resident += s.data_bytes;
-}
-
-void open_fields(Cache::Impl& c, const CacheDir& files) {
-  const Manifest& m = c.manifest;
-  if (m.fields.empty()) return;
-  for (const FieldSpec& f : m.fields) {
-    c.value_bytes.push_back(detail::fixed_value_bytes(f, m.layout, m.height, m.width));
-  }
-  c.fields.resize(m.shards.size());
-  for (size_t k = 0; k < m.shards.size(); ++k) {
-    for (size_t f = 0; f < m.fields.size(); ++f) {
-      FieldShardFile file = files.open_field(k, f, c.index.empty() ? nullptr : &c.index);
-      FieldState st;
-      st.offsets = std::move(file.offsets);
-      const uint64_t file_bytes = m.shards[k].fields[f].values.bytes;
-      if (file.data_bytes > 0) {
-        st.mapping = detail::MappedRegion::map_fd(file.values.fd(), file.values.path(), file_bytes);
-        st.mapping.advise(madvice(c.options.hint));
-        st.data = st.mapping.data() + file.data_offset;
-      }
-      c.fields[k].push_back(std::move(st));
-    }
-    for (size_t f = 0; f < m.fields.size(); ++f) {
-      const FieldSpec& spec = m.fields[f];
-      if (spec.rows_of.empty()) continue;
-      for (size_t b = 0; b < m.fields.size(); ++b) {
-        if (m.fields[b].name != spec.rows_of) continue;
-        if (c.fields[k][f].offsets != c.fields[k][b].offsets) {
-          throw Error(ErrorKind::kCorruption, files.path(m.shards[k].fields[f].offsets.file),
-                      "field '" + spec.name + "' has other row counts than its boxes '" +
-                          spec.rows_of + "' (" + m.shards[k].fields[b].offsets.file + ")");
-        }
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -396,54 +242,6 @@ void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_
     throw Error(ErrorKind::kCorruption, find_shard(i).path,
                 "sample " + std::to_string(i) + ": " + e.reason());
   }
-}
-
-const std::vector<FieldSpec>& Cache::fields() const { return impl_->manifest.fields; }
-
-FieldView Cache::field(uint64_t i, size_t f) const {
-  const Impl& c = *impl_;
-  c.check_index(i);
-  if (f >= c.manifest.fields.size()) {
-    throw Error(ErrorKind::kInvalidArgument, c.dir,
-                "field " + std::to_string(f) + " does not exist (the cache has " +
-                    std::to_string(c.manifest.fields.size()) + ")");
-  }
-  const ShardState& s = c.find_shard(i);
-  const size_t k = static_cast<size_t>(&s - c.shards.data());
-  const FieldState& st = c.fields[k][f];
-  const uint64_t j = i - s.entry.first;
-  if (st.offsets.empty()) {
-    const uint64_t n = c.value_bytes[f];
-    const FieldSpec& spec = c.manifest.fields[f];
-    return FieldView{st.data + j * n, n,
-                     spec.kind == FieldKind::kMask ? uint64_t{c.shape.height} * c.shape.width : 1};
-  }
-  const uint64_t row = c.manifest.fields[f].kind == FieldKind::kMask
-                           ? element_bytes(c.manifest.fields[f].dtype)
-                           : c.manifest.fields[f].row_bytes();
-  const uint64_t first = static_cast<uint64_t>(st.offsets[j]);
-  const uint64_t rows = static_cast<uint64_t>(st.offsets[j + 1]) - first;
-  return FieldView{st.data == nullptr ? nullptr : st.data + first * row, rows * row, rows};
-}
-
-void Cache::copy_field(uint64_t i, size_t f, uint8_t* out) const {
-  const FieldView v = field(i, f);
-  if (v.bytes == 0) return;
-  const Impl& c = *impl_;
-  const size_t k = static_cast<size_t>(&c.find_shard(i) - c.shards.data());
-  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes),
-                       c.files->path(c.manifest.shards[k].fields[f].values.file));
-}
-
-size_t Cache::field_index(const std::string& name) const {
-  const auto& fields = impl_->manifest.fields;
-  std::string known;
-  for (size_t f = 0; f < fields.size(); ++f) {
-    if (fields[f].name == name) return f;
-    known += (f ? ", " : "") + fields[f].name;
-  }
-  throw Error(ErrorKind::kInvalidArgument, impl_->dir,
-              "no field '" + name + "' (the cache has: " + (known.empty() ? "none" : known) + ")");
 }
 
 uint64_t Cache::stored_bytes() const {
