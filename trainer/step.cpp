@@ -20,21 +20,34 @@ AmpConfig amp_config(Precision precision, DeviceKind device) {
   return a;
 }
 
-MicroResult forward_backward(Classifier& model, const torch::Tensor& x, const torch::Tensor& y,
-                             int64_t window_samples, const AmpConfig& amp,
-                             const GradScaler* scaler) {
-  torch::Tensor logits, loss_sum;
+torch::Tensor backward_window_share(
+    Classifier& model, const torch::Tensor& x, int64_t window_samples, const AmpConfig& amp,
+    const GradScaler* scaler, const std::function<torch::Tensor(const torch::Tensor&)>& loss_sum_of,
+    torch::Tensor* outputs) {
+  torch::Tensor loss_sum;
   {
     std::optional<AutocastGuard> guard;
     if (amp.autocast) guard.emplace(amp.device, amp.dtype);
-    logits = model.forward(x);
-    loss_sum = torch::nn::functional::cross_entropy(
-        logits.to(torch::kFloat), y,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    *outputs = model.forward(x);
+    loss_sum = loss_sum_of(outputs->to(torch::kFloat));
   }
   torch::Tensor loss = loss_sum / static_cast<double>(window_samples);
   if (scaler) loss = scaler->scale(loss);
   loss.backward();
+  return loss_sum;
+}
+
+MicroResult forward_backward(Classifier& model, const torch::Tensor& x, const torch::Tensor& y,
+                             int64_t window_samples, const AmpConfig& amp,
+                             const GradScaler* scaler) {
+  torch::Tensor logits;
+  const torch::Tensor loss_sum = backward_window_share(
+      model, x, window_samples, amp, scaler,
+      [&](const torch::Tensor& out) {
+        return torch::nn::functional::cross_entropy(
+            out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      },
+      &logits);
   MicroResult r;
   r.loss_sum = loss_sum.detach().to(torch::kDouble);
   r.correct = (logits.detach().argmax(1) == y).sum();

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "amp.h"
@@ -28,6 +29,15 @@ struct MicroResult {
   torch::Tensor loss_sum;  // 0-dim double: summed cross entropy of the micro-batch (unscaled)
   torch::Tensor correct;   // 0-dim int64: argmax hits
 };
+
+// The micro-step every task shares, where accumulation's exactness lives: forward and
+// `loss_sum_of(outputs in fp32)` under autocast (guard scoped to exactly these two), then backward
+// of loss_sum / window_samples (times the scaler's scale when given). Sets *outputs (the model's
+// outputs, not detached) and returns the unscaled loss sum.
+torch::Tensor backward_window_share(
+    Classifier& model, const torch::Tensor& x, int64_t window_samples, const AmpConfig& amp,
+    const GradScaler* scaler, const std::function<torch::Tensor(const torch::Tensor&)>& loss_sum_of,
+    torch::Tensor* outputs);
 
 // One micro-batch: forward + summed cross entropy under autocast (guard scoped to exactly these
 // two), then backward of loss_sum / window_samples (times the scaler's scale when given), which

@@ -60,16 +60,10 @@ MicroResult forward_backward_targets(Classifier& model, const torch::Tensor& x,
                                      const torch::Tensor& targets, const TargetSpec& spec,
                                      int64_t window_samples, const AmpConfig& amp,
                                      const GradScaler* scaler) {
-  torch::Tensor outputs, loss_sum;
-  {
-    std::optional<AutocastGuard> guard;
-    if (amp.autocast) guard.emplace(amp.device, amp.dtype);
-    outputs = model.forward(x);
-    loss_sum = target_loss_sum(spec, outputs.to(torch::kFloat), targets);
-  }
-  torch::Tensor loss = loss_sum / static_cast<double>(window_samples);
-  if (scaler) loss = scaler->scale(loss);
-  loss.backward();
+  torch::Tensor outputs;
+  const torch::Tensor loss_sum = backward_window_share(
+      model, x, window_samples, amp, scaler,
+      [&](const torch::Tensor& out) { return target_loss_sum(spec, out, targets); }, &outputs);
   MicroResult r;
   r.loss_sum = loss_sum.detach().to(torch::kDouble);
   if (spec.kind == TaskKind::kMultilabel) {

@@ -18,4 +18,17 @@ inline double rel_diff(const std::vector<torch::Tensor>& a, const std::vector<to
   return std::sqrt(num / den);
 }
 
+// Copies of the parameters' gradients.
+inline std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : params) g.push_back(p.grad().detach().clone());
+  return g;
+}
+
+inline void zero_grads(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
 }  // namespace trainer_test

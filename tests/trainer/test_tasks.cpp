@@ -93,17 +93,8 @@ std::unique_ptr<dscache::Loader> fields_loader(std::shared_ptr<dscache::Cache> c
   return std::make_unique<dscache::Loader>(cache, lo);
 }
 
-std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> g;
-  for (const auto& p : params) g.push_back(p.grad().detach().clone());
-  return g;
-}
-
-void zero_grads(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
-}
+using trainer_test::grads_of;
+using trainer_test::zero_grads;
 
 TaskOptions task(TaskKind kind, std::vector<std::string> targets,
                  RegressLoss loss = RegressLoss::kMse, bool norm = false) {

@@ -34,17 +34,8 @@ using trainer_test::Dataset;
 using trainer_test::rel_diff;
 using trainer_test::TempDir;
 
-std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> g;
-  for (const auto& p : params) g.push_back(p.grad().detach().clone());
-  return g;
-}
-
-void zero_grads(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
-}
+using trainer_test::grads_of;
+using trainer_test::zero_grads;
 
 // The accumulation tests' cache in `dir`: 53 samples of 12x12x3 in 4 classes, shards of 20;
 // LibTorch set to 2 threads.
