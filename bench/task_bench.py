@@ -19,27 +19,33 @@ The PyTorch rows run dscache.models' mirror of the trainer's model (cnn for mult
 unet-small for segment) with the trainer's recipe: AdamW (lr 1e-3, weight decay 0.01), batch
 --batch, --threads intra-op threads, (x/255 - mean)/std with the training cache's mean/std, loss
 = BCE-with-logits summed over the classes per sample (multilabel) or cross entropy per labelled
-pixel, ignore index 255 (segment), in fp32. Validation after the last epoch, same metrics as the
-trainer: val_map (macro AP) and micro-F1 at logit 0; val_miou (mean over classes present in the
-prediction or the truth, background included) and pixel accuracy.
+pixel, ignore index 255 (segment), in fp32 and in bf16 (torch.autocast("cpu") around forward and
+loss, as dscache-train does; the first seed row is the baseline). Validation after the last
+epoch, same metrics as the trainer: val_map (macro AP) and micro-F1 at logit 0; val_miou (mean
+over classes present in the prediction or the truth, background included) and pixel accuracy.
 
 samples/s: training samples over training time (validation excluded), over all epochs. Data
 wait: the share of training time spent blocked waiting for the next batch (PyTorch rows: in
 next(); dscache-train: its epoch lines' data_wait). Ratios are against the seed row of the same
-run. The machine is shared: the load average around each row is recorded; read it before
+run. CPU ms/sample: user + system CPU time of the whole row (workers, validation and start-up
+included) per training sample; other load disturbs it far less than samples/s. The machine is
+shared: the load average around each row is recorded; read it before
 trusting a figure.
 
 Usage: task_bench.py [--build build] [--dscache-train PATH] [--tasks multilabel,segment]
                      [--ml-train 4000] [--ml-val 1000] [--ml-epochs 3]
                      [--seg-train 1000] [--seg-val 300] [--seg-epochs 2]
-                     [--batch 64] [--workers 2] [--threads 2] [--work DIR] [--json FILE]
+                     [--batch 64] [--workers 2] [--threads 2] [--torch-precisions fp32,bf16]
+                     [--work DIR] [--json FILE]
 A dscache-train without --task segment (older builds) gets its segment rows skipped, saying so.
 Run with Debian's /usr/bin/python3 (python3-torch, numpy, OpenCV).
 """
 import argparse
 import csv
+import gc
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -151,9 +157,10 @@ def loss_of(task, out, y):
     return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / y.shape[0]
 
 
-def train(model, task, batches, epochs, lr=1e-3, weight_decay=0.01):
-    """Trains for EPOCHS passes over BATCHES; returns (samples, train seconds, wait seconds,
-    mean loss of the last epoch)."""
+def train(model, task, batches, epochs, bf16, lr=1e-3, weight_decay=0.01):
+    """Trains for EPOCHS passes over BATCHES (BF16: autocast around forward and loss, as
+    dscache-train and train_bench.py do); returns (samples, train seconds, wait seconds, mean
+    loss of the last epoch)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     samples = seconds = wait = 0.0
     for _ in range(epochs):
@@ -168,7 +175,8 @@ def train(model, task, batches, epochs, lr=1e-3, weight_decay=0.01):
             except StopIteration:
                 break
             wait += time.perf_counter() - w0
-            loss = loss_of(task, model(x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_of(task, model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -216,11 +224,12 @@ def segment_metrics(pred, truth, classes):
 
 
 @torch.no_grad()
-def evaluate(model, task, batches, classes):
+def evaluate(model, task, batches, classes, bf16):
     model.eval()
     outs, ys = [], []
     for x, y in batches:
-        o = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            o = model(x).float()
         outs.append((o.argmax(1) if task == "segment" else o).numpy().astype(
             np.uint8 if task == "segment" else np.float32))
         ys.append(y.numpy())
@@ -230,12 +239,26 @@ def evaluate(model, task, batches, classes):
     return multilabel_metrics(out, y)
 
 
-def run_torch(name, task, model, train_batches, val_batches, epochs, classes):
-    load_before = loadavg()
-    samples, secs, wait, loss = train(model, task, train_batches, epochs)
-    m = evaluate(model, task, val_batches, classes)
-    m.update({"row": name, "precision": "fp32", "samples_per_s": round(samples / secs, 1),
+def cpu_seconds():
+    """User + system CPU seconds of this process and its reaped children (DataLoader workers,
+    dscache-train): what a row costs, far less disturbed by other load than its wall time."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def run_torch(name, precision, task, model, make_batches, epochs, classes):
+    """One PyTorch row: MAKE_BATCHES(train) gives the training batches, (False) the validation
+    ones; their DataLoader workers are shut down before the CPU time is read."""
+    load_before, cpu0 = loadavg(), cpu_seconds()
+    bf16 = precision == "bf16"
+    train_batches, val_batches = make_batches(True), make_batches(False)
+    samples, secs, wait, loss = train(model, task, train_batches, epochs, bf16)
+    m = evaluate(model, task, val_batches, classes, bf16)
+    del train_batches, val_batches
+    gc.collect()
+    m.update({"row": name, "precision": precision, "samples_per_s": round(samples / secs, 1),
               "data_wait": round(wait / secs, 4), "train_seconds": round(secs, 2),
+              "cpu_ms_per_sample": round(1000 * (cpu_seconds() - cpu0) / samples, 2),
               "loss_last_epoch": round(loss, 4), "load_before": load_before,
               "load_after": loadavg()})
     return m
@@ -249,7 +272,7 @@ def has_task(exe, task):
     return task in p.stdout
 
 
-def run_dscache_train(exe, task, targets, train_cache, val_cache, a, precision, out):
+def run_dscache_train(exe, task, targets, train_cache, val_cache, len_train, a, precision, out):
     model = TASKS[task][0]
     cmd = [exe, "--train", train_cache, "--val", val_cache, "--task", task, "--model", model,
            "--epochs", a.epochs, "--batch", a.batch, "--optimizer", "adamw",
@@ -259,14 +282,18 @@ def run_dscache_train(exe, task, targets, train_cache, val_cache, a, precision, 
         cmd[cmd.index("--model"):cmd.index("--model")] = ["--targets", ",".join(targets)]
     else:
         cmd[cmd.index("--model"):cmd.index("--model")] = ["--targets", "mask"]
-    load_before = loadavg()
+    load_before, cpu0 = loadavg(), cpu_seconds()
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"task_bench: dscache-train {precision} failed ({p.returncode}):\n{p.stdout}\n"
-                 f"{p.stderr}")
+    if p.returncode != 0:  # a row of its own: the other rows still say something
+        err = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+        print(f"task_bench: dscache-train {precision} failed ({p.returncode}): {err}", flush=True)
+        return {"row": "dscache-train", "precision": precision, "chose": precision,
+                "command": " ".join(str(c) for c in cmd), "error": err, "exit": p.returncode,
+                "samples_per_s": None, "data_wait": None, "cpu_ms_per_sample": None,
+                "load_before": load_before, "load_after": loadavg()}
     # "dscache-train: precision auto: bf16 (the CPU has AVX512_BF16)" on stderr
-    chose = next((l.split(":", 2)[-1].strip() for l in p.stderr.splitlines()
-                  if "precision auto" in l), precision)
+    chose = next((l.split(":", 2)[-1].split()[0] for l in p.stderr.splitlines()
+                  if "precision auto:" in l), precision)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(l) for l in f if l.strip()]
     epochs = [l for l in lines if l.get("kind") == "epoch"]
@@ -276,6 +303,7 @@ def run_dscache_train(exe, task, targets, train_cache, val_cache, a, precision, 
          "samples_per_s": round(sum(l["samples_per_s"] * l["seconds"] for l in epochs) / secs, 1),
          "data_wait": round(sum(l["data_wait"] * l["seconds"] for l in epochs) / secs, 4),
          "train_seconds": round(secs, 2), "loss_last_epoch": round(epochs[-1]["loss"], 4),
+         "cpu_ms_per_sample": round(1000 * (cpu_seconds() - cpu0) / a.epochs / len_train, 2),
          "load_before": load_before, "load_after": loadavg()}
     for k in ("val_map", "val_micro_f1", "val_ap", "val_miou", "val_pixel_acc", "val_iou"):
         if k in epochs[-1]:
@@ -307,27 +335,30 @@ def bench_task(task, a, dscache):
         torch.manual_seed(0)
         return build_model(model_kind, task, 1, outputs, 56, 56)
 
-    srcs = [("seed", lambda sh, rows_, cache: seed_batches(rows_, root, task, targets, norm,
-                                                           a.batch, a.workers, sh)),
-            ("loader", lambda sh, rows_, cache: LoaderBatches(dscache, dscache.Cache(cache), task,
-                                                              targets, norm, a.batch, a.workers,
-                                                              sh))]
-    for name, make in srcs:
-        r = run_torch(name, task, model(), make(True, train_rows, train_cache),
-                      make(False, val_rows, val_cache), epochs, classes)
-        rows.append(r)
-        report_row(task, r)
+    def seed(is_train):
+        return seed_batches(train_rows if is_train else val_rows, root, task, targets, norm,
+                            a.batch, a.workers, is_train)
+
+    def loader(is_train):
+        return LoaderBatches(dscache, dscache.Cache(train_cache if is_train else val_cache), task,
+                             targets, norm, a.batch, a.workers, is_train)
+
+    for prec in a.torch_precisions.split(","):
+        for name, make in (("seed", seed), ("loader", loader)):
+            r = run_torch(name, prec, task, model(), make, epochs, classes)
+            rows.append(r)
+            report_row(task, r)
     if has_task(a.dscache_train, task):
         for prec in ("fp32", "auto"):
-            r = run_dscache_train(a.dscache_train, task, targets, train_cache, val_cache, a, prec,
-                                  os.path.join(work, "out-" + prec))
+            r = run_dscache_train(a.dscache_train, task, targets, train_cache, val_cache,
+                                  n_train, a, prec, os.path.join(work, "out-" + prec))
             rows.append(r)
             report_row(task, r)
     else:
         print(f"{task}: {a.dscache_train} has no --task {task}: its rows are skipped", flush=True)
     base = rows[0]["samples_per_s"]
     for r in rows:
-        r["vs_seed"] = round(r["samples_per_s"] / base, 2)
+        r["vs_seed"] = round(r["samples_per_s"] / base, 2) if r["samples_per_s"] else None
     return {"task": task, "train": n_train, "val": n_val, "epochs": epochs, "batch": a.batch,
             "mean": norm[0], "std": norm[1], "rows": rows}
 
@@ -337,11 +368,13 @@ def label(r):
         return "dscache-train " + r["precision"] + (f" ({r['chose']})" if r["precision"] == "auto"
                                                     else "")
     return {"seed": "PyTorch, decode in __getitem__ (seed)",
-            "loader": "PyTorch, dscache.Loader"}[r["row"]] + " fp32"
+            "loader": "PyTorch, dscache.Loader"}[r["row"]] + " " + r["precision"]
 
 
 def report_row(task, r):
     m1, m2 = TASKS[task][1:]
+    if "error" in r:
+        return
     print(f"  {label(r)}: {m1} {fmt(r.get(m1) and 100 * r[m1])}%, {m2} "
           f"{fmt(r.get(m2) and 100 * r[m2])}%, {r['samples_per_s']} samples/s, data wait "
           f"{fmt(r['data_wait'], True)}, load {r['load_before'][0]} -> {r['load_after'][0]}",
@@ -353,12 +386,15 @@ def print_table(res):
     m1, m2 = TASKS[task][1:]
     print(f"\n{task} ({TASKS[task][0]}, {res['train']} train / {res['val']} val, "
           f"{res['epochs']} epochs, batch {res['batch']}):")
-    print(f"| row | {m1} | {m2} | samples/s | vs seed | data wait | load avg |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print(f"| row | {m1} | {m2} | samples/s | vs seed | data wait | CPU ms/sample | load avg |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in res["rows"]:
+        if "error" in r:
+            print(f"| {label(r)} | failed: {r['error']} | | | | | | |")
+            continue
         print(f"| {label(r)} | {fmt(r.get(m1) and 100 * r[m1])}% | "
               f"{fmt(r.get(m2) and 100 * r[m2])}% | {fmt(r['samples_per_s'])} | "
-              f"{r['vs_seed']:.2f}x | {fmt(r['data_wait'], True)} | "
+              f"{r['vs_seed']:.2f}x | {fmt(r['data_wait'], True)} | {r['cpu_ms_per_sample']} | "
               f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f} |")
 
 
@@ -376,6 +412,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--torch-precisions", default="fp32,bf16",
+                    help="the PyTorch rows' precisions (bf16: CPU autocast)")
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
@@ -385,6 +423,8 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"task_bench: {exe} is not an executable")
     tasks = a.tasks.split(",")
+    if any(p not in ("fp32", "bf16") for p in a.torch_precisions.split(",")):
+        sys.exit(f"task_bench: --torch-precisions {a.torch_precisions}: fp32 and/or bf16")
     if any(t not in TASKS for t in tasks):
         sys.exit(f"task_bench: --tasks {a.tasks}: each must be one of {', '.join(TASKS)}")
     sys.path.insert(0, os.path.join(a.build, "python"))

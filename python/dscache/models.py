@@ -54,8 +54,10 @@ class Block(nn.Module):
         self.gn2 = nn.GroupNorm(4, b)
 
     def forward(self, x):
-        x = F.relu(self.gn1(self.conv1(x)))
-        return F.relu(self.gn2(self.conv2(x)))
+        # GroupNorm in its weights' dtype: under CPU autocast (bf16) PyTorch 1.13's group_norm
+        # refuses a bf16 input with fp32 weights; outside autocast the cast is a no-op.
+        x = F.relu(self.gn1(self.conv1(x).to(self.gn1.weight.dtype)))
+        return F.relu(self.gn2(self.conv2(x).to(self.gn2.weight.dtype)))
 
 
 def _up_cat(x, skip):

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tests of dscache.models, the PyTorch mirrors of dscache-train's models: UnetSmall's parameter
 names and count (the trainer's contract, so load_state_dict moves weights between them), output
-shapes for even and odd sizes, a batch's gradient equal to the sum of its samples' (GroupNorm, no
+shapes for even and odd sizes (also under CPU bf16 autocast), a batch's gradient equal to the sum of its samples' (GroupNorm, no
 batch statistics), Cnn's flattened size for odd sides, and build_model's refusals. SKIP without
 python3-torch."""
 import sys
@@ -49,6 +49,9 @@ def test_unet_small_names_count_and_shapes(tmp):
         y = m(torch.randn(2, 1, h, w))
         assert tuple(y.shape) == (2, 11, h, w), f"{h}x{w}: output {tuple(y.shape)}"
         assert torch.isfinite(y).all(), f"{h}x{w}: non-finite outputs"
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what --precision bf16 runs
+        y = m(torch.randn(2, 1, 57, 45))
+    assert tuple(y.shape) == (2, 11, 57, 45) and torch.isfinite(y.float()).all(), "bf16 autocast"
     for h, w in ((7, 8), (8, 7)):
         try:
             m(torch.zeros(1, 1, h, w))
