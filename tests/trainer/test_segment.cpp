@@ -132,6 +132,38 @@ TEST_SUITE("unit") {
     }
   }
 
+  TEST_CASE("segment: the dense models give a score per class and pixel at any size") {
+    struct Case {
+      ModelKind kind;
+      int64_t h, w;
+    };
+    // unet-small at odd sizes (pools floor, ups go to the skip's size); resnet18 with the CIFAR
+    // stem (<= 64 px) and the ImageNet one.
+    const Case cases[] = {{ModelKind::kUnetSmall, 28, 28},
+                          {ModelKind::kUnetSmall, 57, 45},
+                          {ModelKind::kResnet18, 16, 16},
+                          {ModelKind::kResnet18, 70, 90}};
+    for (const Case& c : cases) {
+      CAPTURE(c.h);
+      auto model = make_model(c.kind, 3, 5, c.h, c.w, true);
+      CHECK(model->forward(torch::randn({2, 3, c.h, c.w})).sizes() ==
+            torch::IntArrayRef({2, 5, c.h, c.w}));
+    }
+    int64_t n = 0;
+    auto unet = make_model(ModelKind::kUnetSmall, 3, 11, 56, 56, true);
+    for (const auto& p : unet->parameters()) n += p.numel();
+    CHECK(n > 300000);  // "a few hundred thousand"
+    CHECK(n < 600000);
+    const auto named = unet->named_parameters();
+    for (const char* k : {"enc1.conv1.weight", "enc1.gn1.weight", "mid.conv2.weight",
+                          "dec1.gn2.bias", "head.weight", "head.bias"}) {
+      CAPTURE(k);
+      CHECK(named.contains(k));
+    }
+    CHECK_THROWS_AS(make_model(ModelKind::kCnn, 3, 5, 16, 16, true), std::invalid_argument);
+    CHECK_THROWS_AS(make_model(ModelKind::kUnetSmall, 3, 5, 16, 16, false), std::invalid_argument);
+  }
+
   TEST_CASE("segment: classes, masks out of range, and the metrics' definitions") {
     TempDir tmp;
     const auto unnamed = shapes_cache(tmp.path() + "/u", 30, 2, /*named=*/false);
@@ -282,6 +314,38 @@ TEST_SUITE("cli") {
       CAPTURE(b.says);
       CHECK(run(b.data, b.flags) == static_cast<int>(dscache::ExitCode::kUsage));
       CHECK(trainer_test::read_file(log).find(b.says) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("data parallel segment: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
+    TempDir tmp;
+    // 96 samples, 48 per rank, batch 8, K = 2 → 3 windows an epoch; the ranks label different
+    // pixel counts, so a per-rank normaliser would show in the weights.
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    shapes_cache(train, 96, 4);
+    auto args = [&](const std::string& batch, const std::string& out) {
+      return trainer_test::cat(
+          {trainer_test::train_exe(), "--train", train, "--batch", batch, "--output", out},
+          {"--task", "segment", "--class-weights", "0.5,2,2", "--accum-steps", "2", "--threads",
+           "1", "--seed", "3", "--epochs", "2", "--no-progress", "--log-every", "1"});
+    };
+    const int st = trainer_test::run_process(args("16", tmp.path() + "/single"), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    for (int s : trainer_test::run_ranks(args("8", tmp.path() + "/ddp"), 2, {0, 1}, log)) {
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(s));
+      CHECK(WEXITSTATUS(s) == 0);
+    }
+    trainer_test::check_close_weights(tmp.path() + "/single/model.pt", tmp.path() + "/ddp/model.pt",
+                                      ModelKind::kUnetSmall, 3, 3, 16, 16, 1e-4, 1e-6);
+    const auto m1 = trainer_test::read_metrics(tmp.path() + "/single/metrics.jsonl");
+    const auto m2 = trainer_test::read_metrics(tmp.path() + "/ddp/metrics.jsonl");
+    REQUIRE(m1.size() == m2.size());
+    for (size_t i = 0; i < m1.size(); ++i) {
+      CAPTURE(i);
+      CHECK(m1[i]["loss"].get<double>() ==
+            doctest::Approx(m2[i]["loss"].get<double>()).epsilon(1e-4));
     }
   }
 
