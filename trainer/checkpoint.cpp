@@ -88,6 +88,19 @@ std::string targets_text(const TaskOptions& t) {
   for (const auto& n : t.targets) s += (s.empty() ? "" : ",") + n;
   return s.empty() ? "(none)" : s;
 }
+// --task segment's classes, --ignore-index and --class-weights, as a user would give them.
+std::string segment_text(const TaskOptions& t, const DataInfo& m) {
+  if (t.kind != TaskKind::kSegment) return "(none)";
+  std::string s = std::to_string(m.targets.outputs()) + " classes, --ignore-index " +
+                  std::to_string(t.ignore_index) + ", --class-weights ";
+  if (t.class_weights.empty()) return s + "(none)";
+  for (size_t i = 0; i < t.class_weights.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.17g", i ? "," : "", t.class_weights[i]);
+    s += buf;
+  }
+  return s;
+}
 // What a checkpoint from before --task existed implies for the settings it lacks.
 std::string saved_setting(torch::serialize::InputArchive& a, const std::string& k) {
   c10::IValue v;
@@ -95,6 +108,7 @@ std::string saved_setting(torch::serialize::InputArchive& a, const std::string& 
   if (k == "task") return "classify";
   if (k == "targets" || k == "loss") return "(none)";
   if (k == "target-norm") return "off";
+  if (k == "segment") return "(none)";
   return read_s(a, "cfg/" + k);  // throws: the key should be there
 }
 }  // namespace
@@ -142,6 +156,7 @@ RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
       {"targets", targets_text(o.task)},
       {"loss", o.task.kind == TaskKind::kRegress ? to_string(o.task.loss) : "(none)"},
       {"target-norm", o.task.target_norm ? "on" : "off"},
+      {"segment", segment_text(o.task, m)},
   };
   // Adjustable: read afresh at every step (or only at the end of the run), and the state stays
   // valid under a new value: the LR is recomputed from the step count, momentum buffers and Adam
@@ -211,6 +226,10 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   if (p.targets) {
     a.write("target_mean", torch::tensor(p.targets->mean, torch::kDouble));
     a.write("target_std", torch::tensor(p.targets->std, torch::kDouble));
+  }
+  if (p.targets && p.targets->kind == TaskKind::kSegment) {  // the epoch's pixel totals
+    write_d(a, "epoch_weight", st.epoch_weight);
+    write_i(a, "epoch_count", st.epoch_count);
   }
 
   std::ostringstream out;
@@ -359,6 +378,13 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   st.epoch_wait = read_d(a, "epoch_wait");
   st.metrics_bytes = static_cast<uint64_t>(read_i(a, "metrics_bytes"));
   st.samples_seen = static_cast<uint64_t>(read_i(a, "samples_seen"));
+  if (p.targets && p.targets->kind == TaskKind::kSegment) {
+    st.epoch_weight = read_d(a, "epoch_weight");
+    st.epoch_count = read_i(a, "epoch_count");
+  } else {  // per sample
+    st.epoch_weight = static_cast<double>(st.epoch_samples);
+    st.epoch_count = st.epoch_samples;
+  }
   torch::Tensor rng, mean, stdv;
   a.read("rng", rng);
   {

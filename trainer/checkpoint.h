@@ -28,6 +28,10 @@ struct RunState {
   // The current epoch's running totals, so a resumed epoch reports the whole epoch.
   double epoch_loss = 0;
   int64_t epoch_correct = 0, epoch_samples = 0, epoch_skipped = 0;
+  // What epoch_loss and epoch_correct are divided by: the samples, except for --task segment,
+  // where they are the labelled pixels' loss weight and count.
+  double epoch_weight = 0;
+  int64_t epoch_count = 0;
   double epoch_seconds = 0, epoch_wait = 0;
   uint64_t metrics_bytes = 0;  // metrics.jsonl length when the checkpoint was taken
   uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs

@@ -261,8 +261,14 @@ void TrainingCurves::add(const nlohmann::json& line) {
   } else if (*kind == "epoch") {
     epoch_loss_.push_back({step, number_or_nan(line, "loss")});
     val_loss_.push_back({step, number_or_nan(line, "val_loss")});
-    train_acc_.push_back({step, number_or_nan(line, "train_acc")});
-    val_acc_.push_back({step, number_or_nan(line, "val_acc")});
+    const double train = number_or_nan(line, "train_acc");
+    train_acc_.push_back(
+        {step, std::isnan(train) ? number_or_nan(line, "train_pixel_acc") : train});
+    // Each task's main validation metric (the first that is a number), by its metrics.jsonl name.
+    for (const char* k : {"val_acc", "val_map", "val_r2", "val_miou"}) {
+      if (line.contains(k) && line.at(k).is_number()) val_metric_ = k;
+    }
+    val_acc_.push_back({step, number_or_nan(line, val_metric_.c_str())});
   }
 }
 
@@ -288,9 +294,22 @@ std::vector<CurvePanel> TrainingCurves::panels() const {
     loss.series.push_back({"train loss", kTrainColour, true, epoch_loss_});
   }
   if (any_finite(val_loss_)) loss.series.push_back({"val loss", kValColour, true, val_loss_});
-  CurvePanel acc{"accuracy", "step", "accuracy", {}};
-  acc.series.push_back({"train acc", kTrainColour, true, train_acc_});
-  if (any_finite(val_acc_)) acc.series.push_back({"val acc", kValColour, true, val_acc_});
+  struct Main {
+    const char* key;
+    const char* title;
+    const char* legend;
+  };
+  static const Main kMain[] = {{"val_acc", "accuracy", "val acc"},
+                               {"val_map", "mAP / accuracy", "val mAP"},
+                               {"val_r2", "R^2", "val R^2"},
+                               {"val_miou", "mean IoU / pixel acc", "val mIoU"}};
+  const Main* m = &kMain[0];
+  for (const Main& k : kMain) {
+    if (val_metric_ == k.key) m = &k;
+  }
+  CurvePanel acc{m->title, "step", m->title, {}};
+  if (any_finite(train_acc_)) acc.series.push_back({"train acc", kTrainColour, true, train_acc_});
+  if (any_finite(val_acc_)) acc.series.push_back({m->legend, kValColour, true, val_acc_});
   return {loss, acc};
 }
 

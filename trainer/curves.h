@@ -74,7 +74,9 @@ class TrainingCurves {
   // (skipped). Throws dscache::Error naming the file when it cannot be read.
   size_t load(const std::string& metrics_path);
   // Left: train loss per logged step and val loss per epoch (train loss per epoch when no step
-  // lines were logged). Right: val accuracy per epoch, and train accuracy per epoch.
+  // lines were logged). Right: the task's main metric per epoch: accuracy (train and val) for
+  // classify, val mAP and train exact-match accuracy for multilabel, val R^2 for regress, val
+  // mean IoU and train pixel accuracy for segment.
   std::vector<CurvePanel> panels() const;
   // render_chart(panels()) written to `png_path` atomically (write_png).
   void draw(const std::string& png_path, const ChartOptions& options = {}) const;
@@ -84,7 +86,8 @@ class TrainingCurves {
   std::vector<CurvePoint> epoch_loss_;
   std::vector<CurvePoint> val_loss_;
   std::vector<CurvePoint> train_acc_;
-  std::vector<CurvePoint> val_acc_;
+  std::vector<CurvePoint> val_acc_;     // val_metric_'s values
+  std::string val_metric_ = "val_acc";  // the first of kMainMetrics an epoch line had
 };
 
 }  // namespace train

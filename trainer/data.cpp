@@ -105,6 +105,23 @@ Normalization measure_normalization(const SampleSource& cache, NormalizeKind kin
   return n;
 }
 
+namespace {
+
+// --val's target fields must be what --train's are: the same outputs (multilabel, regress), or a
+// mask field of the same name whose class names, when it has them, are --train's.
+void check_val_targets(const TrainOptions& o, const SampleSource& val, const TargetSpec& train) {
+  const TargetSpec v = resolve_targets(o.task, val, "--val " + o.val);
+  const bool same = o.task.kind == TaskKind::kSegment
+                        ? v.fields == train.fields && (v.names.empty() || v.names == train.names)
+                        : v.names == train.names;
+  if (!same) {
+    throw UsageError("--targets: --val " + o.val + " has other target outputs than --train " +
+                     o.train + " (a multi-hot array of another length or class names)");
+  }
+}
+
+}  // namespace
+
 TrainData open_data(const TrainOptions& o, int rank, int world_size,
                     const BufferAllocator& allocator) {
   TrainData d;
@@ -123,6 +140,9 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   }
   const bool fields_task = o.task.kind != TaskKind::kClassify;
   if (fields_task) d.info.targets = resolve_targets(o.task, *d.train, "--train " + o.train);
+  if (o.task.kind == TaskKind::kSegment) {
+    scan_mask_classes(*d.train, "--train " + o.train, &d.info.targets);
+  }
   if (!fields_task && m.classes.size() < 2) {
     throw UsageError("--train: " + o.train + " has " + std::to_string(m.classes.size()) +
                      " class(es); classification needs at least 2");
@@ -163,10 +183,7 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
       throw UsageError("--val: " + o.val + " has " + std::to_string(vs.channels) +
                        " channels, the training data " + std::to_string(m.channels));
     }
-    if (fields_task && resolve_targets(o.task, *d.val, "--val " + o.val).names != m.targets.names) {
-      throw UsageError("--targets: --val " + o.val + " has other target outputs than --train " +
-                       o.train + " (a multi-hot array of another length or class names)");
-    }
+    if (fields_task) check_val_targets(o, *d.val, m.targets);
     if (!fields_task && val.classes != m.classes) {
       throw UsageError("--val: " + o.val + " has other classes than the training data (" +
                        std::to_string(val.classes.size()) + " vs " +

@@ -97,7 +97,8 @@ void print_epoch_summary(const nlohmann::json& line, uint32_t epochs) {
               line.at("loss").get<double>());
   if (!line.at("val_loss").is_null()) {
     std::printf("  val_loss %.4f", line.at("val_loss").get<double>());
-    for (const char* k : {"val_acc", "val_map", "val_micro_f1", "val_mae", "val_rmse", "val_r2"}) {
+    for (const char* k : {"val_acc", "val_map", "val_micro_f1", "val_mae", "val_rmse", "val_r2",
+                          "val_miou", "val_pixel_acc"}) {
       if (line.contains(k) && line.at(k).is_number()) {
         std::printf("  %s %.4f", k, line.at(k).get<double>());
       }

@@ -1,7 +1,10 @@
-// The small CNN and ResNet-18.
+// The small CNN and ResNet-18 (its stages also feed ResNet18Seg, seg_models.cpp).
 #include "models.h"
 
+#include <algorithm>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace dscache {
 namespace train {
@@ -68,7 +71,11 @@ class BasicBlock : public nn::Module {
 }  // namespace
 
 ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
-    : small_input_(small_input) {
+    : ResNet18(channels, small_input) {
+  fc_ = register_module("fc", nn::Linear(512, classes));
+}
+
+ResNet18::ResNet18(int64_t channels, bool small_input) : small_input_(small_input) {
   conv1_ = register_module("conv1",
                            small_input ? conv(channels, 64, 3, 1, 1) : conv(channels, 64, 7, 2, 3));
   bn1_ = register_module("bn1", nn::BatchNorm2d(64));
@@ -81,7 +88,6 @@ ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
     layers_[i]->push_back(std::make_shared<BasicBlock>(widths[i], widths[i], 1, sync_));
     in = widths[i];
   }
-  fc_ = register_module("fc", nn::Linear(512, classes));
   // torchvision's init: Kaiming-normal convs (fan_out), BN weight 1 / bias 0.
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<nn::Conv2d>()) {
@@ -90,25 +96,47 @@ ResNet18::ResNet18(int64_t channels, int64_t classes, bool small_input)
   }
 }
 
-torch::Tensor ResNet18::forward(torch::Tensor x) {
+std::vector<torch::Tensor> ResNet18::stages(torch::Tensor x) {
   x = torch::relu(norm(*bn1_, conv1_(x), *sync_));
   if (!small_input_) x = torch::max_pool2d(x, 3, 2, 1);
+  std::vector<torch::Tensor> out;
   for (auto& layer : layers_) {
     for (auto& block : *layer) x = block->as<BasicBlock>()->forward(x);
+    out.push_back(x);
   }
+  return out;
+}
+
+torch::Tensor ResNet18::forward(torch::Tensor x) {
+  x = stages(std::move(x)).back();
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return fc_(x);
 }
 
 std::shared_ptr<Classifier> make_model(ModelKind kind, int64_t channels, int64_t classes,
-                                       int64_t height, int64_t width) {
+                                       int64_t height, int64_t width, bool dense) {
+  const bool small = std::max(height, width) <= 64;
+  if (dense) {
+    if (kind == ModelKind::kResnet18)
+      return std::make_shared<ResNet18Seg>(channels, classes, small);
+    if (kind != ModelKind::kUnetSmall) {
+      throw std::invalid_argument("--model cnn has no per-pixel output");
+    }
+    if (height < 8 || width < 8) {
+      throw std::invalid_argument("--model unet-small needs images of at least 8x8 pixels");
+    }
+    return std::make_shared<UnetSmall>(channels, classes);
+  }
+  if (kind == ModelKind::kUnetSmall) {
+    throw std::invalid_argument("--model unet-small predicts per pixel (--task segment)");
+  }
   if (kind == ModelKind::kCnn) {
     if (height < 4 || width < 4) {
       throw std::invalid_argument("--model cnn needs images of at least 4x4 pixels");
     }
     return std::make_shared<Cnn>(channels, classes, height, width);
   }
-  return std::make_shared<ResNet18>(channels, classes, std::max(height, width) <= 64);
+  return std::make_shared<ResNet18>(channels, classes, small);
 }
 
 }  // namespace train

@@ -22,6 +22,7 @@ namespace {
 constexpr EnumName<ModelKind> kModel[] = {
     {ModelKind::kCnn, "cnn"},
     {ModelKind::kResnet18, "resnet18"},
+    {ModelKind::kUnetSmall, "unet-small"},
 };
 constexpr EnumName<Precision> kPrecision[] = {
     {Precision::kAuto, "auto"},
@@ -92,6 +93,21 @@ uint64_t byte_count(const std::string& option, const std::string& text) {
   }
 }
 
+// --model against --task: segment defaults to unet-small and refuses the cnn classifier; the
+// dense unet-small is for segment only.
+void check_model_for_task(TrainOptions* o, bool model_given) {
+  const bool segment = o->task.kind == TaskKind::kSegment;
+  if (segment && !model_given) o->model = ModelKind::kUnetSmall;
+  if (segment && o->model == ModelKind::kCnn) {
+    throw UsageError(
+        "--model: cnn has no per-pixel output; --task segment trains unet-small or "
+        "resnet18");
+  }
+  if (!segment && o->model == ModelKind::kUnetSmall) {
+    throw UsageError("--model: unet-small predicts a class per pixel; it needs --task segment");
+  }
+}
+
 // Boost reads "-3" for an unsigned option as 4294967293 (lexical_cast wraps): --batch -3 asked
 // for four billion samples and ended in an out-of-memory error. Refuses a sign up front.
 void refuse_signed_unsigned(const std::vector<std::string>& args,
@@ -125,18 +141,20 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   TrainOptions o;
   std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
-              window_bytes, task = "classify", targets, loss = "mse";
+              window_bytes, task = "classify", targets, loss = "mse", class_weights;
   po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
     ("train", po::value(&o.train), "training cache directory (required)")
     ("val", po::value(&o.val), "validation cache directory")
-    ("model", po::value(&model), "cnn | resnet18 (default cnn)")
-    ("task", po::value(&task), "classify | multilabel | regress (default classify: the cache's labels)")
-    ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: float32 scalars)")
+    ("model", po::value(&model), "cnn | resnet18 | unet-small (default cnn; --task segment: unet-small, or resnet18 as an encoder with an upsampling head)")
+    ("task", po::value(&task), "classify | multilabel | regress | segment (default classify: the cache's labels)")
+    ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: float32 scalars; segment: one mask field, default the cache's only one)")
     ("loss", po::value(&loss), "--task regress: mse | l1 | huber (default mse)")
     ("target-norm", po::bool_switch(&o.task.target_norm), "--task regress: standardise targets with the training set's mean/std")
+    ("ignore-index", po::value(&o.task.ignore_index), "--task segment: the mask value that counts in no loss or metric (default 255)")
+    ("class-weights", po::value(&class_weights), "--task segment: w0,w1,...: per-class weights of the pixel loss (default all 1)")
     ("epochs", po::value(&o.epochs), "passes over the training cache (default 1)")
     ("max-steps", po::value(&o.max_steps), "stop after N optimizer steps (0 = no limit)")
     ("batch", po::value(&o.batch), "micro-batch size (default 64)")
@@ -215,7 +233,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   o.task.kind = pick(kTaskNames, "task", task);
   if (vm.count("targets")) o.task.targets = split_targets(targets);
   o.task.loss = pick(kRegressLossNames, "loss", loss);
-  validate_task(o.task, vm.count("loss") > 0);
+  if (vm.count("class-weights")) o.task.class_weights = parse_class_weights(class_weights);
+  validate_task(o.task, vm.count("loss") > 0, vm.count("ignore-index") + vm.count("class-weights"));
+  check_model_for_task(&o, vm.count("model") > 0);
   if (vm.count("accum-steps") && vm.count("effective-batch")) {
     throw UsageError("--accum-steps and --effective-batch: give one, not both");
   }

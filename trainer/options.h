@@ -12,7 +12,7 @@
 namespace dscache {
 namespace train {
 
-enum class ModelKind { kCnn, kResnet18 };
+enum class ModelKind { kCnn, kResnet18, kUnetSmall };
 enum class Precision { kFp32, kBf16, kFp16, kAuto };  // kAuto: precision.h decides
 enum class OptimizerKind { kSgd, kAdamW };
 enum class ScheduleKind { kConstant, kCosine, kStep };
@@ -34,7 +34,8 @@ const char* to_string(NormalizeKind v);
 struct TrainOptions {
   std::string train;                  // training cache directory (required)
   std::string val;                    // validation cache directory; "" = none
-  ModelKind model = ModelKind::kCnn;  // --model cnn|resnet18; default cnn
+  ModelKind model = ModelKind::kCnn;  // --model cnn|resnet18|unet-small; default cnn (segment:
+                                      // unet-small)
   uint32_t epochs = 1;                // passes over the training cache; default 1
   uint64_t max_steps = 0;             // stop after this many optimizer steps; 0 = no limit
   uint32_t batch = 64;                // micro-batch: samples per forward/backward; default 64

@@ -21,6 +21,7 @@
 #include "models.h"
 #include "options.h"
 #include "safety.h"
+#include "segment.h"
 #include "step.h"
 #include "task.h"
 
@@ -51,7 +52,11 @@ class Run {
     int64_t samples = 0;  // samples in the window
     double loss = 0;      // summed loss
     int64_t correct = 0;  // argmax hits
-    int stop = 0;         // with several ranks: the signal all of them stop after (0 = none)
+    // loss and correct per these: the samples, or for segment the labelled pixels' weight and
+    // count
+    double weight = 0;
+    int64_t count = 0;
+    int stop = 0;  // with several ranks: the signal all of them stop after (0 = none)
   };
 
   // train.cpp: before and after the step loop.
@@ -113,6 +118,7 @@ class Run {
   // a fresh run, the checkpoint's on resume)
   TargetSpec targets_;
   bool fields_task() const { return o_.task.kind != TaskKind::kClassify; }
+  bool segment() const { return o_.task.kind == TaskKind::kSegment; }
   AmpConfig amp_;
   RunState st_;
   MetricsLog metrics_;
@@ -131,6 +137,7 @@ class Run {
   int stop_sig_ = 0;              // SIGINT/SIGTERM: every rank stops after the same step
   uint64_t stop_epoch_ = 0;       // the epoch it stopped in
   double log_loss_ = 0;           // since the last step line: summed loss
+  double log_weight_ = 0;         // what it is divided by (Window::weight)
   int64_t log_samples_ = 0;       // and samples
   Clock::time_point log_start_;   // and when it was written
 };

@@ -27,7 +27,10 @@ AmpConfig amp_config(Precision precision, DeviceKind device);
 // loop adds them up and reads them once per accumulation window.
 struct MicroResult {
   torch::Tensor loss_sum;  // 0-dim double: summed cross entropy of the micro-batch (unscaled)
-  torch::Tensor correct;   // 0-dim int64: argmax hits
+  torch::Tensor correct;   // 0-dim int64: argmax hits (segment: labelled pixels right)
+  // --task segment only (undefined otherwise, where both are the samples): the loss weight of
+  // the labelled pixels (0-dim double) and their count (0-dim int64).
+  torch::Tensor weight, count;
 };
 
 // The micro-step every task shares, where accumulation's exactness lives: forward and

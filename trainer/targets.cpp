@@ -61,11 +61,77 @@ double field_element(const FieldSpec& f, const uint8_t* data, uint64_t e) {
   return 0;
 }
 
+namespace {
+
+// --task segment: the one mask field (named, or the only one), its classes when it names them.
+TargetSpec resolve_mask(const TaskOptions& t, const SampleSource& source,
+                        const std::string& where) {
+  TargetSpec spec;
+  spec.kind = t.kind;
+  spec.ignore_index = t.ignore_index;
+  spec.class_weights = t.class_weights;
+  const FieldSpec* mask = nullptr;
+  if (!t.targets.empty()) {
+    mask = &source.fields()[field_index(source, t.targets[0], where)];
+    if (mask->kind != FieldKind::kMask) {
+      throw UsageError("--targets: field '" + mask->name + "' in " + where + " is " +
+                       describe(*mask) + "; --task segment needs a mask");
+    }
+  } else {
+    std::string masks;
+    for (const FieldSpec& f : source.fields()) {
+      if (f.kind != FieldKind::kMask) continue;
+      masks += (masks.empty() ? "" : ", ") + f.name;
+      mask = &f;
+    }
+    if (masks.empty()) {
+      throw UsageError("--task segment: " + where + " has no mask field (build it with masks)");
+    }
+    if (masks.find(',') != std::string::npos) {
+      throw UsageError("--targets: " + where + " has several mask fields (" + masks +
+                       "); name one");
+    }
+  }
+  spec.fields = {mask->name};
+  spec.names = mask->classes;  // may be empty: scan_mask_classes
+  spec.mean.assign(spec.names.size(), 0.0);
+  spec.std.assign(spec.names.size(), 1.0);
+  return spec;
+}
+
+}  // namespace
+
+void scan_mask_classes(const SampleSource& source, const std::string& where, TargetSpec* spec) {
+  if (spec->names.empty()) {
+    const size_t fi = field_index(source, spec->fields[0], where);
+    const FieldSpec& f = source.fields()[fi];
+    const uint64_t bytes = element_bytes(f.dtype);
+    double top = 0;
+    for (uint64_t i = 0; i < source.size(); ++i) {
+      const FieldView v = source.field(i, fi);
+      for (uint64_t e = 0; e < v.bytes / bytes; ++e) {
+        const double x = field_element(f, v.data, e);
+        if (x != spec->ignore_index && x > top) top = x;
+      }
+    }
+    const int64_t n = std::max<int64_t>(2, static_cast<int64_t>(top) + 1);
+    for (int64_t c = 0; c < n; ++c) spec->names.push_back(std::to_string(c));
+  }
+  if (!spec->class_weights.empty() && spec->class_weights.size() != spec->names.size()) {
+    throw UsageError("--class-weights: " + std::to_string(spec->class_weights.size()) +
+                     " weights for the " + std::to_string(spec->names.size()) +
+                     " classes of mask '" + spec->fields[0] + "' in " + where);
+  }
+  spec->mean.assign(spec->names.size(), 0.0);
+  spec->std.assign(spec->names.size(), 1.0);
+}
+
 TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
                            const std::string& where) {
   if (t.kind == TaskKind::kClassify) {
     throw std::logic_error("resolve_targets: --task classify has no target fields");
   }
+  if (t.kind == TaskKind::kSegment) return resolve_mask(t, source, where);
   TargetSpec spec;
   spec.kind = t.kind;
   spec.loss = t.loss;

@@ -23,6 +23,11 @@ struct TargetSpec {
   // Regression: per output, targets are fed as (y - mean) / std; metrics undo it. Without
   // --target-norm (and for multilabel): 0 and 1.
   std::vector<double> mean, std;
+  // Segment: `fields` is the one mask field and `names` its classes (the mask's class names, or
+  // "0".."N-1" from scan_mask_classes); pixels equal to ignore_index count nowhere; the pixel
+  // loss weighs class c by class_weights[c] (empty: 1).
+  int64_t ignore_index = 255;
+  std::vector<double> class_weights;
   int64_t outputs() const { return static_cast<int64_t>(names.size()); }
 };
 
@@ -31,6 +36,12 @@ struct TargetSpec {
 // missing, repeated, of the wrong kind or dtype, or an array field is mixed with others.
 TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
                            const std::string& where);
+
+// Segment, after resolve_targets on the training data: a mask field that names no classes gets
+// spec->names "0".."N-1", N the largest value in `source`'s masks other than the ignore index,
+// plus 1 (at least 2). UsageError naming `where` when --class-weights has another count than the
+// classes.
+void scan_mask_classes(const SampleSource& source, const std::string& where, TargetSpec* spec);
 
 // --target-norm: every sample's target values in `source` (the training data), their mean and
 // population std per output (a std below 1e-6 becomes 1).

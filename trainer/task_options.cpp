@@ -1,6 +1,9 @@
 // --task and friends: names and the checks that need no data.
 #include "task_options.h"
 
+#include <cmath>
+#include <cstdlib>
+
 #include "dscache/exit_codes.h"
 
 namespace dscache {
@@ -11,6 +14,7 @@ constexpr EnumName<TaskKind> kTask[] = {
     {TaskKind::kClassify, "classify"},
     {TaskKind::kMultilabel, "multilabel"},
     {TaskKind::kRegress, "regress"},
+    {TaskKind::kSegment, "segment"},
 };
 constexpr EnumName<RegressLoss> kRegressLoss[] = {
     {RegressLoss::kMse, "mse"},
@@ -38,13 +42,37 @@ std::vector<std::string> split_targets(const std::string& text) {
   return out;
 }
 
-void validate_task(const TaskOptions& t, bool loss_given) {
+std::vector<double> parse_class_weights(const std::string& text) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) {
+      throw UsageError("--class-weights: '" + item + "' in '" + text +
+                       "' is not a number above 0 (one weight per class: w0,w1,...)");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+void validate_task(const TaskOptions& t, bool loss_given, bool segment_given) {
   const std::string task = to_string(t.kind);
   if (t.kind == TaskKind::kClassify) {
     if (!t.targets.empty()) {
       throw UsageError(
           "--targets: --task classify trains on the cache's labels; give --task "
-          "multilabel or regress to predict fields");
+          "multilabel, regress or segment to predict fields");
+    }
+  } else if (t.kind == TaskKind::kSegment) {
+    if (t.targets.size() > 1) {
+      throw UsageError("--targets: --task segment predicts one mask field, not " +
+                       std::to_string(t.targets.size()));
     }
   } else if (t.targets.empty()) {
     throw UsageError("--targets: required with --task " + task + " (the fields to predict)");
@@ -52,6 +80,12 @@ void validate_task(const TaskOptions& t, bool loss_given) {
   if (t.kind != TaskKind::kRegress) {
     if (loss_given) throw UsageError("--loss: applies to --task regress only");
     if (t.target_norm) throw UsageError("--target-norm: applies to --task regress only");
+  }
+  if (t.kind != TaskKind::kSegment && segment_given) {
+    throw UsageError("--ignore-index/--class-weights: apply to --task segment only");
+  }
+  if (t.kind == TaskKind::kSegment && t.ignore_index < 0) {
+    throw UsageError("--ignore-index: " + std::to_string(t.ignore_index) + " is negative");
   }
 }
 

@@ -32,7 +32,7 @@ void Run::build_model() {
   torch::manual_seed(o_.seed);
   const int64_t outputs =
       fields_task() ? m.targets.outputs() : static_cast<int64_t>(m.classes.size());
-  model_ = make_model(o_.model, m.channels, outputs, h, w);
+  model_ = make_model(o_.model, m.channels, outputs, h, w, o_.task.kind == TaskKind::kSegment);
   model_->to(device_);
   if (comm_ && o_.sync_bn) {
     bn_allreduce_ = [this](const torch::Tensor& t) { comm_->allreduce_sum({t}); };
@@ -195,6 +195,15 @@ void Run::setup() {
       o_.device == DeviceKind::kCuda ? tensor_allocator(/*pinned=*/true) : BufferAllocator{};
   data_ = open_data(o_, dist_.rank, dist_.world_size, allocator);
   targets_ = data_.info.targets;
+  if (segment() && main_rank_) {
+    std::string names;
+    for (const auto& n : targets_.names) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr,
+                 "dscache-train: --task segment: mask '%s', %lld classes (%s), pixels of "
+                 "value %lld ignored\n",
+                 targets_.fields[0].c_str(), static_cast<long long>(targets_.outputs()),
+                 names.c_str(), static_cast<long long>(targets_.ignore_index));
+  }
   build_model();
   batches_ = data_.train_loader->batches_per_epoch();
 }

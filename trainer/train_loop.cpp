@@ -34,7 +34,7 @@ void Run::run_epochs(bool resumed) {
     restore = false;
   }
   done_ = o_.max_steps && st_.global_step >= o_.max_steps;
-  log_loss_ = 0;
+  log_loss_ = log_weight_ = 0;
   log_samples_ = 0;
   log_start_ = Clock::now();
   stop_signals_training();  // from now on a signal asks to stop at a step boundary
@@ -60,8 +60,8 @@ Run::EpochClock Run::start_epoch(uint64_t epoch, bool restore) {
     train_loader.restore(st_.position);
   } else {
     train_loader.start_epoch(o_.seed, epoch);
-    st_.epoch_loss = 0;
-    st_.epoch_correct = st_.epoch_samples = st_.epoch_skipped = 0;
+    st_.epoch_loss = st_.epoch_weight = 0;
+    st_.epoch_correct = st_.epoch_samples = st_.epoch_skipped = st_.epoch_count = 0;
     st_.epoch_seconds = st_.epoch_wait = 0;
   }
   EpochClock ec;
@@ -85,7 +85,9 @@ Run::Window Run::run_window(EpochClock* ec) {
   w.samples = windows_[ec->b / k] * dist_.world_size;  // over all ranks
   const uint64_t wend = std::min<uint64_t>(ec->b + k, batches_);
   optimizer_->zero_grad();
-  torch::Tensor wloss_t, wcorrect_t;  // on the device; read once per window
+  // on the device; read once per window
+  torch::Tensor wloss_t, wcorrect_t, wweight_t, wcount_t;
+  int64_t pixels = 0;  // segment: the window's pixels over all ranks (every batch is H x W)
   for (; ec->b < wend; ++ec->b) {
     conv_->wait_copied();  // the Loader may refill the previous batch's buffer now
     const Batch* batch = train_loader.next();
@@ -93,26 +95,37 @@ Run::Window Run::run_window(EpochClock* ec) {
     const torch::Tensor x = conv_->images(*batch);
     if (grad_sync_ && ec->b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
     GradScaler* scaler = scaler_ ? &*scaler_ : nullptr;
-    const MicroResult r =
-        fields_task()
-            ? forward_backward_targets(*model_, x, batch_targets(targets_, *batch, device_),
-                                       targets_, w.samples, amp_, scaler)
-            : forward_backward(*model_, x, conv_->labels(*batch), w.samples, amp_, scaler);
+    MicroResult r;
+    if (segment()) {
+      pixels = w.samples * batch->height * batch->width;
+      r = forward_backward_segment(*model_, x, batch_masks(targets_, *batch, device_), targets_,
+                                   pixels, amp_, scaler);
+      wweight_t = wweight_t.defined() ? wweight_t + r.weight : r.weight;
+      wcount_t = wcount_t.defined() ? wcount_t + r.count : r.count;
+    } else if (fields_task()) {
+      r = forward_backward_targets(*model_, x, batch_targets(targets_, *batch, device_), targets_,
+                                   w.samples, amp_, scaler);
+    } else {
+      r = forward_backward(*model_, x, conv_->labels(*batch), w.samples, amp_, scaler);
+    }
     wloss_t = wloss_t.defined() ? wloss_t + r.loss_sum : r.loss_sum;
     wcorrect_t = wcorrect_t.defined() ? wcorrect_t + r.correct : r.correct;
   }
   w.loss = wloss_t.item<double>();
   w.correct = wcorrect_t.item<int64_t>();
+  w.weight = segment() ? wweight_t.item<double>() : static_cast<double>(w.samples);
+  w.count = segment() ? wcount_t.item<int64_t>() : w.samples;
   ec->wait += train_loader.take_wait_seconds();
   if (comm_) {  // the gradients' sum over ranks (still loss-scaled), plus the window's totals
     grad_sync_->finish();
     // and the stop requests: ranks that got SIGINT/SIGTERM, and the sum of those signals, so
     // that all ranks stop after this same step (a rank whose peer died fails here, exit 3)
     const int asked = stop_requested();
-    const torch::Tensor totals = torch::tensor({w.loss, static_cast<double>(w.correct),
-                                                asked ? 1.0 : 0.0, static_cast<double>(asked)},
-                                               torch::kDouble)
-                                     .to(device_);
+    const torch::Tensor totals =
+        torch::tensor({w.loss, static_cast<double>(w.correct), asked ? 1.0 : 0.0,
+                       static_cast<double>(asked), w.weight, static_cast<double>(w.count)},
+                      torch::kDouble)
+            .to(device_);
     comm_->allreduce_sum({totals});
     w.loss = totals[0].item<double>();
     w.correct = static_cast<int64_t>(totals[1].item<double>());
@@ -120,7 +133,16 @@ Run::Window Run::run_window(EpochClock* ec) {
     if (votes > 0) {
       w.stop = asked ? asked : totals[3].item<double>() == votes * SIGINT ? SIGINT : SIGTERM;
     }
+    if (segment()) {
+      w.weight = totals[4].item<double>();
+      w.count = static_cast<int64_t>(totals[5].item<double>());
+    } else {
+      w.weight = static_cast<double>(w.samples);  // already over all ranks
+      w.count = w.samples;
+    }
   }
+  // One mean over the window's labelled pixels, whichever micro-batch or rank held them.
+  if (segment()) rescale_window_grads(params_, static_cast<double>(pixels), w.weight);
   return w;
 }
 
@@ -160,12 +182,15 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
   st_.epoch_loss += w.loss;
   st_.epoch_correct += w.correct;
   st_.epoch_samples += w.samples;
+  st_.epoch_weight += w.weight;
+  st_.epoch_count += w.count;
   log_loss_ += w.loss;
+  log_weight_ += w.weight;
   log_samples_ += w.samples;
   st_.position = data_.train_loader->position();
   const double secs = seconds_since(ec->start);
   progress_->show(ec->epoch, ec->b, batches_,
-                  st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0, lr,
+                  st_.epoch_weight > 0 ? st_.epoch_loss / st_.epoch_weight : 0, lr,
                   (st_.epoch_samples) / std::max(1e-9, ec->seconds_before + secs), false);
   if (o_.log_every && st_.global_step % o_.log_every == 0) log_step(ec->epoch, lr);
   if (o_.max_steps && st_.global_step >= o_.max_steps) done_ = true;
@@ -187,13 +212,13 @@ void Run::log_step(uint64_t epoch, double lr) {
       {"kind", "step"},
       {"step", st_.global_step},
       {"epoch", epoch},
-      {"loss", log_loss_ / std::max<int64_t>(1, log_samples_)},
+      {"loss", log_weight_ > 0 ? log_loss_ / log_weight_ : 0.0},
       {"lr", lr},
       {"scale", scaler_ ? scaler_->scale_value() : 1.0},
       {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}};
   metrics_.write(line);
   if (main_rank_ && !o_.output.empty()) curves_.add(line);
-  log_loss_ = 0;
+  log_loss_ = log_weight_ = 0;
   log_samples_ = 0;
   log_start_ = Clock::now();
 }
@@ -208,27 +233,34 @@ void Run::checkpoint_in_epoch(const EpochClock& ec, double secs) {
 void Run::end_epoch(const EpochClock& ec) {
   st_.epoch_seconds = ec.seconds_before + seconds_since(ec.start);
   st_.epoch_wait = ec.wait_before + ec.wait;
-  progress_->show(ec.epoch, ec.b, batches_,
-                  st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0,
-                  lr_at(o_, st_.sched_step, total_steps_),
+  const double loss = st_.epoch_weight > 0 ? st_.epoch_loss / st_.epoch_weight : 0.0;
+  const double acc = st_.epoch_count ? double(st_.epoch_correct) / st_.epoch_count : 0.0;
+  progress_->show(ec.epoch, ec.b, batches_, loss, lr_at(o_, st_.sched_step, total_steps_),
                   st_.epoch_samples / std::max(1e-9, st_.epoch_seconds), true);
-  nlohmann::json line = {
-      {"kind", "epoch"},
-      {"epoch", ec.epoch},
-      {"step", st_.global_step},
-      {"loss", st_.epoch_samples ? st_.epoch_loss / st_.epoch_samples : 0.0},
-      {"train_acc", st_.epoch_samples ? double(st_.epoch_correct) / st_.epoch_samples : 0.0},
-      {"val_loss", nullptr},
-      {"val_acc", nullptr},
-      {"seconds", st_.epoch_seconds},
-      {"samples_per_s", st_.epoch_samples / std::max(1e-9, st_.epoch_seconds)},
-      {"data_wait", st_.epoch_wait / std::max(1e-9, st_.epoch_seconds)},
-      {"skipped_steps", st_.epoch_skipped},
-      {"complete", ec.b >= batches_}};
+  nlohmann::json line = {{"kind", "epoch"},
+                         {"epoch", ec.epoch},
+                         {"step", st_.global_step},
+                         {"loss", loss},
+                         {"train_acc", acc},
+                         {"val_loss", nullptr},
+                         {"val_acc", nullptr},
+                         {"seconds", st_.epoch_seconds},
+                         {"samples_per_s", st_.epoch_samples / std::max(1e-9, st_.epoch_seconds)},
+                         {"data_wait", st_.epoch_wait / std::max(1e-9, st_.epoch_seconds)},
+                         {"skipped_steps", st_.epoch_skipped},
+                         {"complete", ec.b >= batches_}};
   if (grad_sync_) line["allreduce_bytes_per_step"] = grad_sync_->bytes_per_step();
   // regression has no accuracy; multilabel's is the share of samples with every output right
   if (o_.task.kind == TaskKind::kRegress) line["train_acc"] = nullptr;
-  if (data_.val_loader && fields_task()) {
+  if (segment()) {  // per labelled pixel, as val_pixel_acc
+    line.erase("train_acc");
+    line["train_pixel_acc"] = acc;
+  }
+  if (data_.val_loader && segment()) {
+    const TargetEval ev = evaluate_segment(*model_, *data_.val_loader, *conv_, amp_, targets_);
+    line["val_loss"] = ev.loss;
+    line.update(ev.metrics);
+  } else if (data_.val_loader && fields_task()) {
     const TargetEval ev = evaluate_targets(*model_, *data_.val_loader, *conv_, amp_, targets_);
     line["val_loss"] = ev.loss;
     line.update(ev.metrics);

@@ -38,8 +38,10 @@ TEST_SUITE("unit") {
   TEST_CASE("every trainer options enum round-trips through its table") {
     using dscache::Shuffle;
     check_table<ModelKind>({kModelNames,
-                            {{ModelKind::kCnn, "cnn"}, {ModelKind::kResnet18, "resnet18"}},
-                            "cnn, resnet18"});
+                            {{ModelKind::kCnn, "cnn"},
+                             {ModelKind::kResnet18, "resnet18"},
+                             {ModelKind::kUnetSmall, "unet-small"}},
+                            "cnn, resnet18, unet-small"});
     check_table<Precision>({kPrecisionNames,
                             {{Precision::kAuto, "auto"},
                              {Precision::kFp32, "fp32"},
@@ -57,8 +59,9 @@ TEST_SUITE("unit") {
     check_table<TaskKind>({kTaskNames,
                            {{TaskKind::kClassify, "classify"},
                             {TaskKind::kMultilabel, "multilabel"},
-                            {TaskKind::kRegress, "regress"}},
-                           "classify, multilabel, regress"});
+                            {TaskKind::kRegress, "regress"},
+                            {TaskKind::kSegment, "segment"}},
+                           "classify, multilabel, regress, segment"});
     check_table<RegressLoss>(
         {kRegressLossNames,
          {{RegressLoss::kMse, "mse"}, {RegressLoss::kL1, "l1"}, {RegressLoss::kHuber, "huber"}},
@@ -110,7 +113,7 @@ TEST_SUITE("unit") {
       std::string message;
     };
     const Case cases[] = {
-        {{"--model", "vgg"}, "--model: 'vgg' is not one of cnn, resnet18"},
+        {{"--model", "vgg"}, "--model: 'vgg' is not one of cnn, resnet18, unet-small"},
         {{"--precision", "FP32"}, "--precision: 'FP32' is not one of auto, fp32, bf16, fp16"},
         {{"--loss-scaling", "yes"}, "--loss-scaling: 'yes' is not one of auto, on, off"},
         {{"--optimizer", "adam"}, "--optimizer: 'adam' is not one of sgd, adamw"},
@@ -138,6 +141,16 @@ TEST_SUITE("unit") {
     CHECK(r.task.kind == TaskKind::kRegress);
     CHECK(r.task.loss == RegressLoss::kHuber);
     CHECK(r.task.target_norm);
+    const TrainOptions seg = parse({"--task", "segment", "--class-weights", "0.5,2,1e1"});
+    CHECK(seg.task.kind == TaskKind::kSegment);
+    CHECK(seg.model == ModelKind::kUnetSmall);  // segment's default model
+    CHECK(seg.task.targets.empty());            // the cache's only mask
+    CHECK(seg.task.ignore_index == 255);
+    CHECK(seg.task.class_weights == std::vector<double>{0.5, 2, 10});
+    const TrainOptions rs =
+        parse({"--task", "segment", "--model", "resnet18", "--ignore-index", "0"});
+    CHECK(rs.model == ModelKind::kResnet18);
+    CHECK(rs.task.ignore_index == 0);
     struct Case {
       std::vector<std::string> args;
       std::string message;
@@ -146,11 +159,22 @@ TEST_SUITE("unit") {
         {{"--task", "multilabel"},
          "--targets: required with --task multilabel (the fields to predict)"},
         {{"--task", "regress"}, "--targets: required with --task regress (the fields to predict)"},
-        {{"--task", "segment", "--targets", "m"},
-         "--task: 'segment' is not one of classify, multilabel, regress"},
+        {{"--task", "detect"},
+         "--task: 'detect' is not one of classify, multilabel, regress, segment"},
         {{"--targets", "a"},
-         "--targets: --task classify trains on the cache's labels; give --task multilabel or "
-         "regress to predict fields"},
+         "--targets: --task classify trains on the cache's labels; give --task multilabel, "
+         "regress or segment to predict fields"},
+        {{"--task", "segment", "--targets", "m,n"},
+         "--targets: --task segment predicts one mask field, not 2"},
+        {{"--task", "segment", "--model", "cnn"},
+         "--model: cnn has no per-pixel output; --task segment trains unet-small or resnet18"},
+        {{"--model", "unet-small"},
+         "--model: unet-small predicts a class per pixel; it needs --task segment"},
+        {{"--task", "segment", "--class-weights", "1,x"},
+         "--class-weights: 'x' in '1,x' is not a number above 0 (one weight per class: w0,w1,...)"},
+        {{"--task", "segment", "--ignore-index", "-1"}, "--ignore-index: -1 is negative"},
+        {{"--class-weights", "1,2"},
+         "--ignore-index/--class-weights: apply to --task segment only"},
         {{"--task", "regress", "--targets", "a,"}, "--targets: 'a,' has an empty field name"},
         {{"--task", "regress", "--targets", "a", "--loss", "l2"},
          "--loss: 'l2' is not one of mse, l1, huber"},

@@ -22,6 +22,7 @@
 #include "fixtures.h"
 #include "models.h"
 #include "task.h"
+#include "task_caches.h"
 #include "task_metrics.h"
 #include "tensor_checks.h"
 #include "train_runs.h"
@@ -31,67 +32,10 @@ namespace {
 using namespace dscache::train;
 using dscache::FieldKind;
 using dscache::FieldType;
+using trainer_test::brightness_cache;
+using trainer_test::fields_loader;
 using trainer_test::rel_diff;
 using trainer_test::TempDir;
-
-// 12x12x3 images whose channel k has brightness c_k (uniform 0..255, +-20 noise per pixel). The
-// fields follow the brightness: a, b, c = int64 (c_k > 128); tags = the same as a uint8 multi-hot
-// array [3]; r = 5 + 10 c_0/255 and g = 0.02 c_1 - 3 (float32); id = int64 sample number.
-std::shared_ptr<dscache::Cache> brightness_cache(const std::string& dir, uint64_t n,
-                                                 uint64_t seed) {
-  std::vector<dscache::FieldSpec> f(7);
-  const char* ints[] = {"a", "b", "c"};
-  for (int k = 0; k < 3; ++k) f[k].name = ints[k];
-  f[3].name = "tags", f[3].kind = FieldKind::kArray, f[3].dtype = FieldType::kUint8;
-  f[3].shape = {3};
-  f[3].classes = {"red", "green", "blue"};
-  f[4].name = "r", f[4].dtype = FieldType::kFloat32;
-  f[5].name = "g", f[5].dtype = FieldType::kFloat32;
-  f[6].name = "id";
-  dscache::CacheWriterOptions o;
-  o.recipe.height = o.recipe.width = 12;
-  o.recipe.channels = 3;
-  o.recipe.shard_bytes = 20 * 12 * 12 * 3;
-  o.classes = {"x", "y"};
-  o.source = {"idx", "/test/fixture", "", n, 0};
-  o.tool_version = "test";
-  o.created_utc = "2024-01-01T00:00:00Z";
-  o.force = true;
-  o.fields = f;
-  auto w = dscache::CacheWriter::open(dir, o);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> bright(0, 255), noise(-20, 20);
-  std::vector<uint8_t> img(12 * 12 * 3);
-  for (uint64_t i = 0; i < n; ++i) {
-    double c[3];
-    for (double& v : c) v = bright(rng);
-    for (size_t p = 0; p < img.size(); ++p) {
-      img[p] = static_cast<uint8_t>(std::clamp(c[p % 3] + noise(rng), 0.0, 255.0));
-    }
-    int64_t hot[3];
-    uint8_t tags[3];
-    for (int k = 0; k < 3; ++k) tags[k] = static_cast<uint8_t>(hot[k] = c[k] > 128);
-    const float r = static_cast<float>(5 + 10 * c[0] / 255),
-                g = static_cast<float>(0.02 * c[1] - 3);
-    const int64_t id = static_cast<int64_t>(i);
-    const dscache::FieldData v[7] = {{&hot[0], 8}, {&hot[1], 8}, {&hot[2], 8}, {tags, 3},
-                                     {&r, 4},      {&g, 4},      {&id, 8}};
-    w->append(img.data(), 12, 12, static_cast<int64_t>(i % 2), "s/" + std::to_string(i), nullptr,
-              v);
-  }
-  w->publish();
-  return dscache::Cache::open(dir);
-}
-
-std::unique_ptr<dscache::Loader> fields_loader(std::shared_ptr<dscache::Cache> cache,
-                                               uint32_t batch, const TargetSpec& spec,
-                                               dscache::Shuffle shuffle) {
-  dscache::LoaderOptions lo;
-  lo.batch_size = batch;
-  lo.sampler.shuffle = shuffle;
-  lo.fields = spec.fields;
-  return std::make_unique<dscache::Loader>(cache, lo);
-}
 
 using trainer_test::grads_of;
 using trainer_test::zero_grads;
@@ -138,8 +82,8 @@ TEST_SUITE("unit") {
       torch::manual_seed(3);
       auto model = make_model(ModelKind::kCnn, 3, spec.outputs(), 12, 12);
       const auto params = model->parameters();
-      auto micro = fields_loader(cache, 8, spec, dscache::Shuffle::kGlobal);
-      auto big = fields_loader(cache, 32, spec, dscache::Shuffle::kGlobal);
+      auto micro = fields_loader(cache, 8, spec.fields, dscache::Shuffle::kGlobal);
+      auto big = fields_loader(cache, 32, spec.fields, dscache::Shuffle::kGlobal);
       micro->start_epoch(7, 0);
       big->start_epoch(7, 0);
       const auto windows =
@@ -191,7 +135,7 @@ TEST_SUITE("unit") {
     // r = 5 + 10 c/255 with c uniform on [0, 255]: mean near 10, std near 10/sqrt(12).
     CHECK(reg.mean[0] == doctest::Approx(10).epsilon(0.15));
     CHECK(reg.std[0] == doctest::Approx(10 / std::sqrt(12.0)).epsilon(0.2));
-    auto loader = fields_loader(cache, 40, reg, dscache::Shuffle::kNone);
+    auto loader = fields_loader(cache, 40, reg.fields, dscache::Shuffle::kNone);
     loader->start_epoch(0, 0);
     const dscache::Batch* b = loader->next();
     const torch::Tensor y = batch_targets(reg, *b, torch::kCPU);
@@ -226,8 +170,8 @@ TEST_SUITE("unit") {
       torch::manual_seed(1);
       auto model = make_model(ModelKind::kCnn, 3, spec.outputs(), 12, 12);
       torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(3e-3));
-      auto loader = fields_loader(train, 16, spec, dscache::Shuffle::kGlobal);
-      auto vloader = fields_loader(val, 64, spec, dscache::Shuffle::kNone);
+      auto loader = fields_loader(train, 16, spec.fields, dscache::Shuffle::kGlobal);
+      auto vloader = fields_loader(val, 64, spec.fields, dscache::Shuffle::kNone);
       for (uint64_t epoch = 0; epoch < 6; ++epoch) {
         loader->start_epoch(0, epoch);
         while (const dscache::Batch* b = loader->next()) {
@@ -292,7 +236,7 @@ TEST_SUITE("unit") {
     }
     // A multilabel value other than 0/1 is named with its field and sample, at batch time.
     TargetSpec ids = resolve_targets(task(TaskKind::kMultilabel, {"id"}), *cache, "x");
-    auto loader = fields_loader(cache, 4, ids, dscache::Shuffle::kNone);
+    auto loader = fields_loader(cache, 4, ids.fields, dscache::Shuffle::kNone);
     loader->start_epoch(0, 0);
     const dscache::Batch* b = loader->next();
     try {
@@ -318,7 +262,7 @@ TEST_SUITE("unit") {
     for (const Plain& p : plain) {
       CAPTURE(p.want);
       try {
-        validate_task(p.t, p.loss_given);
+        validate_task(p.t, p.loss_given, false);
         FAIL("accepted");
       } catch (const dscache::UsageError& e) {
         CHECK(std::string(e.what()).rfind(p.want, 0) == 0);

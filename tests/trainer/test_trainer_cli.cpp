@@ -35,12 +35,14 @@ namespace {
 using namespace dscache::train;
 using trainer_test::cat;
 using trainer_test::check_close_weights;
+using trainer_test::check_resume;
 using trainer_test::check_same_result;
 using trainer_test::read_metrics;
 using trainer_test::run_ranks;
 using trainer_test::spawn_ranks;
 using trainer_test::TempDir;
 using trainer_test::train_exe;
+using trainer_test::with_output;
 
 // Writes `d` as the cache TMP/train; returns the flags that train on it.
 std::vector<std::string> train_on(const TempDir& tmp, const trainer_test::Dataset& d) {
@@ -49,43 +51,9 @@ std::vector<std::string> train_on(const TempDir& tmp, const trainer_test::Datase
   return {"--train", dir};
 }
 
-// The trainer run with `args`, writing into `out`, without the progress line.
-std::vector<std::string> with_output(const std::vector<std::string>& args, const std::string& out) {
-  return cat(cat({train_exe()}, args), {"--output", out, "--no-progress"});
-}
-
 }  // namespace
 
 TEST_SUITE("cli") {
-  // Runs `args + --output A` to the end, `args + --output B` killed by the SIGKILL hook after
-  // `kill_after` optimizer steps, then `args + --output B --resume`; the final weights (and
-  // buffers) must be equal and metrics.jsonl must hold the same lines (no replayed step twice).
-  void check_resume(const std::string& work, const std::vector<std::string>& args, int kill_after,
-                    ModelKind kind, int64_t c, int64_t classes, int64_t h, int64_t w, size_t lines,
-                    bool scaling) {
-    const std::string a_dir = work + "/a", b_dir = work + "/b", log = work + "/log.txt";
-    std::system(("rm -rf '" + a_dir + "' '" + b_dir + "' '" + log + "'").c_str());
-    int st = trainer_test::run_process(with_output(args, a_dir), {}, log);
-    INFO(trainer_test::read_file(log));
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-    st = trainer_test::run_process(with_output(args, b_dir),
-                                   {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)},
-                                   log);
-    REQUIRE(WIFSIGNALED(st));
-    REQUIRE(WTERMSIG(st) == SIGKILL);
-    CHECK_FALSE(std::ifstream(b_dir + "/model.pt").good());
-    auto resumed = with_output(args, b_dir);
-    resumed.push_back("--resume");
-    st = trainer_test::run_process(resumed, {}, log);
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-
-    check_same_result(a_dir, b_dir, kind, c, classes, h, w, lines);
-    const auto ma = read_metrics(a_dir + "/metrics.jsonl");
-    CHECK(ma.front()["scale"].get<double>() == (scaling ? 65536.0 : 1.0));
-  }
-
   TEST_CASE("resume after SIGKILL ends with the same weights as an uninterrupted run (cnn)") {
     TempDir tmp;
     // 200 samples, batch 16 → 13 batches/epoch; K = 2 → 7 windows per epoch (the last of 1 batch

@@ -3,7 +3,11 @@
 #include "train_runs.h"
 #include "torch_doctest.h"  // first: LibTorch, then doctest
 
+#include <sys/wait.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -21,7 +25,7 @@ namespace {
 std::map<std::string, torch::Tensor> load_weights(const std::string& path, ModelKind kind,
                                                   int64_t c, int64_t classes, int64_t h,
                                                   int64_t w) {
-  auto m = make_model(kind, c, classes, h, w);
+  auto m = make_model(kind, c, classes, h, w, kind == ModelKind::kUnetSmall);
   torch::serialize::InputArchive a;
   a.load_from(path);
   m->load(a);
@@ -37,6 +41,10 @@ std::string train_exe() {
   const char* p = std::getenv("DSCACHE_TRAIN");
   REQUIRE_MESSAGE(p != nullptr, "DSCACHE_TRAIN must name the built dscache-train");
   return p;
+}
+
+std::vector<std::string> with_output(const std::vector<std::string>& args, const std::string& out) {
+  return cat(cat({train_exe()}, args), {"--output", out, "--no-progress"});
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& path) {
@@ -69,8 +77,11 @@ void check_same_result(const std::string& a_dir, const std::string& b_dir, Model
     CHECK(ma[i]["kind"] == mb[i]["kind"]);
     CHECK(ma[i]["step"] == mb[i]["step"]);
     CHECK(ma[i]["loss"].get<double>() == mb[i]["loss"].get<double>());
-    if (ma[i]["kind"] == "epoch" && !ma[i]["val_acc"].is_null()) {
-      CHECK(ma[i]["val_acc"].get<double>() == mb[i]["val_acc"].get<double>());
+    if (ma[i]["kind"] != "epoch") continue;
+    for (const auto& [key, value] : ma[i].items()) {  // every task's validation numbers
+      if (key.rfind("val_", 0) != 0 || !value.is_number()) continue;
+      CAPTURE(key);
+      CHECK(value.get<double>() == mb[i][key].get<double>());
     }
   }
 }
@@ -83,6 +94,32 @@ void check_close_weights(const std::string& a, const std::string& b, ModelKind k
     CAPTURE(name);
     CHECK(torch::allclose(t, w2.at(name), rtol, atol));
   }
+}
+
+void check_resume(const std::string& work, const std::vector<std::string>& args, int kill_after,
+                  ModelKind kind, int64_t c, int64_t classes, int64_t h, int64_t w, size_t lines,
+                  bool scaling) {
+  const std::string a_dir = work + "/a", b_dir = work + "/b", log = work + "/log.txt";
+  std::system(("rm -rf '" + a_dir + "' '" + b_dir + "' '" + log + "'").c_str());
+  int st = trainer_test::run_process(with_output(args, a_dir), {}, log);
+  INFO(trainer_test::read_file(log));
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  st = trainer_test::run_process(with_output(args, b_dir),
+                                 {"DSCACHE_TEST_KILL_AFTER_STEPS=" + std::to_string(kill_after)},
+                                 log);
+  REQUIRE(WIFSIGNALED(st));
+  REQUIRE(WTERMSIG(st) == SIGKILL);
+  CHECK_FALSE(std::ifstream(b_dir + "/model.pt").good());
+  auto resumed = with_output(args, b_dir);
+  resumed.push_back("--resume");
+  st = trainer_test::run_process(resumed, {}, log);
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+
+  check_same_result(a_dir, b_dir, kind, c, classes, h, w, lines);
+  const auto ma = read_metrics(a_dir + "/metrics.jsonl");
+  CHECK(ma.front()["scale"].get<double>() == (scaling ? 65536.0 : 1.0));
 }
 
 }  // namespace trainer_test

@@ -16,6 +16,9 @@ namespace trainer_test {
 // The dscache-train under test: $DSCACHE_TRAIN (tests/meson.build sets it); REQUIREs it is set.
 std::string train_exe();
 
+// The trainer run with `args`, writing into `out`, without the progress line.
+std::vector<std::string> with_output(const std::vector<std::string>& args, const std::string& out);
+
 // The lines of a metrics.jsonl, each parsed.
 std::vector<nlohmann::json> read_metrics(const std::string& path);
 
@@ -31,5 +34,14 @@ void check_same_result(const std::string& a_dir, const std::string& b_dir,
 void check_close_weights(const std::string& a, const std::string& b, dscache::train::ModelKind kind,
                          int64_t c, int64_t classes, int64_t h, int64_t w, double rtol,
                          double atol);
+
+// Runs `args + --output WORK/a` to the end, `args + --output WORK/b` killed by the SIGKILL hook
+// after `kill_after` optimizer steps, then `args + --output WORK/b --resume`; then
+// check_same_result (weights, buffers, `lines` metrics lines, curves.png) and that the first
+// step line's loss scale is 65536 with `scaling`, else 1. `kind`..`w` as check_same_result's
+// (unet-small: the dense model).
+void check_resume(const std::string& work, const std::vector<std::string>& args, int kill_after,
+                  dscache::train::ModelKind kind, int64_t c, int64_t classes, int64_t h, int64_t w,
+                  size_t lines, bool scaling);
 
 }  // namespace trainer_test
