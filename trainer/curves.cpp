@@ -298,17 +298,20 @@ std::vector<CurvePanel> TrainingCurves::panels() const {
     const char* key;
     const char* title;
     const char* legend;
+    const char* train_legend;
   };
-  static const Main kMain[] = {{"val_acc", "accuracy", "val acc"},
-                               {"val_map", "mAP / accuracy", "val mAP"},
-                               {"val_r2", "R^2", "val R^2"},
-                               {"val_miou", "mean IoU / pixel acc", "val mIoU"}};
+  static const Main kMain[] = {{"val_acc", "accuracy", "val acc", "train acc"},
+                               {"val_map", "mAP / accuracy", "val mAP", "train acc"},
+                               {"val_r2", "R^2", "val R^2", "train acc"},
+                               {"val_miou", "mean IoU / pixel acc", "val mIoU", "train pixel acc"}};
   const Main* m = &kMain[0];
   for (const Main& k : kMain) {
     if (val_metric_ == k.key) m = &k;
   }
   CurvePanel acc{m->title, "step", m->title, {}};
-  if (any_finite(train_acc_)) acc.series.push_back({"train acc", kTrainColour, true, train_acc_});
+  if (any_finite(train_acc_)) {
+    acc.series.push_back({m->train_legend, kTrainColour, true, train_acc_});
+  }
   if (any_finite(val_acc_)) acc.series.push_back({m->legend, kValColour, true, val_acc_});
   return {loss, acc};
 }

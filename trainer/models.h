@@ -75,8 +75,8 @@ class UnetSmall : public Classifier {
   torch::Tensor forward(torch::Tensor x) override;
 
  private:
-  torch::nn::Sequential enc1_{nullptr}, enc2_{nullptr}, enc3_{nullptr}, mid_{nullptr};
-  torch::nn::Sequential dec3_{nullptr}, dec2_{nullptr}, dec1_{nullptr};
+  // seg_models.cpp's conv-GroupNorm blocks
+  std::shared_ptr<torch::nn::Module> enc1_, enc2_, enc3_, mid_, dec3_, dec2_, dec1_;
   torch::nn::Conv2d head_{nullptr};
 };
 

@@ -11,17 +11,39 @@ namespace F = torch::nn::functional;
 
 namespace {
 
-// conv3x3 - GroupNorm(4) - ReLU, twice; names conv1 gn1 conv2 gn2 (the ReLUs hold no parameters
-// but take positions in the Sequential, so name every entry).
-nn::Sequential block(int64_t in, int64_t out) {
-  nn::Sequential s;
-  s->push_back("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
-  s->push_back("gn1", nn::GroupNorm(4, out));
-  s->push_back("relu1", nn::ReLU());
-  s->push_back("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
-  s->push_back("gn2", nn::GroupNorm(4, out));
-  s->push_back("relu2", nn::ReLU());
-  return s;
+// GroupNorm in fp32: LibTorch 1.13's CPU group_norm refuses a bf16 input with fp32 weights,
+// which is what autocast hands it (conv outputs are bf16); the next conv casts back.
+torch::Tensor group_norm(nn::GroupNorm& gn, const torch::Tensor& x) {
+  return gn(x.scalar_type() == torch::kFloat ? x : x.to(torch::kFloat));
+}
+
+// conv3x3 - GroupNorm(4) - ReLU, twice: `conv1` `gn1` `conv2` `gn2`.
+class BlockImpl : public nn::Module {
+ public:
+  BlockImpl(int64_t in, int64_t out) {
+    conv1_ =
+        register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+    gn1_ = register_module("gn1", nn::GroupNorm(4, out));
+    conv2_ =
+        register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    gn2_ = register_module("gn2", nn::GroupNorm(4, out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor y = torch::relu(group_norm(gn1_, conv1_(x)));
+    return torch::relu(group_norm(gn2_, conv2_(y)));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::GroupNorm gn1_{nullptr}, gn2_{nullptr};
+};
+
+std::shared_ptr<nn::Module> block(int64_t in, int64_t out) {
+  return std::make_shared<BlockImpl>(in, out);
+}
+
+torch::Tensor run(const std::shared_ptr<nn::Module>& block, const torch::Tensor& x) {
+  return block->as<BlockImpl>()->forward(x);
 }
 
 // x resized to `like`'s height and width (bilinear, align_corners false).
@@ -46,13 +68,13 @@ UnetSmall::UnetSmall(int64_t channels, int64_t classes) {
 }
 
 torch::Tensor UnetSmall::forward(torch::Tensor x) {
-  const torch::Tensor e1 = enc1_->forward(x);
-  const torch::Tensor e2 = enc2_->forward(torch::max_pool2d(e1, 2));
-  const torch::Tensor e3 = enc3_->forward(torch::max_pool2d(e2, 2));
-  torch::Tensor y = mid_->forward(torch::max_pool2d(e3, 2));
-  y = dec3_->forward(torch::cat({up_to(y, e3), e3}, 1));
-  y = dec2_->forward(torch::cat({up_to(y, e2), e2}, 1));
-  y = dec1_->forward(torch::cat({up_to(y, e1), e1}, 1));
+  const torch::Tensor e1 = run(enc1_, x);
+  const torch::Tensor e2 = run(enc2_, torch::max_pool2d(e1, 2));
+  const torch::Tensor e3 = run(enc3_, torch::max_pool2d(e2, 2));
+  torch::Tensor y = run(mid_, torch::max_pool2d(e3, 2));
+  y = run(dec3_, torch::cat({up_to(y, e3), e3}, 1));
+  y = run(dec2_, torch::cat({up_to(y, e2), e2}, 1));
+  y = run(dec1_, torch::cat({up_to(y, e1), e1}, 1));
   return head_(y);
 }
 
@@ -73,7 +95,7 @@ torch::Tensor ResNet18Seg::forward(torch::Tensor x) {
   const std::vector<torch::Tensor> c = stages(x);
   torch::Tensor p = lat_[3](c[3]);
   for (int i = 2; i >= 0; --i) p = lat_[i](c[i]) + up_to(p, c[i]);
-  p = head_out_(torch::relu(head_gn_(head_conv_(p))));
+  p = head_out_(torch::relu(group_norm(head_gn_, head_conv_(p))));
   return up_to(p, x);
 }
 
