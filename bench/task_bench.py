@@ -343,7 +343,7 @@ def bench_task(task, a, dscache):
         return LoaderBatches(dscache, dscache.Cache(train_cache if is_train else val_cache), task,
                              targets, norm, a.batch, a.workers, is_train)
 
-    for prec in a.torch_precisions.split(","):
+    for prec in filter(None, a.torch_precisions.split(",")):
         for name, make in (("seed", seed), ("loader", loader)):
             r = run_torch(name, prec, task, model(), make, epochs, classes)
             rows.append(r)
@@ -356,6 +356,8 @@ def bench_task(task, a, dscache):
             report_row(task, r)
     else:
         print(f"{task}: {a.dscache_train} has no --task {task}: its rows are skipped", flush=True)
+    if not rows:
+        sys.exit(f"task_bench: {task}: no rows to run")
     base = rows[0]["samples_per_s"]
     for r in rows:
         r["vs_seed"] = round(r["samples_per_s"] / base, 2) if r["samples_per_s"] else None
@@ -413,7 +415,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--torch-precisions", default="fp32,bf16",
-                    help="the PyTorch rows' precisions (bf16: CPU autocast)")
+                    help="the PyTorch rows' precisions (bf16: CPU autocast; '': none)")
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
@@ -423,8 +425,9 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"task_bench: {exe} is not an executable")
     tasks = a.tasks.split(",")
-    if any(p not in ("fp32", "bf16") for p in a.torch_precisions.split(",")):
-        sys.exit(f"task_bench: --torch-precisions {a.torch_precisions}: fp32 and/or bf16")
+    if any(p not in ("fp32", "bf16") for p in filter(None, a.torch_precisions.split(","))):
+        sys.exit(f"task_bench: --torch-precisions {a.torch_precisions}: fp32 and/or bf16, or "
+                 "'' (dscache-train rows only)")
     if any(t not in TASKS for t in tasks):
         sys.exit(f"task_bench: --tasks {a.tasks}: each must be one of {', '.join(TASKS)}")
     sys.path.insert(0, os.path.join(a.build, "python"))
