@@ -34,6 +34,9 @@ Cache.fields and Cache.field(i, "boxes"). A Loader over such a cache yields a di
 batch["boxes_offsets"] (B + 1,)); dscache.per_sample(batch, "boxes") and
 dscache.detection_targets(batch) cut them per sample. Loader(fields=[...]) serves only those.
 
+PyTorch mirrors of dscache-train's models (cnn, unet-small), with its parameter names:
+dscache.models (imports torch; `import dscache` does not).
+
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
 """
