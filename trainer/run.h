@@ -107,6 +107,7 @@ class Run {
   AllReduceFn bn_allreduce_;             // --sync-bn: the model's BatchNorm all-reduce
   std::unique_ptr<GradSync> grad_sync_;  // with comm_: the gradient all-reduce
   bool main_rank_ = true;                // rank 0: the only one that logs and writes files
+  std::string threads_note_;  // set_up_device: the default --threads when the CPUs are cut
   torch::Device device_{torch::kCPU};
   TrainData data_;
   std::shared_ptr<Classifier> model_;

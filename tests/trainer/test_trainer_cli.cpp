@@ -344,6 +344,38 @@ TEST_SUITE("cli") {
                       12, 14 + 2);
   }
 
+  // srun sets SLURM_* only; the trainer reads them (rank_env.h) as it reads torchrun's. The real
+  // srun is the slurm suite's (tests/slurm); here the two tasks get what srun would give them.
+  TEST_CASE("Slurm job step variables: 2 tasks equal --nproc-per-node 2") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          dp_args(train, tmp.path() + "/srun"),
+          {"SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=" + std::to_string(r),
+           "SLURM_LOCALID=" + std::to_string(r), "SLURM_STEP_NUM_TASKS=2", "SLURM_NTASKS=2",
+           "SLURM_STEP_NODELIST=localhost", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port},
+          log));
+    }
+    for (int pid : pids) {
+      const int st = trainer_test::wait_process(pid);
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    CHECK(trainer_test::read_file(log).find("2 ranks from Slurm (SLURM_PROCID") !=
+          std::string::npos);
+    const int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    check_same_result(tmp.path() + "/srun", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12, 12,
+                      14 + 2);
+  }
+
   TEST_CASE("a rank SIGKILLed mid-run: the launcher stops the other and exits 128 + 9") {
     TempDir tmp;
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
