@@ -98,6 +98,19 @@ TEST_SUITE("cli") {
     check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
   }
 
+  // The step line averages the steps since the previous one; a checkpoint between two lines keeps
+  // that running sum, so the resumed run's line at step 6 averages steps 4-6 as the
+  // uninterrupted one does (check_same_result compares every line's loss exactly).
+  TEST_CASE("resume between two step lines: --log-every 3, checkpoint at step 4, same metrics") {
+    TempDir tmp;
+    const std::vector<std::string> args =
+        cat(train_on(tmp, trainer_test::synthetic(200, 12, 12, 3, 4, 5)),
+            {"--val", tmp.path() + "/train", "--epochs", "2", "--batch", "16", "--accum-steps", "2",
+             "--threads", "2", "--seed", "9", "--checkpoint-every", "4", "--log-every", "3"});
+    // 7 windows an epoch, 14 steps: step lines at 3, 6, 9, 12 and 2 epoch lines.
+    check_resume(tmp.path(), args, 5, ModelKind::kCnn, 3, 4, 12, 12, 4 + 2, false);
+  }
+
   TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
     TempDir tmp;
     // 200 samples: 100 per rank, batch 8, K = 2 → 7 windows (the last: 4 samples per rank); one
