@@ -31,20 +31,11 @@ ModelCard make_model_card(const TrainOptions& o, const DataInfo& info, const Nor
   return c;
 }
 
-nlohmann::json model_card_json(const ModelCard& c) {
-  nlohmann::json j = {
-      {"format", kModelCardFormat},
-      {"model", c.model},
-      {"task", c.task},
-      {"in_channels", c.in_channels},
-      {"height", c.height},
-      {"width", c.width},
+nlohmann::ordered_json model_card_json(const ModelCard& c) {
+  nlohmann::ordered_json j = {
+      {"format", kModelCardFormat},   {"model", c.model},   {"task", c.task},
+      {"in_channels", c.in_channels}, {"height", c.height}, {"width", c.width},
       {"outputs", c.outputs},
-      {"normalization",
-       {{"mean", c.norm.mean},
-        {"std", c.norm.std},
-        {"input", "NCHW float32, x = (pixel/255 - mean[c]) / std[c]"}}},
-      {"channels_order", c.channels_order},
   };
   if (!c.classes.empty()) j["classes"] = c.classes;
   if (!c.targets.empty()) j["targets"] = c.targets;
@@ -52,6 +43,10 @@ nlohmann::json model_card_json(const ModelCard& c) {
     j["target_mean"] = c.target_mean;
     j["target_std"] = c.target_std;
   }
+  j["normalization"] = {{"mean", c.norm.mean},
+                        {"std", c.norm.std},
+                        {"input", "NCHW float32, x = (pixel/255 - mean[c]) / std[c]"}};
+  j["channels_order"] = c.channels_order;
   if (c.ignore_index) j["ignore_index"] = *c.ignore_index;
   return j;
 }

@@ -39,10 +39,11 @@ struct ModelCard {
 ModelCard make_model_card(const TrainOptions& o, const DataInfo& info, const Normalization& norm,
                           const TargetSpec& targets);
 
-// model.json's object: {"format": "dscache-model/1", "model", "task", "in_channels", "height",
-// "width", "outputs", "normalization": {"mean", "std", "input"}, "channels_order"} plus
-// "classes", "targets", "target_mean"/"target_std" and "ignore_index" where they apply.
-nlohmann::json model_card_json(const ModelCard& card);
+// model.json's object, keys in this order (for people reading it): {"format": "dscache-model/1",
+// "model", "task", "in_channels", "height", "width", "outputs"}, then "classes", "targets",
+// "target_mean"/"target_std" where they apply, "normalization": {"mean", "std", "input"},
+// "channels_order", and "ignore_index" where it applies.
+nlohmann::ordered_json model_card_json(const ModelCard& card);
 
 // Writes model_card_json(card) to `path` atomically (temp file, fsync, rename). Throws
 // dscache::Error naming the file.
