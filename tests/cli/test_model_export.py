@@ -2,16 +2,20 @@
 """dscache-train's OUTPUT/model.pt and OUTPUT/model.json, used for inference the way docs/USAGE.md
 ("Using model.pt for inference") says: torch.jit.load(model.pt).state_dict() into a plain PyTorch
 mirror of the architecture model.json names, inputs normalized with model.json's statistics. The
-mirror's predictions on the validation cache (read with numpy) must reproduce the run's val_acc.
+mirror's predictions on the validation cache (read with numpy) must reproduce the run's val_acc
+and val_loss, and docs/USAGE.md's example, run as written, must predict the same classes.
 Needs Debian's python3-torch (exit 77 without it). Env: DSCACHE (builds the caches) and
 DSCACHE_TRAIN; registered by trainer/meson.build.
 """
 
+import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +23,7 @@ from cli_helpers import (Skip, build, check, check_eq, load_images, load_labels,
                          main, write_img)
 
 DSCACHE_TRAIN = os.environ.get("DSCACHE_TRAIN", "")
+SOURCE_ROOT = Path(os.environ.get("DSCACHE_SOURCE_ROOT", Path(__file__).resolve().parents[2]))
 CHECKPOINT_HEADER = 32  # checkpoint.pt's header before its LibTorch archive (trainer/checkpoint.h)
 
 
@@ -64,6 +69,22 @@ def cnn_mirror(torch, c, outputs, h, w):
             return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
     return Cnn()
+
+
+def usage_snippet_predictions(out, val_shard):
+    """Runs docs/USAGE.md's Python inference example ("Using model.pt for inference") on OUT and
+    VAL_SHARD in place of its run/ and val/ paths; returns the class names it prints."""
+    text = (SOURCE_ROOT / "docs" / "USAGE.md").read_text()
+    at = text.index("### Using model.pt for inference")
+    block = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
+    for path in ("run/model.json", "run/model.pt", "val/images-00000.npy"):
+        check(f'"{path}"' in block, f"USAGE's example no longer reads {path}")
+    block = (block.replace('"run/', f'"{out}/')
+             .replace('"val/images-00000.npy"', f'"{val_shard}"'))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block, {"__name__": "usage_example"})  # noqa: S102 - the documented code is tested
+    return eval(printed.getvalue())  # noqa: S307 - a list of class names, printed by the example
 
 
 def checkpoint_normalization(torch, path):
@@ -148,6 +169,12 @@ def case_model_pt(tmp):
     check(abs(correct - run_correct) <= 1,
           f"the mirror gets {correct}/{len(labels)} right, the run's val_acc {last['val_acc']} "
           f"is {run_correct:.1f}")
+    # The example in docs/USAGE.md, run as written, predicts the same classes.
+    shards = load_manifest(tmp / "val")["shards"]
+    check_eq(len(shards), 1, "val cache shards")
+    documented = usage_snippet_predictions(out, tmp / "val" / shards[0]["file"])
+    check_eq(documented, [card["classes"][i] for i in predicted.tolist()],
+             "docs/USAGE.md's example vs the mirror")
     # The loss is the sharper test: a normalization off by a little moves it.
     check(abs(loss - last["val_loss"]) <= 1e-4 * max(1.0, last["val_loss"]),
           f"the mirror's mean cross entropy {loss} != the run's val_loss {last['val_loss']}")
