@@ -21,8 +21,9 @@ enum class NormalizeKind {
   kDataset,  // per-channel mean/std measured on the training cache (up to 8192 samples)
   kHalf,     // mean 0.5, std 0.5 for every channel: x/255 maps to [-1, 1]
 };
-enum class LossScaling { kAuto, kOn, kOff };         // auto: on exactly for fp16
-enum class ProgressMode { kAuto, kAlways, kNever };  // auto: when stderr is a terminal
+enum class LossScaling { kAuto, kOn, kOff };  // auto: on exactly for fp16
+// --progress: auto draws the progress line when stderr is a terminal (kAuto first: {} is auto)
+enum class ProgressMode { kAuto, kAlways, kNever };
 
 const char* to_string(ModelKind v);
 const char* to_string(Precision v);
@@ -81,18 +82,18 @@ struct TrainOptions {
   uint64_t checkpoint_every = 0;  // optimizer steps between checkpoints (plus every epoch end);
                                   // 0 = epoch ends only
   bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on
-  ProgressMode progress = ProgressMode::kAuto;  // --progress (--no-progress = never): the
-                                                // progress line on stderr; default auto (a TTY)
-  uint32_t dist_timeout = 600;  // seconds: rendezvous wait and Gloo collective timeout when
-                                // WORLD_SIZE > 1; default 600 (see README, "Timeouts")
-  uint32_t nproc_per_node = 0;  // > 0: start that many ranks on this machine and supervise
-                                // them (launch.h); 0 = run as one process (default)
-  double bucket_mb = 25;        // data parallel: MiB per gradient all-reduce bucket, started
-                                // during the last backward of a window; 0 = one flat buffer
-                                // after it; default 25 (PyTorch DDP's)
-  bool sync_bn = false;         // data parallel: BatchNorm statistics over all ranks' batches
-  TaskOptions task;             // --task, --targets, --loss, --target-norm (task_options.h);
-                                // default classify on the cache's labels
+  ProgressMode progress{};        // --progress (--no-progress: never); default kAuto, a line on
+                                  // stderr when it is a TTY
+  uint32_t dist_timeout = 600;    // seconds: rendezvous wait and Gloo collective timeout when
+                                  // WORLD_SIZE > 1; default 600 (see README, "Timeouts")
+  uint32_t nproc_per_node = 0;    // > 0: start that many ranks on this machine and supervise
+                                  // them (launch.h); 0 = run as one process (default)
+  double bucket_mb = 25;          // data parallel: MiB per gradient all-reduce bucket, started
+                                  // during the last backward of a window; 0 = one flat buffer
+                                  // after it; default 25 (PyTorch DDP's)
+  bool sync_bn = false;           // data parallel: BatchNorm statistics over all ranks' batches
+  TaskOptions task;               // --task, --targets, --loss, --target-norm (task_options.h);
+                                  // default classify on the cache's labels
 };
 
 // A bad command line or option value (ExitCode::kUsage): the one type both programs throw.
