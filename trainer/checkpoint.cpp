@@ -463,9 +463,14 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
                         ". Restore a good copy, or start over with --force");
 }
 
-void save_model(const Classifier& model, const std::string& path) {
+void save_model(const Classifier& model, const Normalization& norm, const std::string& path) {
   torch::serialize::OutputArchive a;
   model.save(a);
+  const auto as_float = [](const std::vector<double>& v) {
+    return torch::tensor(v, torch::kDouble).to(torch::kFloat32);
+  };
+  a.write(kNormMeanBuffer, as_float(norm.mean), /*is_buffer=*/true);
+  a.write(kNormStdBuffer, as_float(norm.std), /*is_buffer=*/true);
   save_archive_atomic(a, path);
 }
 

@@ -106,8 +106,13 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
 // saying what is wrong (for tests and inspection).
 std::string verified_checkpoint_payload(const std::string& path);
 
-// The trained weights alone (torch::nn::Module::save's archive), written atomically.
-void save_model(const Classifier& model, const std::string& path);
+// model.pt's buffers beside the model's own: the input normalization, float32, one per channel.
+constexpr const char* kNormMeanBuffer = "dscache_norm_mean";
+constexpr const char* kNormStdBuffer = "dscache_norm_std";
+
+// The trained weights (torch::nn::Module::save's archive, which torch.jit.load opens) and the
+// buffers kNormMeanBuffer and kNormStdBuffer holding `norm`, written atomically.
+void save_model(const Classifier& model, const Normalization& norm, const std::string& path);
 
 }  // namespace train
 }  // namespace dscache

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "models.h"
 #include "options.h"
+#include "progress.h"
 #include "safety.h"
 #include "segment.h"
 #include "step.h"

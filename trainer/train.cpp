@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "dscache/cpus.h"
+#include "model_card.h"
 #include "precision.h"
 #include "run.h"
+#include "terminal.h"
 #include "train.h"
 
 namespace dscache {
@@ -204,7 +206,7 @@ void Run::setup() {
   resolve_precision();
   comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
   claim_output();  // before anything slow: a second trainer on this output fails at once
-  progress_.emplace(o_.progress && main_rank_, o_.epochs);
+  progress_.emplace(main_rank_ ? o_.progress : ProgressMode::kNever, o_.epochs);
   // CUDA: page-locked batches, so the copies to the device are asynchronous and in place.
   const BufferAllocator allocator =
       o_.device == DeviceKind::kCuda ? tensor_allocator(/*pinned=*/true) : BufferAllocator{};
@@ -322,6 +324,7 @@ int Run::go() {
 }
 
 int Run::finish() {
+  progress_->break_line();  // the messages below start on a line of their own
   if (stop_sig_) {
     if (comm_) comm_->barrier();  // the others wait for rank 0's checkpoint
     stop_signals_exiting();
@@ -341,7 +344,10 @@ int Run::finish() {
     }
     return 128 + stop_sig_;
   }
-  if (!o_.output.empty() && main_rank_) save_model(*model_, o_.output + "/model.pt");
+  if (!o_.output.empty() && main_rank_) {
+    save_model(*model_, norm_, o_.output + "/model.pt");
+    write_model_card(o_.output + "/model.json", make_model_card(o_, data_.info, norm_, targets_));
+  }
   stop_signals_exiting();
   if (const int late = stop_requested(); late && main_rank_) {
     std::fprintf(stderr, "dscache-train: %s came after the last step: the run is complete\n",
@@ -354,8 +360,12 @@ int run_training(const TrainOptions& options) {
   try {
     return Run(options).go();
   } catch (const c10::Error& e) {
+    end_progress_line();  // the error message starts a line of its own
     const std::string what = e.what_without_backtrace();
     throw std::runtime_error("LibTorch failed: " + what);
+  } catch (...) {
+    end_progress_line();
+    throw;
   }
 }
 

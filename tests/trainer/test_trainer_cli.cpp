@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -320,6 +321,99 @@ TEST_SUITE("cli") {
       CHECK(WEXITSTATUS(st) == r.code);
       CHECK(text.find(r.needle) != std::string::npos);
     }
+  }
+
+  TEST_CASE("--help: the options grouped by concern under their headings, each option once") {
+    TempDir tmp;
+    const std::string log = tmp.path() + "/help.txt";
+    REQUIRE(trainer_test::run_process({train_exe(), "--help"}, {}, log) == 0);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    const std::vector<std::string> headings = {"Data:",
+                                               "Task and model:",
+                                               "Optimisation:",
+                                               "Precision and device:",
+                                               "Output and resume:",
+                                               "Distributed:",
+                                               "Other:"};
+    size_t last = 0;
+    for (const std::string& h : headings) {
+      CAPTURE(h);
+      const size_t at = text.find("\n" + h + "\n");
+      REQUIRE(at != std::string::npos);
+      CHECK(at > last);  // in this order
+      last = at;
+    }
+    // Option lines start "  --name" (or "  -h [ --help ]"); descriptions wrap deeper.
+    std::map<std::string, int> seen;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("  -", 0) != 0) continue;
+      const size_t dash = line.find("--");
+      REQUIRE(dash != std::string::npos);
+      const size_t end = line.find_first_of(" ]=", dash);
+      ++seen[line.substr(dash + 2, end - dash - 2)];
+    }
+    for (const auto& [name, n] : seen) {
+      CAPTURE(name);
+      CHECK(n == 1);
+    }
+    for (const char* name : {"train",
+                             "val",
+                             "lazy-cache",
+                             "val-lazy-cache",
+                             "channels",
+                             "image-size",
+                             "normalize",
+                             "shuffle",
+                             "window-bytes",
+                             "workers",
+                             "prefetch",
+                             "task",
+                             "targets",
+                             "loss",
+                             "target-norm",
+                             "model",
+                             "epochs",
+                             "max-steps",
+                             "batch",
+                             "accum-steps",
+                             "effective-batch",
+                             "optimizer",
+                             "lr",
+                             "momentum",
+                             "weight-decay",
+                             "schedule",
+                             "warmup-steps",
+                             "step-size",
+                             "gamma",
+                             "clip-grad",
+                             "seed",
+                             "precision",
+                             "loss-scaling",
+                             "device",
+                             "channels-last",
+                             "threads",
+                             "keep-denormals",
+                             "output",
+                             "resume",
+                             "allow-data-change",
+                             "force",
+                             "log-every",
+                             "checkpoint-every",
+                             "progress",
+                             "no-progress",
+                             "nproc-per-node",
+                             "dist-timeout",
+                             "bucket-mb",
+                             "sync-bn",
+                             "help"}) {
+      CAPTURE(name);
+      CHECK(seen.count(name) == 1);
+    }
+    // The texts are kept: a heading's first option, with its words.
+    CHECK(text.find("Data:\n  --train arg") != std::string::npos);
+    CHECK(text.find("micro-batches per optimizer step (default 1)") != std::string::npos);
   }
 
   // ---- launching, timeouts and failures (launch.h, distributed.h) ----
@@ -765,6 +859,63 @@ TEST_SUITE("cli") {
     }
   }
 
+  // Whether every occurrence of `needle` in `text` starts a line; false when there is none.
+  bool starts_lines(const std::string& text, const std::string& needle) {
+    size_t at = text.find(needle);
+    if (at == std::string::npos) return false;
+    for (; at != std::string::npos; at = text.find(needle, at + 1)) {
+      if (at > 0 && text[at - 1] != '\n') return false;
+    }
+    return true;
+  }
+
+  TEST_CASE("--progress always: the SIGINT messages and epoch summaries start lines of their own") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    const std::string out = tmp.path() + "/out";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    auto args = tiny_args(train, out, {"--epochs", "2"});
+    std::replace(args.begin(), args.end(), std::string("--no-progress"), std::string("--progress"));
+    args.insert(std::find(args.begin(), args.end(), std::string("--progress")) + 1, "always");
+    // The hook raises SIGINT after step 3 of 4: the progress line drawn at step 1 is still open.
+    const int st = run_with_timeout(
+        args, {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_SIGNAL=2", "COLUMNS=100"}, log,
+        120);
+    std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 128 + SIGINT);
+    CHECK(text.find("\repoch 1/2 [") != std::string::npos);  // drawn, with its bar
+    CHECK(text.find(" ETA ") != std::string::npos);
+    CHECK(starts_lines(text, "dscache-train: got SIGINT: stopping after the current optimizer"));
+    CHECK(starts_lines(text, "dscache-train: stopped by SIGINT at epoch 1 step 3"));
+    // Resumed to the end: each epoch's final progress line ends before its summary on stdout.
+    args.push_back("--resume");
+    std::filesystem::remove(log);
+    REQUIRE(code_of(run_with_timeout(args, {"COLUMNS=100"}, log, 120)) == 0);
+    text = trainer_test::read_file(log);
+    CAPTURE(text);
+    const size_t bar = text.rfind("\repoch 2/2 [");  // the epoch's final line: a full bar
+    REQUIRE(bar != std::string::npos);
+    const size_t from = bar + 12, to = text.find(']', from);
+    REQUIRE(to != std::string::npos);
+    CHECK(text.substr(from, to - from) == std::string(to - from, '#'));
+    CHECK(text.compare(to, 6, "]  4/4") == 0);
+    CHECK(starts_lines(text, "epoch 1/2: loss"));
+    CHECK(starts_lines(text, "epoch 2/2: loss"));
+    // Not a terminal and no --progress: no progress line, as before (auto); --no-progress alike.
+    for (const char* mode : {"auto", "never"}) {
+      CAPTURE(mode);
+      auto plain = tiny_args(train, tmp.path() + "/" + mode, {"--epochs", "1"});
+      plain.erase(std::find(plain.begin(), plain.end(), std::string("--no-progress")));
+      if (std::string(mode) == "never") plain.push_back("--no-progress");
+      std::filesystem::remove(log);
+      REQUIRE(code_of(run_with_timeout(plain, {}, log, 120)) == 0);
+      text = trainer_test::read_file(log);
+      CHECK(text.find("epoch 1/1: loss") != std::string::npos);
+      CHECK(text.find('\r') == std::string::npos);
+    }
+  }
+
   TEST_CASE("a second SIGTERM while stopping exits at once, without a checkpoint") {
     TempDir tmp;
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
@@ -892,7 +1043,8 @@ TEST_SUITE("cli") {
     std::string text = trainer_test::read_file(log);
     CAPTURE(text);
     CHECK(code_of(st) == 4);
-    CHECK(text.find("--output " + out + " holds a run (checkpoint.pt, metrics.jsonl, model.pt); " +
+    CHECK(text.find("--output " + out +
+                    " holds a run (checkpoint.pt, metrics.jsonl, model.pt, model.json); " +
                     "add --resume to continue it, or --force to start over") != std::string::npos);
     CHECK(trainer_test::read_file(out + "/model.pt") == model);  // untouched
     CHECK(trainer_test::read_file(out + "/metrics.jsonl") == metrics);
@@ -900,8 +1052,8 @@ TEST_SUITE("cli") {
     st = run_with_timeout(tiny_args(train, out, {"--lr", "0.2", "--force"}), {}, log, 120);
     text = trainer_test::read_file(log);
     CHECK(code_of(st) == 0);
-    CHECK(text.find("--force: removed the previous run's checkpoint.pt, metrics.jsonl, model.pt") !=
-          std::string::npos);
+    CHECK(text.find("--force: removed the previous run's checkpoint.pt, metrics.jsonl, model.pt, "
+                    "model.json") != std::string::npos);
     CHECK(read_metrics(out + "/metrics.jsonl").size() == 4 + 1);  // a new log, not appended
     CHECK(trainer_test::read_file(out + "/model.pt") != model);
     // A metrics log alone is a run too.
