@@ -253,7 +253,8 @@ SlurmUser={self.user}
 SlurmdUser={self.user}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={self.munge_socket}
+# cred_expire: also the wait before a requeued job may start again (default 120 s).
+AuthInfo=socket={self.munge_socket},cred_expire=10
 StateSaveLocation={r / 'state'}
 SlurmdSpoolDir={r / 'spool'}
 SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}
