@@ -32,6 +32,9 @@ struct RunState {
   // where they are the labelled pixels' loss weight and count.
   double epoch_weight = 0;
   int64_t epoch_count = 0;
+  // Since the last step line: summed loss and what it is divided by (Window::weight), so the
+  // first step line after a resume averages the same steps as the uninterrupted run's.
+  double log_loss = 0, log_weight = 0;
   double epoch_seconds = 0, epoch_wait = 0;
   uint64_t metrics_bytes = 0;  // metrics.jsonl length when the checkpoint was taken
   uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs

@@ -172,7 +172,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("gamma", po::value(&o.gamma), "--schedule step: decay factor (default 0.1)")
     ("clip-grad", po::value(&o.clip_grad), "max gradient L2 norm (0 = off)")
     ("seed", po::value(&o.seed), "init and shuffle seed (default 0)")
-    ("threads", po::value(&o.threads), "intra-op threads (default: all cores)")
+    ("threads", po::value(&o.threads), "intra-op threads (default: the CPUs this process may use: affinity mask, cgroup CPU quota, SLURM_CPUS_PER_TASK)")
     ("workers", po::value(&o.workers), "loader threads (default 2)")
     ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
     ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")

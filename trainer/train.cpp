@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "dscache/cpus.h"
 #include "precision.h"
 #include "run.h"
 #include "train.h"
@@ -160,9 +161,14 @@ void Run::claim_output() {
 }
 
 void Run::set_up_device() {
-  const unsigned threads =
-      o_.threads ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  // Default: the CPUs this process may use (affinity, cgroup quota, SLURM_CPUS_PER_TASK), not
+  // the machine's: a Slurm task or a container often gets a few of many.
+  const CpuBudget cpus = usable_cpus();
+  const unsigned threads = o_.threads ? o_.threads : cpus.cpus;
   at::set_num_threads(static_cast<int>(threads));  // LibTorch starts at 1 here
+  if (!o_.threads && cpus.cpus < std::max(1u, std::thread::hardware_concurrency())) {
+    threads_note_ = std::to_string(threads) + " threads (" + cpus.source + ")";
+  }
   // Denormal floats make the CPU kernels (Debian's generic-BLAS GEMM above all) several times
   // slower once activations get small: 157 vs 889 samples/s for cnn on Fashion-MNIST here.
   // The flag lives in each thread's MXCSR, so set it on every intra-op worker too.
@@ -183,6 +189,15 @@ void Run::setup() {
   set_up_device();
   dist_ = dist_env_from_environment();
   main_rank_ = dist_.rank == 0;
+  if (main_rank_ && !threads_note_.empty()) {
+    std::fprintf(stderr, "dscache-train: %s\n", threads_note_.c_str());
+  }
+  if (main_rank_ && dist_.world_size > 1) {
+    std::fprintf(stderr, "dscache-train: %d ranks from %s; rank 0 listens on %s:%d\n",
+                 dist_.world_size, dist_.source.c_str(), dist_.master_addr.c_str(),
+                 dist_.master_port);
+  }
+  if (!dist_.note.empty()) std::fprintf(stderr, "dscache-train: warning: %s\n", dist_.note.c_str());
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }

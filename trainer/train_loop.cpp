@@ -34,8 +34,7 @@ void Run::run_epochs(bool resumed) {
     restore = false;
   }
   done_ = o_.max_steps && st_.global_step >= o_.max_steps;
-  log_loss_ = log_weight_ = 0;
-  log_samples_ = 0;
+  log_samples_ = 0;  // st_.log_loss/log_weight: 0 on a fresh run, the checkpoint's on resume
   log_start_ = Clock::now();
   stop_signals_training();  // from now on a signal asks to stop at a step boundary
   for (; epoch < o_.epochs && !done_; ++epoch) {
@@ -184,8 +183,8 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
   st_.epoch_samples += w.samples;
   st_.epoch_weight += w.weight;
   st_.epoch_count += w.count;
-  log_loss_ += w.loss;
-  log_weight_ += w.weight;
+  st_.log_loss += w.loss;
+  st_.log_weight += w.weight;
   log_samples_ += w.samples;
   st_.position = data_.train_loader->position();
   const double secs = seconds_since(ec->start);
@@ -212,13 +211,13 @@ void Run::log_step(uint64_t epoch, double lr) {
       {"kind", "step"},
       {"step", st_.global_step},
       {"epoch", epoch},
-      {"loss", log_weight_ > 0 ? log_loss_ / log_weight_ : 0.0},
+      {"loss", st_.log_weight > 0 ? st_.log_loss / st_.log_weight : 0.0},
       {"lr", lr},
       {"scale", scaler_ ? scaler_->scale_value() : 1.0},
       {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}};
   metrics_.write(line);
   if (main_rank_ && !o_.output.empty()) curves_.add(line);
-  log_loss_ = log_weight_ = 0;
+  st_.log_loss = st_.log_weight = 0;
   log_samples_ = 0;
   log_start_ = Clock::now();
 }

@@ -98,6 +98,19 @@ TEST_SUITE("cli") {
     check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
   }
 
+  // The step line averages the steps since the previous one; a checkpoint between two lines keeps
+  // that running sum, so the resumed run's line at step 6 averages steps 4-6 as the
+  // uninterrupted one does (check_same_result compares every line's loss exactly).
+  TEST_CASE("resume between two step lines: --log-every 3, checkpoint at step 4, same metrics") {
+    TempDir tmp;
+    const std::vector<std::string> args =
+        cat(train_on(tmp, trainer_test::synthetic(200, 12, 12, 3, 4, 5)),
+            {"--val", tmp.path() + "/train", "--epochs", "2", "--batch", "16", "--accum-steps", "2",
+             "--threads", "2", "--seed", "9", "--checkpoint-every", "4", "--log-every", "3"});
+    // 7 windows an epoch, 14 steps: step lines at 3, 6, 9, 12 and 2 epoch lines.
+    check_resume(tmp.path(), args, 5, ModelKind::kCnn, 3, 4, 12, 12, 4 + 2, false);
+  }
+
   TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
     TempDir tmp;
     // 200 samples: 100 per rank, batch 8, K = 2 → 7 windows (the last: 4 samples per rank); one
@@ -342,6 +355,38 @@ TEST_SUITE("cli") {
     REQUIRE(WEXITSTATUS(st) == 0);
     check_same_result(tmp.path() + "/byhand", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12,
                       12, 14 + 2);
+  }
+
+  // srun sets SLURM_* only; the trainer reads them (rank_env.h) as it reads torchrun's. The real
+  // srun is the slurm suite's (tests/slurm); here the two tasks get what srun would give them.
+  TEST_CASE("Slurm job step variables: 2 tasks equal --nproc-per-node 2") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          dp_args(train, tmp.path() + "/srun"),
+          {"SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=" + std::to_string(r),
+           "SLURM_LOCALID=" + std::to_string(r), "SLURM_STEP_NUM_TASKS=2", "SLURM_NTASKS=2",
+           "SLURM_STEP_NODELIST=localhost", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port},
+          log));
+    }
+    for (int pid : pids) {
+      const int st = trainer_test::wait_process(pid);
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    CHECK(trainer_test::read_file(log).find("2 ranks from Slurm (SLURM_PROCID") !=
+          std::string::npos);
+    const int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    check_same_result(tmp.path() + "/srun", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12, 12,
+                      14 + 2);
   }
 
   TEST_CASE("a rank SIGKILLed mid-run: the launcher stops the other and exits 128 + 9") {
