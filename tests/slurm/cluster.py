@@ -18,6 +18,7 @@ start, the node never coming up) raise testrunner.Skip with the reason and the d
 
 import os
 import pwd
+import random
 import re
 import shutil
 import signal
@@ -47,6 +48,28 @@ def free_ports(n):
     finally:
         for s in socks:
             s.close()
+
+
+def first_job_id():
+    """A FirstJobId whose first jobs' trainer ports are free: dscache-train under srun listens on
+    20000 + job id % 10000, and another cluster on this machine (a concurrent test run) starts
+    its ids elsewhere, so two runs do not race for one port."""
+    rng = random.Random()
+    for _ in range(100):
+        first = rng.randrange(10000, 1000000)
+        ports = [20000 + (first + k) % 10000 for k in range(20)]
+        if all(port_free(p) for p in ports):
+            return first
+    return first
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def real_memory_mb():
@@ -246,6 +269,7 @@ class Cluster:
         r = self.root
         conf = f"""# Written by tests/slurm/cluster.py: a private single-node cluster.
 ClusterName=dscachetest
+FirstJobId={first_job_id()}
 SlurmctldHost={self.node}(127.0.0.1)
 SlurmctldPort={ctl_port}
 SlurmdPort={d_port}

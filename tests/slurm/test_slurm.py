@@ -257,7 +257,8 @@ def case_train_srun(tmp):
         p = c.run(["srun", "--ntasks=2", "--cpus-per-task=1", "dscache-train", "--threads", "1",
                    "--output", tmp / "srun"] + train_flags(cache, 40),
                   env=job_env(bin_dir), cwd=tmp, timeout=600)
-    check("2 ranks" in p.stderr, f"srun --ntasks=2 did not train as 2 ranks: {p.stderr}")
+    check("2 ranks from Slurm (SLURM_PROCID" in p.stderr,
+          f"srun --ntasks=2 did not train as 2 ranks taken from Slurm: {p.stderr}")
     check_eq(losses(tmp / "srun"), losses(ref), "metrics: srun vs --nproc-per-node 2")
     check((tmp / "srun" / "model.pt").read_bytes() == (ref / "model.pt").read_bytes(),
           "model.pt of srun --ntasks=2 differs from --nproc-per-node 2")
