@@ -5,8 +5,9 @@ Nothing global is touched: the cluster has its own slurm.conf, munge key, munged
 and spool directories, pid and log files, all under one directory, and ports that were free when
 it started. Every client command finds it through SLURM_CONF (Cluster.env), and the jobs inherit
 that variable (sbatch's default --export=ALL), so `sbatch` inside a job reaches the same cluster.
-The daemons run in the foreground as children of the test and are stopped by their pids
-(Cluster.stop, also when a test fails: use `with Cluster(dir) as c:`).
+The daemons run in the foreground as children of the test, in its process group, and are stopped
+by their pids (Cluster.stop, also when a test fails: use `with Cluster(dir) as c:`); a test that
+meson times out loses them with its process group.
 
 Plugins are the ones that need no root-owned host setup: proctrack/linuxproc (no cgroups),
 task/none, select/cons_tres with CR_CPU, no accounting. The daemons run as the test's user
@@ -240,8 +241,7 @@ class Cluster:
         try:
             self.procs[name] = subprocess.Popen([str(a) for a in args], env=self.env(),
                                                 stdout=out, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, cwd=self.root,
-                                                start_new_session=True)
+                                                stdin=subprocess.DEVNULL, cwd=self.root)
         except OSError as e:
             raise Skip(f"{name} cannot start: {e}") from e
         finally:

@@ -18,6 +18,7 @@ SKIP), DSCACHE_SOURCE_ROOT). SKIP (77) only where the Slurm daemons are missing 
 
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -316,5 +317,11 @@ CASES = {
     "train_requeue": case_train_requeue,
 }
 
+def stop_on_sigterm(signum, frame):
+    # meson's timeout sends SIGTERM: unwind, so that the `with Cluster` blocks stop the daemons.
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-slurm-"))
