@@ -32,6 +32,7 @@ set -euo pipefail
 # "part 2 of 4". Must equal the size of the #SBATCH --array range above; a task id outside
 # 0..parts-1 is refused at once (exit 2).
 parts=4
+: "${PARTS:?set PARTS (the directory of the parts) before sbatch}" "${OUT:?set OUT (the merged cache)}"
 
 if [ "${1:-}" = "--merge" ]; then
   # The merge job: every part must have finished (a part is finished when its manifest.json
@@ -51,6 +52,7 @@ if [ "${1:-}" = "--merge" ]; then
   exec dscache merge "${dirs[@]}" "$OUT" --resume
 fi
 
+: "${SRC:?set SRC (the dataset) before sbatch}" "${SLURM_ARRAY_TASK_ID:?submit with sbatch}"
 if [ "$SLURM_ARRAY_TASK_ID" -ge "$parts" ]; then
   echo "dscache-build: array task $SLURM_ARRAY_TASK_ID: there are only $parts parts (0..$((parts - 1)))" >&2
   exit 2
