@@ -16,6 +16,7 @@ Usage: test_slurm.py CASE   (env DSCACHE, DSCACHE_TRAIN (empty: no trainer built
 SKIP), DSCACHE_SOURCE_ROOT). SKIP (77) only where the Slurm daemons are missing or cannot start.
 """
 
+import json
 import os
 import re
 import signal
@@ -105,7 +106,7 @@ def job_output(tmp, job_id, task=None):
     return path.read_text(errors="replace") if path.exists() else f"({name} not written)"
 
 
-def check_states(states, want, what, tmp=None, job_id=None):
+def check_states(states, want, what, tmp=None):
     if states != want:
         outs = ""
         if tmp is not None:
@@ -246,7 +247,6 @@ def nproc_reference(tmp, cache, steps, threads):
 
 def losses(run_dir):
     lines = [l for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
-    import json
     return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r.get("kind") == "step"]
 
 
