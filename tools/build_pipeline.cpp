@@ -14,6 +14,7 @@
 #include "build_fingerprint.h"
 #include "build_notices.h"
 #include "build_part.h"
+#include "dscache/cpus.h"
 #include "dscache/crash_point.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/jpeg.h"
@@ -139,9 +140,8 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
                                                 uint64_t first, uint64_t end, BuildReport& report) {
   const uint64_t n = src.entries.size();
   const bool ragged = opt.layout == Layout::kRagged;
-  const int threads = opt.threads > 0
-                          ? opt.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Default: the CPUs this process may use (affinity, cgroup quota, SLURM_CPUS_PER_TASK).
+  const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(usable_cpus().cpus);
   std::pair<std::string, std::string> failure;
   Progress progress(end - first, opt.quiet);
   // The cache's order: the source order, or with --shuffle a seeded permutation of it (the same

@@ -15,6 +15,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "dscache/cache.h"
+#include "dscache/cpus.h"
 #include "dscache/error.h"
 #include "dscache/exit_codes.h"
 #include "dscache/ingest/image_decode.h"
@@ -81,8 +82,8 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
   desc.add_options()("help,h", "show this help")(
       "source", po::value(&f->source), "source root (default: the one recorded in the manifest)")(
       "threads", po::value(&f->threads)->default_value(0),
-      "threads for 'all' rows (0 = all cores)")("batch", po::value(&f->batch)->default_value(256),
-                                                "Loader batch size")(
+      "threads for 'all' rows (0 = the CPUs this process may use)")(
+      "batch", po::value(&f->batch)->default_value(256), "Loader batch size")(
       "seconds", po::value(&f->seconds)->default_value(2.0), "minimum time per Loader row")(
       "decode-samples", po::value(&f->decode_samples)->default_value(3000),
       "samples decoded for the per-sample decode row (and the lazy cache's passes)")(
@@ -161,9 +162,7 @@ int cmd_bench(int argc, char** argv) {
   s.dir = f.dir;
   s.batch = f.batch;
   s.seconds = f.seconds;
-  s.all_threads = f.threads > 0
-                      ? f.threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  s.all_threads = f.threads > 0 ? f.threads : static_cast<int>(usable_cpus().cpus);
   s.groups = f.groups;
   set_decode_threads(0);
 

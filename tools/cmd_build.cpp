@@ -119,7 +119,9 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "quality Q, default 90: ~5-10x smaller, decoded when served)")(
       "shard-size", po::value(&f->shard_size)->default_value("1G"),
       "cap on image bytes per shard (K, M, G suffixes)")(
-      "threads", po::value(&opt->threads)->default_value(0), "decode threads (0 = all cores)")(
+      "threads", po::value(&opt->threads)->default_value(0),
+      "decode threads (0 = the CPUs this process may use: affinity, cgroup quota, "
+      "SLURM_CPUS_PER_TASK)")(
       "shuffle", po::value(&f->shuffle)->default_value("0"),
       "store samples in a seeded permutation of the source order (SEED: 0..2^64-1; none: "
       "source order)")("max-pixels", po::value(&opt->recipe.max_pixels)->default_value(100000000),

@@ -220,6 +220,8 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   write_d(a, "epoch_wait", st.epoch_wait);
   write_i(a, "metrics_bytes", static_cast<int64_t>(st.metrics_bytes));
   write_i(a, "samples_seen", static_cast<int64_t>(st.samples_seen));
+  write_d(a, "log_loss", st.log_loss);
+  write_d(a, "log_weight", st.log_weight);
   a.write("rng", at::detail::getDefaultCPUGenerator().get_state());
   a.write("norm_mean", torch::tensor(p.norm.mean, torch::kDouble));
   a.write("norm_std", torch::tensor(p.norm.std, torch::kDouble));
@@ -378,6 +380,11 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   st.epoch_wait = read_d(a, "epoch_wait");
   st.metrics_bytes = static_cast<uint64_t>(read_i(a, "metrics_bytes"));
   st.samples_seen = static_cast<uint64_t>(read_i(a, "samples_seen"));
+  // The step line's running sums (older checkpoints lack them: the line averages from here).
+  c10::IValue log_loss, log_weight;
+  const bool have_log = a.try_read("log_loss", log_loss) && a.try_read("log_weight", log_weight);
+  st.log_loss = have_log ? log_loss.toDouble() : 0;
+  st.log_weight = have_log ? log_weight.toDouble() : 0;
   if (p.targets && p.targets->kind == TaskKind::kSegment) {
     st.epoch_weight = read_d(a, "epoch_weight");
     st.epoch_count = read_i(a, "epoch_count");
@@ -456,9 +463,14 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
                         ". Restore a good copy, or start over with --force");
 }
 
-void save_model(const Classifier& model, const std::string& path) {
+void save_model(const Classifier& model, const Normalization& norm, const std::string& path) {
   torch::serialize::OutputArchive a;
   model.save(a);
+  const auto as_float = [](const std::vector<double>& v) {
+    return torch::tensor(v, torch::kDouble).to(torch::kFloat32);
+  };
+  a.write(kNormMeanBuffer, as_float(norm.mean), /*is_buffer=*/true);
+  a.write(kNormStdBuffer, as_float(norm.std), /*is_buffer=*/true);
   save_archive_atomic(a, path);
 }
 

@@ -32,6 +32,9 @@ struct RunState {
   // where they are the labelled pixels' loss weight and count.
   double epoch_weight = 0;
   int64_t epoch_count = 0;
+  // Since the last step line: summed loss and what it is divided by (Window::weight), so the
+  // first step line after a resume averages the same steps as the uninterrupted run's.
+  double log_loss = 0, log_weight = 0;
   double epoch_seconds = 0, epoch_wait = 0;
   uint64_t metrics_bytes = 0;  // metrics.jsonl length when the checkpoint was taken
   uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs
@@ -103,8 +106,13 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
 // saying what is wrong (for tests and inspection).
 std::string verified_checkpoint_payload(const std::string& path);
 
-// The trained weights alone (torch::nn::Module::save's archive), written atomically.
-void save_model(const Classifier& model, const std::string& path);
+// model.pt's buffers beside the model's own: the input normalization, float32, one per channel.
+constexpr const char* kNormMeanBuffer = "dscache_norm_mean";
+constexpr const char* kNormStdBuffer = "dscache_norm_std";
+
+// The trained weights (torch::nn::Module::save's archive, which torch.jit.load opens) and the
+// buffers kNormMeanBuffer and kNormStdBuffer holding `norm`, written atomically.
+void save_model(const Classifier& model, const Normalization& norm, const std::string& path);
 
 }  // namespace train
 }  // namespace dscache

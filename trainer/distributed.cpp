@@ -22,38 +22,8 @@
 namespace dscache {
 namespace train {
 
-namespace {
-
-bool env_int(const char* name, long lo, long hi, int* out) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return false;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) {
-    throw UsageError(std::string(name) + "=" + v + ": expected an integer in [" +
-                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  *out = static_cast<int>(x);
-  return true;
-}
-
-}  // namespace
-
 DistEnv dist_env_from_environment() {
-  DistEnv e;
-  env_int("WORLD_SIZE", 1, 1 << 20, &e.world_size);
-  env_int("RANK", 0, 1 << 20, &e.rank);
-  env_int("LOCAL_RANK", 0, 1 << 16, &e.local_rank);
-  if (e.rank >= e.world_size) {
-    throw UsageError("RANK=" + std::to_string(e.rank) +
-                     " is not below WORLD_SIZE=" + std::to_string(e.world_size));
-  }
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
-  const bool have_port = env_int("MASTER_PORT", 1, 65535, &e.master_port);
-  if (e.world_size > 1 && !have_port) {
-    throw UsageError("MASTER_PORT: required when WORLD_SIZE > 1 (set by torchrun)");
-  }
-  return e;
+  return dist_env_from([](const char* name) -> const char* { return std::getenv(name); });
 }
 
 #ifdef USE_C10D_GLOO

@@ -13,22 +13,13 @@
 #include <vector>
 
 #include "options.h"
+#include "rank_env.h"
 
 namespace dscache {
 namespace train {
 
-// What torchrun (or a Slurm/Kubernetes launcher) sets: RANK, WORLD_SIZE, LOCAL_RANK,
-// MASTER_ADDR, MASTER_PORT. All absent = a single process.
-struct DistEnv {
-  int rank = 0;        // RANK; default 0
-  int world_size = 1;  // WORLD_SIZE; default 1
-  int local_rank = 0;  // LOCAL_RANK: the CUDA device index on this node; default 0
-  std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0's TCPStore listens
-  int master_port = 29500;                // MASTER_PORT
-};
-
-// Reads the variables above; throws UsageError naming a malformed one (RANK >= WORLD_SIZE, a
-// port out of range, WORLD_SIZE > 1 without MASTER_PORT...).
+// torchrun's or Slurm's variables (rank_env.h), read from the process's environment; throws
+// UsageError naming a malformed one.
 DistEnv dist_env_from_environment();
 
 // The collectives of one data-parallel group. Blocking calls; one training thread.

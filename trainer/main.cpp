@@ -39,12 +39,16 @@ void keep_freed_memory() {
 #endif
 }
 
-// "rank 1 of 2: " when this process is one rank of several (set by torchrun or the launcher).
+// "rank 1 of 2: " when this process is one rank of several (torchrun's variables, the launcher's,
+// or a Slurm job step's); "" when alone or when the variables are malformed (said elsewhere).
 std::string rank_prefix() {
-  const char* rank = std::getenv("RANK");
-  const char* world = std::getenv("WORLD_SIZE");
-  if (!rank || !world || std::atoi(world) <= 1) return "";
-  return std::string("rank ") + rank + " of " + world + ": ";
+  try {
+    const dscache::train::DistEnv e = dscache::train::dist_env_from_environment();
+    if (e.world_size <= 1) return "";
+    return "rank " + std::to_string(e.rank) + " of " + std::to_string(e.world_size) + ": ";
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 // torchrun --max-restarts restarts every rank with TORCHELASTIC_RESTART_COUNT > 0: continue from

@@ -1,4 +1,4 @@
-// metrics.jsonl, the progress line and the epoch summary.
+// metrics.jsonl and the epoch summary.
 #include "metrics.h"
 
 #include <fcntl.h>
@@ -12,6 +12,7 @@
 #include "dscache/error.h"
 #include "safety.h"
 #include "tensorboard.h"
+#include "terminal.h"
 
 namespace dscache {
 namespace train {
@@ -75,24 +76,8 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
   return out;
 }
 
-ProgressLine::ProgressLine(bool wanted, uint32_t epochs)
-    : enabled_(wanted && ::isatty(STDERR_FILENO)), epochs_(epochs) {}
-
-void ProgressLine::show(uint64_t epoch, uint64_t b, uint64_t batches, double loss, double lr,
-                        double rate, bool final_line) {
-  if (!enabled_) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (!final_line && now - last_ < std::chrono::milliseconds(250)) return;
-  last_ = now;
-  std::fprintf(stderr, "\repoch %llu/%u  batch %llu/%llu  loss %.4f  lr %.3g  %.0f samples/s   ",
-               static_cast<unsigned long long>(epoch + 1), epochs_,
-               static_cast<unsigned long long>(b), static_cast<unsigned long long>(batches), loss,
-               lr, rate);
-  if (final_line) std::fputc('\n', stderr);
-  std::fflush(stderr);
-}
-
 void print_epoch_summary(const nlohmann::json& line, uint32_t epochs) {
+  end_progress_line();  // stdout and stderr are often the same terminal
   std::printf("epoch %llu/%u: loss %.4f", line.at("epoch").get<unsigned long long>() + 1, epochs,
               line.at("loss").get<double>());
   if (!line.at("val_loss").is_null()) {

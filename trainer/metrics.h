@@ -1,8 +1,7 @@
-// What a run reports: metrics.jsonl lines, the TTY progress line on stderr and the per-epoch
-// summary on stdout (no torch types).
+// What a run reports: metrics.jsonl lines and the per-epoch summary on stdout (no torch types;
+// the progress line is progress.h's).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -52,22 +51,8 @@ class MetricsLog {
 // is the line's "step".
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& line);
 
-// "epoch E/N  batch B/M  loss L  lr R  S samples/s", redrawn in place on stderr at most every
-// 250 ms and always for an epoch's final line (which ends with a newline). Draws nothing unless
-// wanted and stderr is a terminal. Not thread-safe.
-class ProgressLine {
- public:
-  ProgressLine(bool wanted, uint32_t epochs);
-  void show(uint64_t epoch, uint64_t batch_in_epoch, uint64_t batches, double loss, double lr,
-            double rate, bool final_line);
-
- private:
-  bool enabled_;
-  uint32_t epochs_;
-  std::chrono::steady_clock::time_point last_{};
-};
-
-// Prints an epoch's summary to stdout (and flushes it) from its metrics.jsonl line: the kind
+// Prints an epoch's summary to stdout (and flushes it) from its metrics.jsonl line, after ending
+// an open progress line (terminal.h): the kind
 // "epoch" object with epoch, loss, val_loss/val_acc (null without validation), seconds,
 // samples_per_s, data_wait and skipped_steps.
 void print_epoch_summary(const nlohmann::json& line, uint32_t epochs);

@@ -17,6 +17,7 @@ extern const EnumTable<OptimizerKind> kOptimizerNames;  // "sgd", "adamw"
 extern const EnumTable<ScheduleKind> kScheduleNames;    // "constant", "cosine", "step"
 extern const EnumTable<DeviceKind> kDeviceNames;        // "cpu", "cuda"
 extern const EnumTable<NormalizeKind> kNormalizeNames;  // "dataset", "half"
+extern const EnumTable<ProgressMode> kProgressNames;    // "auto", "always", "never"
 // --shuffle: the library's names (kShuffleNames) of the orders the trainer offers.
 extern const EnumTable<Shuffle> kTrainShuffleNames;  // "global", "windowed"
 

@@ -52,6 +52,11 @@ constexpr EnumName<NormalizeKind> kNormalize[] = {
     {NormalizeKind::kDataset, "dataset"},
     {NormalizeKind::kHalf, "half"},
 };
+constexpr EnumName<ProgressMode> kProgress[] = {
+    {ProgressMode::kAuto, "auto"},
+    {ProgressMode::kAlways, "always"},
+    {ProgressMode::kNever, "never"},
+};
 constexpr EnumName<Shuffle> kTrainShuffle[] = {
     {Shuffle::kGlobal, "global"},
     {Shuffle::kWindowed, "windowed"},
@@ -66,6 +71,7 @@ constexpr EnumTable<OptimizerKind> kOptimizerNames(kOptimizer);
 constexpr EnumTable<ScheduleKind> kScheduleNames(kSchedule);
 constexpr EnumTable<DeviceKind> kDeviceNames(kDevice);
 constexpr EnumTable<NormalizeKind> kNormalizeNames(kNormalize);
+constexpr EnumTable<ProgressMode> kProgressNames(kProgress);
 constexpr EnumTable<Shuffle> kTrainShuffleNames(kTrainShuffle);
 
 const char* to_string(ModelKind v) { return kModelNames.to_string(v); }
@@ -74,6 +80,7 @@ const char* to_string(OptimizerKind v) { return kOptimizerNames.to_string(v); }
 const char* to_string(ScheduleKind v) { return kScheduleNames.to_string(v); }
 const char* to_string(DeviceKind v) { return kDeviceNames.to_string(v); }
 const char* to_string(NormalizeKind v) { return kNormalizeNames.to_string(v); }
+const char* to_string(ProgressMode v) { return kProgressNames.to_string(v); }
 
 namespace {
 
@@ -136,32 +143,55 @@ void refuse_signed_unsigned(const std::vector<std::string>& args,
 
 }  // namespace
 
-TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
-                           std::string* help_text) {
-  TrainOptions o;
+namespace {
+
+// The options given as words, before pick() turns them into enums.
+struct OptionWords {
   std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
-              window_bytes, task = "classify", targets, loss = "mse", class_weights;
-  po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
+              window_bytes, task = "classify", targets, loss = "mse", progress = "auto",
+              class_weights;
+};
+
+// Every option, bound to `o` or `words`, in groups by concern: --help lists them so, each once
+// (tests/trainer/test_trainer_cli.cpp checks).
+po::options_description describe_options(TrainOptions& o, OptionWords& words) {
+  auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
+         window_bytes, task, targets, loss, progress, class_weights] = words;
+  po::options_description data_group("Data");
+  po::options_description task_group("Task and model");
+  po::options_description optimisation_group("Optimisation");
+  po::options_description precision_group("Precision and device");
+  po::options_description output_group("Output and resume");
+  po::options_description distributed_group("Distributed");
+  po::options_description other_group("Other");
   // clang-format off
-  desc.add_options()
-    ("help,h", "show this help")
+  data_group.add_options()
     ("train", po::value(&o.train), "training cache directory (required)")
     ("val", po::value(&o.val), "validation cache directory")
-    ("model", po::value(&model), "cnn | resnet18 | unet-small (default cnn; --task segment: unet-small, or resnet18 as an encoder with an upsampling head)")
+    ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
+    ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
+    ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
+    ("image-size", po::value(&o.image_size), "crop side for ragged caches")
+    ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
+    ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")
+    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, e.g. 512M, 2G, 64KiB (default: a quarter of free memory)")
+    ("workers", po::value(&o.workers), "loader threads (default 2)")
+    ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)");
+  task_group.add_options()
     ("task", po::value(&task), "classify | multilabel | regress | segment (default classify: the cache's labels)")
     ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: float32 scalars; segment: one mask field, default the cache's only one)")
     ("loss", po::value(&loss), "--task regress: mse | l1 | huber (default mse)")
     ("target-norm", po::bool_switch(&o.task.target_norm), "--task regress: standardise targets with the training set's mean/std")
     ("ignore-index", po::value(&o.task.ignore_index), "--task segment: the mask value that counts in no loss or metric (default 255)")
     ("class-weights", po::value(&class_weights), "--task segment: w0,w1,...: per-class weights of the pixel loss (default all 1)")
+    ("model", po::value(&model), "cnn | resnet18 | unet-small (default cnn; --task segment: unet-small, or resnet18 as an encoder with an upsampling head)");
+  optimisation_group.add_options()
     ("epochs", po::value(&o.epochs), "passes over the training cache (default 1)")
     ("max-steps", po::value(&o.max_steps), "stop after N optimizer steps (0 = no limit)")
     ("batch", po::value(&o.batch), "micro-batch size (default 64)")
     ("accum-steps", po::value(&o.accum_steps), "micro-batches per optimizer step (default 1)")
     ("effective-batch", po::value(&o.effective_batch), "samples per optimizer step; sets --accum-steps")
-    ("precision", po::value(&precision), "auto | fp32 | bf16 | fp16 (default auto: bf16 where the CPU/GPU has it natively, fp16 on older GPUs, else fp32; fp16: CUDA only)")
-    ("loss-scaling", po::value(&loss_scaling), "auto | on | off: dynamic loss scaling (auto: fp16)")
     ("optimizer", po::value(&optimizer), "sgd | adamw (default sgd)")
     ("lr", po::value(&o.lr), "peak learning rate (default 0.05 sgd, 1e-3 adamw)")
     ("momentum", po::value(&o.momentum), "sgd momentum (default 0.9)")
@@ -171,32 +201,46 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
     ("step-size", po::value(&o.step_size), "--schedule step: steps per decay (default: a third)")
     ("gamma", po::value(&o.gamma), "--schedule step: decay factor (default 0.1)")
     ("clip-grad", po::value(&o.clip_grad), "max gradient L2 norm (0 = off)")
-    ("seed", po::value(&o.seed), "init and shuffle seed (default 0)")
-    ("threads", po::value(&o.threads), "intra-op threads (default: all cores)")
-    ("workers", po::value(&o.workers), "loader threads (default 2)")
-    ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)")
-    ("shuffle", po::value(&shuffle), "global | windowed: windowed reads blocks of neighbouring samples (caches larger than memory)")
-    ("window-bytes", po::value(&window_bytes), "--shuffle windowed: bytes per window, e.g. 512M, 2G, 64KiB (default: a quarter of free memory)")
+    ("seed", po::value(&o.seed), "init and shuffle seed (default 0)");
+  precision_group.add_options()
+    ("precision", po::value(&precision), "auto | fp32 | bf16 | fp16 (default auto: bf16 where the CPU/GPU has it natively, fp16 on older GPUs, else fp32; fp16: CUDA only)")
+    ("loss-scaling", po::value(&loss_scaling), "auto | on | off: dynamic loss scaling (auto: fp16)")
     ("device", po::value(&device), "cpu | cuda (default cpu)")
     ("channels-last", po::bool_switch(&o.channels_last), "NHWC memory format")
-    ("normalize", po::value(&normalize), "dataset | half: per-channel mean/std (default dataset)")
-    ("image-size", po::value(&o.image_size), "crop side for ragged caches")
-    ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
-    ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
-    ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
+    ("threads", po::value(&o.threads), "intra-op threads (default: the CPUs this process may use: affinity mask, cgroup CPU quota, SLURM_CPUS_PER_TASK)")
+    ("keep-denormals", "CPU: do not flush denormal floats to zero (slower)");
+  output_group.add_options()
     ("output", po::value(&o.output), "directory for metrics.jsonl, tb/ (TensorBoard), checkpoint.pt, model.pt (one trainer at a time: dscache-train.lock)")
     ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt (or the older checkpoint.prev.pt when it does not verify)")
     ("allow-data-change", po::bool_switch(&o.allow_data_change), "with --resume: continue even though --train holds other samples than the checkpoint was made on (refused without it)")
     ("force", po::bool_switch(&o.force), "start over in an --output that holds a run (removes its checkpoints, metrics, tb/ and model)")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
-    ("bucket-mb", po::value(&o.bucket_mb), "data parallel: MiB per gradient all-reduce bucket, overlapped with the last backward of a window (default 25; 0 = one flat buffer after it)")
-    ("sync-bn", po::bool_switch(&o.sync_bn), "data parallel: BatchNorm statistics over the global batch (SyncBatchNorm)")
-    ("keep-denormals", "CPU: do not flush denormal floats to zero (slower)")
-    ("no-progress", "no progress line on a TTY")
+    ("progress", po::value(&progress), "auto | always | never: the progress line on stderr (default auto: when it is a terminal)")
+    ("no-progress", "no progress line (as --progress never)");
+  distributed_group.add_options()
+    ("nproc-per-node", po::value(&o.nproc_per_node), "start N ranks on this machine, as torchrun does, and supervise them")
     ("dist-timeout", po::value(&o.dist_timeout), "seconds to wait for all ranks to join and for any collective (default 600)")
-    ("nproc-per-node", po::value(&o.nproc_per_node), "start N ranks on this machine, as torchrun does, and supervise them");
+    ("bucket-mb", po::value(&o.bucket_mb), "data parallel: MiB per gradient all-reduce bucket, overlapped with the last backward of a window (default 25; 0 = one flat buffer after it)")
+    ("sync-bn", po::bool_switch(&o.sync_bn), "data parallel: BatchNorm statistics over the global batch (SyncBatchNorm)");
+  other_group.add_options()
+    ("help,h", "show this help");
   // clang-format on
+  po::options_description desc("dscache-train --train CACHE [--val CACHE] [options]");
+  desc.add(data_group).add(task_group).add(optimisation_group).add(precision_group);
+  desc.add(output_group).add(distributed_group).add(other_group);
+  return desc;
+}
+
+}  // namespace
+
+TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
+                           std::string* help_text) {
+  TrainOptions o;
+  OptionWords words;
+  const po::options_description desc = describe_options(o, words);
+  const auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
+               window_bytes, task, targets, loss, progress, class_weights] = words;
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
@@ -211,7 +255,13 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   }
   *help = vm.count("help") > 0;
   if (*help) return o;
-  if (vm.count("no-progress")) o.progress = false;
+  o.progress = pick(kProgressNames, "progress", progress);
+  if (vm.count("no-progress")) {
+    if (vm.count("progress") && o.progress != ProgressMode::kNever) {
+      throw UsageError("--no-progress and --progress " + progress + ": give one");
+    }
+    o.progress = ProgressMode::kNever;
+  }
   if (vm.count("keep-denormals")) o.flush_denormal = false;
   // Negative lr / weight decay are the "use the optimizer's default" markers; refuse them here.
   if (vm.count("lr") && !(o.lr > 0)) throw UsageError("--lr: must be a positive number");
@@ -233,7 +283,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   o.task.kind = pick(kTaskNames, "task", task);
   if (vm.count("targets")) o.task.targets = split_targets(targets);
   o.task.loss = pick(kRegressLossNames, "loss", loss);
-  if (vm.count("class-weights")) o.task.class_weights = parse_class_weights(class_weights);
+  if (vm.count("class-weights")) o.task.class_weights = parse_class_weights(words.class_weights);
   validate_task(o.task, vm.count("loss") > 0, vm.count("ignore-index") + vm.count("class-weights"));
   check_model_for_task(&o, vm.count("model") > 0);
   if (vm.count("accum-steps") && vm.count("effective-batch")) {

@@ -22,6 +22,8 @@ enum class NormalizeKind {
   kHalf,     // mean 0.5, std 0.5 for every channel: x/255 maps to [-1, 1]
 };
 enum class LossScaling { kAuto, kOn, kOff };  // auto: on exactly for fp16
+// --progress: auto draws the progress line when stderr is a terminal (kAuto first: {} is auto)
+enum class ProgressMode { kAuto, kAlways, kNever };
 
 const char* to_string(ModelKind v);
 const char* to_string(Precision v);
@@ -29,6 +31,7 @@ const char* to_string(OptimizerKind v);
 const char* to_string(ScheduleKind v);
 const char* to_string(DeviceKind v);
 const char* to_string(NormalizeKind v);
+const char* to_string(ProgressMode v);
 
 // Everything one training run needs. Defaults are what `dscache-train --train DIR` does.
 struct TrainOptions {
@@ -80,7 +83,8 @@ struct TrainOptions {
   uint64_t checkpoint_every = 0;  // optimizer steps between checkpoints (plus every epoch end);
                                   // 0 = epoch ends only
   bool flush_denormal = true;     // CPU: flush denormal floats to zero (much faster); default on
-  bool progress = true;           // a progress line on stderr when it is a TTY
+  ProgressMode progress{};        // --progress (--no-progress: never); default kAuto, a line on
+                                  // stderr when it is a TTY
   uint32_t dist_timeout = 600;    // seconds: rendezvous wait and Gloo collective timeout when
                                   // WORLD_SIZE > 1; default 600 (see README, "Timeouts")
   uint32_t nproc_per_node = 0;    // > 0: start that many ranks on this machine and supervise

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "models.h"
 #include "options.h"
+#include "progress.h"
 #include "safety.h"
 #include "segment.h"
 #include "step.h"
@@ -107,6 +108,7 @@ class Run {
   AllReduceFn bn_allreduce_;             // --sync-bn: the model's BatchNorm all-reduce
   std::unique_ptr<GradSync> grad_sync_;  // with comm_: the gradient all-reduce
   bool main_rank_ = true;                // rank 0: the only one that logs and writes files
+  std::string threads_note_;  // set_up_device: the default --threads when the CPUs are cut
   torch::Device device_{torch::kCPU};
   TrainData data_;
   std::shared_ptr<Classifier> model_;
@@ -136,10 +138,10 @@ class Run {
   bool done_ = false;             // --max-steps reached, or a stop requested
   int stop_sig_ = 0;              // SIGINT/SIGTERM: every rank stops after the same step
   uint64_t stop_epoch_ = 0;       // the epoch it stopped in
-  double log_loss_ = 0;           // since the last step line: summed loss
-  double log_weight_ = 0;         // what it is divided by (Window::weight)
-  int64_t log_samples_ = 0;       // and samples
-  Clock::time_point log_start_;   // and when it was written
+  // since the last step line (or this process's start): samples and when (the loss's sums are
+  // st_.log_loss / st_.log_weight, which a checkpoint keeps)
+  int64_t log_samples_ = 0;
+  Clock::time_point log_start_;
 };
 
 }  // namespace train

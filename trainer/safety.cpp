@@ -15,6 +15,7 @@
 #include <ctime>
 
 #include "dscache/error.h"
+#include "terminal.h"
 
 namespace dscache {
 namespace train {
@@ -139,7 +140,8 @@ OutputLock::OutputLock(const std::string& dir) {
 
 std::vector<std::string> run_files_present(const std::string& dir) {
   std::vector<std::string> out;
-  for (const char* name : {"checkpoint.pt", "checkpoint.prev.pt", "metrics.jsonl", "model.pt"}) {
+  for (const char* name :
+       {"checkpoint.pt", "checkpoint.prev.pt", "metrics.jsonl", "model.pt", "model.json"}) {
     struct stat st {};
     if (::lstat((dir + "/" + name).c_str(), &st) == 0) out.push_back(name);
   }
@@ -168,6 +170,7 @@ const char* short_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 // "dscache-train: " WHO, then `before`, the signal's name and `after`; async-signal-safe.
 void say_about(const char* before, int sig, const char* after) {
+  end_progress_line();  // the message starts a line of its own, not the progress line's end
   say("dscache-train: ");
   say(g_who);
   say(before);

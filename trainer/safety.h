@@ -104,7 +104,7 @@ class OutputLock {
 };
 
 // The names in `dir` that make it hold a run: checkpoint.pt, checkpoint.prev.pt, metrics.jsonl,
-// model.pt (whatever their type), in that order.
+// model.pt, model.json (whatever their type), in that order.
 std::vector<std::string> run_files_present(const std::string& dir);
 
 // ---- Stopping on SIGINT/SIGTERM ----

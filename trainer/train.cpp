@@ -16,8 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "dscache/cpus.h"
+#include "model_card.h"
 #include "precision.h"
 #include "run.h"
+#include "terminal.h"
 #include "train.h"
 
 namespace dscache {
@@ -160,9 +163,14 @@ void Run::claim_output() {
 }
 
 void Run::set_up_device() {
-  const unsigned threads =
-      o_.threads ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  // Default: the CPUs this process may use (affinity, cgroup quota, SLURM_CPUS_PER_TASK), not
+  // the machine's: a Slurm task or a container often gets a few of many.
+  const CpuBudget cpus = usable_cpus();
+  const unsigned threads = o_.threads ? o_.threads : cpus.cpus;
   at::set_num_threads(static_cast<int>(threads));  // LibTorch starts at 1 here
+  if (!o_.threads && cpus.cpus < std::max(1u, std::thread::hardware_concurrency())) {
+    threads_note_ = std::to_string(threads) + " threads (" + cpus.source + ")";
+  }
   // Denormal floats make the CPU kernels (Debian's generic-BLAS GEMM above all) several times
   // slower once activations get small: 157 vs 889 samples/s for cnn on Fashion-MNIST here.
   // The flag lives in each thread's MXCSR, so set it on every intra-op worker too.
@@ -183,13 +191,22 @@ void Run::setup() {
   set_up_device();
   dist_ = dist_env_from_environment();
   main_rank_ = dist_.rank == 0;
+  if (main_rank_ && !threads_note_.empty()) {
+    std::fprintf(stderr, "dscache-train: %s\n", threads_note_.c_str());
+  }
+  if (main_rank_ && dist_.world_size > 1) {
+    std::fprintf(stderr, "dscache-train: %d ranks from %s; rank 0 listens on %s:%d\n",
+                 dist_.world_size, dist_.source.c_str(), dist_.master_addr.c_str(),
+                 dist_.master_port);
+  }
+  if (!dist_.note.empty()) std::fprintf(stderr, "dscache-train: warning: %s\n", dist_.note.c_str());
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
   resolve_precision();
   comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
   claim_output();  // before anything slow: a second trainer on this output fails at once
-  progress_.emplace(o_.progress && main_rank_, o_.epochs);
+  progress_.emplace(main_rank_ ? o_.progress : ProgressMode::kNever, o_.epochs);
   // CUDA: page-locked batches, so the copies to the device are asynchronous and in place.
   const BufferAllocator allocator =
       o_.device == DeviceKind::kCuda ? tensor_allocator(/*pinned=*/true) : BufferAllocator{};
@@ -307,6 +324,7 @@ int Run::go() {
 }
 
 int Run::finish() {
+  progress_->break_line();  // the messages below start on a line of their own
   if (stop_sig_) {
     if (comm_) comm_->barrier();  // the others wait for rank 0's checkpoint
     stop_signals_exiting();
@@ -326,7 +344,10 @@ int Run::finish() {
     }
     return 128 + stop_sig_;
   }
-  if (!o_.output.empty() && main_rank_) save_model(*model_, o_.output + "/model.pt");
+  if (!o_.output.empty() && main_rank_) {
+    save_model(*model_, norm_, o_.output + "/model.pt");
+    write_model_card(o_.output + "/model.json", make_model_card(o_, data_.info, norm_, targets_));
+  }
   stop_signals_exiting();
   if (const int late = stop_requested(); late && main_rank_) {
     std::fprintf(stderr, "dscache-train: %s came after the last step: the run is complete\n",
@@ -339,8 +360,12 @@ int run_training(const TrainOptions& options) {
   try {
     return Run(options).go();
   } catch (const c10::Error& e) {
+    end_progress_line();  // the error message starts a line of its own
     const std::string what = e.what_without_backtrace();
     throw std::runtime_error("LibTorch failed: " + what);
+  } catch (...) {
+    end_progress_line();
+    throw;
   }
 }
 

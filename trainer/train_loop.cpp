@@ -24,6 +24,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The batches left in the run after batch `b` of `epoch` (its own included): the epochs', or
+// --max-steps' windows when they end it sooner (for the progress line's ETA).
+uint64_t run_batches_left(const TrainOptions& o, uint64_t epoch, uint64_t b, uint64_t batches,
+                          uint64_t global_step) {
+  const uint64_t left = (batches - std::min(b, batches)) + (o.epochs - epoch - 1) * batches;
+  if (!o.max_steps) return left;
+  const uint64_t steps = o.max_steps > global_step ? o.max_steps - global_step : 0;
+  return std::min(left, steps * o.accum_steps);
+}
+
 }  // namespace
 
 void Run::run_epochs(bool resumed) {
@@ -34,8 +44,7 @@ void Run::run_epochs(bool resumed) {
     restore = false;
   }
   done_ = o_.max_steps && st_.global_step >= o_.max_steps;
-  log_loss_ = log_weight_ = 0;
-  log_samples_ = 0;
+  log_samples_ = 0;  // st_.log_loss/log_weight: 0 on a fresh run, the checkpoint's on resume
   log_start_ = Clock::now();
   stop_signals_training();  // from now on a signal asks to stop at a step boundary
   for (; epoch < o_.epochs && !done_; ++epoch) {
@@ -74,6 +83,7 @@ Run::EpochClock Run::start_epoch(uint64_t epoch, bool restore) {
   ec.start = Clock::now();
   ec.seconds_before = st_.epoch_seconds;
   ec.wait_before = st_.epoch_wait;
+  progress_->start_epoch(ec.b);
   model_->train();
   return ec;
 }
@@ -184,14 +194,16 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
   st_.epoch_samples += w.samples;
   st_.epoch_weight += w.weight;
   st_.epoch_count += w.count;
-  log_loss_ += w.loss;
-  log_weight_ += w.weight;
+  st_.log_loss += w.loss;
+  st_.log_weight += w.weight;
   log_samples_ += w.samples;
   st_.position = data_.train_loader->position();
   const double secs = seconds_since(ec->start);
-  progress_->show(ec->epoch, ec->b, batches_,
-                  st_.epoch_weight > 0 ? st_.epoch_loss / st_.epoch_weight : 0, lr,
-                  (st_.epoch_samples) / std::max(1e-9, ec->seconds_before + secs), false);
+  progress_->show({ec->epoch, ec->b, batches_,
+                   run_batches_left(o_, ec->epoch, ec->b, batches_, st_.global_step),
+                   st_.epoch_weight > 0 ? st_.epoch_loss / st_.epoch_weight : 0, lr,
+                   st_.epoch_samples / std::max(1e-9, ec->seconds_before + secs)},
+                  false);
   if (o_.log_every && st_.global_step % o_.log_every == 0) log_step(ec->epoch, lr);
   if (o_.max_steps && st_.global_step >= o_.max_steps) done_ = true;
   if (main_rank_ && o_.checkpoint_every && st_.global_step % o_.checkpoint_every == 0 &&
@@ -212,13 +224,13 @@ void Run::log_step(uint64_t epoch, double lr) {
       {"kind", "step"},
       {"step", st_.global_step},
       {"epoch", epoch},
-      {"loss", log_weight_ > 0 ? log_loss_ / log_weight_ : 0.0},
+      {"loss", st_.log_weight > 0 ? st_.log_loss / st_.log_weight : 0.0},
       {"lr", lr},
       {"scale", scaler_ ? scaler_->scale_value() : 1.0},
       {"samples_per_s", log_samples_ / std::max(1e-9, seconds_since(log_start_))}};
   metrics_.write(line);
   if (main_rank_ && !o_.output.empty()) curves_.add(line);
-  log_loss_ = log_weight_ = 0;
+  st_.log_loss = st_.log_weight = 0;
   log_samples_ = 0;
   log_start_ = Clock::now();
 }
@@ -235,8 +247,12 @@ void Run::end_epoch(const EpochClock& ec) {
   st_.epoch_wait = ec.wait_before + ec.wait;
   const double loss = st_.epoch_weight > 0 ? st_.epoch_loss / st_.epoch_weight : 0.0;
   const double acc = st_.epoch_count ? double(st_.epoch_correct) / st_.epoch_count : 0.0;
-  progress_->show(ec.epoch, ec.b, batches_, loss, lr_at(o_, st_.sched_step, total_steps_),
-                  st_.epoch_samples / std::max(1e-9, st_.epoch_seconds), true);
+  progress_->show(
+      {ec.epoch, ec.b, batches_, run_batches_left(o_, ec.epoch, ec.b, batches_, st_.global_step),
+       loss, lr_at(o_, st_.sched_step, total_steps_),
+       st_.epoch_samples / std::max(1e-9, st_.epoch_seconds)},
+      true);
+  const Clock::time_point validation_start = Clock::now();
   nlohmann::json line = {{"kind", "epoch"},
                          {"epoch", ec.epoch},
                          {"step", st_.global_step},
@@ -269,6 +285,7 @@ void Run::end_epoch(const EpochClock& ec) {
     line["val_loss"] = ev.loss;
     line["val_acc"] = ev.acc;
   }
+  if (data_.val_loader) progress_->validation_took(seconds_since(validation_start));
   if (comm_) comm_->barrier();  // the other ranks wait for rank 0's validation
   if (!main_rank_) return;
   print_epoch_summary(line, o_.epochs);

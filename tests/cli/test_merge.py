@@ -470,19 +470,22 @@ def case_doc_examples(tmp):
     k8s = root / "docs" / "k8s-build-job.yaml"
     text = slurm.read_text()
     check("#SBATCH --array=0-3" in text, "slurm-build.sh: #SBATCH --array=0-3")
-    check("dscache merge" in text and "--dependency=afterok" in text, "slurm: dependent merge")
+    for want in ("dscache merge", "--dependency=afterany", "--resume", "--threads", "parts=4",
+                 '--part "$SLURM_ARRAY_TASK_ID/$parts"'):
+        check(want in text, f"slurm-build.sh lacks {want!r}")
     ytext = k8s.read_text()
     for want in ("completionMode: Indexed", "completions: 4", "parallelism: 4",
-                 "--part", "auto", "--parts", "dscache merge"):
+                 "--part", "auto", "--parts", "dscache merge", "exec dscache build", "--resume",
+                 "ReadWriteMany"):
         check(want in ytext, f"k8s-build-job.yaml lacks {want!r}")
     for name, path, envs in [
-        ("slurm", slurm, [{"SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "4",
-                           "SLURM_ARRAY_TASK_MIN": "0"} for i in range(4)]),
+        ("slurm", slurm, [{"SLURM_ARRAY_TASK_ID": str(i), "SLURM_CPUS_PER_TASK": "2",
+                           "parts": "4"} for i in range(4)]),
         ("k8s", k8s, [{"JOB_COMPLETION_INDEX": str(i)} for i in range(4)]),
     ]:
         base = tmp / name
         base.mkdir()
-        line = doc_command(path, "--part auto")
+        line = doc_command(path, "--part")
         run_doc_parts(line, envs, src, base)
         parts = sorted(base.iterdir())
         check_eq(len(parts), 4, f"{name}: parts built")

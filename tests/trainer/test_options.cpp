@@ -77,6 +77,11 @@ TEST_SUITE("unit") {
         {kNormalizeNames,
          {{NormalizeKind::kDataset, "dataset"}, {NormalizeKind::kHalf, "half"}},
          "dataset, half"});
+    check_table<ProgressMode>({kProgressNames,
+                               {{ProgressMode::kAuto, "auto"},
+                                {ProgressMode::kAlways, "always"},
+                                {ProgressMode::kNever, "never"}},
+                               "auto, always, never"});
     check_table<Shuffle>({kTrainShuffleNames,
                           {{Shuffle::kGlobal, "global"}, {Shuffle::kWindowed, "windowed"}},
                           "global, windowed"});
@@ -187,6 +192,27 @@ TEST_SUITE("unit") {
       CAPTURE(c.message);
       CHECK(usage_error(c.args) == c.message);
     }
+  }
+
+  TEST_CASE("parse_options: --progress auto|always|never, and --no-progress as never") {
+    const struct {
+      std::vector<std::string> args;
+      ProgressMode mode;
+    } rows[] = {
+        {{}, ProgressMode::kAuto},
+        {{"--progress", "always"}, ProgressMode::kAlways},
+        {{"--progress", "never"}, ProgressMode::kNever},
+        {{"--no-progress"}, ProgressMode::kNever},
+        {{"--no-progress", "--progress", "never"}, ProgressMode::kNever},
+    };
+    for (const auto& r : rows) {
+      CAPTURE(r.args.size());
+      CHECK(parse(r.args).progress == r.mode);
+    }
+    CHECK(usage_error({"--progress", "yes"}) ==
+          "--progress: 'yes' is not one of auto, always, never");
+    CHECK(usage_error({"--no-progress", "--progress", "always"}) ==
+          "--no-progress and --progress always: give one");
   }
 
   TEST_CASE("parse_options: --window-bytes takes the byte-count grammar of dscache build") {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -300,6 +301,13 @@ TEST_SUITE("cli") {
     }
     CHECK(last["val_iou"].size() == 3);
     CHECK(trainer_test::read_file(out + "/curves.png").compare(1, 3, "PNG") == 0);
+    // model.json says what the outputs are: a score per class and pixel.
+    const auto card = nlohmann::json::parse(trainer_test::read_file(out + "/model.json"));
+    CHECK(card["task"] == "segment");
+    CHECK(card["model"] == "unet-small");
+    CHECK(card["outputs"] == 3);
+    CHECK(card["classes"] == std::vector<std::string>{"background", "red", "blue"});
+    CHECK(card["ignore_index"] == 255);
 
     struct Bad {
       std::string data;

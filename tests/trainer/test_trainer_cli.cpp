@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -96,6 +97,19 @@ TEST_SUITE("cli") {
              "--threads", "2", "--seed", "4", "--checkpoint-every", "2", "--log-every", "1",
              "--channels-last", "--lr", "0.01"});
     check_resume(tmp.path(), args, 5, ModelKind::kResnet18, 3, 3, 8, 8, 6 + 2, false);
+  }
+
+  // The step line averages the steps since the previous one; a checkpoint between two lines keeps
+  // that running sum, so the resumed run's line at step 6 averages steps 4-6 as the
+  // uninterrupted one does (check_same_result compares every line's loss exactly).
+  TEST_CASE("resume between two step lines: --log-every 3, checkpoint at step 4, same metrics") {
+    TempDir tmp;
+    const std::vector<std::string> args =
+        cat(train_on(tmp, trainer_test::synthetic(200, 12, 12, 3, 4, 5)),
+            {"--val", tmp.path() + "/train", "--epochs", "2", "--batch", "16", "--accum-steps", "2",
+             "--threads", "2", "--seed", "9", "--checkpoint-every", "4", "--log-every", "3"});
+    // 7 windows an epoch, 14 steps: step lines at 3, 6, 9, 12 and 2 epoch lines.
+    check_resume(tmp.path(), args, 5, ModelKind::kCnn, 3, 4, 12, 12, 4 + 2, false);
   }
 
   TEST_CASE("data parallel: 2 Gloo ranks of batch b equal 1 process of batch 2b") {
@@ -309,6 +323,99 @@ TEST_SUITE("cli") {
     }
   }
 
+  TEST_CASE("--help: the options grouped by concern under their headings, each option once") {
+    TempDir tmp;
+    const std::string log = tmp.path() + "/help.txt";
+    REQUIRE(trainer_test::run_process({train_exe(), "--help"}, {}, log) == 0);
+    const std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    const std::vector<std::string> headings = {"Data:",
+                                               "Task and model:",
+                                               "Optimisation:",
+                                               "Precision and device:",
+                                               "Output and resume:",
+                                               "Distributed:",
+                                               "Other:"};
+    size_t last = 0;
+    for (const std::string& h : headings) {
+      CAPTURE(h);
+      const size_t at = text.find("\n" + h + "\n");
+      REQUIRE(at != std::string::npos);
+      CHECK(at > last);  // in this order
+      last = at;
+    }
+    // Option lines start "  --name" (or "  -h [ --help ]"); descriptions wrap deeper.
+    std::map<std::string, int> seen;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("  -", 0) != 0) continue;
+      const size_t dash = line.find("--");
+      REQUIRE(dash != std::string::npos);
+      const size_t end = line.find_first_of(" ]=", dash);
+      ++seen[line.substr(dash + 2, end - dash - 2)];
+    }
+    for (const auto& [name, n] : seen) {
+      CAPTURE(name);
+      CHECK(n == 1);
+    }
+    for (const char* name : {"train",
+                             "val",
+                             "lazy-cache",
+                             "val-lazy-cache",
+                             "channels",
+                             "image-size",
+                             "normalize",
+                             "shuffle",
+                             "window-bytes",
+                             "workers",
+                             "prefetch",
+                             "task",
+                             "targets",
+                             "loss",
+                             "target-norm",
+                             "model",
+                             "epochs",
+                             "max-steps",
+                             "batch",
+                             "accum-steps",
+                             "effective-batch",
+                             "optimizer",
+                             "lr",
+                             "momentum",
+                             "weight-decay",
+                             "schedule",
+                             "warmup-steps",
+                             "step-size",
+                             "gamma",
+                             "clip-grad",
+                             "seed",
+                             "precision",
+                             "loss-scaling",
+                             "device",
+                             "channels-last",
+                             "threads",
+                             "keep-denormals",
+                             "output",
+                             "resume",
+                             "allow-data-change",
+                             "force",
+                             "log-every",
+                             "checkpoint-every",
+                             "progress",
+                             "no-progress",
+                             "nproc-per-node",
+                             "dist-timeout",
+                             "bucket-mb",
+                             "sync-bn",
+                             "help"}) {
+      CAPTURE(name);
+      CHECK(seen.count(name) == 1);
+    }
+    // The texts are kept: a heading's first option, with its words.
+    CHECK(text.find("Data:\n  --train arg") != std::string::npos);
+    CHECK(text.find("micro-batches per optimizer step (default 1)") != std::string::npos);
+  }
+
   // ---- launching, timeouts and failures (launch.h, distributed.h) ----
 
   // The data-parallel fixture: 200 samples, batch 8, K = 2 → 7 windows per epoch per rank.
@@ -342,6 +449,38 @@ TEST_SUITE("cli") {
     REQUIRE(WEXITSTATUS(st) == 0);
     check_same_result(tmp.path() + "/byhand", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12,
                       12, 14 + 2);
+  }
+
+  // srun sets SLURM_* only; the trainer reads them (rank_env.h) as it reads torchrun's. The real
+  // srun is the slurm suite's (tests/slurm); here the two tasks get what srun would give them.
+  TEST_CASE("Slurm job step variables: 2 tasks equal --nproc-per-node 2") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    trainer_test::write_cache(train, trainer_test::synthetic(200, 12, 12, 3, 4, 5));
+    const std::string port = std::to_string(trainer_test::free_port());
+    std::vector<int> pids;
+    for (int r = 0; r < 2; ++r) {
+      pids.push_back(trainer_test::spawn_process(
+          dp_args(train, tmp.path() + "/srun"),
+          {"SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=" + std::to_string(r),
+           "SLURM_LOCALID=" + std::to_string(r), "SLURM_STEP_NUM_TASKS=2", "SLURM_NTASKS=2",
+           "SLURM_STEP_NODELIST=localhost", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port},
+          log));
+    }
+    for (int pid : pids) {
+      const int st = trainer_test::wait_process(pid);
+      INFO(trainer_test::read_file(log));
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 0);
+    }
+    CHECK(trainer_test::read_file(log).find("2 ranks from Slurm (SLURM_PROCID") !=
+          std::string::npos);
+    const int st = trainer_test::run_process(
+        dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    check_same_result(tmp.path() + "/srun", tmp.path() + "/launched", ModelKind::kCnn, 3, 4, 12, 12,
+                      14 + 2);
   }
 
   TEST_CASE("a rank SIGKILLed mid-run: the launcher stops the other and exits 128 + 9") {
@@ -720,6 +859,63 @@ TEST_SUITE("cli") {
     }
   }
 
+  // Whether every occurrence of `needle` in `text` starts a line; false when there is none.
+  bool starts_lines(const std::string& text, const std::string& needle) {
+    size_t at = text.find(needle);
+    if (at == std::string::npos) return false;
+    for (; at != std::string::npos; at = text.find(needle, at + 1)) {
+      if (at > 0 && text[at - 1] != '\n') return false;
+    }
+    return true;
+  }
+
+  TEST_CASE("--progress always: the SIGINT messages and epoch summaries start lines of their own") {
+    TempDir tmp;
+    const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
+    const std::string out = tmp.path() + "/out";
+    trainer_test::write_cache(train, trainer_test::synthetic(64, 8, 8, 1, 4, 3));
+    auto args = tiny_args(train, out, {"--epochs", "2"});
+    std::replace(args.begin(), args.end(), std::string("--no-progress"), std::string("--progress"));
+    args.insert(std::find(args.begin(), args.end(), std::string("--progress")) + 1, "always");
+    // The hook raises SIGINT after step 3 of 4: the progress line drawn at step 1 is still open.
+    const int st = run_with_timeout(
+        args, {"DSCACHE_TEST_KILL_AFTER_STEPS=3", "DSCACHE_TEST_KILL_SIGNAL=2", "COLUMNS=100"}, log,
+        120);
+    std::string text = trainer_test::read_file(log);
+    CAPTURE(text);
+    CHECK(code_of(st) == 128 + SIGINT);
+    CHECK(text.find("\repoch 1/2 [") != std::string::npos);  // drawn, with its bar
+    CHECK(text.find(" ETA ") != std::string::npos);
+    CHECK(starts_lines(text, "dscache-train: got SIGINT: stopping after the current optimizer"));
+    CHECK(starts_lines(text, "dscache-train: stopped by SIGINT at epoch 1 step 3"));
+    // Resumed to the end: each epoch's final progress line ends before its summary on stdout.
+    args.push_back("--resume");
+    std::filesystem::remove(log);
+    REQUIRE(code_of(run_with_timeout(args, {"COLUMNS=100"}, log, 120)) == 0);
+    text = trainer_test::read_file(log);
+    CAPTURE(text);
+    const size_t bar = text.rfind("\repoch 2/2 [");  // the epoch's final line: a full bar
+    REQUIRE(bar != std::string::npos);
+    const size_t from = bar + 12, to = text.find(']', from);
+    REQUIRE(to != std::string::npos);
+    CHECK(text.substr(from, to - from) == std::string(to - from, '#'));
+    CHECK(text.compare(to, 6, "]  4/4") == 0);
+    CHECK(starts_lines(text, "epoch 1/2: loss"));
+    CHECK(starts_lines(text, "epoch 2/2: loss"));
+    // Not a terminal and no --progress: no progress line, as before (auto); --no-progress alike.
+    for (const char* mode : {"auto", "never"}) {
+      CAPTURE(mode);
+      auto plain = tiny_args(train, tmp.path() + "/" + mode, {"--epochs", "1"});
+      plain.erase(std::find(plain.begin(), plain.end(), std::string("--no-progress")));
+      if (std::string(mode) == "never") plain.push_back("--no-progress");
+      std::filesystem::remove(log);
+      REQUIRE(code_of(run_with_timeout(plain, {}, log, 120)) == 0);
+      text = trainer_test::read_file(log);
+      CHECK(text.find("epoch 1/1: loss") != std::string::npos);
+      CHECK(text.find('\r') == std::string::npos);
+    }
+  }
+
   TEST_CASE("a second SIGTERM while stopping exits at once, without a checkpoint") {
     TempDir tmp;
     const std::string train = tmp.path() + "/train", log = tmp.path() + "/log.txt";
@@ -847,7 +1043,8 @@ TEST_SUITE("cli") {
     std::string text = trainer_test::read_file(log);
     CAPTURE(text);
     CHECK(code_of(st) == 4);
-    CHECK(text.find("--output " + out + " holds a run (checkpoint.pt, metrics.jsonl, model.pt); " +
+    CHECK(text.find("--output " + out +
+                    " holds a run (checkpoint.pt, metrics.jsonl, model.pt, model.json); " +
                     "add --resume to continue it, or --force to start over") != std::string::npos);
     CHECK(trainer_test::read_file(out + "/model.pt") == model);  // untouched
     CHECK(trainer_test::read_file(out + "/metrics.jsonl") == metrics);
@@ -855,8 +1052,8 @@ TEST_SUITE("cli") {
     st = run_with_timeout(tiny_args(train, out, {"--lr", "0.2", "--force"}), {}, log, 120);
     text = trainer_test::read_file(log);
     CHECK(code_of(st) == 0);
-    CHECK(text.find("--force: removed the previous run's checkpoint.pt, metrics.jsonl, model.pt") !=
-          std::string::npos);
+    CHECK(text.find("--force: removed the previous run's checkpoint.pt, metrics.jsonl, model.pt, "
+                    "model.json") != std::string::npos);
     CHECK(read_metrics(out + "/metrics.jsonl").size() == 4 + 1);  // a new log, not appended
     CHECK(trainer_test::read_file(out + "/model.pt") != model);
     // A metrics log alone is a run too.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "amp.h"
+#include "checkpoint.h"
 #include "dscache/cache.h"
 #include "dscache/loader.h"
 #include "fixtures.h"
@@ -473,6 +474,39 @@ TEST_SUITE("unit") {
     CHECK(n == 11181642);  // torchvision resnet18(num_classes=10)
     auto cnn = make_model(ModelKind::kCnn, 1, 10, 28, 28);
     CHECK((cnn->named_parameters()["fc1.weight"].sizes() == torch::IntArrayRef({128, 64 * 7 * 7})));
+  }
+
+  TEST_CASE("model.pt: the weights load into make_model's architecture, plus the norm buffers") {
+    TempDir tmp;
+    const std::string path = tmp.path() + "/model.pt";
+    torch::manual_seed(3);
+    auto saved = make_model(ModelKind::kResnet18, 3, 4, 16, 16);  // with BatchNorm buffers
+    const Normalization norm{{0.1, 0.2, 0.30000001}, {0.5, 0.25, 0.125}};
+    save_model(*saved, norm, path);
+    // As docs/USAGE.md says: InputArchive into the same architecture, then the two buffers.
+    torch::manual_seed(4);
+    auto loaded = make_model(ModelKind::kResnet18, 3, 4, 16, 16);
+    torch::serialize::InputArchive a;
+    a.load_from(path);
+    loaded->load(a);
+    auto want = saved->named_parameters();
+    for (const auto& p : loaded->named_parameters()) {
+      CAPTURE(p.key());
+      CHECK(torch::equal(p.value(), want[p.key()]));
+    }
+    auto want_buffers = saved->named_buffers();
+    for (const auto& b : loaded->named_buffers()) {
+      CAPTURE(b.key());
+      CHECK(torch::equal(b.value(), want_buffers[b.key()]));
+    }
+    torch::Tensor mean, stdv;
+    a.read("dscache_norm_mean", mean, /*is_buffer=*/true);  // docs/USAGE.md's names and calls
+    a.read("dscache_norm_std", stdv, /*is_buffer=*/true);
+    // (InputArchive reads them with is_buffer false too; that they are buffers, which Python's
+    // named_buffers() lists, is tests/cli/test_model_export.py's to check.)
+    CHECK(mean.dtype() == torch::kFloat32);
+    CHECK(torch::equal(mean, torch::tensor({0.1f, 0.2f, 0.30000001f})));
+    CHECK(torch::equal(stdv, torch::tensor({0.5f, 0.25f, 0.125f})));
   }
 
   TEST_CASE("precision auto: bf16 only where it is native, fp16 on older GPUs, else fp32") {
