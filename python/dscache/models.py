@@ -6,6 +6,10 @@ network (bench/task_bench.py compares them).
     from dscache.models import build_model
     model = build_model("unet-small", "segment", in_channels=1, outputs=11, height=56, width=56)
 
+    from dscache.models import load_model, normalize   # a finished dscache-train run
+    model, card = load_model("run/")                   # run/model.json + run/model.pt
+    logits = model(normalize(uint8_nhwc_images, card))
+
 Needs python3-torch; `import dscache` alone does not import this module.
 
 - `Cnn` (classify, multilabel, regress): conv1 3x3 (C -> 32, padding 1) - ReLU - maxpool 2 -
@@ -22,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Block", "Cnn", "UnetSmall", "build_model", "KINDS"]
+__all__ = ["Block", "Cnn", "UnetSmall", "build_model", "load_model", "normalize", "KINDS"]
 
 KINDS = ("cnn", "unet-small")  # resnet18 is dscache-train's only model without a mirror here
 
@@ -114,3 +118,39 @@ def build_model(kind, task, in_channels, outputs, height, width):
         raise ValueError(f"build_model: unet-small needs images of at least 8x8, not "
                          f"{height}x{width}")
     return UnetSmall(in_channels, outputs)
+
+
+def load_model(run):
+    """A finished dscache-train run as `(model, card)`: `run` is its --output directory (or the
+    path of its model.pt, beside model.json). `card` is model.json's dict; `model` is
+    build_model() of the card's architecture with model.pt's weights (strict), in eval mode.
+    Feed it `normalize(images, card)`. ValueError naming the file when model.json is not a
+    dscache-model/1 card or names a model without a mirror here."""
+    import json
+    import os
+
+    run = os.fspath(run)
+    pt = run if run.endswith(".pt") else os.path.join(run, "model.pt")
+    card_path = os.path.join(os.path.dirname(pt) or ".", "model.json")
+    with open(card_path) as f:
+        card = json.load(f)
+    if card.get("format") != "dscache-model/1":
+        raise ValueError(f"{card_path}: format {card.get('format')!r} is not dscache-model/1")
+    model = build_model(card["model"], card["task"], card["in_channels"], card["outputs"],
+                        card["height"], card["width"])
+    state = torch.jit.load(pt, map_location="cpu").state_dict()
+    model.load_state_dict({k: v for k, v in state.items() if not k.startswith("dscache_")},
+                          strict=True)
+    return model.eval(), card
+
+
+def normalize(images, card):
+    """uint8 images as the cache stores them, (N, H, W, C) or (H, W, C) (numpy or torch), as the
+    float32 NCHW input the card's model was trained on: (pixel / 255 - mean[c]) / std[c]."""
+    x = torch.as_tensor(images)
+    if x.dim() == 3:
+        x = x.unsqueeze(0)
+    x = x.permute(0, 3, 1, 2).float() / 255
+    mean = torch.tensor(card["normalization"]["mean"], dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.tensor(card["normalization"]["std"], dtype=torch.float32).view(1, -1, 1, 1)
+    return (x - mean) / std

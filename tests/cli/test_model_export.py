@@ -175,6 +175,18 @@ def case_model_pt(tmp):
     documented = usage_snippet_predictions(out, tmp / "val" / shards[0]["file"])
     check_eq(documented, [card["classes"][i] for i in predicted.tolist()],
              "docs/USAGE.md's example vs the mirror")
+    # dscache.models.load_model + normalize: the same predictions from the run directory alone.
+    # (models.py imports only torch: loaded from the source tree, with or without the built module)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "dscache_models", Path(__file__).resolve().parents[2] / "python" / "dscache" / "models.py")
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    loaded, loaded_card = models.load_model(out)
+    check_eq(loaded_card, card, "load_model's card vs model.json")
+    with torch.no_grad():
+        again = loaded(models.normalize(load_images(tmp / "val"), loaded_card)).argmax(1).numpy()
+    check_eq(again.tolist(), predicted.tolist(), "dscache.models.load_model's predictions")
     # The loss is the sharper test: a normalization off by a little moves it.
     check(abs(loss - last["val_loss"]) <= 1e-4 * max(1.0, last["val_loss"]),
           f"the mirror's mean cross entropy {loss} != the run's val_loss {last['val_loss']}")
