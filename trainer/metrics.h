@@ -1,5 +1,5 @@
 // What a run reports: metrics.jsonl lines and the per-epoch summary on stdout (no torch types;
-// the progress line is progress.h's).
+// the progress line is progress_line.h's).
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,7 @@
 #include "metrics.h"
 #include "models.h"
 #include "options.h"
-#include "progress.h"
+#include "progress_line.h"
 #include "safety.h"
 #include "segment.h"
 #include "step.h"

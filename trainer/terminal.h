@@ -9,8 +9,8 @@ namespace train {
 // terminal's (TIOCGWINSZ), else 80.
 int stderr_columns();
 
-// Process-wide by nature, like the terminal it describes: set by ProgressLine (progress.h) after
-// it draws a line without ending it; cleared by end_progress_line().
+// Process-wide by nature, like the terminal it describes: set by ProgressLine (progress_line.h)
+// after it draws a line without ending it; cleared by end_progress_line().
 void mark_progress_line_open();
 // Ends an open progress line with a newline on stderr, so that the next message starts at the
 // beginning of a line; does nothing otherwise. Async-signal-safe (a lock-free atomic and one

@@ -22,6 +22,9 @@ Needs python3-torch; `import dscache` alone does not import this module.
   each upsampling goes to its skip's exact size. Output (N, outputs, H, W).
 Default PyTorch initialisation (LibTorch's is the same).
 """
+import json
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -126,9 +129,6 @@ def load_model(run):
     build_model() of the card's architecture with model.pt's weights (strict), in eval mode.
     Feed it `normalize(images, card)`. ValueError naming the file when model.json is not a
     dscache-model/1 card or names a model without a mirror here."""
-    import json
-    import os
-
     run = os.fspath(run)
     pt = run if run.endswith(".pt") else os.path.join(run, "model.pt")
     card_path = os.path.join(os.path.dirname(pt) or ".", "model.json")

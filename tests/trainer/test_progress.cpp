@@ -1,5 +1,5 @@
-// The trainer's progress line (trainer/progress.h): its text at every width, the durations, the
-// ETAs with unknown and zero rates, and what ProgressLine writes to stderr.
+// The trainer's progress line (trainer/progress_line.h): its text at every width, the durations,
+// the ETAs with unknown and zero rates, and what ProgressLine writes to stderr.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
-#include "progress.h"
+#include "progress_line.h"
 #include "terminal.h"
 
 namespace {
