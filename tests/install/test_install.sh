@@ -18,10 +18,17 @@ pc=$(find "$tmp/root" -name dscache.pc | head -n 1)
 for h in cache.h loader.h error.h manifest.h; do
   [[ -n $(find "$tmp/root" -path "*/include/dscache/$h") ]] || { echo "FAIL: dscache/$h not installed"; exit 1; }
 done
-# The .pc file names the real prefix; the sysroot maps it into the staging directory.
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+# The .pc files are relocatable (prefix=${pcfiledir}/...): the staged install works where it
+# lies, with no PKG_CONFIG_SYSROOT_DIR. PKG_CONFIG_LIBDIR holds only them, so a requirement on
+# hdf5, libjpeg, opencv4... (which a consumer without their -dev packages cannot meet) fails here.
+unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+export PKG_CONFIG_LIBDIR=$(dirname "$pc")
 flags=$(pkg-config --cflags --libs dscache)
-libdir=$(pkg-config --variable=libdir dscache)  # already under the sysroot
+libdir=$(pkg-config --variable=libdir dscache)
+[[ "$(cd "$libdir" && pwd -P)" == "$(cd "$tmp/root" && pwd -P)"/* ]] ||
+  { echo "FAIL: dscache.pc's libdir $libdir is not in the staged tree $tmp/root"; exit 1; }
+[[ -z "$(pkg-config --print-requires-private dscache)" ]] ||
+  { echo "FAIL: dscache.pc has private requirements: $(pkg-config --print-requires-private dscache)"; exit 1; }
 # The installed headers must not need anything but the standard library.
 c++ -std=c++17 -Wall -Werror "${san[@]}" "$src/docs/example.cpp" $flags -o "$tmp/example"
 
