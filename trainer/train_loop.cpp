@@ -143,12 +143,9 @@ Run::Window Run::run_window(EpochClock* ec) {
     if (votes > 0) {
       w.stop = asked ? asked : totals[3].item<double>() == votes * SIGINT ? SIGINT : SIGTERM;
     }
-    if (segment()) {
+    if (segment()) {  // otherwise both are w.samples, already over all ranks
       w.weight = totals[4].item<double>();
       w.count = static_cast<int64_t>(totals[5].item<double>());
-    } else {
-      w.weight = static_cast<double>(w.samples);  // already over all ranks
-      w.count = w.samples;
     }
   }
   // One mean over the window's labelled pixels, whichever micro-batch or rank held them.
