@@ -1,12 +1,12 @@
 // --task segment: masks, the pixel loss and its window normaliser, IoU metrics.
 #include "segment.h"
 
-#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "dscache/error.h"
 #include "dscache/fields.h"
+#include "evaluate.h"
 
 namespace dscache {
 namespace train {
@@ -145,31 +145,16 @@ nlohmann::json SegmentMetrics::finish() const {
 
 TargetEval evaluate_segment(Classifier& model, Loader& loader, const BatchConverter& conv,
                             const AmpConfig& amp, const TargetSpec& spec) {
-  model.eval();
-  torch::NoGradGuard no_grad;
-  conv.wait_copied();
-  loader.start_epoch(0, 0);
   SegmentMetrics metrics(spec);
   double loss = 0, weight = 0;
-  while (true) {
-    conv.wait_copied();
-    const Batch* b = loader.next();
-    if (!b) break;
-    const torch::Tensor x = conv.images(*b);
-    const torch::Tensor masks = batch_masks(spec, *b, x.device());
-    torch::Tensor logits;
-    {
-      std::optional<AutocastGuard> guard;
-      if (amp.autocast) guard.emplace(amp.device, amp.dtype);
-      logits = model.forward(x);
-    }
-    logits = logits.to(torch::kFloat);
-    const PixelLoss p = pixel_loss(spec, logits, masks);
-    loss += p.loss_sum.item<double>();
-    weight += p.weight.item<double>();
-    metrics.add(logits, masks);
-  }
-  model.train();
+  for_each_eval_batch(model, loader, conv, amp,
+                      [&](const Batch& b, const torch::Tensor& x, const torch::Tensor& logits) {
+                        const torch::Tensor masks = batch_masks(spec, b, x.device());
+                        const PixelLoss p = pixel_loss(spec, logits, masks);
+                        loss += p.loss_sum.item<double>();
+                        weight += p.weight.item<double>();
+                        metrics.add(logits, masks);
+                      });
   TargetEval r;
   r.loss = weight > 0 ? loss / weight : 0;
   r.metrics = metrics.finish();

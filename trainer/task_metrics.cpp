@@ -5,7 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <optional>
+
+#include "evaluate.h"
 
 namespace dscache {
 namespace train {
@@ -107,31 +108,16 @@ nlohmann::json TargetMetrics::finish() const {
 
 TargetEval evaluate_targets(Classifier& model, Loader& loader, const BatchConverter& conv,
                             const AmpConfig& amp, const TargetSpec& spec) {
-  model.eval();
-  torch::NoGradGuard no_grad;
-  conv.wait_copied();
-  loader.start_epoch(0, 0);
   TargetMetrics metrics(spec);
   double loss = 0;
   int64_t n = 0;
-  while (true) {
-    conv.wait_copied();
-    const Batch* b = loader.next();
-    if (!b) break;
-    const torch::Tensor x = conv.images(*b);
-    const torch::Tensor y = batch_targets(spec, *b, x.device());
-    torch::Tensor outputs;
-    {
-      std::optional<AutocastGuard> guard;
-      if (amp.autocast) guard.emplace(amp.device, amp.dtype);
-      outputs = model.forward(x);
-    }
-    outputs = outputs.to(torch::kFloat);
-    loss += target_loss_sum(spec, outputs, y).item<double>();
-    metrics.add(outputs, y);
-    n += b->size;
-  }
-  model.train();
+  for_each_eval_batch(model, loader, conv, amp,
+                      [&](const Batch& b, const torch::Tensor& x, const torch::Tensor& outputs) {
+                        const torch::Tensor y = batch_targets(spec, b, x.device());
+                        loss += target_loss_sum(spec, outputs, y).item<double>();
+                        metrics.add(outputs, y);
+                        n += b.size;
+                      });
   TargetEval r;
   r.loss = n ? loss / n : 0;
   r.metrics = metrics.finish();
