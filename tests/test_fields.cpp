@@ -16,6 +16,7 @@
 #include "dscache/cache_writer.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
+#include "dscache/fields.h"
 #include "dscache/jpeg.h"
 #include "dscache/loader.h"
 #include "dscache/manifest.h"
@@ -475,5 +476,19 @@ TEST_SUITE("fields") {
         CHECK_THROWS_WITH(dscache::Loader(cache, plain), doctest::Contains("nope"));
       }
     }
+  }
+}
+
+TEST_SUITE("unit") {
+  TEST_CASE("fields: element_at reads each dtype's little-endian element k") {
+    const uint8_t u8[] = {7, 200};
+    const uint16_t u16[] = {1, 65535};
+    const int64_t i64[] = {3, -5};
+    const float f32[] = {0.5f, -2.25f};
+    auto bytes = [](const void* p) { return static_cast<const uint8_t*>(p); };
+    CHECK(dscache::element_at(dscache::FieldType::kUint8, u8, 1) == 200);
+    CHECK(dscache::element_at(dscache::FieldType::kUint16, bytes(u16), 1) == 65535);
+    CHECK(dscache::element_at(dscache::FieldType::kInt64, bytes(i64), 1) == -5);
+    CHECK(dscache::element_at(dscache::FieldType::kFloat32, bytes(f32), 1) == -2.25);
   }
 }

@@ -30,48 +30,24 @@ cv::Scalar colour_of_id(uint64_t id) {  // id > 0
   return cv::Scalar(c[2], c[1], c[0]);
 }
 
-// Element k of a value of type t, little-endian (the hosts dscache runs on are).
-double number_at(FieldType t, const uint8_t* p, uint64_t k) {
-  switch (t) {
-    case FieldType::kUint8:
-      return p[k];
-    case FieldType::kUint16: {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * k, 2);
-      return v;
-    }
-    case FieldType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p + 8 * k, 8);
-      return static_cast<double>(v);
-    }
-    case FieldType::kFloat32: {
-      float v;
-      std::memcpy(&v, p + 4 * k, 4);
-      return v;
-    }
-  }
-  return 0;
-}
-
 int64_t int_at(FieldType t, const uint8_t* p, uint64_t k) {
   if (t == FieldType::kInt64) {
     int64_t v;
     std::memcpy(&v, p + 8 * k, 8);
     return v;
   }
-  return static_cast<int64_t>(number_at(t, p, k));
+  return static_cast<int64_t>(element_at(t, p, k));
 }
 
 json element_json(FieldType t, const uint8_t* p, uint64_t k) {
-  if (t == FieldType::kFloat32) return number_at(t, p, k);
+  if (t == FieldType::kFloat32) return element_at(t, p, k);
   return int_at(t, p, k);
 }
 
 std::string element_text(FieldType t, const uint8_t* p, uint64_t k) {
   char buf[40];
   if (t == FieldType::kFloat32) {
-    std::snprintf(buf, sizeof buf, "%g", number_at(t, p, k));
+    std::snprintf(buf, sizeof buf, "%g", element_at(t, p, k));
   } else {
     std::snprintf(buf, sizeof buf, "%" PRId64, int_at(t, p, k));
   }
@@ -243,7 +219,7 @@ void print_sample_fields(const Manifest& m, const SampleFields& s) {
         std::string names;
         for (uint64_t k = 0; k < spec.row_elements(); ++k) {
           line += (k ? " " : "") + element_text(spec.dtype, p, k);
-          if (spec.shape.size() == 1 && k < spec.classes.size() && number_at(spec.dtype, p, k)) {
+          if (spec.shape.size() == 1 && k < spec.classes.size() && element_at(spec.dtype, p, k)) {
             names += (names.empty() ? "" : ", ") + spec.classes[k];
           }
         }
@@ -365,10 +341,10 @@ void draw_fields(const Manifest& m, const SampleFields& s, bool names, cv::Mat* 
     const int lf = label_field_of(m, b);
     const uint8_t* p = s.values[b].data();
     for (uint64_t r = 0; r < s.rows[b]; ++r) {
-      const double x1 = number_at(FieldType::kFloat32, p, r * 4),
-                   y1 = number_at(FieldType::kFloat32, p, r * 4 + 1),
-                   x2 = number_at(FieldType::kFloat32, p, r * 4 + 2),
-                   y2 = number_at(FieldType::kFloat32, p, r * 4 + 3);
+      const double x1 = element_at(FieldType::kFloat32, p, r * 4),
+                   y1 = element_at(FieldType::kFloat32, p, r * 4 + 1),
+                   x2 = element_at(FieldType::kFloat32, p, r * 4 + 2),
+                   y2 = element_at(FieldType::kFloat32, p, r * 4 + 3);
       cv::Scalar colour = kBoxColour;
       std::string text;
       if (lf >= 0 && r < s.rows[static_cast<size_t>(lf)]) {

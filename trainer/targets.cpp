@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 #include "dscache/exit_codes.h"
@@ -37,29 +36,6 @@ size_t field_index(const SampleSource& source, const std::string& name, const st
 }
 
 }  // namespace
-
-double field_element(const FieldSpec& f, const uint8_t* data, uint64_t e) {
-  switch (f.dtype) {
-    case FieldType::kUint8:
-      return data[e];
-    case FieldType::kUint16: {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * e, 2);
-      return v;
-    }
-    case FieldType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, data + 8 * e, 8);
-      return static_cast<double>(v);
-    }
-    case FieldType::kFloat32: {
-      float v;
-      std::memcpy(&v, data + 4 * e, 4);
-      return v;
-    }
-  }
-  return 0;
-}
 
 namespace {
 
@@ -110,7 +86,7 @@ void scan_mask_classes(const SampleSource& source, const std::string& where, Tar
     for (uint64_t i = 0; i < source.size(); ++i) {
       const FieldView v = source.field(i, fi);
       for (uint64_t e = 0; e < v.bytes / bytes; ++e) {
-        const double x = field_element(f, v.data, e);
+        const double x = element_at(f.dtype, v.data, e);
         if (x != spec->ignore_index && x > top) top = x;
       }
     }
@@ -184,7 +160,7 @@ void measure_target_stats(const SampleSource& source, TargetSpec* spec) {
     for (uint64_t i = 0; i < n; ++i) {
       const FieldView v = source.field(i, fi);
       for (uint64_t e = 0; e < f.row_elements(); ++e) {
-        const double x = field_element(f, v.data, e);
+        const double x = element_at(f.dtype, v.data, e);
         sum[j + e] += x;
         sq[j + e] += x * x;
       }

@@ -47,8 +47,5 @@ void scan_mask_classes(const SampleSource& source, const std::string& where, Tar
 // population std per output (a std below 1e-6 becomes 1).
 void measure_target_stats(const SampleSource& source, TargetSpec* spec);
 
-// Element e of a field's little-endian values (any dtype) as a double.
-double field_element(const FieldSpec& f, const uint8_t* data, uint64_t e);
-
 }  // namespace train
 }  // namespace dscache

@@ -24,7 +24,7 @@ torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::D
     for (int64_t s = 0; s < n; ++s) {
       for (uint64_t e = 0; e < per; ++e) {
         const size_t k = j + e;
-        const double v = field_element(f, fb->data, s * per + e);
+        const double v = element_at(f.dtype, fb->data, s * per + e);
         if (spec.kind == TaskKind::kMultilabel && v != 0 && v != 1) {
           throw Error(ErrorKind::kInvalidArgument, "",
                       "field '" + f.name + "': sample " + std::to_string(batch.indices[s]) +

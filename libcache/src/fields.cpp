@@ -1,6 +1,7 @@
 // Field kinds and types: their stored names, sizes and the rules a field spec must follow.
 #include "dscache/fields.h"
 
+#include <cstring>
 #include <set>
 
 #include "dscache/error.h"
@@ -39,6 +40,29 @@ constexpr EnumTable<FieldType> kFieldTypeNames(kFieldType);
 
 const char* to_string(FieldKind k) { return kFieldKindNames.to_string(k); }
 const char* to_string(FieldType t) { return kFieldTypeNames.to_string(t); }
+
+double element_at(FieldType t, const uint8_t* data, uint64_t k) {
+  switch (t) {
+    case FieldType::kUint8:
+      return data[k];
+    case FieldType::kUint16: {
+      uint16_t v;
+      std::memcpy(&v, data + 2 * k, 2);
+      return v;
+    }
+    case FieldType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, data + 8 * k, 8);
+      return static_cast<double>(v);
+    }
+    case FieldType::kFloat32: {
+      float v;
+      std::memcpy(&v, data + 4 * k, 4);
+      return v;
+    }
+  }
+  return 0;
+}
 
 uint32_t element_bytes(FieldType t) {
   switch (t) {

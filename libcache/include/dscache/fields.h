@@ -37,6 +37,8 @@ const char* to_string(FieldKind k);
 const char* to_string(FieldType t);
 // Bytes of one element: 1, 2, 8, 4.
 uint32_t element_bytes(FieldType t);
+// Element k of little-endian values of type t at `data`, as a double (int64 beyond 2^53 rounds).
+double element_at(FieldType t, const uint8_t* data, uint64_t k);
 // The npy descr of the type: "|u1", "<u2", "<i8", "<f4".
 const char* npy_descr(FieldType t);
 
