@@ -31,7 +31,7 @@ def need_torch():
     try:
         import torch
     except ImportError:
-        raise Skip("python3-torch is not installed (scripts/setup-deps --bench)")
+        raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
     return torch
 
 

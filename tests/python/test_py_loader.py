@@ -128,7 +128,7 @@ def need_torch():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise Skip("python3-torch is not installed (scripts/setup-deps --bench)")
+        raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
 
 
 def test_torch_tensors(tmp):

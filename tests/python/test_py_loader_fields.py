@@ -296,7 +296,7 @@ def test_torch_batches_share_memory(tmp):
     try:
         import torch
     except ImportError:
-        raise Skip("python3-torch is not installed (scripts/setup-deps --bench)")
+        raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
     cache = dscache.Cache(write_cache(tmp, n=20))
     loader = dscache.Loader(cache, batch_size=8, seed=1, transform=RANDOM)
     want = [{k: v.copy() for k, v in b.items()} for b in loader]
