@@ -39,7 +39,8 @@ void dry_run_build(const BuildOptions& opt) {
   const FreeSpace space = free_space_for(partial);
   // A --resume keeps the interrupted build's finished shards: only the rest is to be written.
   const uint64_t kept = opt.resume ? bytes_under(partial) : 0;
-  const SpaceDecision d = decide_space(est.bytes, kept, space.available);
+  const uint64_t needs = allocated_bytes(est, space.block);
+  const SpaceDecision d = decide_space(needs, kept, space.available);
 
   std::printf("dry run: nothing was written\n");
   line("source:", plan.src.root + " (" + plan.src.kind + ", " +
@@ -66,6 +67,8 @@ void dry_run_build(const BuildOptions& opt) {
   }
   line("estimate:",
        sized(est.bytes) + " for OUTPUT: shards, field files, side files and manifest.json");
+  line("on disk:", sized(needs) + " in " + std::to_string(est.files.size()) + " files of whole " +
+                       format_bytes(space.block) + " blocks");
   for (const std::string& note : est.notes) line("note:", note);
   line("output:", output);
   if (exists(output)) {

@@ -22,6 +22,13 @@ namespace {
 constexpr uint64_t kHeaderRead = uint64_t{64} << 10;  // first try at an image header
 constexpr uint64_t kHeaderMost = uint64_t{1} << 20;   // ... and the most read for one (EXIF)
 constexpr uint64_t kMost = uint64_t{1} << 62;         // a shape bound that sizes npy headers
+// The resume state's model (a sidecar is JSON: the shard's entry, then per sample its label, its
+// checksums as decimal numbers, its source and index row).
+constexpr uint64_t kSidecarBase = 512;
+constexpr uint64_t kSidecarPerSample = 24;    // a label and the separators
+constexpr uint64_t kSidecarPerColumn = 21;    // a checksum: up to 20 digits and a comma
+constexpr uint64_t kSidecarPerIndex = 12;     // an index value
+constexpr uint64_t kFingerprintBytes = 2048;  // .build.json
 
 // One position of the range: the sample it should become (or a skip).
 struct Planned {
@@ -35,8 +42,12 @@ uint64_t npy_header_bytes(const char* descr, std::vector<uint64_t> shape) {
   return format_npy_header(descr, shape).size();
 }
 
-// The header dims of a source image file; false when they cannot be read.
-bool header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
+enum class Header { kDims, kNoDims, kNotImage };
+
+// The header dims of a source image file: kNotImage for what the build will skip whatever its
+// bytes (no such file, not a regular file, empty, no image format's magic), kNoDims for an image
+// whose header says no size (its size is then guessed).
+Header header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
   try {
     const File f = File::open(path);  // a FIFO or device is refused, never read
     for (uint64_t n = kHeaderRead;; n = std::min(kHeaderMost, n * 4)) {
@@ -44,15 +55,16 @@ bool header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
       std::vector<uint8_t> head(static_cast<size_t>(take));
       f.read_at(0, take, head.data());
       const ImageHeaderInfo info = read_image_header(head.data(), head.size());
+      if (info.format == ImageFormat::kUnknown) return Header::kNotImage;
       if (info.dims_known && info.width > 0 && info.height > 0) {
         *h = info.height;
         *w = info.width;
-        return true;
+        return Header::kDims;
       }
-      if (take == f.size() || n == kHeaderMost) return false;
+      if (take == f.size() || n == kHeaderMost) return Header::kNoDims;
     }
   } catch (const Error&) {
-    return false;  // the build reports it as a skip with its reason
+    return Header::kNotImage;
   }
 }
 
@@ -78,10 +90,14 @@ uint64_t plan_samples(const BuildOptions& opt, const SourceListing& src, const B
       if (src.kind == "idx") {
         h = src.idx->rows;
         w = src.idx->cols;
-      } else if (!header_dims(e.path, &h, &w)) {
-        guessed.push_back(plan->size());
+      } else {
+        const Header got = header_dims(e.path, &h, &w);
+        if (got == Header::kNoDims) guessed.push_back(plan->size());
+        if (got == Header::kNotImage) p.reason = "not an image (empty, unreadable or no format)";
       }
-      if (h != 0 && r.max_pixels != 0 && uint64_t{h} * w > r.max_pixels) {
+      if (!p.reason.empty()) {
+        // a skip
+      } else if (h != 0 && r.max_pixels != 0 && uint64_t{h} * w > r.max_pixels) {
         p.reason = "image too large: its header claims more than --max-pixels";
       } else if (h != 0) {
         ragged_size(h, w, r.max_side, &p.height, &p.width);
@@ -148,6 +164,14 @@ std::vector<uint64_t> field_header_shape(const FieldSpec& f, const BuildRecipe& 
 
 }  // namespace
 
+uint64_t allocated_bytes(const BuildEstimate& est, uint64_t block) {
+  uint64_t total = 0;
+  for (const auto* list : {&est.files, &est.transient}) {
+    for (uint64_t b : *list) total += block == 0 ? b : (b + block - 1) / block * block;
+  }
+  return total;
+}
+
 BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
                              const BuildRecipe& r, uint64_t first, uint64_t end) {
   const uint64_t n = src.entries.size();
@@ -207,7 +231,9 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
   m.has_part = opt.part_count != 0;
   m.part = PartRecord{opt.part_index, opt.part_count, first, end - first};
 
-  uint64_t sources_bytes = 0, skips_bytes = 0, shard_data = 0, shard_count = 0;
+  uint64_t sources_bytes = 0, skips_bytes = 0, shard_data = 0, shard_count = 0, sidecar = 0;
+  const uint64_t index_cols = opt.codec == Codec::kJpeg ? 4 : ragged ? 3 : 0;
+  est.transient.push_back(kFingerprintBytes);
   std::vector<uint64_t> shard_fields(fields.size(), 0);  // this shard's field value bytes
   auto close_shard = [&](const std::vector<uint64_t>& npy_shape) {
     ShardEntry s;
@@ -225,16 +251,21 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
                         shard_fields[f];
       ff.values.xxh64 = ~uint64_t{0};
       est.field_bytes += ff.values.bytes;
+      est.files.push_back(ff.values.bytes);
       if (has_offsets(fields[f], opt.layout)) {
         ff.offsets.file = field_file_name(fields[f].name, m.shards.size(), true);
         ff.offsets.bytes = npy_header_bytes("<i8", {shard_count + 1}) + 8 * (shard_count + 1);
         ff.offsets.xxh64 = ~uint64_t{0};
         est.field_bytes += ff.offsets.bytes;
+        est.files.push_back(ff.offsets.bytes);
       }
       s.fields.push_back(ff);
       shard_fields[f] = 0;
     }
     est.bytes += s.bytes;
+    est.files.push_back(s.bytes);
+    est.transient.push_back(kSidecarBase + sidecar);
+    sidecar = 0;
     m.shards.push_back(s);
     shard_data = 0;
     shard_count = 0;
@@ -243,7 +274,10 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
   for (const Planned& p : plan) {
     const SourceEntry& e = src.entries[p.entry];
     if (p.height == 0) {
-      skips_bytes += nlohmann::json{{"source", e.name}, {"reason", p.reason}}.dump().size() + 1;
+      const uint64_t line =
+          nlohmann::json{{"source", e.name}, {"reason", p.reason}}.dump().size() + 1;
+      skips_bytes += line;
+      sidecar += line;
       ++est.skips;
       continue;
     }
@@ -259,7 +293,10 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
       shard_fields[f] += field_value_bytes(fields[f], src, p, f);
     }
     est.image_bytes += p.image;
-    sources_bytes += nlohmann::json(e.name).dump().size() + 1;
+    const uint64_t name = nlohmann::json(e.name).dump().size() + 1;
+    sources_bytes += name;
+    sidecar += name + kSidecarPerSample + kSidecarPerColumn * (1 + fields.size()) +
+               kSidecarPerIndex * index_cols;
     if (!m.classes.empty() && e.label >= 0 && static_cast<size_t>(e.label) < m.classes.size()) {
       ++m.class_counts[static_cast<size_t>(e.label)];
     }
@@ -286,6 +323,7 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
     f->bytes = bytes;
     f->xxh64 = ~uint64_t{0};
     est.bytes += bytes;
+    est.files.push_back(bytes);
   };
   side(&m.labels, "labels.npy", npy_header_bytes("<i8", {count}) + 8 * count);
   const uint64_t columns = 1 + fields.size();
@@ -300,7 +338,8 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
     side(&m.index, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
          npy_header_bytes("<i8", {count, cols}) + 8 * count * cols);
   }
-  est.bytes += to_json(m).size();
+  est.files.push_back(to_json(m).size());
+  est.bytes += est.files.back();
   for (const FieldSpec& f : fields) {
     if (f.kind == FieldKind::kBoxes) {
       est.notes.push_back("field '" + f.name +

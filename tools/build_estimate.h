@@ -14,18 +14,27 @@ namespace dscache {
 
 // The expected size of the cache directory a build writes. Plain value type.
 struct BuildEstimate {
-  uint64_t entries = 0;      // source positions this build covers (its part, or all)
-  uint64_t samples = 0;      // of which expected to become samples
-  uint64_t skips = 0;        // of which the listing (or an image header) already says are bad
-  uint64_t shards = 0;       // shard files
-  uint64_t image_bytes = 0;  // the samples' stored bytes (shard data)
-  uint64_t field_bytes = 0;  // field values and offsets (docs/FORMAT.md "Fields")
-  uint64_t bytes = 0;        // everything: shards, field files, side files, manifest.json
+  uint64_t entries = 0;         // source positions this build covers (its part, or all)
+  uint64_t samples = 0;         // of which expected to become samples
+  uint64_t skips = 0;           // of which the listing (or an image header) already says are bad
+  uint64_t shards = 0;          // shard files
+  uint64_t image_bytes = 0;     // the samples' stored bytes (shard data)
+  uint64_t field_bytes = 0;     // field values and offsets (docs/FORMAT.md "Fields")
+  uint64_t bytes = 0;           // everything: shards, field files, side files, manifest.json
+  std::vector<uint64_t> files;  // each file's bytes (they sum to `bytes`)
+  // The resume state the build holds beside its files until the manifest is written (one
+  // sidecar per shard and the fingerprint; docs/FORMAT.md "Building"), modelled: part of the
+  // peak on disk, not of the cache.
+  std::vector<uint64_t> transient;
   // How image_bytes was found: "exact (fixed size)", "from the headers of the sources",
   // "estimate from N of M sources encoded at quality Q".
   std::string basis;
   std::vector<std::string> notes;  // what the estimate cannot know, and by how much it may be off
 };
+
+// What the build of `est` occupies at its peak on a filesystem of `block`-byte blocks (0: bytes):
+// its files and resume state, each rounded up to a block.
+uint64_t allocated_bytes(const BuildEstimate& est, uint64_t block);
 
 // Estimates the build of positions [first, end) of `src`'s cache order with the resolved recipe
 // `r`. Fixed-size raw samples are exact; the ragged layout reads every source's image header

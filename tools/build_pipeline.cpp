@@ -197,11 +197,12 @@ void check_space(const BuildOptions& opt, const BuildPlan& plan, const CacheWrit
   const FreeSpace space = free_space_for(writer.partial());
   // A resumed build counts what it kept (its finished shards and their sidecars) as written.
   const uint64_t kept = writer.position() > plan.first ? bytes_under(writer.partial()) : 0;
-  const SpaceDecision d = decide_space(est.bytes, kept, space.available);
+  const uint64_t needs = allocated_bytes(est, space.block);
+  const SpaceDecision d = decide_space(needs, kept, space.available);
   if (d.fits) return;
-  std::string what = "about " + format_bytes(est.bytes) + " (dscache build --dry-run shows how)";
+  std::string what = "about " + format_bytes(needs) + " (dscache build --dry-run shows how)";
   if (kept != 0) {
-    what = format_bytes(d.needed) + ": an estimated " + format_bytes(est.bytes) + " less the " +
+    what = format_bytes(d.needed) + ": an estimated " + format_bytes(needs) + " less the " +
            format_bytes(kept) + " the interrupted build already wrote";
   }
   throw NotEnoughSpaceError(ErrorKind::kIOError, writer.output(),

@@ -49,6 +49,7 @@ FreeSpace free_space_for(const std::string& path) {
   out.probed = p.string();
   out.mount_point = mount_point_of(p);
   out.available = static_cast<uint64_t>(vfs.f_bavail) * static_cast<uint64_t>(vfs.f_frsize);
+  out.block = static_cast<uint64_t>(vfs.f_frsize);
   return out;
 }
 
@@ -64,7 +65,10 @@ uint64_t bytes_under(const std::string& dir) {
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return 0;
   uint64_t total = 0;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && !it->is_symlink(ec)) total += it->file_size(ec);
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
   }
   return total;
 }

@@ -12,6 +12,7 @@ struct FreeSpace {
   std::string probed;  // the path asked about: the path itself or its nearest existing ancestor
   std::string mount_point;  // the top of that filesystem (the highest ancestor on the same device)
   uint64_t available = 0;   // bytes an unprivileged writer may still use (f_bavail * f_frsize)
+  uint64_t block = 0;       // the allocation unit (f_frsize): a file occupies whole blocks
 };
 
 // Free space of the filesystem `path` will be on: statvfs of `path`, or of its nearest existing
@@ -27,8 +28,8 @@ struct SpaceDecision {
 };
 SpaceDecision decide_space(uint64_t estimate, uint64_t existing, uint64_t available);
 
-// Bytes held by the regular files under `dir` (recursively; symlinks not followed); 0 when `dir`
-// does not exist. What a resumed write already has on disk.
+// Bytes the regular files under `dir` occupy (allocated blocks, st_blocks * 512; recursively,
+// symlinks not followed); 0 when `dir` does not exist. What a resumed write already holds.
 uint64_t bytes_under(const std::string& dir);
 
 }  // namespace dscache
