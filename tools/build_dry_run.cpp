@@ -67,7 +67,8 @@ void dry_run_build(const BuildOptions& opt) {
   }
   line("estimate:",
        sized(est.bytes) + " for OUTPUT: shards, field files, side files and manifest.json");
-  line("on disk:", sized(needs) + " in " + std::to_string(est.files.size()) + " files of whole " +
+  line("on disk:", sized(needs) + " at the peak: the " + std::to_string(est.files.size()) +
+                       " files and the build's resume state, each in whole " +
                        format_bytes(space.block) + " blocks");
   for (const std::string& note : est.notes) line("note:", note);
   line("output:", output);
