@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -162,6 +163,177 @@ std::vector<uint64_t> field_header_shape(const FieldSpec& f, const BuildRecipe& 
   return shape;
 }
 
+// The manifest the build will write, but for its shards, counts and side files (which the
+// tally fills in): its size is part of the estimate.
+Manifest manifest_skeleton(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r,
+                           uint64_t first, uint64_t end) {
+  const bool ragged = opt.layout == Layout::kRagged;
+  Manifest m;
+  m.format_version = format_version_for(opt.codec, !src.fields.empty());
+  m.layout = opt.layout;
+  m.storage = opt.storage;
+  m.codec = opt.codec;
+  m.fields = src.fields;
+  m.height = ragged ? 0 : r.height;
+  m.width = ragged ? 0 : r.width;
+  m.channels = r.channels;
+  m.channel_order = r.channels == 3 ? "RGB" : "L";
+  m.classes = src.classes;
+  m.class_counts.assign(src.classes.size(), 0);
+  m.source = SourceRecord{src.kind, src.root, src.labels_path, src.entries.size(), src.digest};
+  m.recipe = r;
+  m.tool_version = DSCACHE_VERSION;
+  m.created_utc = "2000-01-01T00:00:00Z";
+  m.has_part = opt.part_count != 0;
+  m.part = PartRecord{opt.part_index, opt.part_count, first, end - first};
+  return m;
+}
+
+// Cuts the planned samples into shards as the cache writer does and adds up every file's bytes
+// into an estimate. One per estimate; add() each position in order, then finish().
+class Tally {
+ public:
+  Tally(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r, Manifest m,
+        BuildEstimate* est)
+      : opt_(opt),
+        src_(src),
+        r_(r),
+        m_(std::move(m)),
+        est_(*est),
+        byte_shards_(opt.layout == Layout::kRagged || opt.codec == Codec::kJpeg),
+        per_shard_(byte_shards_ ? 0
+                                : std::max<uint64_t>(1, r.shard_bytes / (uint64_t{r.height} *
+                                                                         r.width * r.channels))),
+        index_cols_(opt.codec == Codec::kJpeg ? 4
+                    : byte_shards_            ? 3
+                                              : 0),
+        shard_fields_(src.fields.size(), 0) {
+    est_.transient.push_back(kFingerprintBytes);
+  }
+
+  void add(const Planned& p) {
+    const SourceEntry& e = src_.entries[p.entry];
+    if (p.height == 0) {
+      const uint64_t line =
+          nlohmann::json{{"source", e.name}, {"reason", p.reason}}.dump().size() + 1;
+      skips_bytes_ += line;
+      sidecar_ += line;
+      ++est_.skips;
+      return;
+    }
+    if (byte_shards_) {
+      if (count_ > 0 && data_ + p.image > r_.shard_bytes) close_shard();
+      if (count_ == 0) capacity_ = std::max(r_.shard_bytes, p.image);
+    }
+    data_ += p.image;
+    ++count_;
+    for (size_t f = 0; f < shard_fields_.size(); ++f) {
+      shard_fields_[f] += field_value_bytes(src_.fields[f], src_, p, f);
+    }
+    est_.image_bytes += p.image;
+    const uint64_t name = nlohmann::json(e.name).dump().size() + 1;
+    sources_bytes_ += name;
+    sidecar_ += name + kSidecarPerSample + kSidecarPerColumn * (1 + shard_fields_.size()) +
+                kSidecarPerIndex * index_cols_;
+    if (e.label >= 0 && static_cast<size_t>(e.label) < m_.class_counts.size()) {
+      ++m_.class_counts[static_cast<size_t>(e.label)];
+    }
+    ++est_.samples;
+    if (!byte_shards_ && count_ == per_shard_) close_shard();
+  }
+
+  // The last shard, the side files and the manifest.
+  void finish() {
+    if (count_ > 0) close_shard();
+    est_.shards = m_.shards.size();
+    const uint64_t count = est_.samples;
+    m_.count = count;
+    m_.skipped = est_.skips;
+    side(&m_.labels, "labels.npy", npy_header_bytes("<i8", {count}) + 8 * count);
+    const uint64_t columns = 1 + shard_fields_.size();
+    side(&m_.checksums, "checksums.npy",
+         npy_header_bytes("<u8", columns == 1 ? std::vector<uint64_t>{count}
+                                              : std::vector<uint64_t>{count, columns}) +
+             8 * count * columns);
+    side(&m_.sources, "sources.jsonl", sources_bytes_);
+    side(&m_.skips, "skipped.jsonl", skips_bytes_);
+    if (m_.has_index()) {
+      side(&m_.index, index_cols_ == 4 ? "jpeg-index.npy" : "ragged-index.npy",
+           npy_header_bytes("<i8", {count, index_cols_}) + 8 * count * index_cols_);
+    }
+    add_file(to_json(m_).size());
+  }
+
+ private:
+  void add_file(uint64_t bytes) {
+    est_.bytes += bytes;
+    est_.files.push_back(bytes);
+  }
+
+  void side(FileEntry* f, const char* name, uint64_t bytes) {
+    f->file = name;
+    f->bytes = bytes;
+    f->xxh64 = ~uint64_t{0};
+    add_file(bytes);
+  }
+
+  // The shard of the samples added since the last one, with its field files and sidecar.
+  void close_shard() {
+    const uint64_t k = m_.shards.size();
+    ShardEntry s;
+    s.file = shard_file_name(opt_.storage, k);
+    s.first = k == 0 ? 0 : m_.shards.back().first + m_.shards.back().count;
+    s.count = count_;
+    const std::vector<uint64_t> shape =
+        byte_shards_ ? std::vector<uint64_t>{capacity_}
+                     : std::vector<uint64_t>{per_shard_, r_.height, r_.width, r_.channels};
+    s.bytes = data_ + (opt_.storage == Storage::kHdf5 ? kHdf5ShardOverhead + 8 * count_
+                                                      : npy_header_bytes("|u1", shape));
+    s.xxh64 = ~uint64_t{0};
+    add_file(s.bytes);
+    for (size_t f = 0; f < shard_fields_.size(); ++f) {
+      const FieldSpec& spec = src_.fields[f];
+      FieldFiles ff;
+      ff.values = FileEntry{
+          field_file_name(spec.name, k, false),
+          npy_header_bytes(npy_descr(spec.dtype), field_header_shape(spec, r_, opt_.layout)) +
+              shard_fields_[f],
+          ~uint64_t{0}};
+      add_field_file(ff.values.bytes);
+      if (has_offsets(spec, opt_.layout)) {
+        ff.offsets =
+            FileEntry{field_file_name(spec.name, k, true),
+                      npy_header_bytes("<i8", {count_ + 1}) + 8 * (count_ + 1), ~uint64_t{0}};
+        add_field_file(ff.offsets.bytes);
+      }
+      s.fields.push_back(ff);
+      shard_fields_[f] = 0;
+    }
+    est_.transient.push_back(kSidecarBase + sidecar_);
+    m_.shards.push_back(s);
+    sidecar_ = data_ = count_ = 0;
+  }
+
+  void add_field_file(uint64_t bytes) {
+    est_.field_bytes += bytes;
+    add_file(bytes);
+  }
+
+  const BuildOptions& opt_;
+  const SourceListing& src_;
+  const BuildRecipe& r_;
+  Manifest m_;
+  BuildEstimate& est_;
+  const bool byte_shards_;              // ragged or JPEG: shards cut by stored bytes
+  const uint64_t per_shard_;            // fixed raw: samples per shard
+  const uint64_t index_cols_;           // columns of the index file (0: none)
+  std::vector<uint64_t> shard_fields_;  // the open shard's field value bytes, per field
+  uint64_t data_ = 0, count_ = 0;       // the open shard's image bytes and samples
+  uint64_t capacity_ = 0;               // byte shards: the open shard's npy header's shape
+  uint64_t sidecar_ = 0;                // the open shard's sidecar bytes (modelled)
+  uint64_t sources_bytes_ = 0, skips_bytes_ = 0;
+};
+
 }  // namespace
 
 uint64_t allocated_bytes(const BuildEstimate& est, uint64_t block) {
@@ -174,21 +346,20 @@ uint64_t allocated_bytes(const BuildEstimate& est, uint64_t block) {
 
 BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
                              const BuildRecipe& r, uint64_t first, uint64_t end) {
-  const uint64_t n = src.entries.size();
   std::vector<uint64_t> order;
   if (r.shuffled) {
-    order = build_order(n, r.shuffle_seed);
+    order = build_order(src.entries.size(), r.shuffle_seed);
   } else {
-    order.resize(n);
+    order.resize(src.entries.size());
     std::iota(order.begin(), order.end(), uint64_t{0});
   }
   BuildEstimate est;
   est.entries = end - first;
   std::vector<Planned> plan;
   const uint64_t guessed = plan_samples(opt, src, r, order, first, end, &plan);
-  const bool ragged = opt.layout == Layout::kRagged;
-  est.basis = ragged && src.kind != "idx" ? "from the image headers of the sources"
-                                          : "exact (every sample's size is known)";
+  est.basis = opt.layout == Layout::kRagged && src.kind != "idx"
+                  ? "from the image headers of the sources"
+                  : "exact (every sample's size is known)";
   if (guessed != 0) {
     est.notes.push_back(std::to_string(guessed) +
                         " sources have no readable image header: counted at the mean size");
@@ -206,141 +377,10 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
                 " sources encoded at quality " + std::to_string(r.quality);
     if (encoded == 0) est.basis += " (none decoded: counted as raw pixels)";
   }
-
-  const std::vector<FieldSpec>& fields = src.fields;
-  const bool byte_shards = ragged || opt.codec == Codec::kJpeg;
-  const uint64_t sample_bytes = uint64_t{r.height} * r.width * r.channels;
-  const uint64_t per_shard = byte_shards ? 0 : std::max<uint64_t>(1, r.shard_bytes / sample_bytes);
-
-  Manifest m;
-  m.format_version = format_version_for(opt.codec, !fields.empty());
-  m.layout = opt.layout;
-  m.storage = opt.storage;
-  m.codec = opt.codec;
-  m.fields = fields;
-  m.height = ragged ? 0 : r.height;
-  m.width = ragged ? 0 : r.width;
-  m.channels = r.channels;
-  m.channel_order = r.channels == 3 ? "RGB" : "L";
-  m.classes = src.classes;
-  m.class_counts.assign(src.classes.size(), 0);
-  m.source = SourceRecord{src.kind, src.root, src.labels_path, n, src.digest};
-  m.recipe = r;
-  m.tool_version = DSCACHE_VERSION;
-  m.created_utc = "2000-01-01T00:00:00Z";
-  m.has_part = opt.part_count != 0;
-  m.part = PartRecord{opt.part_index, opt.part_count, first, end - first};
-
-  uint64_t sources_bytes = 0, skips_bytes = 0, shard_data = 0, shard_count = 0, sidecar = 0;
-  const uint64_t index_cols = opt.codec == Codec::kJpeg ? 4 : ragged ? 3 : 0;
-  est.transient.push_back(kFingerprintBytes);
-  std::vector<uint64_t> shard_fields(fields.size(), 0);  // this shard's field value bytes
-  auto close_shard = [&](const std::vector<uint64_t>& npy_shape) {
-    ShardEntry s;
-    s.file = shard_file_name(opt.storage, m.shards.size());
-    s.first = m.shards.empty() ? 0 : m.shards.back().first + m.shards.back().count;
-    s.count = shard_count;
-    s.bytes = shard_data + (opt.storage == Storage::kHdf5 ? kHdf5ShardOverhead + 8 * shard_count
-                                                          : npy_header_bytes("|u1", npy_shape));
-    s.xxh64 = ~uint64_t{0};
-    for (size_t f = 0; f < fields.size(); ++f) {
-      FieldFiles ff;
-      ff.values.file = field_file_name(fields[f].name, m.shards.size(), false);
-      ff.values.bytes = npy_header_bytes(npy_descr(fields[f].dtype),
-                                         field_header_shape(fields[f], r, opt.layout)) +
-                        shard_fields[f];
-      ff.values.xxh64 = ~uint64_t{0};
-      est.field_bytes += ff.values.bytes;
-      est.files.push_back(ff.values.bytes);
-      if (has_offsets(fields[f], opt.layout)) {
-        ff.offsets.file = field_file_name(fields[f].name, m.shards.size(), true);
-        ff.offsets.bytes = npy_header_bytes("<i8", {shard_count + 1}) + 8 * (shard_count + 1);
-        ff.offsets.xxh64 = ~uint64_t{0};
-        est.field_bytes += ff.offsets.bytes;
-        est.files.push_back(ff.offsets.bytes);
-      }
-      s.fields.push_back(ff);
-      shard_fields[f] = 0;
-    }
-    est.bytes += s.bytes;
-    est.files.push_back(s.bytes);
-    est.transient.push_back(kSidecarBase + sidecar);
-    sidecar = 0;
-    m.shards.push_back(s);
-    shard_data = 0;
-    shard_count = 0;
-  };
-  uint64_t capacity = 0;  // byte shards: the open shard's byte capacity (its npy header's shape)
-  for (const Planned& p : plan) {
-    const SourceEntry& e = src.entries[p.entry];
-    if (p.height == 0) {
-      const uint64_t line =
-          nlohmann::json{{"source", e.name}, {"reason", p.reason}}.dump().size() + 1;
-      skips_bytes += line;
-      sidecar += line;
-      ++est.skips;
-      continue;
-    }
-    if (byte_shards) {
-      if (shard_count > 0 && shard_data + p.image > r.shard_bytes) {
-        close_shard({capacity});
-      }
-      if (shard_count == 0) capacity = std::max(r.shard_bytes, p.image);
-    }
-    shard_data += p.image;
-    ++shard_count;
-    for (size_t f = 0; f < fields.size(); ++f) {
-      shard_fields[f] += field_value_bytes(fields[f], src, p, f);
-    }
-    est.image_bytes += p.image;
-    const uint64_t name = nlohmann::json(e.name).dump().size() + 1;
-    sources_bytes += name;
-    sidecar += name + kSidecarPerSample + kSidecarPerColumn * (1 + fields.size()) +
-               kSidecarPerIndex * index_cols;
-    if (!m.classes.empty() && e.label >= 0 && static_cast<size_t>(e.label) < m.classes.size()) {
-      ++m.class_counts[static_cast<size_t>(e.label)];
-    }
-    ++est.samples;
-    if (!byte_shards && shard_count == per_shard) {
-      close_shard({per_shard, r.height, r.width, r.channels});
-    }
-  }
-  if (shard_count > 0) {
-    if (byte_shards) {
-      close_shard({capacity});
-    } else {
-      close_shard({per_shard, r.height, r.width, r.channels});
-    }
-  }
-  est.shards = m.shards.size();
-  est.bytes += est.field_bytes;
-
-  const uint64_t count = est.samples;
-  m.count = count;
-  m.skipped = est.skips;
-  auto side = [&](FileEntry* f, const char* name, uint64_t bytes) {
-    f->file = name;
-    f->bytes = bytes;
-    f->xxh64 = ~uint64_t{0};
-    est.bytes += bytes;
-    est.files.push_back(bytes);
-  };
-  side(&m.labels, "labels.npy", npy_header_bytes("<i8", {count}) + 8 * count);
-  const uint64_t columns = 1 + fields.size();
-  side(&m.checksums, "checksums.npy",
-       npy_header_bytes("<u8", fields.empty() ? std::vector<uint64_t>{count}
-                                              : std::vector<uint64_t>{count, columns}) +
-           8 * count * columns);
-  side(&m.sources, "sources.jsonl", sources_bytes);
-  side(&m.skips, "skipped.jsonl", skips_bytes);
-  if (m.has_index()) {
-    const uint64_t cols = opt.codec == Codec::kJpeg ? 4 : 3;
-    side(&m.index, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
-         npy_header_bytes("<i8", {count, cols}) + 8 * count * cols);
-  }
-  est.files.push_back(to_json(m).size());
-  est.bytes += est.files.back();
-  for (const FieldSpec& f : fields) {
+  Tally tally(opt, src, r, manifest_skeleton(opt, src, r, first, end), &est);
+  for (const Planned& p : plan) tally.add(p);
+  tally.finish();
+  for (const FieldSpec& f : src.fields) {
     if (f.kind == FieldKind::kBoxes) {
       est.notes.push_back("field '" + f.name +
                           "': boxes counted as listed; those a crop removes are not written "
