@@ -195,13 +195,15 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
 void check_space(const BuildOptions& opt, const BuildPlan& plan, const CacheWriter& writer) {
   const BuildEstimate est = estimate_build(opt, plan.src, plan.recipe, plan.first, plan.end);
   const FreeSpace space = free_space_for(writer.partial());
-  // A resumed build counts what it kept (its finished shards and their sidecars) as written.
-  const uint64_t kept = writer.position() > plan.first ? bytes_under(writer.partial()) : 0;
+  // What the partial directory holds is written: the fingerprint begin() wrote (counted in the
+  // estimate's resume state) and, resumed, the finished shards and their sidecars.
+  const uint64_t kept = bytes_under(writer.partial());
+  const bool resumed = writer.position() > plan.first;
   const uint64_t needs = allocated_bytes(est, space.block);
   const SpaceDecision d = decide_space(needs, kept, space.available);
   if (d.fits) return;
   std::string what = "about " + format_bytes(needs) + " (dscache build --dry-run shows how)";
-  if (kept != 0) {
+  if (resumed) {
     what = format_bytes(d.needed) + ": an estimated " + format_bytes(needs) + " less the " +
            format_bytes(kept) + " the interrupted build already wrote";
   }

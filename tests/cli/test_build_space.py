@@ -11,8 +11,12 @@ from pathlib import Path
 
 from cli_helpers import (build, check, check_eq, main, make_mixed_folder,
                          make_simple_folder, partial_dir, run)
-from fields_helpers import make_table
+import numpy as np
+
+from fields_helpers import make_coco, make_table
+from test_build_lists import idx_bytes
 from test_faults import small_tmpfs
+from test_fields import COCO_IMAGES
 
 EXIT_NO_SPACE = 7
 
@@ -57,6 +61,11 @@ def estimate_cases(tmp):
     table = tmp / "table"
     make_table(table)
     fields = ["--field", "mask_path=mask", "--field", "tags=multi-hot"]
+    coco = make_coco(tmp / "coco", COCO_IMAGES)
+    coco_opts = ["--image-root", tmp / "coco", "--coco-mask", "semantic"]
+    idx = tmp / "train-images-idx3-ubyte"
+    idx.write_bytes(idx_bytes(np.random.default_rng(1).integers(0, 256, (50, 28, 28), np.uint8)))
+    (tmp / "train-labels-idx1-ubyte").write_bytes(idx_bytes(np.arange(50) % 10))
     return [
         ("npy tiny, one shard", folder, ["--size", "8"], 0.05),
         ("npy large, several shards", folder, ["--size", "96", "--shard-size", "100K"], 0.05),
@@ -74,6 +83,12 @@ def estimate_cases(tmp):
          0.05),
         ("fields table hdf5 ragged", table / "list.csv",
          ["--layout", "ragged", "--max-side", "20", "--storage", "hdf5"] + fields, 0.05),
+        ("coco boxes and mask, crop", coco, coco_opts + ["--size", "32", "--shard-size", "4K"],
+         0.05),
+        ("coco ragged hdf5", coco, coco_opts + ["--layout", "ragged", "--max-side", "24",
+                                                "--storage", "hdf5"], 0.05),
+        ("idx native size", idx, ["--shard-size", "8K"], 0.05),
+        ("idx ragged", idx, ["--layout", "ragged", "--max-side", "20"], 0.05),
         ("jpeg fixed", folder, ["--size", "48", "--codec", "jpeg:80"], 0.25),
         ("jpeg ragged", mixed, ["--layout", "ragged", "--max-side", "48", "--codec", "jpeg"],
          0.25),
