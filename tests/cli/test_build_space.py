@@ -4,6 +4,7 @@ estimate against the real build's bytes, nothing written by a dry run, the same 
 build, and the refusal (exit 7) on a real small filesystem (a tmpfs; skipped when it cannot be
 mounted: root and CAP_SYS_ADMIN)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -134,6 +135,24 @@ def case_dry_run_like_build(tmp):
         check_eq(tree(tmp), before, f"{what}: files after the refused builds")
 
 
+def case_dry_run_fifo(tmp):
+    """The ragged estimate reads image headers: a FIFO a list names is counted as a skip, never
+    opened for reading (no hang), as the build skips it."""
+    src = tmp / "src"
+    make_simple_folder(src, ["a"], 3, (20, 30))
+    os.mkfifo(src / "fifo.png")
+    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.png") if p.is_file())
+    (src / "list.csv").write_text("path,label\n" + "".join(f"{n},0\n" for n in names) +
+                                  "fifo.png,0\n")
+    opts = ["--layout", "ragged", "--max-side", "16"]
+    p = run(["build", src / "list.csv", tmp / "out", *opts, "--dry-run"], timeout=30)
+    check(re.search(r"^skips: +1 ", p.stdout, re.M), f"the FIFO is not a skip: {p.stdout!r}")
+    check(re.search(r"^samples: +3 ", p.stdout, re.M), f"samples: {p.stdout!r}")
+    build(src / "list.csv", tmp / "out", *opts, "--quiet", timeout=30)
+    real = cache_bytes(tmp / "out")
+    check(abs(estimate_of(p.stdout) - real) <= 0.05 * real, f"estimate vs {real} bytes")
+
+
 def case_space_check_tmpfs(tmp):
     """On a 64 KiB tmpfs: the dry run says it does not fit; the build refuses (exit 7, naming the
     filesystem, the estimate, the free space and --no-space-check) and leaves nothing; with
@@ -178,6 +197,7 @@ def case_space_check_tmpfs(tmp):
 CASES = {
     "dry_run_estimate": case_dry_run_estimate,
     "dry_run_like_build": case_dry_run_like_build,
+    "dry_run_fifo": case_dry_run_fifo,
     "space_check_tmpfs": case_space_check_tmpfs,
 }
 
