@@ -11,11 +11,14 @@
 #include <thread>
 
 #include "build_decode.h"
+#include "build_estimate.h"
 #include "build_fingerprint.h"
 #include "build_notices.h"
 #include "build_part.h"
+#include "cli_util.h"
 #include "dscache/cpus.h"
 #include "dscache/crash_point.h"
+#include "dscache/disk_space.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/jpeg.h"
 #include "dscache/sampler.h"
@@ -187,7 +190,44 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
   return failure;
 }
 
+// Refuses (NotEnoughSpaceError) a build whose estimate, less what `writer` already holds (a
+// resumed build's kept shards), exceeds the free space where OUTPUT goes.
+void check_space(const BuildOptions& opt, const BuildPlan& plan, const CacheWriter& writer) {
+  const BuildEstimate est = estimate_build(opt, plan.src, plan.recipe, plan.first, plan.end);
+  const FreeSpace space = free_space_for(writer.partial());
+  // What the partial directory holds is written: the fingerprint begin() wrote (counted in the
+  // estimate's resume state) and, resumed, the finished shards and their sidecars.
+  const uint64_t kept = bytes_under(writer.partial());
+  const bool resumed = writer.position() > plan.first;
+  const uint64_t needs = allocated_bytes(est, space.block);
+  const SpaceDecision d = decide_space(needs, kept, space.available);
+  if (d.fits) return;
+  std::string what = "about " + format_bytes(needs) + " (dscache build --dry-run shows how)";
+  if (resumed) {
+    what = format_bytes(d.needed) + ": an estimated " + format_bytes(needs) + " less the " +
+           format_bytes(kept) + " the interrupted build already wrote";
+  }
+  throw NotEnoughSpaceError(ErrorKind::kIOError, writer.output(),
+                            "not enough space on the filesystem mounted at " + space.mount_point +
+                                ": the build needs " + what + ", " + format_bytes(space.available) +
+                                " is free; free some space, or pass --no-space-check to start "
+                                "anyway");
+}
+
 }  // namespace
+
+BuildPlan plan_build(const BuildOptions& opt) {
+  BuildPlan plan;
+  plan.src = list_source(
+      opt.source, SourceOptions{opt.labels_file, opt.class_names, opt.image_column,
+                                opt.label_column, opt.field_kinds, opt.image_root, opt.coco_mask});
+  plan.recipe = resolve_recipe(opt, plan.src);
+  // --part I/N: positions [first, end) of the cache order (docs/FORMAT.md "Parts").
+  const uint64_t n = plan.src.entries.size();
+  plan.first = opt.part_count != 0 ? part_first(n, opt.part_index, opt.part_count) : 0;
+  plan.end = opt.part_count != 0 ? part_first(n, opt.part_index + 1, opt.part_count) : n;
+  return plan;
+}
 
 BuildSummary run_build(const BuildOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -207,16 +247,14 @@ BuildSummary run_build(const BuildOptions& opt) {
     return s;
   };
 
-  const SourceListing src = list_source(
-      opt.source, SourceOptions{opt.labels_file, opt.class_names, opt.image_column,
-                                opt.label_column, opt.field_kinds, opt.image_root, opt.coco_mask});
-  const BuildRecipe r = resolve_recipe(opt, src);
+  const BuildPlan plan = plan_build(opt);
+  const SourceListing& src = plan.src;
+  const BuildRecipe& r = plan.recipe;
   crash_point("listed");
-  // --part I/N: positions [first, end) of the cache order (docs/FORMAT.md "Parts").
   const uint64_t n = src.entries.size();
   const bool partitioned = opt.part_count != 0;
-  const uint64_t first = partitioned ? part_first(n, opt.part_index, opt.part_count) : 0;
-  const uint64_t end = partitioned ? part_first(n, opt.part_index + 1, opt.part_count) : n;
+  const uint64_t first = plan.first;
+  const uint64_t end = plan.end;
   writer->begin(writer_options(opt, src, r, first));
   if (writer->complete()) {
     if (!opt.quiet) {
@@ -229,6 +267,14 @@ BuildSummary run_build(const BuildOptions& opt) {
     if (!opt.quiet) std::fprintf(stderr, "resuming: the build was complete; publishing it\n");
     const Manifest m = writer->publish();
     return summary(m, m.count);
+  }
+  if (opt.space_check) {
+    try {
+      check_space(opt, plan, *writer);
+    } catch (const NotEnoughSpaceError&) {
+      if (writer->position() == first) writer->abandon();  // nothing kept: leave nothing behind
+      throw;
+    }
   }
   const uint64_t resumed = writer->count();
   if (opt.resume && writer->position() > first && !opt.quiet) {

@@ -9,6 +9,7 @@
 #include "dscache/cache_writer.h"
 #include "dscache/error.h"
 #include "dscache/exit_codes.h"
+#include "dscache/ingest/source_list.h"
 #include "dscache/manifest.h"
 
 namespace dscache {
@@ -27,6 +28,8 @@ struct BuildOptions {
   bool force = false;                    // replace an existing cache at `output`
   bool resume = false;                   // continue an interrupted build of `output`
   bool quiet = false;                    // no progress lines
+  bool space_check = true;               // refuse to start when the estimate exceeds free space
+  bool dry_run = false;                  // estimate only (dry_run_build); nothing is written
   uint32_t part_index = 0;               // --part I/N: build part I (0-based) ...
   uint32_t part_count = 0;               // ... of N of the cache order; 0 = the whole listing
   std::string labels_file;               // idx: labels file ("" = conventional sibling)
@@ -54,9 +57,29 @@ class BadSourceError : public Error, public ExitsWith<ExitCode::kBadSource> {
   using Error::Error;
 };
 
+// A build refused before it started: its estimate (build_estimate.h) exceeds the free space of
+// OUTPUT's filesystem. Nothing was written (a resumed build's kept work stays).
+class NotEnoughSpaceError : public Error, public ExitsWith<ExitCode::kNoSpace> {
+ public:
+  using Error::Error;
+};
+
+// What a build of `opt` covers: its source listed, the recipe resolved against it, and the
+// positions [first, end) of the cache order it builds (its part, or all). The listing's errors
+// and the recipe's UsageErrors are the build's own.
+struct BuildPlan {
+  SourceListing src;
+  BuildRecipe recipe;
+  uint64_t first = 0;
+  uint64_t end = 0;
+};
+BuildPlan plan_build(const BuildOptions& opt);
+
 // Runs the whole build through a CacheWriter (dscache/cache_writer.h: the lock on `output`, the
 // partial directory, resume, publish; LockedError when another process holds the lock). Throws
-// BadSourceError, OutputExistsError (cache_writer.h), or Error for anything else (in which case an
+// BadSourceError, OutputExistsError (cache_writer.h), NotEnoughSpaceError (unless
+// !options.space_check: the estimate, less what a resumed build kept, exceeds the free space), or
+// Error for anything else (in which case an
 // interrupted build is left in `.<name>.partial` for --resume). A --resume of a build that is
 // already complete at `output` (killed after its publish) returns its summary.
 BuildSummary run_build(const BuildOptions& options);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "build_estimate.h"
 #include "build_part.h"
 #include "build_pipeline.h"
 #include "cli_util.h"
@@ -149,7 +150,11 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "strict", "stop at the first file that cannot be decoded (exit 3, nothing kept)")(
       "force", "replace an existing cache at OUTPUT / discard an interrupted build")(
       "resume", "continue an interrupted build of OUTPUT from its finished shards")(
-      "quiet,q", "no progress output");
+      "quiet,q", "no progress output")(
+      "dry-run",
+      "list the source and print the output's estimated size and the free space; "
+      "write nothing")("no-space-check",
+                       "start even when the estimate exceeds the free space for OUTPUT");
   return desc;
 }
 
@@ -260,6 +265,8 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
   opt->force = vm.count("force") > 0;
   opt->resume = vm.count("resume") > 0;
   opt->quiet = vm.count("quiet") > 0;
+  opt->dry_run = vm.count("dry-run") > 0;
+  opt->space_check = vm.count("no-space-check") == 0;
   opt->command = command_line("dscache", argc, argv);
   apply_part_flags(vm, f, opt);
   return true;
@@ -280,11 +287,18 @@ int cmd_build(int argc, char** argv) {
   return run_command(
       "dscache build",
       [&] {
-        if (parse_build_command_line(argc, argv, &opt)) print_summary(run_build(opt));
+        if (!parse_build_command_line(argc, argv, &opt)) return to_int(ExitCode::kOk);
+        if (opt.dry_run) {
+          dry_run_build(opt);
+        } else {
+          print_summary(run_build(opt));
+        }
         return to_int(ExitCode::kOk);
       },
-      [&](const std::exception&, ExitCode code) {
-        if (code == ExitCode::kNoSpace) advise_out_of_space("build", opt.output);
+      [&](const std::exception& e, ExitCode code) {
+        // A refusal before the start wrote nothing: its message is the advice.
+        const bool refused = dynamic_cast<const NotEnoughSpaceError*>(&e) != nullptr;
+        if (code == ExitCode::kNoSpace && !refused) advise_out_of_space("build", opt.output);
       });
 }
 
