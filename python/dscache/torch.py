@@ -32,7 +32,9 @@ import torch.utils.data
 
 from . import Cache
 from ._checks import _U64, _check_int, _invalid
+from ._batch import Batch, to_torch as _batch_to_torch
 from ._loader import Loader, Transform, _distributed_defaults
+from ._shm_ring import Ring
 
 __all__ = ["CacheDataset", "CacheMapDataset"]
 
@@ -60,6 +62,33 @@ def _to_u64(i):
     return i + (1 << 64) if i < 0 else i
 
 
+def _shared_copy(a):
+    """A tensor in shared memory holding a copy of numpy array `a`. A DataLoader worker sends a
+    tensor to the main process by moving its storage into shared memory, a copy per batch unless
+    it is there already: the image is copied out of the Loader's ring buffer straight there."""
+    storage = torch.ByteStorage._new_shared(a.nbytes)
+    t = torch.tensor([], dtype=torch.uint8).set_(storage).view(a.shape)
+    np.copyto(t.numpy(), a)
+    return t
+
+
+def _worker_batches(loader, ring):
+    """loader's batches as Loader.torch() gives them (copy=True), the images sent through
+    `ring` (a Ring, or None) or in a tensor already in shared memory."""
+    def send(images):
+        handle = ring.put(images) if ring is not None else None
+        return handle if handle is not None else _shared_copy(images)
+
+    for b in loader:
+        if isinstance(b, Batch):
+            out = _batch_to_torch(b)  # image: a view of the ring buffer, replaced at once
+            out["image"] = send(b["image"])
+            yield out
+        else:
+            images, labels = b
+            yield send(images), torch.from_numpy(labels)
+
+
 def _worker():
     """(worker id, number of workers) of this process: (0, 1) outside DataLoader workers."""
     info = torch.utils.data.get_worker_info()
@@ -81,7 +110,14 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     Epochs: each pass runs the epoch after the last complete pass of the same worker (starting
     at 0), or set_epoch()'s value; set_epoch() and load_state_dict() reach persistent workers
-    too (through shared memory), and must be called between epochs (before iter(dataloader)).
+    too (through shared memory), and must be called between epochs (before iter(dataloader)). A
+    pass cut short (a break) counts as not run: the next one runs the same epoch again unless
+    set_epoch() or load_state_dict() says otherwise.
+
+    shared_ring: DataLoader workers hand each batch's images to the main process through a few
+    reusable shared-memory slots (dscache/_shm_ring.py) instead of a new shared-memory segment
+    per tensor, several times faster; the main process gets ordinary tensors. Set it False when
+    the DataLoader has a collate_fn of its own (it would see placeholders in the workers).
 
     Position: state_dict(batches=n) after the DataLoader yielded n batches of its current
     iteration; load_state_dict(state) before the next iter(dataloader) resumes exactly there
@@ -93,7 +129,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
     def __init__(self, path, batch_size=256, shuffle=True, seed=0, drop_last=False,
                  transform=None, fields=None, threads=2, prefetch=4, rank=None, world_size=None,
                  rank_tail="pad", memory="auto", block=0, window_blocks=4, block_bytes=0,
-                 window_bytes=0, min_box_visibility=0.0):
+                 window_bytes=0, min_box_visibility=0.0, shared_ring=True):
         super().__init__()
         if rank is None or world_size is None:
             d_rank, d_world = _distributed_defaults()
@@ -110,6 +146,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = int(rank), int(world_size)
         self.rank_tail = rank_tail
         self.memory = memory
+        self.shared_ring = bool(shared_ring)
+        self._ring = None  # (pid, Ring or None): this DataLoader worker's handoff ring
         self._loader_kwargs = dict(
             batch_size=self.batch_size, shuffle=shuffle, rank=self.rank,
             world_size=self.world_size, drop_last=self.drop_last, workers=int(threads),
@@ -135,6 +173,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_proc"] = None  # each process opens its own
+        state["_ring"] = None
         state["_pass"] = None
         return state
 
@@ -151,8 +190,22 @@ class CacheDataset(torch.utils.data.IterableDataset):
                 loader._impl.close()
             loader = Loader(cache, seed=0, batch_stride=stride, batch_offset=offset,
                             **self._loader_kwargs)
+            # In a DataLoader worker, _worker_batches copies each image once, into shared memory.
+            loader.copy = torch.utils.data.get_worker_info() is None
             self._proc = (pid, cache, loader, (stride, offset))
         return loader
+
+    def _worker_ring(self, loader):
+        """This worker's Ring, slots sized for a full batch of images (None: shared_ring off)."""
+        if not self.shared_ring:
+            return None
+        if self._ring is None or self._ring[0] != os.getpid():
+            h, w, c = loader.cache.shape
+            t = self._loader_kwargs["transform"]
+            if t is not None and t.height:
+                h, w = t.height, t.width
+            self._ring = (os.getpid(), Ring(max(1, self.batch_size * h * w * c)))
+        return self._ring[1]
 
     def __len__(self):
         """Batches per epoch of this rank (all DataLoader workers together)."""
@@ -221,7 +274,10 @@ class CacheDataset(torch.utils.data.IterableDataset):
         state.update(seed=seed, epoch=epoch, cursor=first)
         loader.load_state_dict(state)
         self._pass = [seed, epoch, start, first - (start + w) // workers, workers, w, len(loader)]
-        for batch in loader.torch():
+        in_worker = torch.utils.data.get_worker_info() is not None
+        batches = _worker_batches(loader, self._worker_ring(loader)) if in_worker else \
+            loader.torch()
+        for batch in batches:
             self._pass[3] += 1
             yield batch
         # A complete pass: this worker's next one runs the next epoch (unless a plan comes).

@@ -14,6 +14,7 @@ import numpy as np
 from pyhelpers import Skip, main
 
 import dscache  # noqa: E402
+from dscache import _shm_ring  # noqa: E402
 
 
 def need_torch():
@@ -61,6 +62,13 @@ def assert_same(got, want, what):
             assert a.dtype == b.dtype and torch.equal(a, b), f"{what}: batch {k} differs"
 
 
+def clone(batch):
+    """A copy of a batch that holds nothing of it (its slot of a worker's ring is freed)."""
+    if isinstance(batch, dict):
+        return {k: v.clone() for k, v in batch.items()}
+    return tuple(x.clone() for x in batch)
+
+
 def loader_for(ds, workers, persistent=False, context=None):
     from torch.utils.data import DataLoader
     return DataLoader(ds, batch_size=None, num_workers=workers,
@@ -91,7 +99,10 @@ def test_batches_equal_single_loader(tmp):
         dl = loader_for(ds, workers)
         want = reference(path, 0, **kw)
         assert len(ds) == len(dl) == len(want), f"{what}: len {len(ds)}, want {len(want)}"
-        assert_same(list(dl), want, what)
+        assert_same(list(dl), want, what)  # every batch kept: workers find slots held
+        if workers:  # batches dropped as they come: the shared-memory slots are reused
+            assert_same([clone(b) for b in dl], reference(path, 1, **kw), what + " epoch 1")
+            assert _shm_ring._maps, f"{what}: no batch came through a shared-memory ring"
         # The Loader's own stride: the union of the offsets is the unstrided epoch, in order.
         parts = [reference(path, 0, batch_stride=3, batch_offset=o, **kw) for o in range(3)]
         merged = [parts[k % 3][k // 3] for k in range(len(want))]
