@@ -9,6 +9,8 @@
               persistent_workers=True), default collation
   seed_w2     (e) the seed's recipe: a map-style Dataset that cv2-decodes the source's PNG/JPEG
               files (bench/serve_peers.py DecodeDataset), DataLoader num_workers=2, shuffle
+  floor_w2    the DataLoader's own ceiling: 2 persistent workers yielding as many batches of
+              one-element tensors (B labels counted each): what any dataset can reach at most
 
 Batch --batch, global shuffle. Each row runs --epochs epochs (an epoch stops after
 --max-seconds; its rate counts the samples taken); the best epoch is reported, so worker start-up
@@ -53,6 +55,18 @@ def timed_epochs(make_iter, epochs, max_seconds, set_epoch=None):
     return rates
 
 
+class _Empty(torch.utils.data.IterableDataset):
+    """len(loader) batches of nothing, split between the workers: DataLoader's per-batch cost."""
+
+    def __init__(self, batches, batch):
+        self.batches, self.batch = batches, batch
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for _ in range(info.id, self.batches, info.num_workers):
+            yield torch.zeros(1), torch.zeros(self.batch, dtype=torch.int64)
+
+
 def rows(args):
     cache = dscache.Cache(args.cache)
     bs = args.batch
@@ -70,6 +84,9 @@ def rows(args):
     dlm = DataLoader(CacheMapDataset(args.cache), batch_size=bs, shuffle=True, num_workers=2,
                      persistent_workers=True)
     yield "map_w2", lambda: timed_epochs(lambda: iter(dlm), args.epochs, args.max_seconds)
+    dlf = DataLoader(_Empty(len(loader), bs), batch_size=None, num_workers=2,
+                     persistent_workers=True)
+    yield "floor_w2", lambda: timed_epochs(lambda: iter(dlf), args.epochs, args.max_seconds)
     if args.source:
         from serve_peers import DecodeDataset
         paths, labels = [], []
