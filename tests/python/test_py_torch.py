@@ -162,6 +162,34 @@ def test_resume_plain_dataloader_fork_and_spawn(tmp):
         _resume_case(path, context, persistent, e, n)
 
 
+def _train_loop(path, epochs, state=None, crash_at=None):
+    """docs/USAGE.md's hand-written loop: (batches taken, the checkpoint state at crash_at)."""
+    from dscache.torch import CacheDataset
+    ds = CacheDataset(path, batch_size=6, seed=3, threads=1)
+    dl = loader_for(ds, 2, persistent=True)
+    if state is not None:
+        ds.load_state_dict(state)
+    taken, epoch = [], ds.epoch
+    while epoch < epochs:
+        for step, batch in enumerate(dl):
+            taken.append(clone(batch))
+            if len(taken) == crash_at:
+                return taken, ds.state_dict(batches=step + 1)
+        epoch += 1
+    return taken, None
+
+
+def test_hand_written_loop_resumes_exactly(tmp):
+    need_torch()
+    path = write_cache(tmp, n=67)
+    whole, _ = _train_loop(path, 3)
+    assert len(whole) == 36
+    for crash_at in (1, 11, 12, 13, 30):
+        first, state = _train_loop(path, 3, crash_at=crash_at)
+        rest, _ = _train_loop(path, 3, state=state)
+        assert_same(first + rest, whole, f"crash after {crash_at} batches")
+
+
 class _Snapshotting:
     """What torchdata's StatefulDataLoader does in each worker with a Stateful dataset: before
     the worker's first iter(), dataset.load_state_dict(its own saved state) when resuming;
