@@ -15,9 +15,10 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   the C++ standard library and its own headers beside it (_binding.h, held to the same rule):
   it wraps the contract, it reaches into nothing. Its Python files import only the standard
   library, NumPy and the package itself when they load; torch only inside a function (the
-  calls that hand out tensors), nothing else anywhere. The one exception is dscache/models.py,
-  the PyTorch mirrors of the trainer's models (nn.Module subclasses need torch at load), which
-  no other file of the package imports: `import dscache` still never loads torch.
+  calls that hand out tensors), nothing else anywhere. The exceptions are dscache/models.py,
+  the PyTorch mirrors of the trainer's models (nn.Module subclasses need torch at load), and
+  dscache/torch.py, the torch.utils.data datasets (subclasses of torch's Dataset classes),
+  which no other file of the package imports: `import dscache` still never loads torch.
 - Benchmarks (bench/) include dscache's public headers (ingest too), third-party and system
   headers, and, only in the files trainer/meson.build builds with the trainer (h2d_copy), the
   trainer's headers and LibTorch: never a header of tools/ or of libcache/src.
@@ -43,7 +44,8 @@ SHARED_TEMP_DIR = "../temp_dir.h"  # tests/temp_dir.h, as tests/fuzz/ includes i
 TORCH = ("torch/", "ATen/", "c10/")
 PY_LOAD_OK = ("numpy",)   # what the Python package may import when it loads, besides the stdlib
 PY_LAZY_OK = ("torch",)   # what it may import inside a function
-PY_TORCH_MODULE = "models"  # python/dscache/models.py: torch at load, imported by no other file
+# python/dscache/models.py and torch.py: torch at load, imported by no other file of the package.
+PY_TORCH_MODULES = ("models", "torch")
 
 
 def includes(path):
@@ -133,14 +135,16 @@ def main(argv):
     for p in sorted((root / "python").rglob("*.py")) if (root / "python").is_dir() else []:
         for n, name, in_function in python_imports(p):
             top = name.split(".")[0]
-            if name.lstrip(".") in (PY_TORCH_MODULE, "dscache." + PY_TORCH_MODULE) or (
-                    name.startswith(".") and name.endswith("." + PY_TORCH_MODULE)):
-                errors.append(f"{p.relative_to(root)}:{n}: import {name}: dscache/models.py "
-                              "loads torch; nothing in the package imports it")
+            torch_module = next((m for m in PY_TORCH_MODULES if name == "dscache." + m or (
+                name.startswith(".") and (name.lstrip(".") == m or name.endswith("." + m))) or (
+                    m == "models" and name == m)), None)  # bare "torch" is torch itself
+            if torch_module is not None:
+                errors.append(f"{p.relative_to(root)}:{n}: import {name}: dscache/"
+                              f"{torch_module}.py loads torch; nothing in the package imports it")
                 continue
             if name.startswith("."):
                 continue
-            if p.stem == PY_TORCH_MODULE and top in PY_LAZY_OK:
+            if p.stem in PY_TORCH_MODULES and p.parent.name == "dscache" and top in PY_LAZY_OK:
                 continue
             if in_function and top in PY_LAZY_OK + PY_LOAD_OK:
                 continue

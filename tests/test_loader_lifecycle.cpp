@@ -198,6 +198,16 @@ TEST_SUITE("loader") {
         "prefetch 0", false, [](LoaderOptions& o) { o.prefetch = 0; },
         "loader.prefetch must be >= 1");
     add(
+        "stride 0", false, [](LoaderOptions& o) { o.batch_stride = 0; },
+        "loader.batch_stride must be >= 1");
+    add(
+        "offset past stride", false,
+        [](LoaderOptions& o) {
+          o.batch_stride = 3;
+          o.batch_offset = 3;
+        },
+        "loader.batch_offset 3 must be < batch_stride 3");
+    add(
         "rank", false,
         [](LoaderOptions& o) {
           o.sampler.rank = 2;

@@ -86,6 +86,29 @@ void mirror_rows(uint8_t* img, uint32_t h, uint32_t w, uint32_t c) {
   }
 }
 
+// The options that need no source: sizes, counts, the stride and the allocator's pair.
+void validate_counts(const LoaderOptions& o) {
+  if (o.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
+  if (o.workers < 1) throw invalid("loader.workers must be >= 1");
+  if (o.batch_stride < 1) throw invalid("loader.batch_stride must be >= 1");
+  if (o.batch_offset >= o.batch_stride) {
+    throw invalid("loader.batch_offset " + std::to_string(o.batch_offset) +
+                  " must be < batch_stride " + std::to_string(o.batch_stride));
+  }
+  if (o.workers > kMaxWorkers) {
+    throw invalid("loader.workers " + std::to_string(o.workers) + " > " +
+                  std::to_string(kMaxWorkers) + " (threads filling batches)");
+  }
+  if (o.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  if (o.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
+    throw invalid("loader.prefetch " + std::to_string(o.prefetch) + " > " +
+                  std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
+  }
+  if (static_cast<bool>(o.allocator.allocate) != static_cast<bool>(o.allocator.release)) {
+    throw invalid("loader.allocator needs both allocate and release, or neither");
+  }
+}
+
 }  // namespace
 
 class Loader::Impl {
@@ -118,7 +141,11 @@ class Loader::Impl {
   std::unique_ptr<detail::FieldFill> fields_;  // the fields batches carry
   bool with_fields_ = false;                   // any at all (else no per-sample field work)
   uint64_t samples_per_epoch_ = 0;
-  uint64_t batches_per_epoch_ = 0;
+  uint64_t batches_per_epoch_ = 0;  // served: the stride's share of the rank's batches
+  // The rank's batch number of the `job`-th batch this Loader serves.
+  uint64_t rank_batch(uint64_t job) const {
+    return options_.batch_offset + job * options_.batch_stride;
+  }
   std::vector<Slot> slots_;
 
   // Read by fills; changed only while the prefetcher is stopped.
@@ -138,21 +165,7 @@ class Loader::Impl {
 Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
     : source_(std::move(source)), options_(options) {
   if (!source_) throw invalid("loader: source is null");
-  if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
-  if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
-  if (options_.workers > kMaxWorkers) {
-    throw invalid("loader.workers " + std::to_string(options_.workers) + " > " +
-                  std::to_string(kMaxWorkers) + " (threads filling batches)");
-  }
-  if (options_.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
-  if (options_.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
-    throw invalid("loader.prefetch " + std::to_string(options_.prefetch) + " > " +
-                  std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
-  }
-  if (static_cast<bool>(options_.allocator.allocate) !=
-      static_cast<bool>(options_.allocator.release)) {
-    throw invalid("loader.allocator needs both allocate and release, or neither");
-  }
+  validate_counts(options_);
   const uint64_t n = source_->size();
   validate(options_.sampler, n);
   // Windowed shuffle without an explicit block: block and window sized in stored bytes.
@@ -207,8 +220,10 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
 
   const uint64_t per_rank = samples_per_rank(n, options_.sampler);
   const uint64_t bs = options_.batch_size;
-  batches_per_epoch_ = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
-  samples_per_epoch_ = options_.drop_last ? batches_per_epoch_ * bs : per_rank;
+  const uint64_t rank_batches = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+  samples_per_epoch_ = options_.drop_last ? rank_batches * bs : per_rank;
+  const uint64_t stride = options_.batch_stride, offset = options_.batch_offset;
+  batches_per_epoch_ = rank_batches > offset ? (rank_batches - offset + stride - 1) / stride : 0;
 
   const uint32_t slot_count = options_.prefetch + 1;  // <= kMaxPrefetch + 1: no wrap
   // Per slot: the images plus a label and an index per sample; slot_count slots.
@@ -268,9 +283,10 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   epoch_ = epoch;
   cursor_ = cursor;
   started_ = true;
+  // ReadAhead counts the rank's batches (unstrided).
   read_ahead_ = detail::ReadAhead(options_.sampler, source_->size(), seed, epoch,
-                                  options_.batch_size, samples_per_epoch_, cursor);
-  read_ahead_.begin(*source_, cursor + options_.prefetch);
+                                  options_.batch_size, samples_per_epoch_, rank_batch(cursor));
+  read_ahead_.begin(*source_, rank_batch(cursor + options_.prefetch));
   prefetcher_->start(cursor, batches_per_epoch_);
 }
 
@@ -283,7 +299,7 @@ const Batch* Loader::Impl::next() {
     return nullptr;
   }
   const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_, options_.wait_poll);
-  read_ahead_.advance(*source_, cursor_, cursor_ + options_.prefetch + 1);
+  read_ahead_.advance(*source_, rank_batch(cursor_), rank_batch(cursor_ + options_.prefetch + 1));
   ++cursor_;
   return &slots_[slot].batch;
 }
@@ -291,7 +307,7 @@ const Batch* Loader::Impl::next() {
 void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Cancel& cancel) {
   Slot& slot = slots_[slot_index];
   const uint64_t bs = options_.batch_size;
-  const uint64_t begin = job * bs;
+  const uint64_t begin = rank_batch(job) * bs;
   const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
   const TransformOptions& t = options_.transform;
   std::vector<uint8_t>& scratch = slot.scratch;
@@ -367,7 +383,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
     slot.indices[k] = idx;
   }
   Batch& b = slot.batch;
-  b.index = job;
+  b.index = rank_batch(job);
   b.size = static_cast<uint32_t>(count);
   b.height = out_h_;
   b.width = out_w_;

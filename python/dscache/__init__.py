@@ -37,6 +37,10 @@ dscache.detection_targets(batch) cut them per sample. Loader(fields=[...]) serve
 PyTorch mirrors of dscache-train's models (cnn, unet-small), with its parameter names:
 dscache.models (imports torch; `import dscache` does not).
 
+torch.utils.data datasets for DataLoader(num_workers=N), Lightning and StatefulDataLoader:
+dscache.torch.CacheDataset (batches; workers split each epoch, exact resume) and
+dscache.torch.CacheMapDataset (samples) (imports torch; `import dscache` does not).
+
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
 InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
 """

@@ -160,6 +160,8 @@ class Loader:
     copy: bool
     return_indices: bool
     transform: Transform
+    batch_stride: int
+    batch_offset: int
     def __init__(self, cache: _Source, batch_size: int = ..., shuffle: Union[bool, str] = ...,
                  seed: int = ..., rank: Optional[int] = ..., world_size: Optional[int] = ...,
                  drop_last: bool = ..., workers: int = ..., prefetch: int = ...,
@@ -167,7 +169,8 @@ class Loader:
                  return_indices: bool = ..., rank_tail: str = ..., block: int = ...,
                  window_blocks: int = ..., block_bytes: int = ..., window_bytes: int = ...,
                  fields: Optional[Sequence[str]] = ...,
-                 min_box_visibility: float = ...) -> None: ...
+                 min_box_visibility: float = ..., batch_stride: int = ...,
+                 batch_offset: int = ...) -> None: ...
     def set_epoch(self, epoch: int) -> None: ...
     @property
     def epoch(self) -> int: ...

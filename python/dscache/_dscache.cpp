@@ -316,10 +316,13 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
                                   double scale_min, double scale_max, double ratio_min,
                                   double ratio_max, bool flip,
                                   const std::optional<std::vector<std::string>>& fields,
-                                  double min_box_visibility) {
+                                  double min_box_visibility, uint32_t batch_stride,
+                                  uint32_t batch_offset) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.drop_last = drop_last;
+  o.batch_stride = batch_stride;
+  o.batch_offset = batch_offset;
   o.sampler = sampler_options(shuffle, block, window_blocks, rank, world_size, rank_tail);
   o.sampler.block_bytes = block_bytes;
   o.sampler.window_bytes = window_bytes;
@@ -363,11 +366,12 @@ PYBIND11_MODULE(_dscache, m) {
                        uint32_t prefetch, const std::string& crop, uint32_t height, uint32_t width,
                        double scale_min, double scale_max, double ratio_min, double ratio_max,
                        bool flip, std::optional<std::vector<std::string>> fields,
-                       double min_box_visibility) {
+                       double min_box_visibility, uint32_t batch_stride, uint32_t batch_offset) {
              LoaderOptions o = make_loader_options(
                  batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
                  rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
-                 scale_max, ratio_min, ratio_max, flip, fields, min_box_visibility);
+                 scale_max, ratio_min, ratio_max, flip, fields, min_box_visibility, batch_stride,
+                 batch_offset);
              return std::make_unique<PyLoader>(std::move(source), o);
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
@@ -376,7 +380,8 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("workers"), py::arg("prefetch"), py::arg("crop"), py::arg("height"),
            py::arg("width"), py::arg("scale_min"), py::arg("scale_max"), py::arg("ratio_min"),
            py::arg("ratio_max"), py::arg("flip"), py::arg("fields") = py::none(),
-           py::arg("min_box_visibility") = 0.0)
+           py::arg("min_box_visibility") = 0.0, py::arg("batch_stride") = 1,
+           py::arg("batch_offset") = 0)
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))

@@ -102,6 +102,10 @@ class Loader:
     in this order (None = all of the cache's, [] = none); fields not named are never read.
     min_box_visibility: a box is kept when the part of it inside the crop covers at least this
     share (0..1) of its whole area (0 = any part); rows_of rows follow their box.
+    batch_stride, batch_offset: serve only batches offset, offset + stride, ... of this rank's
+    epoch (len() and state_dict()'s cursor count those); stride Loaders with offsets
+    0..stride-1 serve the unstrided Loader's batches between them (dscache.torch's DataLoader
+    workers).
 
     Iterate from one thread at a time: a second thread calling into the Loader while the first
     waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
@@ -111,7 +115,8 @@ class Loader:
     def __init__(self, cache, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, workers=2, prefetch=4, transform=None, copy=False,
                  return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
-                 window_bytes=0, fields=None, min_box_visibility=0.0):
+                 window_bytes=0, fields=None, min_box_visibility=0.0, batch_stride=1,
+                 batch_offset=0):
         if not isinstance(cache, _Source):
             raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
         if rank is None or world_size is None:
@@ -126,7 +131,8 @@ class Loader:
         if not isinstance(t, Transform):
             raise TypeError("transform must be a dscache.Transform or None")
         for name, v in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
-                        ("workers", workers), ("prefetch", prefetch)):
+                        ("workers", workers), ("prefetch", prefetch),
+                        ("batch_stride", batch_stride), ("batch_offset", batch_offset)):
             _check_int(name, v, 0, _U32)
         for name, v in (("seed", seed), ("block", block), ("window_blocks", window_blocks),
                         ("block_bytes", block_bytes), ("window_bytes", window_bytes)):
@@ -139,6 +145,7 @@ class Loader:
         self.rank, self.world_size = int(rank), int(world_size)
         self.drop_last = bool(drop_last)
         self.copy = bool(copy)
+        self.batch_stride, self.batch_offset = int(batch_stride), int(batch_offset)
         self.return_indices = bool(return_indices)
         self.transform = t
         self.fields = self._select_fields(cache, fields)
@@ -148,7 +155,7 @@ class Loader:
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
-            float(min_box_visibility))
+            float(min_box_visibility), self.batch_stride, self.batch_offset)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
@@ -273,6 +280,7 @@ class Loader:
         return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
                 "cursor": int(cursor), "batch_size": self.batch_size, "drop_last": self.drop_last,
                 "rank": self.rank, "world_size": self.world_size,
+                "batch_stride": self.batch_stride, "batch_offset": self.batch_offset,
                 "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
 
     def load_state_dict(self, state):
@@ -299,9 +307,11 @@ class Loader:
         epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
         mine = self._impl.sampler_options()
         checks = [("batch_size", self.batch_size), ("drop_last", self.drop_last),
-                  ("rank", self.rank), ("world_size", self.world_size)]
+                  ("rank", self.rank), ("world_size", self.world_size),
+                  ("batch_stride", self.batch_stride), ("batch_offset", self.batch_offset)]
+        unstrided = {"batch_stride": 1, "batch_offset": 0}  # states saved before strides
         for key, val in checks:
-            if state.get(key) != val:
+            if state.get(key, unstrided.get(key)) != val:
                 raise InvalidArgumentError(
                     f"InvalidArgument: state_dict: {key} was {state.get(key)!r}, this loader "
                     f"has {val!r}", "", f"{key} differs")

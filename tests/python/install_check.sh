@@ -12,7 +12,7 @@ meson install -C "$build" --no-rebuild --destdir "$tmp/root" --quiet >/dev/null
 init=$(find "$tmp/root" -path '*/dscache/__init__.py' | head -n 1)
 [[ -n "$init" ]] || { echo "FAIL: dscache/__init__.py was not installed"; exit 1; }
 pkg=$(dirname "$init")
-for f in __init__.pyi _errors.py py.typed; do
+for f in __init__.pyi _errors.py py.typed torch.py torch.pyi; do
   [[ -f "$pkg/$f" ]] || { echo "FAIL: dscache/$f not installed next to __init__.py"; exit 1; }
 done
 ls "$pkg"/_dscache.*.so >/dev/null 2>&1 || { echo "FAIL: the extension is not in $pkg"; exit 1; }

@@ -35,8 +35,13 @@ constexpr uint32_t kMaxPrefetch = 4096;
 constexpr uint32_t kMaxWorkers = 1024;
 
 struct LoaderOptions {
-  uint32_t batch_size = 256;   // samples per batch
-  bool drop_last = false;      // drop this rank's last short batch
+  uint32_t batch_size = 256;  // samples per batch
+  bool drop_last = false;     // drop this rank's last short batch
+  // Serve only batches batch_offset, batch_offset + batch_stride, ... of this rank's epoch; the
+  // others are never filled. batch_stride loaders with offsets 0..stride-1 (e.g. one per
+  // DataLoader worker process) together serve the unstrided loader's batches, each once.
+  uint32_t batch_stride = 1;   // >= 1; default 1 (every batch)
+  uint32_t batch_offset = 0;   // < batch_stride; default 0
   SamplerOptions sampler;      // shuffle mode, window, rank, world size, rank tail;
                                // kWindowed with block 0: sized in stored bytes (resolve_window
                                // with source->stored_bytes() and available_memory_bytes())
@@ -77,7 +82,7 @@ struct FieldBatch {
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
 // start_epoch(), restore() or the Loader's destruction.
 struct Batch {
-  uint64_t index = 0;                 // batch number within this rank's epoch
+  uint64_t index = 0;                 // batch number within this rank's epoch (unstrided)
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
   uint32_t height = 0;                // image rows
   uint32_t width = 0;                 // image columns
@@ -94,7 +99,8 @@ struct Batch {
 struct LoaderPosition {
   uint64_t seed = 0;    // shuffle seed
   uint64_t epoch = 0;   // epoch number
-  uint64_t cursor = 0;  // batches of this epoch already returned by next()
+  uint64_t cursor = 0;  // batches of this epoch already returned by next() (served ones only
+                        // when strided)
 };
 
 // With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
@@ -133,8 +139,8 @@ class Loader {
   // save these with a checkpoint (with position()) and pass them back to resume the same order
   // elsewhere.
   const SamplerOptions& sampler_options() const;
-  uint64_t batches_per_epoch() const;  // for this rank
-  uint64_t samples_per_epoch() const;  // for this rank, after drop_last
+  uint64_t batches_per_epoch() const;  // this Loader serves (its stride's share of the rank's)
+  uint64_t samples_per_epoch() const;  // for this rank, after drop_last (all strides together)
   // Seconds next() spent waiting for a batch since the last call to this (and resets it).
   double take_wait_seconds();
 
