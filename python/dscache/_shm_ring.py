@@ -51,10 +51,16 @@ class Ring:
         self.name = os.path.join(_DIR, f"{_PREFIX}{os.getppid()}-{os.getpid()}-{_count}")
         fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, self.size)
+            # Allocated now, not on first touch: a full /dev/shm (a container's 64 MiB default)
+            # is an OSError here, where the caller falls back to torch's handoff, instead of a
+            # SIGBUS in the middle of a copy.
+            os.posix_fallocate(fd, 0, self.size)
             self.map = mmap.mmap(fd, self.size)
-        finally:
+        except BaseException:
             os.close(fd)
+            _unlink(self.name)
+            raise
+        os.close(fd)
         self.flags = np.frombuffer(self.map, np.uint8, SLOTS)
         self.next = 0
         multiprocessing.util.Finalize(self, _unlink, (self.name,), exitpriority=10)

@@ -25,6 +25,7 @@ collation.
 This module imports torch; `import dscache` does not import it.
 """
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -204,7 +205,13 @@ class CacheDataset(torch.utils.data.IterableDataset):
             t = self._loader_kwargs["transform"]
             if t is not None and t.height:
                 h, w = t.height, t.width
-            self._ring = (os.getpid(), Ring(max(1, self.batch_size * h * w * c)))
+            try:
+                ring = Ring(max(1, self.batch_size * h * w * c))
+            except OSError as e:  # no room in /dev/shm: torch's own handoff, which needs less
+                warnings.warn(f"dscache.torch: no shared-memory ring for this worker ({e}); "
+                              f"batches go through torch's handoff", RuntimeWarning)
+                ring = None
+            self._ring = (os.getpid(), ring)
         return self._ring[1]
 
     def __len__(self):

@@ -21,7 +21,7 @@ def need_torch():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise Skip("python3-torch is not installed (scripts/setup-deps --bench)")
+        raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
 
 
 def write_cache(tmp, n=103, name="c", fields=False):
@@ -352,6 +352,39 @@ def test_map_dataset(tmp):
         assert "nope" in str(err) and "count" in str(err), str(err)
     else:
         raise AssertionError("an unknown field was accepted")
+
+
+def test_full_shared_memory_falls_back(tmp):
+    """A /dev/shm too small for a worker's ring (a container's 64 MiB default against large
+    batches): making the ring fails cleanly (allocated up front, never a SIGBUS mid-copy), leaves
+    no file, and the DataLoader still yields the single Loader's batches through torch's own
+    handoff. The small filesystem is a real 64 KiB tmpfs (root only)."""
+    need_torch()
+    import errno
+    from dscache.torch import CacheDataset
+    shm = os.path.join(str(tmp), "shm")
+    os.mkdir(shm)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", shm],
+                                           capture_output=True).returncode != 0:
+        raise Skip("mounting a 64 KiB tmpfs needs root")
+    saved = _shm_ring._DIR
+    try:
+        _shm_ring._DIR = shm
+        try:
+            _shm_ring.Ring(1 << 20)
+            raise AssertionError("a 6 MiB ring fitted in a 64 KiB tmpfs")
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, f"ring in a full tmpfs: {e!r}, want ENOSPC"
+        assert os.listdir(shm) == [], f"a failed ring left {os.listdir(shm)}"
+        path = write_cache(tmp)  # 8x6x3 samples: batch 200 needs 28.8 KB a slot, 6 slots
+        kw = dict(batch_size=200)
+        _shm_ring._maps.clear()
+        got = list(loader_for(CacheDataset(path, seed=3, **kw), 2, context="fork"))
+        assert_same(got, reference(path, 0, **kw), "workers without a ring")
+        assert not _shm_ring._maps, "a batch came through a ring that could not be made"
+    finally:
+        _shm_ring._DIR = saved
+        subprocess.run(["umount", shm], check=False)
 
 
 if __name__ == "__main__":
