@@ -170,6 +170,8 @@ def case_alpha_resize_storage(tmp):
     with h5py.File(h5 / m["shards"][0]["file"], "r") as f:
         check_eq(f["images"].attrs["channel_order"], "RGBA", "hdf5 channel_order attribute")
     run(["verify", h5, "--source"])
+    j = run_json(["bench", h5, "--json", "--seconds", "0.2", "--decode-samples", "7"])
+    check(j, "bench of an RGBA cache printed nothing")
 
     rg = tmp / "ragged"
     build(src, rg, "--layout", "ragged", "--max-side", "100", "--alpha", "keep")
