@@ -170,6 +170,14 @@ def case_alpha_resize_storage(tmp):
     with h5py.File(h5 / m["shards"][0]["file"], "r") as f:
         check_eq(f["images"].attrs["channel_order"], "RGBA", "hdf5 channel_order attribute")
     run(["verify", h5, "--source"])
+    # inspect writes an RGBA sample as an RGBA PNG, and draws a contact sheet of them.
+    run(["inspect", h5, "--sample", "2", "--out", tmp / "s.png"])
+    png = cv2.imread(str(tmp / "s.png"), cv2.IMREAD_UNCHANGED)
+    check(png is not None and png.shape == (H, W, 4), "inspect --sample --out of an RGBA cache")
+    check(np.array_equal(cv2.cvtColor(png, cv2.COLOR_BGRA2RGBA), expected(refs, "keep")[2]),
+          "inspect --sample --out: not the sample's RGBA")
+    run(["inspect", h5, "--grid", "4", "--out", tmp / "g.png"])
+    check(cv2.imread(str(tmp / "g.png")) is not None, "inspect --grid of an RGBA cache")
     j = run_json(["bench", h5, "--json", "--seconds", "0.2", "--decode-samples", "7"])
     check(j, "bench of an RGBA cache printed nothing")
 
