@@ -63,4 +63,19 @@ def test_rgba_cache_and_loader(tmp):
                 assert np.array_equal(im, want[idx]), f"batch of samples {idx}"
 
 
+def test_writer_rgba(tmp):
+    """dscache.Writer writes (H, W, 4) arrays as an RGBA cache (recipe alpha keep)."""
+    path = os.path.join(tmp, "w")
+    rgba = np.random.default_rng(1).integers(0, 256, (3, 5, 6, 4), dtype=np.uint8)
+    with dscache.Writer(path, shape=(5, 6, 4)) as w:
+        for i, a in enumerate(rgba):
+            w.write(a, i)
+    cache = dscache.Cache(path)
+    assert cache.channel_order == "RGBA" and cache.manifest["alpha"] == "keep"
+    assert cache.manifest["transparent"] is None  # not counted: not a build
+    for i in range(3):
+        assert np.array_equal(np.asarray(cache[i][0]), rgba[i])
+    verify(path)
+
+
 sys.exit(main(globals()))
