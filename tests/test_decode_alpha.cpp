@@ -270,3 +270,31 @@ TEST_CASE("alpha: WebP transparency is seen, lossless (VP8L) and lossy (VP8X)") 
   REQUIRE_MESSAGE(d.result.ok, d.result.reason);
   CHECK_FALSE(d.result.transparent);
 }
+
+TEST_CASE("alpha composite: the rounding of every alpha, the halfway cases included") {
+  // 16x16 pixels: alpha y*16+x (all 256 values), colours varied, onto (10, 200, 90).
+  cv::Mat bgra(16, 16, CV_8UC4);
+  const uint8_t bg[3] = {10, 200, 90};
+  Bytes want;
+  int halfway = 0;  // sums at exactly .5 after the division: +127 rounds them down, +128 up
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 16; ++x) {
+      const uint32_t a = uint32_t(y * 16 + x);
+      const uint8_t rgb[3] = {uint8_t(a * 7 + 3), uint8_t(255 - a), uint8_t(a * 13)};
+      bgra.at<cv::Vec4b>(y, x) = cv::Vec4b(rgb[2], rgb[1], rgb[0], uint8_t(a));
+      for (int c = 0; c < 3; ++c) {
+        const uint32_t sum = rgb[c] * a + bg[c] * (255 - a);
+        halfway += sum % 255 == 127;
+        want.push_back(uint8_t((sum + 127) / 255));
+      }
+    }
+  }
+  REQUIRE(halfway > 0);
+  auto o = options(16, 16, 3, ResizePolicy::kStretch);
+  o.alpha = AlphaMode::kComposite;
+  std::copy(bg, bg + 3, o.background);
+  const auto d = decode(encode(bgra, ".png"), o);
+  REQUIRE_MESSAGE(d.result.ok, d.result.reason);
+  CHECK(d.result.transparent);
+  CHECK(d.pixels == want);
+}
