@@ -125,6 +125,74 @@ TEST_SUITE("cache writer") {
     check_serves(out, 13);
   }
 
+  TEST_CASE("note_transparent: counted in the manifest, kept by a resume, absent unless asked") {
+    TempDir tmp;
+    // Transparent samples: 1, 4, 5 (shard 0, the one in which shard 0 fills up) and 11, 12
+    // (shard 2, which a resume redoes).
+    const std::vector<uint64_t> transparent = {1, 4, 5, 11, 12};
+    const auto write = [&](CacheWriter& w, uint64_t from, uint64_t to) {
+      for (uint64_t i = from; i < to; ++i) {
+        for (uint64_t t : transparent) {
+          if (t == i) w.note_transparent();
+        }
+        append_range(w, i, i + 1);
+      }
+    };
+    CacheWriterOptions o = small_options();
+    o.count_transparent = true;
+    const std::string out = tmp.path() + "/c";
+    {
+      auto w = CacheWriter::open(out, o);
+      write(*w, 0, 13);  // two shards finished, three samples in the open one
+    }
+    o.resume = true;
+    auto w = CacheWriter::open(out, o);
+    REQUIRE(w->position() == 10);
+    write(*w, 10, 13);
+    Manifest m = w->publish();
+    CHECK(m.transparent_known);
+    CHECK(m.transparent == 5);
+    CHECK(dscache::read_manifest(out).transparent == 5);
+
+    auto plain = CacheWriter::open(tmp.path() + "/p", small_options());
+    write(*plain, 0, 3);
+    m = plain->publish();
+    CHECK_FALSE(m.transparent_known);
+    CHECK(read(tmp.path() + "/p/manifest.json").find("transparent") == std::string::npos);
+  }
+
+  TEST_CASE("4 channels (RGBA) go with recipe.alpha keep; keep needs a raw codec") {
+    TempDir tmp;
+    CacheWriterOptions o = small_options();
+    o.recipe.channels = 4;
+    expect_error([&] { CacheWriter::open(tmp.path() + "/a", o); }, ErrorKind::kInvalidArgument,
+                 "4 channels (RGBA) go with recipe.alpha keep");
+    o.recipe.alpha = dscache::AlphaMode::kKeep;
+    o.recipe.shard_bytes = 5 * 4 * 3 * 4;
+    auto w = CacheWriter::open(tmp.path() + "/k", o);
+    std::vector<uint8_t> rgba(4 * 3 * 4);
+    for (size_t i = 0; i < rgba.size(); ++i) rgba[i] = uint8_t(i * 5);
+    for (int i = 0; i < 7; ++i) w->append(rgba.data(), 4, 3, 0, "s" + std::to_string(i));
+    const Manifest m = w->publish();
+    CHECK(m.channel_order == "RGBA");
+    CHECK(m.shards.size() == 2);
+    auto c = Cache::open(tmp.path() + "/k");
+    CHECK(c->shape().channels == 4);
+    std::vector<uint8_t> got(rgba.size());
+    c->copy_sample(6, got.data());
+    CHECK(got == rgba);
+    o.recipe.channels = 3;
+    expect_error([&] { CacheWriter::open(tmp.path() + "/b", o); }, ErrorKind::kInvalidArgument,
+                 "go with recipe.alpha keep, and only they");
+    if (dscache::jpeg_supported()) {
+      o.recipe.channels = 4;
+      o.codec = dscache::Codec::kJpeg;
+      o.recipe.quality = 90;
+      expect_error([&] { CacheWriter::open(tmp.path() + "/j", o); }, ErrorKind::kInvalidArgument,
+                   "jpeg cannot store an alpha channel");
+    }
+  }
+
   TEST_CASE("a torn sidecar redoes its shard; another fingerprint is refused") {
     TempDir tmp;
     const std::string out = tmp.path() + "/c";
@@ -229,7 +297,7 @@ TEST_SUITE("cache writer") {
     };
     const Row rows[] = {
         {"no size", [](CacheWriterOptions& o) { o.recipe.height = 0; }, "height and width"},
-        {"2 channels", [](CacheWriterOptions& o) { o.recipe.channels = 2; }, "expected 1 or 3"},
+        {"2 channels", [](CacheWriterOptions& o) { o.recipe.channels = 2; }, "expected 1, 3 or 4"},
         {"no shard size", [](CacheWriterOptions& o) { o.recipe.shard_bytes = 0; }, "shard_bytes"},
         {"quality 0",
          [](CacheWriterOptions& o) {

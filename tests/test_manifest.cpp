@@ -228,6 +228,72 @@ TEST_SUITE("unit") {
     }
   }
 
+  TEST_CASE("recipe.alpha, recipe.background and transparent: optional, round-trip, checked") {
+    const Json plain = Json::parse(dscache::to_json(full_manifest()));
+    CHECK_FALSE(plain["recipe"].contains("alpha"));  // drop: absent, as before --alpha
+    CHECK_FALSE(plain.contains("transparent"));      // not counted: absent
+    const Manifest old = dscache::manifest_from_json(plain.dump(), "p.json");
+    CHECK(old.recipe.alpha == dscache::AlphaMode::kDrop);
+    CHECK_FALSE(old.transparent_known);
+
+    Manifest m = full_manifest();
+    m.recipe.alpha = dscache::AlphaMode::kComposite;
+    m.recipe.background[0] = 0, m.recipe.background[1] = 128, m.recipe.background[2] = 255;
+    m.transparent_known = true;
+    m.transparent = 17;
+    Json j = Json::parse(dscache::to_json(m));
+    CHECK(j["recipe"]["alpha"] == "composite");
+    CHECK(j["recipe"]["background"] == Json::array({0, 128, 255}));
+    CHECK(j["transparent"] == 17);
+    Manifest back = dscache::manifest_from_json(j.dump(), "c.json");
+    CHECK(back.recipe.alpha == dscache::AlphaMode::kComposite);
+    CHECK(back.recipe.background[1] == 128);
+    CHECK(back.transparent == 17);
+    check_equal(back, m);
+
+    m.recipe.alpha = dscache::AlphaMode::kKeep;  // RGBA: 4 channels
+    m.channels = m.recipe.channels = 4;
+    m.channel_order = "RGBA";
+    j = Json::parse(dscache::to_json(m));
+    CHECK_FALSE(j["recipe"].contains("background"));
+    back = dscache::manifest_from_json(j.dump(), "k.json");
+    CHECK(back.channels == 4);
+    CHECK(back.recipe.alpha == dscache::AlphaMode::kKeep);
+
+    struct Bad {
+      const char* key;  // JSON pointer
+      Json value;
+      const char* message;
+    };
+    const Json composite = Json::parse(dscache::to_json([] {
+      Manifest c = full_manifest();
+      c.recipe.alpha = dscache::AlphaMode::kComposite;
+      return c;
+    }()));
+    const Bad bad[] = {
+        {"/recipe/alpha", "blend", "recipe.alpha"},
+        {"/recipe/alpha", "keep", "4 channels (RGBA) go with alpha 'keep' only"},
+        {"/recipe/background", Json::array({1, 2}), "recipe.background has 2 elements"},
+        {"/recipe/background", Json::array({1, 2, 256}), "recipe.background[2] is 256"},
+        {"/recipe/background", "white", "recipe.background"},
+        {"/transparent", -1, "transparent"},
+        {"/transparent", 2501, "transparent is 2501, more than count (2500)"},
+        {"/shape/2", 2, "shape[2] is 2, expected 1, 3 or 4 channels"},
+    };
+    for (const Bad& b : bad) {
+      CAPTURE(b.key);
+      Json k = composite;
+      k[Json::json_pointer(b.key)] = b.value;
+      CHECK(std::string(refusal(k).what()).find(b.message) != std::string::npos);
+    }
+    Json k = composite;  // composite without its background
+    k["recipe"].erase("background");
+    CHECK(std::string(refusal(k).what()).find("background") != std::string::npos);
+    k = Json::parse(dscache::to_json(m));  // 4 channels whose order is not RGBA
+    k["channel_order"] = "RGB";
+    CHECK(std::string(refusal(k).what()).find("channel_order is 'RGB'") != std::string::npos);
+  }
+
   TEST_CASE("ragged and fixed layout rules are enforced, naming the field") {
     struct Case {
       const char* name;
@@ -339,8 +405,8 @@ TEST_SUITE("unit") {
          "shape[1] is a float"},
         {"two-element shape", [](Json& j) { j["shape"].erase(2); }, ErrorKind::kCorruption,
          "shape has 2 elements"},
-        {"four channels", [](Json& j) { j["shape"][2] = 4; }, ErrorKind::kCorruption,
-         "shape[2] is 4"},
+        {"five channels", [](Json& j) { j["shape"][2] = 5; }, ErrorKind::kCorruption,
+         "shape[2] is 5"},
         {"channel order", [](Json& j) { j["channel_order"] = "BGR"; }, ErrorKind::kCorruption,
          "channel_order is 'BGR'"},
         {"dtype", [](Json& j) { j["dtype"] = "float32"; }, ErrorKind::kCorruption,

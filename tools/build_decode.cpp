@@ -38,6 +38,7 @@ void SampleDecoder::decode(Token* t) const {
   const SourceEntry& e = src_.entries[t->entry];
   const BuildRecipe& r = recipe_;
   t->reason.clear();
+  t->transparent = false;
   SampleGeometry g;
   if (!e.bad.empty()) {  // the listing could not make a sample of this row
     t->ok = false;
@@ -49,7 +50,8 @@ void SampleDecoder::decode(Token* t) const {
                            &t->height, &t->width);
     t->ok = true;
   } else {
-    t->ok = decoder_.decode_file(e.path, &e, &t->pixels, &t->height, &t->width, &t->reason, &g);
+    t->ok = decoder_.decode_file(e.path, &e, &t->pixels, &t->height, &t->width, &t->reason, &g,
+                                 &t->transparent);
   }
   if (!t->ok) return;
   if (!src_.fields.empty() && !make_fields(t, g)) {

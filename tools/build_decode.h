@@ -27,7 +27,8 @@ struct Token {
   // moved with the image (geometry of its own decode), rows_of rows following their boxes.
   std::vector<std::vector<uint8_t>> fields;
   bool ok = false;
-  std::string reason;  // why not ok, for the skip report
+  bool transparent = false;  // the source had a transparent pixel (DecodeResult::transparent)
+  std::string reason;        // why not ok, for the skip report
 };
 
 // Decodes one source entry with the build's recipe (ingest's RecipeDecoder, checking each file

@@ -30,6 +30,10 @@ json fingerprint(const std::string& kind, const std::string& root, const std::st
     fp["codec"] = to_string(codec);
     fp["quality"] = r.quality;
   }
+  if (r.alpha != AlphaMode::kDrop) fp["alpha"] = to_string(r.alpha);  // absent, as before --alpha
+  if (r.alpha == AlphaMode::kComposite) {
+    fp["background"] = {r.background[0], r.background[1], r.background[2]};
+  }
   if (part_count != 0) fp["part"] = {part_index, part_count};  // absent, as before --part
   if (!fields.empty()) {  // absent without fields, as before them
     json a = json::array();

@@ -57,6 +57,20 @@ BuildRecipe resolve_recipe(const BuildOptions& opt, const SourceListing& src) {
         "--size: is required for folder and list sources (e.g. --size 224 or --size 256x192)");
   }
   if (!ragged) r.max_side = 0;
+  if (r.alpha == AlphaMode::kKeep) {
+    if (r.channels == 1) {
+      throw UsageError(
+          "--alpha keep: stores RGBA (4 channels), not grey" +
+          std::string(opt.channels_given ? " (--channels 1)" : " (the default for an idx source)") +
+          "; use --channels 3, or --alpha composite");
+    }
+    if (opt.codec == Codec::kJpeg) {
+      throw UsageError(
+          "--alpha keep: JPEG cannot store an alpha channel (--codec jpeg); use --codec raw, or "
+          "--alpha composite");
+    }
+    r.channels = 4;
+  }
   if (opt.codec == Codec::kJpeg) {
     if (!jpeg_supported()) {
       throw UsageError(
@@ -86,6 +100,7 @@ CacheWriterOptions writer_options(const BuildOptions& opt, const SourceListing& 
   w.force = opt.force;
   w.resume = opt.resume;
   w.command = opt.command;
+  w.count_transparent = true;
   const auto fp = build_fingerprint(src, r, opt.storage, opt.codec, opt.part_index, opt.part_count);
   w.fingerprint = fp.dump();
   w.is_this_write = [fp](const Manifest& done) { return build_fingerprint(done) == fp; };
@@ -166,6 +181,7 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
                           fields[f] = FieldData{t.fields[f].data(), t.fields[f].size()};
                         }
                         const FieldData* values = fields.empty() ? nullptr : fields.data();
+                        if (t.ok && t.transparent) writer.note_transparent();  // this sample's
                         if (t.ok && opt.codec == Codec::kJpeg) {
                           writer.append_encoded(t.stored.data(), t.stored.size(), t.height, t.width,
                                                 e.label, e.name, &t.checksum, values);
@@ -242,6 +258,9 @@ BuildSummary run_build(const BuildOptions& opt) {
     s.count = m.count;
     s.skipped = m.skipped;
     s.resumed = resumed;
+    s.transparent_known = m.transparent_known;
+    s.transparent = m.transparent;
+    s.alpha = m.recipe.alpha;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.output = writer->output();
     return s;
@@ -299,7 +318,16 @@ BuildSummary run_build(const BuildOptions& opt) {
                        : "no sample could be decoded: all " + std::to_string(writer->skipped()) +
                              " of " + std::to_string(n) + " entries were skipped");
   }
-  return summary(writer->publish(), resumed);
+  const BuildSummary s = summary(writer->publish(), resumed);
+  if (s.transparent > 0 && r.alpha == AlphaMode::kDrop && !opt.quiet) {
+    std::fprintf(stderr,
+                 "note: %llu of %llu sources have transparent pixels; --alpha drop (the default) "
+                 "stored the colour under them (often black). --alpha composite puts them on "
+                 "white (composite=R,G,B on another colour); --alpha keep stores RGBA\n",
+                 static_cast<unsigned long long>(s.transparent),
+                 static_cast<unsigned long long>(s.count));
+  }
+  return s;
 }
 
 }  // namespace dscache

@@ -44,11 +44,14 @@ struct BuildOptions {
 };
 
 struct BuildSummary {
-  uint64_t count = 0;    // samples in the cache
-  uint64_t skipped = 0;  // source entries skipped
-  uint64_t resumed = 0;  // samples taken over from an interrupted build
-  double seconds = 0;    // wall time of this run
-  std::string output;    // absolute path of the cache
+  uint64_t count = 0;                  // samples in the cache
+  uint64_t skipped = 0;                // source entries skipped
+  uint64_t resumed = 0;                // samples taken over from an interrupted build
+  bool transparent_known = false;      // the manifest has the count (Manifest::transparent)
+  uint64_t transparent = 0;            // samples whose source had a transparent pixel
+  AlphaMode alpha = AlphaMode::kDrop;  // what the build did with their alpha
+  double seconds = 0;                  // wall time of this run
+  std::string output;                  // absolute path of the cache
 };
 
 // --strict met a file it cannot decode. Nothing was kept.

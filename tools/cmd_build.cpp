@@ -53,6 +53,28 @@ void parse_codec_option(const std::string& text, Codec* codec, uint32_t* quality
   *quality = static_cast<uint32_t>(std::stoul(q));
 }
 
+// --alpha drop | composite[=R,G,B] | keep (R, G, B 0..255; composite alone: white).
+void parse_alpha_option(const std::string& text, BuildRecipe* r) {
+  const size_t eq = text.find('=');
+  const std::optional<AlphaMode> mode = kAlphaModeNames.find(text.substr(0, eq));
+  const auto bad = [&] {
+    return UsageError("--alpha '" + text + "': expected drop, keep, composite or composite=R,G,B " +
+                      "(each 0..255, e.g. composite=255,255,255)");
+  };
+  if (!mode) throw bad();
+  r->alpha = *mode;
+  if (eq == std::string::npos) return;
+  const std::vector<std::string> rgb = split_commas(text.substr(eq + 1));
+  if (*mode != AlphaMode::kComposite || rgb.size() != 3) throw bad();
+  for (size_t i = 0; i < 3; ++i) {
+    if (rgb[i].empty() || rgb[i].size() > 3 ||
+        rgb[i].find_first_not_of("0123456789") != std::string::npos || std::stoul(rgb[i]) > 255) {
+      throw bad();
+    }
+    r->background[i] = static_cast<uint8_t>(std::stoul(rgb[i]));
+  }
+}
+
 // The KINDs of --field NAME=KIND (dscache/ingest/source_list.h, SourceOptions::field_kinds).
 constexpr const char* kFieldKinds[] = {"mask", "multi-hot", "int", "float", "text", "ignore"};
 
@@ -93,6 +115,7 @@ struct BuildFlags {
   std::string part;                // --part I/N or auto
   uint32_t parts = 0;              // --parts, with --part auto
   uint32_t channels = 3;           // --channels 1 or 3
+  std::string alpha = "drop";      // --alpha drop | composite[=R,G,B] | keep
   std::vector<std::string> field;  // --field NAME=KIND, each
 };
 
@@ -111,6 +134,9 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "resize", po::value(&f->resize)->default_value("crop"),
       "aspect policy: crop (cover, center crop), pad (fit, black borders), stretch")(
       "channels", po::value(&f->channels), "3 (RGB, default) or 1 (grey; default for idx)")(
+      "alpha", po::value(&f->alpha)->default_value("drop"),
+      "transparent sources: drop (the colour under the alpha, as PIL convert('RGB'); default), "
+      "composite[=R,G,B] (onto a colour, default white) or keep (store RGBA, 4 channels)")(
       "storage", po::value(&f->storage)->default_value("npy"), "shard format: npy or hdf5")(
       "layout", po::value(&f->layout)->default_value("fixed"),
       "fixed (every sample --size) or ragged (aspect kept, shorter side <= --max-side)")(
@@ -255,6 +281,7 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
   if (opt->recipe.max_pixels == 0) throw UsageError("--max-pixels must be positive");
   apply_shuffle_flag(f.shuffle, &opt->recipe);
   parse_codec_option(f.codec, &opt->codec, &opt->recipe.quality);
+  parse_alpha_option(f.alpha, &opt->recipe);
   opt->recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
   if (!f.classes.empty()) opt->class_names = split_commas(f.classes);
   opt->field_kinds = parse_field_flags(f.field);
@@ -273,9 +300,14 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
 }
 
 void print_summary(const BuildSummary& s) {
-  std::printf("built %llu samples (%llu skipped%s) in %.1f s, %.0f images/s -> %s\n",
+  std::string transparent;
+  if (s.transparent_known) {
+    transparent =
+        ", " + std::to_string(s.transparent) + " transparent (alpha: " + to_string(s.alpha) + ")";
+  }
+  std::printf("built %llu samples (%llu skipped%s%s) in %.1f s, %.0f images/s -> %s\n",
               static_cast<unsigned long long>(s.count), static_cast<unsigned long long>(s.skipped),
-              s.skipped ? ", see skipped.jsonl" : "", s.seconds,
+              s.skipped ? ", see skipped.jsonl" : "", transparent.c_str(), s.seconds,
               s.seconds > 0 ? (s.count + s.skipped - s.resumed) / s.seconds : 0.0,
               s.output.c_str());
 }

@@ -102,7 +102,13 @@ json summary_json(CacheView& c) {
         {"max_pixels", m.recipe.max_pixels},
         {"shard_bytes", m.recipe.shard_bytes},
         {"max_side", m.recipe.max_side},
-        {"shuffle_seed", m.recipe.shuffled ? json(m.recipe.shuffle_seed) : json(nullptr)}}},
+        {"shuffle_seed", m.recipe.shuffled ? json(m.recipe.shuffle_seed) : json(nullptr)},
+        {"alpha", to_string(m.recipe.alpha)},
+        {"background",
+         m.recipe.alpha == AlphaMode::kComposite
+             ? json{m.recipe.background[0], m.recipe.background[1], m.recipe.background[2]}
+             : json(nullptr)}}},
+      {"transparent", m.transparent_known ? json(m.transparent) : json(nullptr)},
       {"tool_version", m.tool_version},
       {"created_utc", m.created_utc},
       {"part", m.has_part ? json{{"index", m.part.index},
@@ -113,12 +119,31 @@ json summary_json(CacheView& c) {
   };
 }
 
+// "transparent sources: 123 of 500 (alpha: composite onto 255,255,255)"; the mode alone for a
+// cache that has no count (written before it, or not by a build).
+void print_transparency(const Manifest& m) {
+  std::string mode = to_string(m.recipe.alpha);
+  if (m.recipe.alpha == AlphaMode::kComposite) {
+    const uint8_t* bg = m.recipe.background;
+    mode += " onto " + std::to_string(bg[0]) + "," + std::to_string(bg[1]) + "," +
+            std::to_string(bg[2]);
+  }
+  if (m.transparent_known) {
+    std::printf("transparent sources: %llu of %llu (alpha: %s)\n",
+                static_cast<unsigned long long>(m.transparent),
+                static_cast<unsigned long long>(m.count), mode.c_str());
+  } else {
+    std::printf("transparent sources: not counted (alpha: %s)\n", mode.c_str());
+  }
+}
+
 void print_summary(CacheView& c) {
   const Manifest& m = c.manifest();
   auto skips = c.skips();
   std::printf("cache      %s\n", c.dir().c_str());
   std::printf("samples    %llu (%llu source entries skipped)\n",
               static_cast<unsigned long long>(m.count), static_cast<unsigned long long>(m.skipped));
+  print_transparency(m);
   if (m.layout == Layout::kRagged) {
     std::printf("shape      varies, shorter side <= %u, %u channel%s, %s, %s, layout ragged\n",
                 m.recipe.max_side, m.channels, m.channels == 1 ? "" : "s", m.dtype.c_str(),
@@ -181,7 +206,7 @@ void print_summary(CacheView& c) {
   }
 }
 
-// Sample i as an OpenCV BGR (or grey) image ready for imwrite.
+// Sample i as an OpenCV BGR (grey, BGRA) image ready for imwrite.
 cv::Mat sample_image(CacheView& c, uint64_t i) {
   const Manifest& m = c.manifest();
   std::vector<uint8_t> pixels;
@@ -192,15 +217,23 @@ cv::Mat sample_image(CacheView& c, uint64_t i) {
                 "sample " + std::to_string(i) + " is " + std::to_string(h) + "x" +
                     std::to_string(w) + ", too large to draw");
   }
-  cv::Mat img(static_cast<int>(h), static_cast<int>(w), m.channels == 3 ? CV_8UC3 : CV_8UC1,
+  cv::Mat img(static_cast<int>(h), static_cast<int>(w), CV_8UC(static_cast<int>(m.channels)),
               pixels.data());
   cv::Mat out;
   if (m.channels == 3) {
     cv::cvtColor(img, out, cv::COLOR_RGB2BGR);
+  } else if (m.channels == 4) {
+    cv::cvtColor(img, out, cv::COLOR_RGBA2BGRA);
   } else {
     out = img.clone();
   }
   return out;
+}
+
+// Grey or BGRA (its alpha dropped: a contact sheet has no transparency) to BGR.
+void to_bgr(cv::Mat* img) {
+  if (img->channels() == 1) cv::cvtColor(*img, *img, cv::COLOR_GRAY2BGR);
+  if (img->channels() == 4) cv::cvtColor(*img, *img, cv::COLOR_BGRA2BGR);
 }
 
 // Sample i with its masks and boxes drawn over it (caches with such fields), scaled up to at
@@ -208,7 +241,7 @@ cv::Mat sample_image(CacheView& c, uint64_t i) {
 cv::Mat sample_picture(CacheView& c, uint64_t i, const SampleFields& f) {
   cv::Mat img = sample_image(c, i);
   if (!has_drawn_fields(c.manifest())) return img;
-  if (img.channels() == 1) cv::cvtColor(img, img, cv::COLOR_GRAY2BGR);
+  to_bgr(&img);
   const int scale = std::max(1, static_cast<int>(std::ceil(256.0 / std::max(img.rows, img.cols))));
   cv::Mat big;
   cv::resize(img, big, cv::Size(img.cols * scale, img.rows * scale), 0, 0, cv::INTER_NEAREST);
@@ -251,7 +284,7 @@ cv::Mat contact_sheet(CacheView& c, uint64_t n, const std::vector<int64_t>& labe
   for (uint64_t k = 0; k < n; ++k) {
     uint64_t i = k * m.count / n;
     cv::Mat img = sample_image(c, i);
-    if (img.channels() == 1) cv::cvtColor(img, img, cv::COLOR_GRAY2BGR);
+    to_bgr(&img);
     int x = pad + static_cast<int>(k % cols) * (cw + pad);
     int y = pad + static_cast<int>(k / cols) * (ch + strip + pad);
     if (ragged) {

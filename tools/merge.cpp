@@ -55,22 +55,27 @@ std::vector<std::pair<std::string, std::string>> options_of(const Manifest& m) {
     if (!f.rows_of.empty()) fields += ":rows_of=" + f.rows_of;
     for (const auto& c : f.classes) fields += ":" + c;
   }
-  return {{"storage", to_string(m.storage)},
-          {"layout", to_string(m.layout)},
-          {"codec", to_string(m.codec)},
-          {"quality", std::to_string(r.quality)},
-          {"size", std::to_string(r.height) + "x" + std::to_string(r.width)},
-          {"channels", std::to_string(m.channels)},
-          {"max_side", std::to_string(r.max_side)},
-          {"resize", to_string(r.resize)},
-          {"reduced_decode", r.reduced_decode ? "on" : "off"},
-          {"max_pixels", std::to_string(r.max_pixels)},
-          {"shard_bytes", std::to_string(r.shard_bytes)},
-          {"shuffle", r.shuffled ? std::to_string(r.shuffle_seed) : "none"},
-          {"classes", classes},
-          {"fields", fields},
-          {"format_version", std::to_string(m.format_version)},
-          {"tool_version", m.tool_version}};
+  return {
+      {"storage", to_string(m.storage)},
+      {"layout", to_string(m.layout)},
+      {"codec", to_string(m.codec)},
+      {"quality", std::to_string(r.quality)},
+      {"size", std::to_string(r.height) + "x" + std::to_string(r.width)},
+      {"channels", std::to_string(m.channels)},
+      {"max_side", std::to_string(r.max_side)},
+      {"resize", to_string(r.resize)},
+      {"reduced_decode", r.reduced_decode ? "on" : "off"},
+      {"max_pixels", std::to_string(r.max_pixels)},
+      {"shard_bytes", std::to_string(r.shard_bytes)},
+      {"shuffle", r.shuffled ? std::to_string(r.shuffle_seed) : "none"},
+      {"alpha", r.alpha != AlphaMode::kComposite
+                    ? std::string(to_string(r.alpha))
+                    : "composite=" + std::to_string(r.background[0]) + "," +
+                          std::to_string(r.background[1]) + "," + std::to_string(r.background[2])},
+      {"classes", classes},
+      {"fields", fields},
+      {"format_version", std::to_string(m.format_version)},
+      {"tool_version", m.tool_version}};
 }
 
 std::string part_name(const Manifest& m) {
@@ -209,6 +214,7 @@ ShardRecords shard_records(const Manifest& m, const PartRecords& r, size_t k) {
 bool same_merge(const Manifest& have, const Manifest& want) {
   if (have.has_part || have.count != want.count || have.skipped != want.skipped ||
       have.class_counts != want.class_counts || options_of(have) != options_of(want) ||
+      have.transparent_known != want.transparent_known || have.transparent != want.transparent ||
       have.shards.size() != want.shards.size() || have.source.digest != want.source.digest ||
       have.source.root != want.source.root || have.source.entries != want.source.entries) {
     return false;
@@ -236,7 +242,7 @@ Manifest planned_manifest(const std::vector<Part>& parts) {
   Manifest m = parts.front().m;
   m.has_part = false;
   m.part = PartRecord{};
-  m.count = m.skipped = 0;
+  m.count = m.skipped = m.transparent = 0;
   m.shards.clear();
   std::fill(m.class_counts.begin(), m.class_counts.end(), 0);
   for (const Part& p : parts) {
@@ -254,6 +260,8 @@ Manifest planned_manifest(const std::vector<Part>& parts) {
       m.shards.push_back(e);
     }
     m.skipped += p.m.skipped;
+    m.transparent_known = m.transparent_known && p.m.transparent_known;
+    m.transparent += p.m.transparent;
     for (size_t c = 0; c < m.class_counts.size(); ++c) m.class_counts[c] += p.m.class_counts[c];
   }
   return m;
@@ -277,6 +285,7 @@ CacheWriterOptions writer_options(const MergeOptions& opt, const std::vector<Par
   w.force = opt.force;
   w.resume = opt.resume;
   w.command = opt.command;
+  w.count_transparent = want.transparent_known;  // every part counted its transparent sources
   json fp{{"merge", json::array()}};
   for (const Part& p : parts) {
     fp["merge"].push_back({p.dir, hex64(hash_file(p.files->open_file("manifest.json")).xxh64)});
@@ -337,6 +346,8 @@ MergeSummary run_merge(const MergeOptions& opt) {
     for (size_t i = 0; i < parts.size(); ++i) {
       for (size_t k = 0; k < parts[i].m.shards.size(); ++k) {
         if (next++ < writer->position()) continue;
+        // The part's count goes with its first shard (and stays with it on a resume).
+        if (k == 0) writer->note_transparent(parts[i].m.transparent);
         const bool copied =
             writer->add_shard(*parts[i].files, k, shard_records(parts[i].m, records[i], k));
         sum.linked += !copied;

@@ -16,7 +16,7 @@ ModelCard make_model_card(const TrainOptions& o, const DataInfo& info, const Nor
   c.height = o.image_size ? o.image_size : info.height;
   c.width = o.image_size ? o.image_size : info.width;
   c.norm = norm;
-  c.channels_order = info.channels == 1 ? "L" : "RGB";
+  c.channels_order = info.channels == 1 ? "L" : info.channels == 4 ? "RGBA" : "RGB";
   if (o.task.kind == TaskKind::kClassify) {
     c.classes = info.classes;
     c.outputs = static_cast<int64_t>(info.classes.size());

@@ -31,7 +31,7 @@ struct ModelCard {
   std::vector<double> target_mean;   // regress: prediction * std + mean is in the field's units
   std::vector<double> target_std;
   Normalization norm;                   // per channel, of pixel values scaled to [0, 1]
-  std::string channels_order;           // what the cache stores: "RGB" or "L" (grey)
+  std::string channels_order;           // what the cache stores: "RGB", "L" (grey) or "RGBA"
   std::optional<int64_t> ignore_index;  // segment: the mask value that counts nowhere
 };
 

@@ -30,8 +30,12 @@ void validate(const DecodeOptions& opt, const void* out) {
     bad("DecodeOptions.width must be in [1, " + std::to_string(INT_MAX) + "], got " +
         std::to_string(opt.width));
   }
-  if (opt.channels != 1 && opt.channels != 3) {
-    bad("DecodeOptions.channels must be 1 or 3, got " + std::to_string(opt.channels));
+  if (opt.channels != 1 && opt.channels != 3 && opt.channels != 4) {
+    bad("DecodeOptions.channels must be 1, 3 or 4, got " + std::to_string(opt.channels));
+  }
+  if ((opt.channels == 4) != (opt.alpha == AlphaMode::kKeep)) {
+    bad("DecodeOptions.channels is " + std::to_string(opt.channels) +
+        ": 4 channels (RGBA) go with alpha kKeep, and only they");
   }
   if (opt.resize != ResizePolicy::kStretch && opt.resize != ResizePolicy::kCrop &&
       opt.resize != ResizePolicy::kPad) {
@@ -100,7 +104,7 @@ int choose_reduction(uint32_t w, uint32_t h, const DecodeOptions& opt) {
 }
 
 int imread_flags(uint32_t channels, int reduction) {
-  const bool color = channels == 3;
+  const bool color = channels != 1;
   switch (reduction) {
     case 2:
       return color ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_REDUCED_GRAYSCALE_2;
@@ -205,13 +209,88 @@ bool jpeg_has_eoi(const uint8_t* d, size_t n) {
   return false;
 }
 
+uint32_t be32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+// True when a PNG decodes to four channels under IMREAD_UNCHANGED: colour type 4 (grey+alpha) or
+// 6 (RGBA), or a tRNS chunk before the image data of a palette (3) or RGB (2) image. (A grey
+// image's tRNS OpenCV 4.6 does not expand: it decodes to one channel, its transparency unseen.)
+bool png_has_alpha(const uint8_t* d, size_t n) {
+  if (n < 33) return false;
+  const uint8_t color_type = d[25];  // signature 8, length 4, "IHDR" 4, width, height, depth
+  if (color_type == 4 || color_type == 6) return true;
+  if (color_type != 2 && color_type != 3) return false;
+  for (size_t p = 8; p + 8 <= n;) {
+    const uint32_t len = be32(d + p);
+    if (std::memcmp(d + p + 4, "tRNS", 4) == 0) return true;
+    if (std::memcmp(d + p + 4, "IDAT", 4) == 0) return false;
+    if (len > n - p - 8) return false;
+    p += 12 + size_t{len};
+  }
+  return false;
+}
+
+// True when a WebP says it has alpha: the extended header's alpha flag (VP8X), or a lossless
+// bitstream's alpha_is_used bit (VP8L). A simple lossy WebP (VP8) has none.
+bool webp_has_alpha(const uint8_t* d, size_t n) {
+  if (n < 30) return false;
+  if (std::memcmp(d + 12, "VP8X", 4) == 0) return (d[20] & 0x10) != 0;
+  if (std::memcmp(d + 12, "VP8L", 4) == 0) return (d[24] & 0x10) != 0;  // bit 28 after 0x2f
+  return false;
+}
+
+// True when the file may hold an alpha channel that IMREAD_UNCHANGED keeps, from its header: PNG
+// and WebP. No other format's alpha is looked at (TIFF, BMP, JPEG 2000).
+bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n) {
+  return (f == ImageFormat::kPng && png_has_alpha(d, n)) ||
+         (f == ImageFormat::kWebp && webp_has_alpha(d, n));
+}
+
+// `u` (IMREAD_UNCHANGED: BGRA, 8- or 16-bit) reduced to 8-bit BGRA the way IMREAD_COLOR
+// reduces 16-bit PNGs (libpng's strip_16 keeps the high byte), and whether any alpha is below
+// its maximum at the source's depth.
+cv::Mat bgra8(const cv::Mat& u, bool* transparent) {
+  cv::Mat alpha;
+  cv::extractChannel(u, alpha, 3);
+  double lo = 0;
+  cv::minMaxLoc(alpha, &lo);
+  *transparent = lo < (u.depth() == CV_16U ? 65535.0 : 255.0);
+  if (u.depth() == CV_8U) return u;
+  cv::Mat out(u.rows, u.cols, CV_8UC4);
+  for (int y = 0; y < u.rows; ++y) {
+    const uint16_t* in = u.ptr<uint16_t>(y);
+    uint8_t* o = out.ptr<uint8_t>(y);
+    for (int x = 0; x < u.cols * 4; ++x) o[x] = static_cast<uint8_t>(in[x] >> 8);
+  }
+  return out;
+}
+
+// 8-bit BGRA blended onto `rgb` (R, G, B): BGR, (c * a + bg * (255 - a) + 127) / 255 exactly.
+cv::Mat composite(const cv::Mat& bgra, const uint8_t rgb[3]) {
+  const uint32_t bg[3] = {rgb[2], rgb[1], rgb[0]};  // in OpenCV's B, G, R order
+  cv::Mat out(bgra.rows, bgra.cols, CV_8UC3);
+  for (int y = 0; y < bgra.rows; ++y) {
+    const uint8_t* in = bgra.ptr<uint8_t>(y);
+    uint8_t* o = out.ptr<uint8_t>(y);
+    for (int x = 0; x < bgra.cols; ++x, in += 4, o += 3) {
+      const uint32_t a = in[3];
+      for (int c = 0; c < 3; ++c)
+        o[c] = static_cast<uint8_t>((in[c] * a + bg[c] * (255 - a) + 127) / 255);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
 
-// Everything up to a decoded cv::Mat in the output's channel order (BGR or grey): format sniffing,
-// pixel limit, truncation check, reduced-scale choice via `choose`, imdecode. On failure returns
-// a result with ok=false and a reason; never throws for bad data.
+// Everything up to a decoded cv::Mat in the output's channel order (BGR or grey; BGRA for an
+// alpha kKeep of a transparent source): format sniffing, pixel limit, truncation check,
+// reduced-scale choice via `choose`, the alpha look (may_have_alpha: an IMREAD_UNCHANGED decode
+// sets r.transparent and stands in for the plain decode where it gives the same pixels),
+// imdecode. On failure returns a result with ok=false and a reason; never throws for bad data.
 template <typename ChooseReduction>
 DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions& opt,
                            ChooseReduction choose, cv::Mat* img) {
@@ -254,9 +333,27 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   try {
     // A header over the caller's bytes: imdecode only reads them.
     const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
-    int flags = imread_flags(opt.channels, r.reduction);
-    if (opt.ignore_orientation) flags |= cv::IMREAD_IGNORE_ORIENTATION;
-    *img = cv::imdecode(buf, flags);
+    img->release();
+    if (may_have_alpha(hdr.format, data, size)) {
+      const cv::Mat u = cv::imdecode(buf, cv::IMREAD_UNCHANGED);
+      if (u.channels() == 4 && (u.depth() == CV_8U || u.depth() == CV_16U)) {
+        const cv::Mat bgra = bgra8(u, &r.transparent);
+        if (r.transparent && opt.alpha == AlphaMode::kComposite) {
+          *img = composite(bgra, opt.background);
+          if (opt.channels == 1) cv::cvtColor(*img, *img, cv::COLOR_BGR2GRAY);
+        } else if (r.transparent && opt.alpha == AlphaMode::kKeep) {
+          *img = bgra;
+        } else if (opt.channels != 1 && u.depth() == CV_8U) {
+          // What IMREAD_COLOR gives (libpng strips the alpha), without decoding twice.
+          cv::cvtColor(bgra, *img, cv::COLOR_BGRA2BGR);
+        }
+      }
+    }
+    if (img->empty()) {
+      int flags = imread_flags(opt.channels, r.reduction);
+      if (opt.ignore_orientation) flags |= cv::IMREAD_IGNORE_ORIENTATION;
+      *img = cv::imdecode(buf, flags);
+    }
   } catch (const cv::Exception& e) {
     r.reason = "corrupt or unsupported " + fmt + ": OpenCV error: " + e.err;
     return r;
@@ -277,13 +374,22 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   }
   r.decoded_width = static_cast<uint32_t>(img->cols);
   r.decoded_height = static_cast<uint32_t>(img->rows);
-  if (img->type() != CV_8UC(static_cast<int>(opt.channels))) {
+  const int want = img->channels() == 4 && opt.alpha == AlphaMode::kKeep ? 4
+                   : opt.channels == 1                                   ? 1
+                                                                         : 3;
+  if (img->type() != CV_8UC(want)) {
     r.reason =
         "OpenCV decoded " + fmt + " to an unexpected pixel type " + cv::typeToString(img->type());
     return r;
   }
   r.ok = true;
   return r;
+}
+
+// The conversion of decode_to_mat's image to the output's channels: BGR(A) to RGB(A), or none.
+int to_output(const cv::Mat& img, const DecodeOptions& opt) {
+  if (opt.channels == 4) return img.channels() == 4 ? cv::COLOR_BGRA2RGBA : cv::COLOR_BGR2RGBA;
+  return opt.channels == 3 ? cv::COLOR_BGR2RGB : -1;
 }
 
 }  // namespace
@@ -296,7 +402,7 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
       data, size, opt, [&](uint32_t w, uint32_t h) { return choose_reduction(w, h, opt); }, &img);
   if (!r.ok) return r;
   try {
-    fit_into(img, opt, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out);
+    fit_into(img, opt, to_output(img, opt), out);
   } catch (const cv::Exception& e) {
     r.ok = false;
     r.reason = std::string("resize failed: OpenCV error: ") + e.err;
@@ -356,12 +462,14 @@ void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* ou
 namespace {
 
 // Shrinks (never enlarges) `img` so its shorter side is at most max_side, into `out`.
-void fit_ragged(const cv::Mat& img, uint32_t max_side, int cvt_code, std::vector<uint8_t>* out,
-                uint32_t* out_h, uint32_t* out_w) {
+// `out_channels`: the output's (img's unless the conversion changes it).
+void fit_ragged(const cv::Mat& img, uint32_t max_side, int cvt_code, uint32_t out_channels,
+                std::vector<uint8_t>* out, uint32_t* out_h, uint32_t* out_w) {
   ragged_size(static_cast<uint32_t>(img.rows), static_cast<uint32_t>(img.cols), max_side, out_h,
               out_w);
-  out->resize(size_t{*out_h} * *out_w * static_cast<size_t>(img.channels()));
-  cv::Mat dst(static_cast<int>(*out_h), static_cast<int>(*out_w), img.type(), out->data());
+  out->resize(size_t{*out_h} * *out_w * out_channels);
+  cv::Mat dst(static_cast<int>(*out_h), static_cast<int>(*out_w),
+              CV_8UC(static_cast<int>(out_channels)), out->data());
   if (dst.rows == img.rows && dst.cols == img.cols) {
     if (cvt_code >= 0) {
       cv::cvtColor(img, dst, cvt_code);
@@ -384,10 +492,9 @@ DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeO
                                  uint32_t max_side, std::vector<uint8_t>* out, uint32_t* out_h,
                                  uint32_t* out_w) {
   if (max_side == 0) throw Error(ErrorKind::kInvalidArgument, "", "max_side must be positive");
-  if (opt.channels != 1 && opt.channels != 3) {
-    throw Error(ErrorKind::kInvalidArgument, "",
-                "DecodeOptions.channels must be 1 or 3, got " + std::to_string(opt.channels));
-  }
+  DecodeOptions checked = opt;  // validate() checks all but the size, which ragged ignores
+  checked.height = checked.width = 1;
+  validate(checked, out);
   cv::Mat img;
   // The shorter side does not change under EXIF rotation, so the factor is safe either way.
   DecodeResult r = decode_to_mat(
@@ -402,7 +509,7 @@ DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeO
       &img);
   if (!r.ok) return r;
   try {
-    fit_ragged(img, max_side, opt.channels == 3 ? cv::COLOR_BGR2RGB : -1, out, out_h, out_w);
+    fit_ragged(img, max_side, to_output(img, opt), opt.channels, out, out_h, out_w);
   } catch (const cv::Exception& e) {
     r.ok = false;
     r.reason = std::string("resize failed: OpenCV error: ") + e.err;
@@ -417,14 +524,16 @@ void resize_pixels_ragged(const uint8_t* src, uint32_t src_h, uint32_t src_w, ui
                     CV_8UC(static_cast<int>(channels)), const_cast<uint8_t*>(src));
   int code = -1;
   if (channels == 1 && out_channels == 3) code = cv::COLOR_GRAY2RGB;
+  if (channels == 1 && out_channels == 4) code = cv::COLOR_GRAY2RGBA;
   if (channels == 3 && out_channels == 1) code = cv::COLOR_RGB2GRAY;
+  if (channels == 3 && out_channels == 4) code = cv::COLOR_RGB2RGBA;
   if (code >= 0) {
     // Convert first (the channel count of `out` follows the converted image).
     cv::Mat conv;
     cv::cvtColor(img, conv, code);
-    fit_ragged(conv, max_side, -1, out, out_h, out_w);
+    fit_ragged(conv, max_side, -1, out_channels, out, out_h, out_w);
   } else {
-    fit_ragged(img, max_side, -1, out, out_h, out_w);
+    fit_ragged(img, max_side, -1, out_channels, out, out_h, out_w);
   }
 }
 
@@ -448,6 +557,8 @@ void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t 
       fit_into(grey, opt, -1, out);
     } else if (channels == 1 && opt.channels == 3) {
       fit_into(img, opt, cv::COLOR_GRAY2RGB, out);  // resize one plane, then replicate
+    } else if (opt.channels == 4) {
+      fit_into(img, opt, channels == 1 ? cv::COLOR_GRAY2RGBA : cv::COLOR_RGB2RGBA, out);
     } else {
       fit_into(img, opt, -1, out);
     }

@@ -86,6 +86,8 @@ RecipeDecoder::RecipeDecoder(const BuildRecipe& r, Layout layout)
   opt_.resize = r.resize;
   opt_.reduced_decode = r.reduced_decode;
   opt_.max_pixels = r.max_pixels;
+  opt_.alpha = r.alpha;
+  std::copy(r.background, r.background + 3, opt_.background);
 }
 
 size_t RecipeDecoder::fixed_bytes() const {
@@ -94,7 +96,8 @@ size_t RecipeDecoder::fixed_bytes() const {
 
 bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* listed,
                                 std::vector<uint8_t>* out, uint32_t* h, uint32_t* w,
-                                std::string* reason, SampleGeometry* geometry) const {
+                                std::string* reason, SampleGeometry* geometry,
+                                bool* transparent) const {
   const std::vector<uint8_t>* bytes = read_listed_file(path, listed, reason);
   if (bytes == nullptr) return false;
   DecodeResult d;
@@ -107,6 +110,7 @@ bool RecipeDecoder::decode_file(const std::string& path, const SourceEntry* list
     *w = opt_.width;
   }
   *reason = d.reason;
+  if (transparent != nullptr) *transparent = d.transparent;
   if (d.ok && geometry != nullptr) {
     *geometry = layout_ == Layout::kRagged
                     ? ragged_geometry(d.decoded_width, d.decoded_height, d.reduction, *w, *h)

@@ -44,8 +44,12 @@ std::string strip_slashes(const std::string& path) {
 
 void validate(const CacheWriterOptions& o) {
   const BuildRecipe& r = o.recipe;
-  if (r.channels != 1 && r.channels != 3) {
-    bad_option("channels", std::to_string(r.channels) + ": expected 1 or 3");
+  if (channel_order_for(r.channels) == nullptr) {
+    bad_option("channels", std::to_string(r.channels) + ": expected 1, 3 or 4");
+  }
+  if ((r.alpha == AlphaMode::kKeep) != (r.channels == 4)) {
+    bad_option("channels", std::to_string(r.channels) +
+                               ": 4 channels (RGBA) go with recipe.alpha keep, and only they");
   }
   if (o.layout == Layout::kFixed && (r.height == 0 || r.width == 0)) {
     bad_option("shape", "a fixed-layout cache needs a height and width > 0");
@@ -63,6 +67,7 @@ void validate(const CacheWriterOptions& o) {
     if (r.quality < 1 || r.quality > 100) {
       bad_option("quality", std::to_string(r.quality) + ": expected 1..100");
     }
+    if (r.channels == 4) bad_option("codec", "jpeg cannot store an alpha channel (4 channels)");
   }
   if (o.storage == Storage::kHdf5 && !hdf5_supported()) {
     throw Error(ErrorKind::kUnsupported, "storage",
@@ -250,6 +255,12 @@ void CacheWriter::skip(const std::string& source, const std::string& reason) {
   ++w.position;
 }
 
+void CacheWriter::note_transparent(uint64_t n) {
+  Impl& w = *impl_;
+  w.check_writable("note_transparent()");
+  w.pending_transparent += n;
+}
+
 void CacheWriter::cut_shard() {
   Impl& w = *impl_;
   w.check_writable("cut_shard()");
@@ -324,6 +335,8 @@ bool CacheWriter::add_shard(const CacheDir& from, size_t k, const ShardRecords& 
   w.checksums.insert(w.checksums.end(), rec.checksums.begin(), rec.checksums.end());
   w.sources.insert(w.sources.end(), rec.sources.begin(), rec.sources.end());
   w.index.insert(w.index.end(), rec.index.begin(), rec.index.end());
+  w.transparent += w.pending_transparent;
+  w.pending_transparent = 0;
   ++w.position;
   w.record_shard(placed);
   return copied;

@@ -63,6 +63,10 @@ struct CacheWriter::Impl {
   uint64_t resumed = 0;
   size_t shard_sample_begin = 0;
   size_t shard_skip_begin = 0;
+  uint64_t transparent = 0;              // note_transparent()'s count, of recorded samples
+  uint64_t pending_transparent = 0;      // noted, counted with the next sample or shard recorded
+  uint64_t shard_transparent_begin = 0;  // the count at the last committed shard
+  bool transparent_lost = false;         // a kept shard's sidecar has no count (an older writer's)
   std::vector<ShardEntry> shards;
   std::vector<int64_t> labels;
   std::vector<uint64_t> checksums;  // checksum_columns() per sample
@@ -114,6 +118,8 @@ struct CacheWriter::Impl {
     checksums.push_back(checksum);
     checksums.insert(checksums.end(), field_sums.begin(), field_sums.end());
     sources.push_back(source);
+    transparent += pending_transparent;  // before any commit of the shard this sample is in
+    pending_transparent = 0;
     ++position;
     crash_point("sample");
   }

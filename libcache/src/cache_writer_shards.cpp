@@ -174,6 +174,11 @@ void CacheWriter::Impl::adopt_finished() {
     for (auto& v : j["checksums"]) checksums.push_back(v.get<uint64_t>());
     for (auto& v : j["sources"]) sources.push_back(v.get<std::string>());
     for (auto& v : j["skips"]) skips.push_back({v["source"], v["reason"]});
+    if (j.contains("transparent")) {
+      transparent += j["transparent"].get<uint64_t>();
+    } else {
+      transparent_lost = true;
+    }
     index.insert(index.end(), rows.begin(), rows.end());
     position = j["src_end"];
     shard_index = k + 1;
@@ -193,6 +198,7 @@ void CacheWriter::Impl::adopt_finished() {
   }
   shard_skip_begin = skips.size();
   shard_sample_begin = labels.size();
+  shard_transparent_begin = transparent;
   resumed = labels.size();
 }
 
@@ -257,6 +263,7 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
     skipped.push_back({{"source", skips[i].source}, {"reason", skips[i].reason}});
   }
   side["skips"] = std::move(skipped);
+  side["transparent"] = transparent - shard_transparent_begin;
   if (byte_shards(opt)) {
     side["index"] = std::vector<int64_t>(
         index.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin), index.end());
@@ -267,6 +274,7 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
   shards.push_back(e);
   shard_sample_begin = labels.size();
   shard_skip_begin = skips.size();
+  shard_transparent_begin = transparent;
   ++shard_index;
   crash_point("shard-committed");
 }
@@ -307,7 +315,7 @@ Manifest CacheWriter::Impl::write_side_files() {
   m.height = ragged ? 0 : r.height;
   m.width = ragged ? 0 : r.width;
   m.channels = r.channels;
-  m.channel_order = r.channels == 3 ? "RGB" : "L";
+  m.channel_order = channel_order_for(r.channels);
   m.count = labels.size();
   m.classes = opt.classes;
   m.class_counts.assign(opt.classes.size(), 0);
@@ -331,6 +339,8 @@ Manifest CacheWriter::Impl::write_side_files() {
     text += json{{"source", s.source}, {"reason", s.reason}}.dump() + "\n";
   m.skips = write_text(partial, "skipped.jsonl", text);
   m.skipped = skips.size();
+  m.transparent_known = opt.count_transparent && !transparent_lost;
+  m.transparent = m.transparent_known ? transparent + pending_transparent : 0;
   m.source = opt.source;
   m.recipe = r;
   if (ragged && m.recipe.max_side == 0) {

@@ -1,7 +1,7 @@
 // The spellings of libcache's options enums: one table each, for every parser and printer.
 //
-// The manifest stores Storage, Layout, ResizePolicy and Codec names, and users type all of
-// them (`dscache build`, Python keywords): a name here is never changed or removed.
+// The manifest stores Storage, Layout, ResizePolicy, Codec and AlphaMode names, and users type all
+// of them (`dscache build`, Python keywords): a name here is never changed or removed.
 #include "dscache/cache.h"
 #include "dscache/enum_table.h"
 #include "dscache/manifest.h"
@@ -27,6 +27,11 @@ constexpr EnumName<ResizePolicy> kResizePolicy[] = {
 constexpr EnumName<Codec> kCodec[] = {
     {Codec::kRaw, "raw"},
     {Codec::kJpeg, "jpeg"},
+};
+constexpr EnumName<AlphaMode> kAlphaMode[] = {
+    {AlphaMode::kDrop, "drop"},
+    {AlphaMode::kComposite, "composite"},
+    {AlphaMode::kKeep, "keep"},
 };
 constexpr EnumName<MemoryMode> kMemoryMode[] = {
     {MemoryMode::kAuto, "auto"},  // the default first, as messages list them
@@ -61,6 +66,7 @@ constexpr EnumTable<Storage> kStorageNames(kStorage);
 constexpr EnumTable<Layout> kLayoutNames(kLayout);
 constexpr EnumTable<ResizePolicy> kResizePolicyNames(kResizePolicy);
 constexpr EnumTable<Codec> kCodecNames(kCodec);
+constexpr EnumTable<AlphaMode> kAlphaModeNames(kAlphaMode);
 constexpr EnumTable<MemoryMode> kMemoryModeNames(kMemoryMode);
 constexpr EnumTable<AccessHint> kAccessHintNames(kAccessHint);
 constexpr EnumTable<Shuffle> kShuffleNames(kShuffle);
@@ -71,6 +77,7 @@ const char* to_string(Storage s) { return kStorageNames.to_string(s); }
 const char* to_string(Layout l) { return kLayoutNames.to_string(l); }
 const char* to_string(ResizePolicy r) { return kResizePolicyNames.to_string(r); }
 const char* to_string(Codec c) { return kCodecNames.to_string(c); }
+const char* to_string(AlphaMode a) { return kAlphaModeNames.to_string(a); }
 const char* to_string(MemoryMode mode) { return kMemoryModeNames.to_string(mode); }
 
 }  // namespace dscache

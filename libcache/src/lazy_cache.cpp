@@ -170,9 +170,9 @@ std::shared_ptr<LazyCache> LazyCache::open(const std::string& path, uint64_t cou
   if (shape.height == 0 || shape.width == 0) {
     throw Error(ErrorKind::kInvalidArgument, path, "shape: height and width must be > 0");
   }
-  if (shape.channels != 1 && shape.channels != 3) {
+  if (channel_order_for(shape.channels) == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, path,
-                "shape.channels must be 1 or 3, got " + std::to_string(shape.channels));
+                "shape.channels must be 1, 3 or 4, got " + std::to_string(shape.channels));
   }
   if (labels.size() != count) {
     throw Error(ErrorKind::kInvalidArgument, path,

@@ -25,6 +25,19 @@ int format_version_for(Codec c, bool has_fields) {
   return c == Codec::kRaw ? 1 : 2;
 }
 
+const char* channel_order_for(uint32_t channels) {
+  switch (channels) {
+    case 1:
+      return "L";
+    case 3:
+      return "RGB";
+    case 4:
+      return "RGBA";
+    default:
+      return nullptr;
+  }
+}
+
 std::string field_file_name(const std::string& field, uint64_t shard, bool offsets) {
   char num[24];
   std::snprintf(num, sizeof num, "%05llu", static_cast<unsigned long long>(shard));
@@ -134,7 +147,15 @@ std::string to_json(const Manifest& m) {
   recipe["max_side"] = m.recipe.max_side;
   if (m.recipe.shuffled) recipe["shuffle_seed"] = m.recipe.shuffle_seed;
   if (m.codec != Codec::kRaw) recipe["quality"] = m.recipe.quality;
+  if (m.recipe.alpha != AlphaMode::kDrop) {  // absent for drop, as before --alpha
+    recipe["alpha"] = to_string(m.recipe.alpha);
+  }
+  if (m.recipe.alpha == AlphaMode::kComposite) {
+    const uint8_t* bg = m.recipe.background;
+    recipe["background"] = OrderedJson::array({bg[0], bg[1], bg[2]});
+  }
   j["recipe"] = std::move(recipe);
+  if (m.transparent_known) j["transparent"] = m.transparent;
   j["tool_version"] = m.tool_version;
   j["created_utc"] = m.created_utc;
   if (m.has_part) {  // absent for a whole cache, as before --part
@@ -277,11 +298,11 @@ void read_shape(const Reader& r, const Json& j, Manifest* m) {
   m->height = dims[0];
   m->width = dims[1];
   m->channels = dims[2];
-  if (m->channels != 1 && m->channels != 3) {
-    r.fail("shape[2] is " + std::to_string(m->channels) + ", expected 1 or 3 channels");
+  const char* want_order = channel_order_for(m->channels);
+  if (want_order == nullptr) {
+    r.fail("shape[2] is " + std::to_string(m->channels) + ", expected 1, 3 or 4 channels");
   }
   m->channel_order = r.str(j, "", "channel_order");
-  const char* want_order = m->channels == 3 ? "RGB" : "L";
   if (m->channel_order != want_order) {
     r.fail("channel_order is '" + m->channel_order + "', expected '" + want_order + "' for " +
            std::to_string(m->channels) + " channels");
@@ -395,6 +416,24 @@ void read_recipe(const Reader& r, const Json& j, Manifest* m) {
   if (m->layout == Layout::kRagged && b.max_side == 0) {
     r.fail("recipe.max_side is 0, expected > 0 for the ragged layout");
   }
+  // Optional: absent for drop (and in caches written before --alpha).
+  if (recipe.contains("alpha")) b.alpha = r.choice(recipe, "recipe", "alpha", kAlphaModeNames);
+  if ((b.alpha == AlphaMode::kKeep) != (m->channels == 4)) {
+    r.fail(std::string("recipe.alpha is '") + to_string(b.alpha) + "' with " +
+           std::to_string(m->channels) + " channels: 4 channels (RGBA) go with alpha 'keep' only");
+  }
+  if (b.alpha == AlphaMode::kComposite) {
+    const Json& bg = r.array(recipe, "recipe", "background");
+    if (bg.size() != 3)
+      r.fail("recipe.background has " + std::to_string(bg.size()) +
+             " elements, expected [R, G, B]");
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string field = Reader::index("recipe.background", i);
+      const uint64_t v = r.u64(bg[i], field);
+      if (v > 255) r.fail(field + " is " + std::to_string(v) + ", expected 0..255");
+      b.background[i] = static_cast<uint8_t>(v);
+    }
+  }
 }
 
 // part: only in a part of a partitioned build; its slice must fit the source's listing.
@@ -441,6 +480,15 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   read_recipe(r, j, &m);
   m.tool_version = r.str(j, "", "tool_version");
   m.created_utc = r.str(j, "", "created_utc");
+  // Optional: caches written before the count (or not by a build) have no "transparent".
+  if (j.contains("transparent")) {
+    m.transparent_known = true;
+    m.transparent = r.u64(j, "", "transparent");
+    if (m.transparent > m.count) {
+      r.fail("transparent is " + std::to_string(m.transparent) + ", more than count (" +
+             std::to_string(m.count) + ")");
+    }
+  }
   read_part(r, j, &m);
   return m;
 }

@@ -72,11 +72,11 @@ ShardEntry shard_entry(const FileEntry& file, uint64_t count) {
 namespace {
 
 void check_shape(SampleShape shape, const std::string& path) {
-  if (shape.height == 0 || shape.width == 0 || (shape.channels != 1 && shape.channels != 3)) {
+  if (shape.height == 0 || shape.width == 0 || channel_order_for(shape.channels) == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, path,
                 "sample shape " + std::to_string(shape.height) + "x" + std::to_string(shape.width) +
                     "x" + std::to_string(shape.channels) +
-                    " is invalid (need H, W > 0 and 1 or 3 channels)");
+                    " is invalid (need H, W > 0 and 1, 3 or 4 channels)");
   }
 }
 
@@ -152,9 +152,9 @@ std::unique_ptr<RaggedShardWriter> RaggedShardWriter::create(Storage storage,
                                                              const std::string& path,
                                                              uint32_t channels,
                                                              uint64_t capacity_bytes) {
-  if (channels != 1 && channels != 3) {
+  if (channel_order_for(channels) == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, path,
-                std::to_string(channels) + " channels is invalid (need 1 or 3)");
+                std::to_string(channels) + " channels is invalid (need 1, 3 or 4)");
   }
   return by_storage(
       storage, path,

@@ -219,7 +219,7 @@ class Hdf5Builder {
 
  private:
   void write_channel_order(hid_t images) {
-    const char* order = channels_ == 3 ? "RGB" : "L";
+    const char* order = channel_order_for(channels_);
     // Variable-length UTF-8 so h5py returns a str, not bytes.
     Handle type(check(H5Tcopy(H5T_C_S1), h5_temp_, "copy string type"), H5Tclose);
     check(H5Tset_size(type.get(), H5T_VARIABLE), h5_temp_, "set string size", 0);

@@ -145,8 +145,10 @@ class Cache(_Source):
         """The manifest's fields as a dict (format_version, layout, storage, codec, dtype,
         shape [H, W, C] (0, 0, C for ragged), height, width, channels, channel_order, count,
         classes, class_counts, fields [{name, kind, dtype, shape, rows_of, classes}], shards
-        [{file, first, count, bytes, fields {name: {values, offsets}}}], skipped, source {kind,
-        root, entries}, tool_version, created_utc)."""
+        [{file, first, count, bytes, fields {name: {values, offsets}}}], skipped, alpha ("drop",
+        "composite" or "keep": what the build did with sources' alpha), transparent (samples
+        whose source had a transparent pixel; None when not counted), source {kind, root,
+        entries}, tool_version, created_utc)."""
         return dict(self._manifest)
 
     count = property(lambda self: self._manifest["count"], doc="samples in the cache")
@@ -154,7 +156,7 @@ class Cache(_Source):
     class_counts = property(lambda self: list(self._manifest["class_counts"]))
     storage = property(lambda self: self._manifest["storage"], doc='"npy" or "hdf5"')
     codec = property(lambda self: self._manifest["codec"], doc='"raw" or "jpeg"')
-    channel_order = property(lambda self: self._manifest["channel_order"], doc='"RGB" or "L"')
+    channel_order = property(lambda self: self._manifest["channel_order"], doc='"RGB", "L" or "RGBA"')
     path = property(lambda self: self._src.dir, doc="the cache directory")
     memory_mode = property(lambda self: self._src.memory_mode,
                            doc='the mode in force: "page-cache", "in-process" or "pread"')

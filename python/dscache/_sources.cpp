@@ -148,6 +148,8 @@ py::dict manifest_dict(const Manifest& m) {
   }
   d["shards"] = shards;
   d["skipped"] = m.skipped;
+  d["alpha"] = to_string(m.recipe.alpha);
+  d["transparent"] = m.transparent_known ? py::object(py::int_(m.transparent)) : py::none();
   py::dict src;
   src["kind"] = m.source.kind;
   src["root"] = m.source.root;

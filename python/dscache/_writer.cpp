@@ -152,6 +152,7 @@ void bind_writer(py::module_& m) {
              o.recipe.height = height;
              o.recipe.width = width;
              o.recipe.channels = channels;
+             if (channels == 4) o.recipe.alpha = AlphaMode::kKeep;  // RGBA: the alpha kept
              o.recipe.quality = o.codec == Codec::kJpeg ? quality : 0;
              o.recipe.shard_bytes = shard_bytes;
              o.recipe.shuffled = shuffled;

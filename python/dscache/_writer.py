@@ -27,7 +27,8 @@ class Writer:
                 w.write(*items[i])
 
     shape: (H, W) or (H, W, C) of every sample for layout="fixed" (the default); None with
-      layout="ragged" (each sample its own size; channels= gives C, default 3).
+      layout="ragged" (each sample its own size; channels= gives C, default 3). C is 1 (grey),
+      3 (RGB) or 4 (RGBA, straight alpha: recorded as alpha "keep", raw codec only).
     classes: class names; a label is an index into them. None: an unlabeled cache (any int).
     codec: "raw" (pixels) or "jpeg" (write() encodes at `quality`; write_encoded() takes a
       stream as is). storage: "npy" or "hdf5". shard_size: bytes of samples per shard.

@@ -29,6 +29,7 @@ from xxh64 import file_xxh64, selftest as _xxh64_selftest, xxh64  # noqa: E402,F
 
 DSCACHE = os.environ.get("DSCACHE", "")
 TIMEOUT_S = 120
+CHANNEL_ORDER = {1: "L", 3: "RGB", 4: "RGBA"}  # the manifest's channel_order of C channels
 
 
 def check(cond, msg):
@@ -253,7 +254,7 @@ def check_cache(out, storage="npy"):
     m = checked_manifest(out, "fixed", storage)
     check_eq(m.get("dtype"), "uint8", "manifest dtype")
     H, W, C = m["shape"]
-    check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
+    check_eq(m.get("channel_order"), CHANNEL_ORDER.get(C), "manifest channel_order")
     count = m["count"]
     check_eq(len(class_counts_list(m)), len(m["classes"]), "len(class_counts)")
     check_eq(sum(class_counts_list(m)), count, "sum(class_counts)")
@@ -401,7 +402,7 @@ def check_ragged_cache(out, storage="npy", max_side=None, channels=3):
     check_eq(m.get("dtype"), "uint8", "manifest dtype")
     check_eq(m.get("shape"), [0, 0, channels], "ragged manifest shape")
     C = channels
-    check_eq(m.get("channel_order"), "RGB" if C == 3 else "L", "manifest channel_order")
+    check_eq(m.get("channel_order"), CHANNEL_ORDER.get(C), "manifest channel_order")
     if max_side is not None:
         check_eq(m["recipe"].get("max_side"), max_side, "recipe.max_side")
     check(isinstance(m["recipe"].get("max_side"), int) and m["recipe"]["max_side"] > 0,
@@ -461,7 +462,7 @@ def check_ragged_cache(out, storage="npy", max_side=None, channels=3):
                 check_eq(ds.dtype, np.dtype(np.uint8), f"{s['file']} images dtype")
                 co = ds.attrs.get("channel_order")
                 co = co.decode() if isinstance(co, bytes) else str(co)
-                check_eq(co, "RGB" if C == 3 else "L", f"{s['file']} channel_order attr")
+                check_eq(co, CHANNEL_ORDER.get(C), f"{s['file']} channel_order attr")
                 data = ds[...]
                 lab = f["labels"][...]
             check_eq(lab.dtype, np.dtype("int64"), f"{s['file']} labels dtype")

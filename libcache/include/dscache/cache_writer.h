@@ -44,9 +44,12 @@ struct CacheWriterOptions {
   // written as format_version 3, checksums.npy gets one column per field, and every shard gets
   // its field files.
   std::vector<FieldSpec> fields;
-  SourceRecord source;       // where the samples came from (recorded as given)
-  bool has_part = false;     // a part of a partitioned build (then `part` is recorded)
-  PartRecord part;           // see Manifest::part
+  SourceRecord source;    // where the samples came from (recorded as given)
+  bool has_part = false;  // a part of a partitioned build (then `part` is recorded)
+  PartRecord part;        // see Manifest::part
+  // Record Manifest::transparent, the count note_transparent() keeps (a build's and a merge's
+  // count of sources with a transparent pixel); default false: the key is absent.
+  bool count_transparent = false;
   std::string tool_version;  // "" = this library's version
   std::string created_utc;   // "" = the time finish() runs (ISO 8601 UTC)
 
@@ -147,6 +150,10 @@ class CacheWriter {
                       const FieldData* fields = nullptr);
   // Records a source entry that was not written, and why (skipped.jsonl).
   void skip(const std::string& source, const std::string& reason);
+  // Counts `n` samples whose source had a transparent pixel: the sample appended next (called
+  // just before its append()), or a merged part's samples (before its first add_shard()). Kept
+  // in the sidecar of the shard they land in, so a resume keeps the count of the shards it keeps.
+  void note_transparent(uint64_t n = 1);
   // Ends the open shard now (with no sample in it: writes an empty shard); the next sample
   // opens a new one. Shards are otherwise cut by recipe.shard_bytes.
   void cut_shard();

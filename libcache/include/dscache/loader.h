@@ -86,7 +86,7 @@ struct Batch {
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
   uint32_t height = 0;                // image rows
   uint32_t width = 0;                 // image columns
-  uint32_t channels = 0;              // 1 or 3
+  uint32_t channels = 0;              // 1, 3 or 4 (RGBA)
   const uint8_t* images = nullptr;    // size*height*width*channels bytes, NHWC, 64-byte aligned
   const int64_t* labels = nullptr;    // size labels
   const uint64_t* indices = nullptr;  // size sample indices into the source

@@ -16,6 +16,7 @@ enum class Storage { kNpy, kHdf5 };                 // "npy", "hdf5"
 enum class Layout { kFixed, kRagged };              // "fixed", "ragged"
 enum class ResizePolicy { kStretch, kCrop, kPad };  // "stretch", "crop", "pad"
 enum class Codec { kRaw, kJpeg };                   // "raw", "jpeg": how sample bytes are stored
+enum class AlphaMode { kDrop, kComposite, kKeep };  // "drop", "composite", "keep": a source's alpha
 
 // The spellings of each enum, in declaration order: the manifest, `dscache build`'s options and
 // the Python binding all parse and print through these.
@@ -23,12 +24,18 @@ extern const EnumTable<Storage> kStorageNames;
 extern const EnumTable<Layout> kLayoutNames;
 extern const EnumTable<ResizePolicy> kResizePolicyNames;
 extern const EnumTable<Codec> kCodecNames;
+extern const EnumTable<AlphaMode> kAlphaModeNames;
 
 // The table's name of the value ("?" for a value outside the enum).
 const char* to_string(Storage s);
 const char* to_string(Layout l);
 const char* to_string(ResizePolicy r);
 const char* to_string(Codec c);
+const char* to_string(AlphaMode a);
+
+// The channel order stored for a cache of `channels` channels: "L" (1), "RGB" (3), "RGBA" (4);
+// null for any other count.
+const char* channel_order_for(uint32_t channels);
 
 // The newest manifest format version this library reads (it reads every version <= this). It
 // writes version 1 for raw caches, version 2 for JPEG caches (codec "jpeg") and version 3 for
@@ -81,7 +88,7 @@ struct SourceRecord {
 struct BuildRecipe {
   uint32_t height = 0;                        // output rows
   uint32_t width = 0;                         // output columns
-  uint32_t channels = 3;                      // 3 (RGB) or 1 (grey)
+  uint32_t channels = 3;                      // 3 (RGB), 1 (grey) or 4 (RGBA: alpha kKeep)
   ResizePolicy resize = ResizePolicy::kCrop;  // how the aspect ratio is reconciled
   bool reduced_decode = true;                 // JPEG DCT-domain downscale when >= 2x target
   uint64_t max_pixels = 0;                    // larger images (per header) are skipped
@@ -90,6 +97,11 @@ struct BuildRecipe {
   bool shuffled = false;  // samples stored in build_order(source entries, shuffle_seed) (sampler.h)
   uint64_t shuffle_seed = 0;  // the --shuffle seed; meaningful only when shuffled
   uint32_t quality = 0;       // codec kJpeg: the JPEG quality 1..100; 0 for raw
+  // What a source's alpha channel becomes (docs/USAGE.md "Transparency"): dropped (the colour
+  // stored under it, as PIL's convert('RGB') and cv2.imread give; default), composited onto
+  // `background`, or kept as a fourth channel (channels 4, RGBA).
+  AlphaMode alpha = AlphaMode::kDrop;
+  uint8_t background[3] = {255, 255, 255};  // kComposite: R, G, B; default white
 };
 
 // A cache built as one slice of a partitioned build (`dscache build --part index/count`): the
@@ -112,8 +124,8 @@ struct Manifest {
   std::string dtype = "uint8";         // sample element type (of decoded pixels); only uint8
   uint32_t height = 0;                 // sample rows (0 for the ragged layout)
   uint32_t width = 0;                  // sample columns (0 for the ragged layout)
-  uint32_t channels = 0;               // 3 or 1
-  std::string channel_order = "RGB";   // "RGB" for 3 channels, "L" for 1
+  uint32_t channels = 0;               // 3, 1 or 4
+  std::string channel_order = "RGB";   // "RGB" for 3 channels, "L" for 1, "RGBA" for 4
   uint64_t count = 0;                  // samples in the cache
   std::vector<std::string> classes;    // class names; label i names classes[i]
   std::vector<uint64_t> class_counts;  // samples per class, same order as classes
@@ -133,8 +145,12 @@ struct Manifest {
   BuildRecipe recipe;                  // how they were made
   std::string tool_version;            // dscache version that wrote the cache
   std::string created_utc;             // ISO 8601 time the build finished
-  bool has_part = false;               // true for a part of a partitioned build (then `part`)
-  PartRecord part;                     // meaningful only when has_part
+  // Samples whose source had at least one transparent pixel (alpha below its maximum), as the
+  // build counted them; unknown (false) for caches written before the count or not by a build.
+  bool transparent_known = false;
+  uint64_t transparent = 0;  // meaningful only when transparent_known
+  bool has_part = false;     // true for a part of a partitioned build (then `part`)
+  PartRecord part;           // meaningful only when has_part
 
   // True when the cache has an index file (raw ragged, or any JPEG cache).
   bool has_index() const { return layout == Layout::kRagged || codec != Codec::kRaw; }

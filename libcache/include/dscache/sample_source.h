@@ -19,7 +19,7 @@ struct ImageView {
   const uint8_t* data = nullptr;  // first byte of the sample
   uint32_t height = 0;            // rows
   uint32_t width = 0;             // columns
-  uint32_t channels = 0;          // 1 or 3
+  uint32_t channels = 0;          // 1, 3 or 4 (RGBA)
   int64_t label = 0;              // class index
 };
 

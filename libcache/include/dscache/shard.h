@@ -13,7 +13,7 @@ namespace dscache {
 struct SampleShape {
   uint32_t height = 0;    // rows
   uint32_t width = 0;     // columns
-  uint32_t channels = 0;  // 1 or 3
+  uint32_t channels = 0;  // 1, 3 or 4 (RGBA)
   uint64_t bytes() const { return uint64_t{height} * width * channels; }
 };
 

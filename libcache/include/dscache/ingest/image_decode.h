@@ -55,9 +55,9 @@ ImageHeaderInfo read_image_header(const uint8_t* data, size_t size);
 
 // What decode_image and resize_pixels produce. Validated on every call.
 struct DecodeOptions {
-  uint32_t height = 0;                        // output rows; required, > 0
-  uint32_t width = 0;                         // output columns; required, > 0
-  uint32_t channels = 3;                      // 3 = RGB, 1 = grey; default 3
+  uint32_t height = 0;    // output rows; required, > 0
+  uint32_t width = 0;     // output columns; required, > 0
+  uint32_t channels = 3;  // 3 = RGB, 1 = grey, 4 = RGBA (alpha kKeep only); default 3
   ResizePolicy resize = ResizePolicy::kCrop;  // stretch, center-crop (default) or pad (black)
   bool reduced_decode = true;  // JPEG only: decode at 1/2, 1/4 or 1/8 scale (libjpeg DCT
                                // scaling) when that still leaves at least the pixels the resize
@@ -68,6 +68,14 @@ struct DecodeOptions {
   // OpenCV's imread does). A sample with masks or boxes sets it: annotations (COCO's, a mask
   // file's) are drawn on the stored pixel grid.
   bool ignore_orientation = false;
+  // What a source's alpha becomes (PNG: RGBA, grey+alpha, palette or RGB with tRNS; WebP):
+  // kDrop (default): the colour stored under it, as OpenCV's imread and PIL's convert('RGB')
+  // give; kComposite: blended onto `background` at the source's resolution, before the resize,
+  // out = (c * a + bg * (255 - a) + 127) / 255 per channel (8-bit; 16-bit sources are first
+  // reduced to 8 bits as drop reduces them, v >> 8); kKeep: a fourth channel (channels 4, RGBA,
+  // straight alpha resized like the colour; 255 for a source without alpha).
+  AlphaMode alpha = AlphaMode::kDrop;
+  uint8_t background[3] = {255, 255, 255};  // kComposite: R, G, B; default white
 };
 
 // The outcome of decoding one image. A bad image is ok = false with a reason, never a throw.
@@ -81,6 +89,10 @@ struct DecodeResult {
   int reduction = 1;            // JPEG DCT scaling factor used: 1 (full decode), 2, 4 or 8
   uint32_t decoded_width = 0;   // the decoded image before the resize (the source at
   uint32_t decoded_height = 0;  // 1/reduction, rounded up; oriented); 0 if not decoded
+  // The source has an alpha channel with at least one pixel below its maximum (255, or 65535
+  // for 16-bit), whatever opt.alpha did with it. Seen for PNG and WebP (not for a grey PNG's
+  // tRNS colour, which OpenCV does not expand).
+  bool transparent = false;
 };
 
 // Where a source's pixels land in the sample decode_image (or decode_image_ragged) made of it:
@@ -117,10 +129,10 @@ size_t map_boxes(const float* in, size_t n, const SampleGeometry& g, float* out,
                  std::vector<uint32_t>* kept);
 
 // Decodes `size` bytes of an image file and writes opt.height * opt.width * opt.channels bytes,
-// HWC, RGB or grey, to `out` (caller-owned; untouched unless ok, except that it may be partly
-// written when ok is false). Orientation, palettes, grey, alpha (dropped), 16-bit (reduced to
-// 8-bit) and CMYK are handled as OpenCV's imdecode does. Never throws for bad image data;
-// throws Error(kInvalidArgument) for invalid options.
+// HWC, RGB, grey or RGBA, to `out` (caller-owned; untouched unless ok, except that it may be
+// partly written when ok is false). Orientation, palettes, grey, 16-bit (reduced to 8-bit) and
+// CMYK are handled as OpenCV's imdecode does; alpha as opt.alpha says. Never throws for bad image
+// data; throws Error(kInvalidArgument) for invalid options.
 DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt, uint8_t* out);
 
 // Ragged layout: the output size for a src_h x src_w image: unchanged when its shorter side is
@@ -144,9 +156,9 @@ void resize_pixels_ragged(const uint8_t* src, uint32_t src_h, uint32_t src_w, ui
 
 // Applies opt's resize policy and channel count to pixels already decoded (e.g. MNIST idx):
 // `src` is src_h * src_w * channels bytes, HWC, RGB or grey (channels 3 or 1). Grey is
-// replicated to RGB when opt.channels is 3; RGB becomes grey (OpenCV COLOR_RGB2GRAY) before
-// resizing when opt.channels is 1. Writes opt.height * opt.width * opt.channels bytes to `out`.
-// Throws Error(kInvalidArgument) for invalid options or source shape.
+// replicated to RGB when opt.channels is 3 (RGBA, alpha 255, when 4); RGB becomes grey (OpenCV
+// COLOR_RGB2GRAY) before resizing when opt.channels is 1. Writes opt.height * opt.width *
+// opt.channels bytes to `out`. Throws Error(kInvalidArgument) for invalid options or source shape.
 void resize_pixels(const uint8_t* src, uint32_t src_h, uint32_t src_w, uint32_t channels,
                    const DecodeOptions& opt, uint8_t* out);
 

@@ -25,8 +25,8 @@ bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::st
 class RecipeDecoder {
  public:
   // Fixed layout: recipe.height x recipe.width, reconciled by recipe.resize; ragged: the
-  // shorter side scaled down to at most recipe.max_side, aspect kept. Channels, reduced_decode
-  // and max_pixels (0 = no limit) come from the recipe too.
+  // shorter side scaled down to at most recipe.max_side, aspect kept. Channels, reduced_decode,
+  // max_pixels (0 = no limit), alpha and background come from the recipe too.
   RecipeDecoder(const BuildRecipe& recipe, Layout layout);
 
   Layout layout() const { return layout_; }
@@ -43,10 +43,11 @@ class RecipeDecoder {
   // ("cannot open: ...", "changed while the build ran (listed N bytes, read M, now K)", "corrupt
   // or truncated jpeg: ...") does not repeat the path; callers name the file.
   // With `geometry`: where the source's pixels landed in the sample (image_decode.h), for
-  // moving its masks and boxes the same way.
+  // moving its masks and boxes the same way. With `transparent`: whether the source had a
+  // transparent pixel (DecodeResult::transparent).
   bool decode_file(const std::string& path, const SourceEntry* listed, std::vector<uint8_t>* out,
                    uint32_t* h, uint32_t* w, std::string* reason,
-                   SampleGeometry* geometry = nullptr) const;
+                   SampleGeometry* geometry = nullptr, bool* transparent = nullptr) const;
   // Fixed layout only: the same, writing fixed_bytes() bytes to `out` (caller-owned; may be
   // partly written when false).
   bool decode_file(const std::string& path, const SourceEntry* listed, uint8_t* out,
