@@ -174,7 +174,7 @@ TEST_SUITE("loader") {
     for (const Mode& mode : modes) {
       std::vector<Taken> reference;
       bool first = true;
-      for (uint32_t workers : {1u, 2u, 4u}) {
+      for (uint32_t workers : {1u, 0u, 2u, 4u}) {
         for (uint32_t prefetch : {1u, 3u}) {
           CAPTURE(workers);
           CAPTURE(prefetch);

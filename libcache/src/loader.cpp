@@ -139,7 +139,6 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     : source_(std::move(source)), options_(options) {
   if (!source_) throw invalid("loader: source is null");
   if (options_.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
-  if (options_.workers < 1) throw invalid("loader.workers must be >= 1");
   if (options_.workers > kMaxWorkers) {
     throw invalid("loader.workers " + std::to_string(options_.workers) + " > " +
                   std::to_string(kMaxWorkers) + " (threads filling batches)");

@@ -50,7 +50,10 @@ struct LoaderOptions {
   // Boxes: a box is kept when its part inside the crop covers at least this share (0..1) of its
   // whole mapped area; 0 = any area left. Rows of a `rows_of` field follow their box.
   double min_box_visibility = 0.0;
-  uint32_t workers = 2;       // threads filling batches; 1..kMaxWorkers
+  // Threads filling batches, 0..kMaxWorkers. 0: no threads; next() fills each batch on the
+  // calling thread when it is asked for (nothing prefetched; wait_poll is not called, and the
+  // fill counts as waiting), the same batches as with workers (torch's num_workers=0).
+  uint32_t workers = 2;       // default 2
   uint32_t prefetch = 4;      // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;  // image buffers; both empty = aligned host memory
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
