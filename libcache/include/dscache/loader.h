@@ -56,6 +56,13 @@ struct LoaderOptions {
   uint32_t workers = 2;       // default 2
   uint32_t prefetch = 4;      // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;  // image buffers; both empty = aligned host memory
+  // Hand each batch's image buffer over instead of refilling it: when the next batch is taken
+  // (or the epoch restarts), the Loader gives the previous batch's buffer to allocator.release
+  // and its ring slot a new one from allocator.allocate, so a batch's images never change
+  // afterwards; the allocator decides how long they live (Python's binding: while an array
+  // holds them, then recycled). No copy; an allocation per batch (the allocator may reuse).
+  // Needs an allocator. Default false: the ring's prefetch + 1 buffers are reused.
+  bool hand_off_images = false;
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
   // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
   // binding checks for Ctrl-C here. Empty: next() just waits.
@@ -78,7 +85,7 @@ struct FieldBatch {
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
-// start_epoch(), restore() or the Loader's destruction.
+// start_epoch(), restore() or the Loader's destruction (the images: see hand_off_images).
 struct Batch {
   uint64_t index = 0;                 // batch number within this rank's epoch
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
