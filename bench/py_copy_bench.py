@@ -4,11 +4,12 @@ fresh array, made in C++ without the GIL) against copy=False (zero-copy views of
 batch 256, global shuffle, on raw caches of 64x64x3 and 224x224x3 samples written here with
 dscache.Writer (random pixels; --work DIR keeps them for a rerun).
 
-Each pair of epochs runs one epoch per mode on the same epoch number (the same order), in
-alternating order, so that a shared machine's load hits both alike; an epoch is timed from its
-iter() to its last batch, each batch touched (one byte read) as a training step would start.
-Reported per shape: the median samples/s of each mode over --pairs pairs and the median of the
-per-pair ratios copy=True / copy=False (with quartiles), the figure to read.
+A third row, copy=False plus images.copy() per batch, is what keeping batches cost before
+(a numpy copy, GIL held). Each round runs one epoch per mode on the same epoch number (the
+same order), in rotating order, so that a shared machine's load hits all alike; an epoch is
+timed from its iter() to its last batch, each batch touched (one byte read) as a training step
+would start. Reported per shape and mode: the median samples/s over --pairs rounds and the
+median of the per-round ratios to copy=False (with quartiles), the figure to read.
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/py_copy_bench.py [--work DIR]
            [--pairs 7] [--workers 2] [--batch 256] [--mib 256] [--json OUT]
@@ -46,11 +47,13 @@ def make_cache(work, shape, mib):
     return path
 
 
-def epoch_rate(loader, epoch):
+def epoch_rate(loader, epoch, copy_each=False):
     loader.set_epoch(epoch)
     t0 = time.perf_counter()
     n = 0
     for images, labels in loader:
+        if copy_each:
+            images = images.copy()
         images[0, 0, 0, 0]  # touch the batch
         n += len(labels)
     return n / (time.perf_counter() - t0)
@@ -61,28 +64,37 @@ def quartiles(xs):
     return q[0], q[1], q[2]
 
 
+# (row, Loader copy=, images.copy() per batch): the default, the reused ring, and what a user
+# of the old default had to write to keep batches (a numpy copy with the GIL held)
+MODES = [("copy=True", True, False), ("copy=False", False, False),
+         ("copy=False + images.copy()", False, True)]
+
+
 def run_shape(path, a):
     cache = dscache.Cache(path)
-    loaders = {mode: dscache.Loader(cache, batch_size=a.batch, shuffle=True, seed=1,
-                                    workers=a.workers, prefetch=4, copy=mode)
-               for mode in (True, False)}
-    for mode in (True, False):  # warm-up: pages faulted in, buffers allocated
-        epoch_rate(loaders[mode], 0)
-    rates = {True: [], False: []}
-    ratios = []
+    loaders = {name: dscache.Loader(cache, batch_size=a.batch, shuffle=True, seed=1,
+                                    workers=a.workers, prefetch=4, copy=copy)
+               for name, copy, _ in MODES}
+    each = {name: copy_each for name, _, copy_each in MODES}
+    for name in loaders:  # warm-up: pages faulted in, buffers allocated
+        epoch_rate(loaders[name], 0, each[name])
+    rates = {name: [] for name in loaders}
+    ratios = {name: [] for name in loaders}
     for p in range(a.pairs):
-        order = (True, False) if p % 2 == 0 else (False, True)
-        got = {mode: epoch_rate(loaders[mode], p + 1) for mode in order}
-        for mode in order:
-            rates[mode].append(got[mode])
-        ratios.append(got[True] / got[False])
-    lo, med, hi = quartiles(ratios)
+        names = list(loaders)
+        order = names[p % len(names):] + names[:p % len(names)]  # rotate who goes first
+        got = {name: epoch_rate(loaders[name], p + 1, each[name]) for name in order}
+        for name in names:
+            rates[name].append(got[name])
+            ratios[name].append(got[name] / got["copy=False"])
+    rows = []
+    for name in loaders:
+        lo, med, hi = quartiles(ratios[name])
+        rows.append({"mode": name, "samples_per_s": round(statistics.median(rates[name])),
+                     "ratio_to_views": round(med, 3), "ratio_q1": round(lo, 3),
+                     "ratio_q3": round(hi, 3), "epochs": [round(r) for r in rates[name]]})
     return {"cache": os.path.basename(path), "shape": list(cache.shape), "count": len(cache),
-            "copy_true_samples_per_s": round(statistics.median(rates[True])),
-            "copy_false_samples_per_s": round(statistics.median(rates[False])),
-            "ratio_median": round(med, 3), "ratio_q1": round(lo, 3), "ratio_q3": round(hi, 3),
-            "copy_true_epochs": [round(r) for r in rates[True]],
-            "copy_false_epochs": [round(r) for r in rates[False]]}
+            "modes": rows}
 
 
 def main():
@@ -104,10 +116,10 @@ def main():
     for shape in SHAPES:
         row = run_shape(make_cache(a.work, shape, a.mib), a)
         rows.append(row)
-        print(f"{row['cache']}: copy=True {row['copy_true_samples_per_s']:,} samples/s, "
-              f"copy=False {row['copy_false_samples_per_s']:,} samples/s, copy=True / "
-              f"copy=False = {row['ratio_median']:.2f} (quartiles {row['ratio_q1']:.2f}-"
-              f"{row['ratio_q3']:.2f}, {a.pairs} pairs)", flush=True)
+        for m in row["modes"]:
+            print(f"{row['cache']}: {m['mode']:27s} {m['samples_per_s']:>10,} samples/s, "
+                  f"/ copy=False = {m['ratio_to_views']:.2f} (quartiles {m['ratio_q1']:.2f}-"
+                  f"{m['ratio_q3']:.2f}, {a.pairs} rounds)", flush=True)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     out = {"host": host_info(load_avg=load), "batch": a.batch, "workers": a.workers,
