@@ -144,7 +144,7 @@ class Loader:
         self.seed = int(seed)
         self.rank, self.world_size = int(rank), int(world_size)
         self.drop_last = bool(drop_last)
-        self.copy = bool(copy)
+        self._copy = bool(copy)  # fixed: the C++ Loader is made for one or the other
         self.return_indices = bool(return_indices)
         self.transform = t
         self.fields = self._select_fields(cache, fields)
@@ -154,12 +154,15 @@ class Loader:
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
-            float(min_box_visibility), self.copy)
+            float(min_box_visibility), self._copy)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
         self._generation = 0     # bumped on every iter(): an abandoned iterator stops
         _live_loaders.add(self)
+
+    copy = property(lambda self: self._copy,
+                    doc="True: each batch's images its own memory; False: views of the ring")
 
     @staticmethod
     def _select_fields(cache, names):
