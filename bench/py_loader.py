@@ -2,9 +2,9 @@
 """The Python module's serving speed, in one run on one cache:
 
   cpp        bench/loader_iter: the C++ Loader iterated over whole epochs, nothing else done
-  dscache    dscache.Loader from Python: zero-copy numpy batches (copy=False, the default)
+  dscache    dscache.Loader(copy=False) from Python: zero-copy numpy views of the ring
   copy       dscache.Loader(copy=True): every batch copied into a fresh numpy array
-  torch      dscache.Loader(...).torch(): torch.Tensors through torch.from_numpy
+  torch      dscache.Loader(copy=False).torch(): torch.Tensors through torch.from_numpy
   paired     one dscache.Loader whose epochs alternate between a C++ drain (no Python per
              batch) and the Python loop, same epoch numbers: the ratio least hit by a shared
              machine's changing load (median over --pairs pairs)
@@ -72,7 +72,7 @@ def paired_rows(cache, batch, workers, pairs, seed):
     best."""
     import dscache
     loader = dscache.Loader(dscache.Cache(cache), batch_size=batch, shuffle=True, seed=seed,
-                            workers=workers, prefetch=4)
+                            workers=workers, prefetch=4, copy=False)
     cpp, py, ratios = [], [], []
 
     def c_epoch(e):

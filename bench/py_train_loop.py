@@ -45,7 +45,7 @@ def main():
     cache = dscache.Cache(a.cache)
     h, w, c = cache.shape
     loader = dscache.Loader(cache, batch_size=a.batch, shuffle=True, seed=42,
-                            workers=a.workers, drop_last=True)
+                            workers=a.workers, drop_last=True, copy=False)  # used at once
     model = make_model(c, len(cache.classes)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     step = 0

@@ -133,7 +133,7 @@ class LoaderBatches:
     def __init__(self, dscache, cache, task, targets, norm, batch, workers, shuffle):
         fields = ["mask"] if task == "segment" else list(targets)
         self.loader = dscache.Loader(cache, batch_size=batch, shuffle=shuffle, seed=0,
-                                     workers=workers, fields=fields)
+                                     workers=workers, fields=fields, copy=False)
         self.task, self.targets, self.mean, self.std = task, targets, *norm
 
     def __iter__(self):

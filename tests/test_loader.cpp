@@ -159,6 +159,69 @@ TEST_SUITE("loader") {
     CHECK(ctor_message(built.cache, half).find("loader.allocator needs both") != std::string::npos);
   }
 
+  TEST_CASE("hand_off_images: each batch keeps its own images, every buffer released once") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    std::vector<void*> live;  // allocated and not yet released
+    size_t allocated = 0;
+    LoaderOptions o = small_options(5);  // prefetch 2: 3 slots
+    o.hand_off_images = true;
+    o.allocator.allocate = [&](size_t bytes) {
+      live.push_back(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      ++allocated;
+      return live.back();
+    };
+    // Released buffers are kept (not freed) until the end, so that their contents can be
+    // compared after later batches.
+    std::vector<void*> released;
+    o.allocator.release = [&](void* p) {
+      auto it = std::find(live.begin(), live.end(), p);
+      REQUIRE(it != live.end());  // only what allocate returned, and only once
+      live.erase(it);
+      released.push_back(p);
+    };
+    for (uint32_t workers : {2u, 0u}) {
+      CAPTURE(workers);
+      o.workers = workers;
+      Loader plain(built.cache, small_options(5));
+      plain.start_epoch(4, 1);
+      const std::vector<Taken> want = drain(plain);
+      std::vector<Taken> kept;
+      std::vector<const uint8_t*> pointers;  // each batch's images, read again at the end
+      {
+        Loader loader(built.cache, o);
+        loader.start_epoch(4, 1);
+        while (const Batch* b = loader.next()) {
+          pointers.push_back(b->images);
+          kept.push_back(copy_of(*b));
+        }
+        // Every batch's images still hold that batch, after all later batches were filled.
+        REQUIRE(kept.size() == want.size());
+        for (size_t k = 0; k < kept.size(); ++k) {
+          CAPTURE(k);
+          CHECK(kept[k] == want[k]);
+          const std::vector<uint8_t>& w = want[k].images;
+          CHECK(std::equal(w.begin(), w.end(), pointers[k]));
+        }
+        CHECK(std::set<const uint8_t*>(pointers.begin(), pointers.end()).size() == kept.size());
+        CHECK(allocated == 3 + kept.size());  // the ring, then one per batch handed off
+        loader.start_epoch(4, 2);             // a restart hands the held batch off too
+        REQUIRE(loader.next() != nullptr);
+        loader.start_epoch(4, 1);
+        CHECK(drain(loader) == want);
+      }
+      CHECK(live.empty());
+      for (void* p : released) std::free(p);
+      released.clear();
+      allocated = 0;
+    }
+    LoaderOptions no_allocator = small_options(5);
+    no_allocator.hand_off_images = true;
+    CHECK(
+        ctor_message(built.cache, no_allocator).find("loader.hand_off_images needs an allocator") !=
+        std::string::npos);
+  }
+
   TEST_CASE("contents and order do not depend on workers or prefetch") {
     TempDir dir;
     Spec spec;
@@ -174,7 +237,7 @@ TEST_SUITE("loader") {
     for (const Mode& mode : modes) {
       std::vector<Taken> reference;
       bool first = true;
-      for (uint32_t workers : {1u, 2u, 4u}) {
+      for (uint32_t workers : {1u, 0u, 2u, 4u}) {
         for (uint32_t prefetch : {1u, 3u}) {
           CAPTURE(workers);
           CAPTURE(prefetch);

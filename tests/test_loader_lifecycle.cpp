@@ -58,15 +58,19 @@ TEST_SUITE("loader") {
           CHECK(pos.epoch == 3);
           CHECK(pos.cursor == k);
 
-          LoaderOptions other = o;  // a different machine may use other workers/prefetch
-          other.workers = 3;
-          other.prefetch = 1;
-          Loader second(built.cache, other);
-          second.restore(pos);
-          CHECK(second.position().cursor == k);
-          const auto tail = drain(second);
-          REQUIRE(tail.size() == all.size() - k);
-          for (size_t j = 0; j < tail.size(); ++j) CHECK(tail[j] == all[k + j]);
+          // A different machine may use other workers (0: filled on the calling thread).
+          for (uint32_t workers : {3u, 0u}) {
+            CAPTURE(workers);
+            LoaderOptions other = o;
+            other.workers = workers;
+            other.prefetch = 1;
+            Loader second(built.cache, other);
+            second.restore(pos);
+            CHECK(second.position().cursor == k);
+            const auto tail = drain(second);
+            REQUIRE(tail.size() == all.size() - k);
+            for (size_t j = 0; j < tail.size(); ++j) CHECK(tail[j] == all[k + j]);
+          }
           for (size_t j = 0; j < head.size(); ++j) CHECK(head[j] == all[j]);
         }
         Loader past(built.cache, o);
@@ -143,10 +147,15 @@ TEST_SUITE("loader") {
     TempDir dir;
     const Built built = build_cache(dir.path(), Spec{});
     const uint64_t n = built.samples.size();
-    for (CropMode crop : {CropMode::kNone, CropMode::kCenter}) {
+    // (crop, workers): with 0 workers the failing fill runs on the consumer's own thread.
+    const std::pair<CropMode, uint32_t> cases[] = {
+        {CropMode::kNone, 2}, {CropMode::kCenter, 2}, {CropMode::kCenter, 0}};
+    for (const auto& [crop, workers] : cases) {
+      CAPTURE(workers);
       LoaderOptions o = small_options(4);
       o.sampler.shuffle = Shuffle::kNone;  // sample 21 is in batch 5
       o.transform.crop = crop;
+      o.workers = workers;
       auto source = std::make_shared<FailingSource>(built.cache, 21);
       Loader loader(source, o);
       loader.start_epoch(0, 0);
@@ -193,7 +202,7 @@ TEST_SUITE("loader") {
         "batch 0", false, [](LoaderOptions& o) { o.batch_size = 0; },
         "loader.batch_size must be >= 1");
     add(
-        "workers 0", false, [](LoaderOptions& o) { o.workers = 0; }, "loader.workers must be >= 1");
+        "workers 0", false, [](LoaderOptions& o) { o.workers = 0; }, "");
     add(
         "prefetch 0", false, [](LoaderOptions& o) { o.prefetch = 0; },
         "loader.prefetch must be >= 1");

@@ -89,7 +89,6 @@ void mirror_rows(uint8_t* img, uint32_t h, uint32_t w, uint32_t c) {
 // The options that need no source: sizes, counts, the stride and the allocator's pair.
 void validate_counts(const LoaderOptions& o) {
   if (o.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
-  if (o.workers < 1) throw invalid("loader.workers must be >= 1");
   if (o.batch_stride < 1) throw invalid("loader.batch_stride must be >= 1");
   if (o.batch_offset >= o.batch_stride) {
     throw invalid("loader.batch_offset " + std::to_string(o.batch_offset) +
@@ -106,6 +105,9 @@ void validate_counts(const LoaderOptions& o) {
   }
   if (static_cast<bool>(o.allocator.allocate) != static_cast<bool>(o.allocator.release)) {
     throw invalid("loader.allocator needs both allocate and release, or neither");
+  }
+  if (o.hand_off_images && !o.allocator.allocate) {
+    throw invalid("loader.hand_off_images needs an allocator (who else would free the buffers)");
   }
 }
 
@@ -129,6 +131,9 @@ class Loader::Impl {
   };
 
   void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
+  // hand_off_images: the held batch's slot gets a new image buffer (the old one released to
+  // the allocator) before the prefetcher may refill it.
+  void hand_off_held();
   uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
 
   std::shared_ptr<const SampleSource> source_;
@@ -157,6 +162,7 @@ class Loader::Impl {
   detail::ReadAhead read_ahead_;  // kWindowed: IO hints as the cursor moves
   bool started_ = false;
   uint64_t cursor_ = 0;
+  int64_t held_slot_ = -1;  // the slot of the batch next() returned last, until released
   double wait_seconds_ = 0;
 
   std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
@@ -275,6 +281,7 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
     throw invalid("position.cursor " + std::to_string(cursor) + " > batches per epoch " +
                   std::to_string(batches_per_epoch_));
   }
+  hand_off_held();
   prefetcher_->stop();  // no fill runs past this point: order_ and friends may change
   started_ = false;
   order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
@@ -294,14 +301,28 @@ const Batch* Loader::Impl::next() {
   if (!started_) {
     throw invalid("Loader::next() called before start_epoch() or restore()");
   }
+  hand_off_held();
   if (cursor_ >= batches_per_epoch_) {
     prefetcher_->release();
     return nullptr;
   }
   const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_, options_.wait_poll);
+  held_slot_ = slot;
   read_ahead_.advance(*source_, rank_batch(cursor_), rank_batch(cursor_ + options_.prefetch + 1));
   ++cursor_;
   return &slots_[slot].batch;
+}
+
+void Loader::Impl::hand_off_held() {
+  if (held_slot_ < 0) return;
+  if (options_.hand_off_images) {
+    // The slot is still held: no worker writes it until the prefetcher releases it. The new
+    // buffer first, then the old one released (unique_ptr assignment), so a failed allocation
+    // leaves the slot as it was.
+    slots_[held_slot_].images =
+        aligned_bytes(options_.batch_size * sample_bytes_, options_.allocator);
+  }
+  held_slot_ = -1;
 }
 
 void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Cancel& cancel) {

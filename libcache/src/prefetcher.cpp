@@ -89,7 +89,21 @@ uint32_t Prefetcher::acquire(uint64_t job, double* waited, const std::function<v
       const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
       if (waited) *waited += dt.count();
     };
-    if (!poll) {
+    if (threads_.empty()) {
+      // No workers: the consumer fills its job itself, now (the run's jobs come in order, so
+      // `job` is the next to claim). Its time counts as waiting: the batch was not ready.
+      if (!running_ || job != next_job_ || job >= end_job_) {  // our invariant, never user input
+        throw Error(ErrorKind::kInvalidArgument, "",
+                    "prefetcher: job " + std::to_string(job) + " is not the next of the run");
+      }
+      next_job_ = job + 1;
+      try {
+        run_fill(lock, job);
+      } catch (...) {  // only a forced unwind leaves run_fill
+        add_wait();
+        throw;
+      }
+    } else if (!poll) {
       done_cv_.wait(lock, done);
     } else {
       while (!done_cv_.wait_for(lock, std::chrono::milliseconds(100), done)) {
@@ -120,47 +134,50 @@ void Prefetcher::work() {
                            slots_[next_job_ % slot_count_].state == SlotState::kFree);
     });
     if (shutdown_) return;
-    const uint64_t job = next_job_++;
-    const uint32_t slot = static_cast<uint32_t>(job % slot_count_);
-    const uint64_t gen = generation_.load();
-    slots_[slot].state = SlotState::kFilling;
-    slots_[slot].job = job;
-    ++busy_;
-    lock.unlock();
+    run_fill(lock, next_job_++);
+  }
+}
 
-    std::exception_ptr error;
-    try {
-      fill_(job, slot, Cancel(this, gen));
-    } catch (abi::__forced_unwind&) {
-      // The thread is being cancelled or ended by pthread_exit (Python does that to a thread
-      // taking the GIL during interpreter finalization): it must unwind, never be swallowed
-      // (that aborts with "FATAL: exception not rethrown"). Leave the books straight first so
-      // the consumer and the destructor never wait for this fill.
-      lock.lock();
-      --busy_;
-      if (generation_.load() == gen) {
-        Slot& s = slots_[slot];
-        s.state = SlotState::kFailed;
-        s.error = std::make_exception_ptr(
-            Error(ErrorKind::kIOError, "", "loader worker thread ended while filling a batch"));
-      }
-      done_cv_.notify_all();
-      lock.unlock();
-      throw;
-    } catch (...) {
-      error = std::current_exception();
-    }
+void Prefetcher::run_fill(std::unique_lock<std::mutex>& lock, uint64_t job) {
+  const uint32_t slot = static_cast<uint32_t>(job % slot_count_);
+  const uint64_t gen = generation_.load();
+  slots_[slot].state = SlotState::kFilling;
+  slots_[slot].job = job;
+  ++busy_;
+  lock.unlock();
 
+  std::exception_ptr error;
+  try {
+    fill_(job, slot, Cancel(this, gen));
+  } catch (abi::__forced_unwind&) {
+    // The thread is being cancelled or ended by pthread_exit (Python does that to a thread
+    // taking the GIL during interpreter finalization): it must unwind, never be swallowed
+    // (that aborts with "FATAL: exception not rethrown"). Leave the books straight first so
+    // the consumer and the destructor never wait for this fill.
     lock.lock();
     --busy_;
     if (generation_.load() == gen) {
       Slot& s = slots_[slot];
-      s.state = error ? SlotState::kFailed : SlotState::kReady;
-      s.error = std::move(error);
+      s.state = SlotState::kFailed;
+      s.error = std::make_exception_ptr(
+          Error(ErrorKind::kIOError, "", "loader worker thread ended while filling a batch"));
     }
-    // Wake the consumer: its job may be ready, or stop() may be waiting for busy_ == 0.
     done_cv_.notify_all();
+    lock.unlock();
+    throw;
+  } catch (...) {
+    error = std::current_exception();
   }
+
+  lock.lock();
+  --busy_;
+  if (generation_.load() == gen) {
+    Slot& s = slots_[slot];
+    s.state = error ? SlotState::kFailed : SlotState::kReady;
+    s.error = std::move(error);
+  }
+  // Wake the consumer: its job may be ready, or stop() may be waiting for busy_ == 0.
+  done_cv_.notify_all();
 }
 
 }  // namespace dscache

@@ -15,8 +15,10 @@ namespace dscache {
 // Runs fill(job, slot, cancel) for jobs [first, end) of one run on `workers` threads; job j
 // goes to slot j % slots and is claimed only once the consumer has released job j - slots, so
 // at most `slots` jobs are filled or held at once. The consumer takes jobs strictly in order
-// with acquire(). What a job writes depends only on the job number, never on which thread or
-// when, so results are independent of the worker count and timing.
+// with acquire(). With 0 workers there are no threads: acquire() fills its job on the calling
+// thread (no read-ahead; torch's DataLoader(num_workers=0)). What a job writes depends only on the
+// job number, never on which thread or when, so results are independent of the worker count and
+// timing.
 //
 // Owns its threads; the destructor stops and joins them (promptly: a fill should poll
 // cancel.requested() between units of work). start(), stop() and acquire() are for one
@@ -64,6 +66,8 @@ class Prefetcher {
   };
 
   void work();
+  // Claims `job` (mu_ held by `lock`), runs its fill without the lock and records the result.
+  void run_fill(std::unique_lock<std::mutex>& lock, uint64_t job);
   void stop_locked(std::unique_lock<std::mutex>& lock);
 
   const uint32_t slot_count_;

@@ -12,12 +12,22 @@ There is one implementation: batches come from the same C++ Loader `dscache-trai
 the same order for the same (seed, epoch) and options. Worker threads fill batches without
 the GIL; the iterating thread releases it while it waits.
 
-Batch lifetime (the C++ contract): the images array of a batch is a view of one of the
-Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while
-the array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot
-crash the process, but after the next batch the buffer is refilled with other samples. Keep a
-batch beyond the next step with `images.copy()`, or pass copy=True. Labels, indices and
-fields (masks, boxes, ...) are always copies.
+Batch lifetime. By default (copy=True) a batch's images are memory the batch has to itself,
+never refilled while any array or tensor refers to it: keep it, list(loader),
+torch.from_numpy(images) -- all safe, like torch DataLoader's batches. No copy is made: the
+Loader hands the buffer its workers filled over to the batch and takes another for its ring
+(recycled once nothing refers to it; cost: docs/BENCHMARKS.md "Python batches: copy=True vs
+copy=False"). Loader(copy=False) opts into the reused ring: images is then a view of one of the
+Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while the
+array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot crash
+the process, but after the next batch the buffer is refilled with other samples: use each
+batch before taking the next one (move it to the GPU, or copy it). Labels, indices and fields
+(masks, boxes, ...) are always copies.
+
+Processes. dscache.Cache pickles as its path and open options and reopens in the receiving
+process (checking that the samples on disk are still the ones pickled), so it can go to
+spawn/forkserver DataLoader workers or a multiprocessing pool; a LazyCache too when its decode
+function pickles. A Loader does not pickle (TypeError): make one in the process that iterates.
 
 Writing a cache from Python (a dataset no folder layout describes):
 
@@ -46,6 +56,8 @@ InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path an
 """
 
 import hashlib
+import os
+import pickle
 
 import numpy as np
 
@@ -128,12 +140,21 @@ class Cache(_Source):
     verify_checksums: hash every file against the manifest at open.
 
     Thread-safe. Views it returns stay valid while they (or the Cache) are alive.
+
+    Picklable (spawn/forkserver DataLoader workers, multiprocessing): it travels as its absolute
+    path and the options above and is reopened in the receiving process, which checks that the
+    cache there has the same count and content digest (else dscache.InvalidArgumentError): a
+    cache rebuilt in between is an error, not other samples. memory="auto" is resolved again
+    there; memory="in-process" copies the cache into each process that unpickles it.
     """
 
     def __init__(self, path, memory="auto", memory_budget=0, hint="random",
                  verify_checksums=False):
         self._src = _dscache.Cache(str(path), memory, int(memory_budget), hint,
                                    bool(verify_checksums))
+        # What reopens it in another process (pickle): the directory as opened here.
+        self._open_args = (os.path.abspath(str(path)), memory, int(memory_budget), hint,
+                           bool(verify_checksums))
         self._manifest = self._src.manifest
         m = self._manifest
         m["shape"] = [m["height"], m["width"], m["channels"]]
@@ -205,6 +226,9 @@ class Cache(_Source):
         digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
         return {"kind": "cache", "count": int(m["count"]), "digest": digest}
 
+    def __reduce__(self):
+        return (_reopen, (Cache, self._open_args, self._identity()))
+
     def __repr__(self):
         return (f"dscache.Cache({self.path!r}: {self.count} samples of {self.shape}, "
                 f"{self.layout}, {self.storage}, {self.codec})")
@@ -218,6 +242,10 @@ class LazyCache(_Source):
     is called from the Loader's worker threads (holding the GIL for the call), so a Python
     decoder runs one at a time. labels: `count` ints. source_digest identifies the source and
     recipe: a file made for another digest is refused.
+
+    Picklable when decode is (a module-level function or a picklable callable object, not a
+    lambda or a local function): it is reopened from its path in the receiving process, which
+    shares the file (and its filled slots) safely. Otherwise pickling raises TypeError saying so.
     """
 
     def __init__(self, path, count, shape, labels, decode, source_digest=0, verify_hits=True):
@@ -227,6 +255,19 @@ class LazyCache(_Source):
                                        int(source_digest), bool(verify_hits))
         parts = [int(count), h, w, c, int(source_digest), labels]
         self._digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+        self._decode = decode
+        self._open_args = (os.path.abspath(str(path)), int(count), (h, w, c), labels, decode,
+                           int(source_digest), bool(verify_hits))
+
+    def __reduce__(self):
+        try:
+            pickle.dumps(self._decode, pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            raise TypeError(
+                f"dscache.LazyCache cannot be pickled: its decode function {self._decode!r} "
+                f"cannot be ({type(e).__name__}: {e}); define it at module level (or as a "
+                f"picklable callable object) so that another process can import it") from e
+        return (_reopen, (LazyCache, self._open_args, self._identity()))
 
     def _identity(self):
         return {"kind": "lazy", "count": len(self), "digest": self._digest}
@@ -234,6 +275,19 @@ class LazyCache(_Source):
     filled = property(lambda self: self._src.filled, doc="slots filled (all runs, processes)")
     hits = property(lambda self: self._src.hits, doc="samples served from the file here")
     misses = property(lambda self: self._src.misses, doc="samples decoded here")
+
+
+def _reopen(cls, args, identity):
+    """Unpickles a Cache or LazyCache: opens it again from `args` and checks that it holds the
+    samples that were pickled (count and content digest)."""
+    source = cls(*args)
+    mine = source._identity()
+    if mine != identity:
+        reason = (f"the {cls.__name__} pickled held {identity['count']} samples (digest "
+                  f"{identity['digest']}), the one at this path now holds {mine['count']} "
+                  f"(digest {mine['digest']}): it changed on disk since it was pickled")
+        raise InvalidArgumentError(f"InvalidArgument: {args[0]}: {reason}", args[0], reason)
+    return source
 
 
 def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank_tail="pad",

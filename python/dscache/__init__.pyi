@@ -133,8 +133,9 @@ class Transform:
                  scale: Tuple[float, float] = ..., ratio: Tuple[float, float] = ...,
                  flip: bool = ...) -> None: ...
 
-# One batch of a cache with fields: "image" (B, H, W, C) uint8 (a view of the ring), "label"
-# (B,) int64, "index" (B,) uint64 (torch: int64), each served field by name (fixed kinds stacked:
+# One batch of a cache with fields: "image" (B, H, W, C) uint8 (fresh; a view of the ring with
+# copy=False), "label" (B,) int64, "index" (B,) uint64 (torch: int64), each served field by name
+# (fixed kinds stacked:
 # mask (B, H, W), scalar (B,), array (B, *shape); variable kinds flat: boxes (sum n, 4) float32,
 # rows (sum n, *shape), text/bytes (sum of lengths,) uint8, with NAME_offsets (B + 1,) int64).
 # Values are numpy arrays, or torch.Tensors from Loader.torch().
@@ -157,7 +158,7 @@ class Loader:
     rank: int
     world_size: int
     drop_last: bool
-    copy: bool
+    copy: bool  # default True: fresh images; False: views valid until the next batch
     return_indices: bool
     transform: Transform
     batch_stride: int
@@ -180,8 +181,9 @@ class Loader:
     # (images, labels), or (images, labels, indices) with return_indices=True; a Batch over a
     # cache with fields
     def __iter__(self) -> Iterator[Union[Tuple[Any, ...], Batch]]: ...
-    def torch(self, device: Any = ...,
-              non_blocking: bool = ...) -> Iterator[Union[Tuple[Any, ...], Batch]]: ...
+    # pin_memory: page-locked tensors when torch.cuda.is_available(), else ignored (torch 1.13)
+    def torch(self, device: Any = ..., non_blocking: bool = ...,
+              pin_memory: bool = ...) -> Iterator[Union[Tuple[Any, ...], Batch]]: ...
     def wait_seconds(self) -> float: ...
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Dict[str, Any]) -> None: ...

@@ -9,7 +9,8 @@ from ._checks import _invalid
 class Batch(dict):
     """One batch of a cache with fields, a dict:
 
-    "image" (B, H, W, C) uint8 -- a view of the Loader's ring buffer, as in the tuple API --,
+    "image" (B, H, W, C) uint8 -- a fresh array, or with Loader(copy=False) a view of the
+    Loader's ring buffer valid until the next batch, as in the tuple API --,
     "label" (B,) int64, "index" (B,) uint64 sample indices (int64 in torch), and per served field
     `name`: fixed kinds stacked -- mask (B, H, W) transformed with the image, scalar (B,), array
     (B, *shape) --; variable kinds flat -- boxes (sum n, 4) float32 in the served image's
@@ -83,10 +84,11 @@ def detection_targets(batch, boxes="boxes", labels="box_labels"):
     return out
 
 
-def to_torch(batch, device=None, non_blocking=False):
-    """The Batch with every array a torch.Tensor made with torch.from_numpy (sharing memory:
-    the image keeps its ring-buffer lifetime); uint64 indices as int64; a uint16 mask as int32
-    where this torch has no uint16. Moved to `device` when given."""
+def to_torch(batch, device=None, non_blocking=False, pin=False):
+    """The Batch with every array a torch.Tensor made with torch.from_numpy (sharing memory
+    with the numpy batch: a view image keeps its ring-buffer lifetime); uint64 indices as int64;
+    a uint16 mask as int32 where this torch has no uint16. Copied into page-locked memory when
+    `pin`, then moved to `device` when given."""
     import torch
 
     def tensor(a):
@@ -96,6 +98,8 @@ def to_torch(batch, device=None, non_blocking=False):
             t = torch.from_numpy(a)
         except TypeError:  # uint16 before torch 2.3
             t = torch.from_numpy(a.astype(np.int32))
+        if pin:
+            t = t.pin_memory()
         if device is not None:
             t = t.to(device, non_blocking=non_blocking)
         return t

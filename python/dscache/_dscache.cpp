@@ -1,16 +1,19 @@
 // _dscache: the pybind11 binding of libcache's public contract (Cache, LazyCache, Loader, Error).
 // The Python package dscache (__init__.py) wraps it; users import that, not this.
 //
-// Zero-copy: Cache.view() and Loader.next() return numpy arrays that point into the Cache's
-// mappings and the Loader's batch buffers. A view of a sample holds the Cache; a view of a batch
-// holds the buffer it points into (the Loader's allocator here frees a buffer only when the
-// Loader released it and no view of it is alive), so a view never points at freed memory. The
-// C++ contract still holds for the contents: a batch's pixels are valid until the next batch.
+// Zero-copy: Cache.view() and Loader.next(copy=False) return numpy arrays that point into the
+// Cache's mappings and the Loader's batch buffers. A view of a sample holds the Cache; a view of a
+// batch holds the buffer it points into (the Loader's allocator here frees a buffer only when the
+// Loader released it and no view of it is alive), so a view never points at freed memory. By
+// default (Python's copy=True) the Loader hands each batch's buffer off (hand_off_images) and
+// the batch's pixels never change; with copy=False the ring is reused and the C++ contract
+// holds for the contents: a batch's pixels are valid until the next batch.
 // A batch's fields (masks, boxes, ...) are copies (see field_copies), labels and indices too.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -46,26 +49,44 @@ void raise_python_error(const Error& e) {
 // ------------------------------------------------------------------------------------------
 // Batch buffers that outlive the Loader while a view holds them.
 
-// One buffer: freed when both the Loader released it and every view dropped its reference.
+class BufferPool;
+
+// One buffer: given back to its pool (or freed) when both the Loader released it and every view
+// dropped its reference.
 struct Buffer {
   void* data = nullptr;
-  ~Buffer() { std::free(data); }
+  size_t bytes = 0;
+  std::weak_ptr<BufferPool> pool;  // where the memory goes back to, while the pool lives
+  ~Buffer();
 };
 
-// The Loader's BufferAllocator. Thread-safe: the Loader may allocate and release from any thread.
-class BufferPool {
+// The Loader's BufferAllocator. Thread-safe: the Loader may allocate and release from any
+// thread, and a view's last reference may drop anywhere. A buffer nothing holds any more is kept
+// for reuse (a few, of one size): with hand_off_images every batch takes a new buffer, and
+// reusing memory no array holds spares the page faults of fresh memory (38 MB a 224x224x3
+// batch of 256), while a batch still referenced is never reused.
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   void* allocate(size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
+    const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
     auto b = std::make_shared<Buffer>();
-    b->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (b->data == nullptr) throw std::bad_alloc();
+    b->bytes = rounded;
+    b->pool = weak_from_this();
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second == rounded) {
+        b->data = it->first;
+        free_.erase(it);
+        break;
+      }
+    }
+    if (b->data == nullptr) b->data = std::aligned_alloc(64, rounded);
+    if (b->data == nullptr) throw std::bad_alloc();
     live_[b->data] = b;
     return b->data;
   }
   void release(void* p) {
-    std::shared_ptr<Buffer> dropped;  // freed outside the lock, if nothing else holds it
+    std::shared_ptr<Buffer> dropped;  // given back outside the lock, if nothing else holds it
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(p);
     if (it == live_.end()) return;
@@ -78,11 +99,36 @@ class BufferPool {
     auto it = live_.find(const_cast<void*>(p));
     return it == live_.end() ? nullptr : it->second;
   }
+  // Memory no Buffer refers to any more: kept for allocate() or freed.
+  void give_back(void* data, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kKeep) {
+        free_.emplace_back(data, bytes);
+        return;
+      }
+    }
+    std::free(data);
+  }
+  ~BufferPool() {
+    for (auto& f : free_) std::free(f.first);
+  }
 
  private:
+  static constexpr size_t kKeep = 4;  // buffers kept for reuse
   std::mutex mu_;
   std::map<void*, std::shared_ptr<Buffer>> live_;
+  std::vector<std::pair<void*, size_t>> free_;
 };
+
+Buffer::~Buffer() {
+  if (data == nullptr) return;
+  if (std::shared_ptr<BufferPool> p = pool.lock()) {
+    p->give_back(data, bytes);
+  } else {
+    std::free(data);
+  }
+}
 
 // ------------------------------------------------------------------------------------------
 // Options from Python keywords (validated by libcache, which names the field).
@@ -178,7 +224,8 @@ class PyLoader {
   }
 
   // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index,
-  // fields [(name, values, offsets or None)] copies) or None at the end of the epoch.
+  // fields [(name, values, offsets or None)] copies) or None at the end of the epoch. The view
+  // holds its buffer: with hand_off_images a buffer of its own, else one of the ring's.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
     try {
@@ -366,12 +413,14 @@ PYBIND11_MODULE(_dscache, m) {
                        uint32_t prefetch, const std::string& crop, uint32_t height, uint32_t width,
                        double scale_min, double scale_max, double ratio_min, double ratio_max,
                        bool flip, std::optional<std::vector<std::string>> fields,
-                       double min_box_visibility, uint32_t batch_stride, uint32_t batch_offset) {
+                       double min_box_visibility, uint32_t batch_stride, uint32_t batch_offset,
+                       bool fresh_batches) {
              LoaderOptions o = make_loader_options(
                  batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
                  rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
                  scale_max, ratio_min, ratio_max, flip, fields, min_box_visibility, batch_stride,
                  batch_offset);
+             o.hand_off_images = fresh_batches;  // Python's copy=True (PyLoader's allocator)
              return std::make_unique<PyLoader>(std::move(source), o);
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
@@ -381,7 +430,7 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("width"), py::arg("scale_min"), py::arg("scale_max"), py::arg("ratio_min"),
            py::arg("ratio_max"), py::arg("flip"), py::arg("fields") = py::none(),
            py::arg("min_box_visibility") = 0.0, py::arg("batch_stride") = 1,
-           py::arg("batch_offset") = 0)
+           py::arg("batch_offset") = 0, py::arg("fresh_batches") = false)
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))

@@ -96,9 +96,15 @@ class Loader:
     torch.distributed's rank and world size when it is initialized, else 0 and 1. rank_tail:
     "pad" (every rank gets as many samples, a few repeated) or "drop". drop_last: drop this
     rank's last short batch. workers: threads filling batches; prefetch: batches ready ahead.
+    workers=0 fills each batch in the calling thread when it is asked for (no threads, nothing
+    prefetched: torch DataLoader's num_workers=0); the batches are the same for every workers.
     transform: a dscache.Transform, or None; masks and boxes get each sample's crop and flip
-    with its image. copy: yield copies instead of views of the ring buffers (see the module
-    docstring on batch lifetime; fields are always copies). fields: the field names to serve,
+    with its image. copy: True (default) yields images whose memory the batch has to itself:
+    never refilled while any array or tensor refers to it (keep them, list(loader): all safe);
+    the workers fill a buffer that is handed over instead of copied, and recycled once nothing
+    refers to it. False yields views of the Loader's ring of prefetch + 1 buffers, refilled
+    with other samples once the next batch is taken (see the module docstring on batch
+    lifetime; labels, indices and fields are always copies). fields: the field names to serve,
     in this order (None = all of the cache's, [] = none); fields not named are never read.
     min_box_visibility: a box is kept when the part of it inside the crop covers at least this
     share (0..1) of its whole area (0 = any part); rows_of rows follow their box.
@@ -113,7 +119,7 @@ class Loader:
     """
 
     def __init__(self, cache, batch_size=256, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=False, workers=2, prefetch=4, transform=None, copy=False,
+                 drop_last=False, workers=2, prefetch=4, transform=None, copy=True,
                  return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
                  window_bytes=0, fields=None, min_box_visibility=0.0, batch_stride=1,
                  batch_offset=0):
@@ -144,7 +150,7 @@ class Loader:
         self.seed = int(seed)
         self.rank, self.world_size = int(rank), int(world_size)
         self.drop_last = bool(drop_last)
-        self.copy = bool(copy)
+        self._copy = bool(copy)  # fixed: the C++ Loader is made for one or the other
         self.batch_stride, self.batch_offset = int(batch_stride), int(batch_offset)
         self.return_indices = bool(return_indices)
         self.transform = t
@@ -155,12 +161,15 @@ class Loader:
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
-            float(min_box_visibility), self.batch_stride, self.batch_offset)
+            float(min_box_visibility), self.batch_stride, self.batch_offset, self._copy)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
         self._generation = 0     # bumped on every iter(): an abandoned iterator stops
         _live_loaders.add(self)
+
+    copy = property(lambda self: self._copy,
+                    doc="True: each batch's images its own memory; False: views of the ring")
 
     @staticmethod
     def _select_fields(cache, names):
@@ -220,7 +229,7 @@ class Loader:
         return self._batches(self._generation)
 
     def _batches(self, gen):
-        impl, copy, as_dict, specs = self._impl, self.copy, self._as_dict, self.fields
+        impl, as_dict, specs = self._impl, self._as_dict, self.fields
         with_idx = self.return_indices or as_dict
         while True:
             if gen != self._generation:
@@ -229,8 +238,6 @@ class Loader:
             if b is None:
                 break
             images, labels, indices, _, fields = b
-            if copy:
-                images = images.copy()
             if as_dict:
                 yield _make_batch(images, labels, indices, fields, specs)
             else:
@@ -239,20 +246,29 @@ class Loader:
             self._active = False
             self._epoch += 1
 
-    def torch(self, device=None, non_blocking=False):
+    def torch(self, device=None, non_blocking=False, pin_memory=False):
         """The same batches as torch.Tensors: images (B, H, W, C) uint8 and labels int64 made
-        with torch.from_numpy (sharing memory, same lifetime rule; indices as int64), moved to
-        `device` when given. Over a cache with fields: the Batch dict with every array a tensor
-        (fields shared with the batch's copies; a uint16 mask as int32 where torch has no
-        uint16)."""
+        with torch.from_numpy (sharing memory with the numpy batch: fresh with copy=True, the
+        ring buffer's lifetime with copy=False; indices as int64), moved to `device` when given.
+        Over a cache with fields: the Batch dict with every array a tensor (a uint16 mask as
+        int32 where torch has no uint16).
+
+        pin_memory: yield every tensor in page-locked memory (Tensor.pin_memory()), so that
+        .to("cuda", non_blocking=True) copies asynchronously (a copy into pinned memory per
+        tensor, as DataLoader's pin_memory makes). As torch 1.13's DataLoader does, it applies
+        only when torch.cuda.is_available(); on a torch without an accelerator it is ignored
+        (tensors as with pin_memory=False, no warning)."""
         import torch
+        pin = bool(pin_memory) and torch.cuda.is_available()
         for b in self:
             if isinstance(b, Batch):
-                yield _batch_to_torch(b, device, non_blocking)
+                yield _batch_to_torch(b, device, non_blocking, pin)
                 continue
             # torch has no uint64 before 2.3: indices (< 2**63) travel as int64
             out = tuple(torch.from_numpy(x.view(np.int64) if x.dtype == np.uint64 else x)
                         for x in b)
+            if pin:
+                out = tuple(x.pin_memory() for x in out)
             if device is not None:
                 out = tuple(x.to(device, non_blocking=non_blocking) for x in out)
             yield out
@@ -327,6 +343,14 @@ class Loader:
         self._epoch = epoch
         self._active = False
         self._pending = (self.seed, self._epoch, cursor)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(
+            "a dscache.Loader cannot be pickled: it owns worker threads, ring buffers and a "
+            "position inside an epoch, none of which a copy in another process could share. "
+            "Pickle its cache instead (dscache.Cache is picklable) and create the Loader in the "
+            "child process (its rank then comes from that process's torch.distributed); carry a "
+            "position with state_dict()/load_state_dict()")
 
     def __repr__(self):
         return (f"dscache.Loader(batch_size={self.batch_size}, seed={self.seed}, "

@@ -189,10 +189,11 @@ class CacheDataset(torch.utils.data.IterableDataset):
         if loader is None or geometry != (stride, offset):
             if loader is not None:
                 loader._impl.close()
-            loader = Loader(cache, seed=0, batch_stride=stride, batch_offset=offset,
-                            **self._loader_kwargs)
-            # In a DataLoader worker, _worker_batches copies each image once, into shared memory.
-            loader.copy = torch.utils.data.get_worker_info() is None
+            # In a DataLoader worker, _worker_batches copies each image once, into shared memory:
+            # the Loader's views suffice there.
+            in_worker = torch.utils.data.get_worker_info() is not None
+            kwargs = dict(self._loader_kwargs, copy=not in_worker)
+            loader = Loader(cache, seed=0, batch_stride=stride, batch_offset=offset, **kwargs)
             self._proc = (pid, cache, loader, (stride, offset))
         return loader
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """dscache.Loader from Python against the C++ Loader (tests/python/loader_dump.cpp): the same
 batches for the same (seed, epoch) and options, exact resume from state_dict(), batch buffers
-that outlive the Loader while a view holds them, copy=True, torch tensors, and 2-rank sharding
+that outlive the Loader while a view holds them (copy=False), copy=True, workers=0, torch
+tensors, and 2-rank sharding
 with the rank and world size taken from torch.distributed."""
 import gc
 import os
@@ -107,7 +108,7 @@ def test_state_dict_resume(tmp):
 def test_views_keep_buffers_alive(tmp):
     d = build_cache(tmp, size="48x40")  # 5760 B a sample: 64-sample batches of 369 KB
     cache = dscache.Cache(d)
-    loader = dscache.Loader(cache, batch_size=64, seed=1, workers=2, prefetch=2)
+    loader = dscache.Loader(cache, batch_size=64, seed=1, workers=2, prefetch=2, copy=False)
     it = iter(loader)
     view, _ = next(it)
     assert not view.flags.owndata
@@ -121,7 +122,7 @@ def test_views_keep_buffers_alive(tmp):
     kept = list(dscache.Loader(cache, batch_size=16, seed=2, copy=True, return_indices=True))
     want = cpp_batches(d, os.path.join(tmp, "ref"), seed=2, batch=16)
     assert_same_batches(kept, want, "copy=True batches kept in a list")
-    assert all(b[0].flags.owndata for b in kept)
+    assert not any(np.shares_memory(a[0], b[0]) for a in kept for b in kept if a is not b)
 
 
 def need_torch():
@@ -138,15 +139,47 @@ def test_torch_tensors(tmp):
     loader = dscache.Loader(dscache.Cache(d), batch_size=10, seed=4, return_indices=True)
     want = py_batches(loader)
     loader.set_epoch(0)
-    got = list(loader.torch())  # images alias recycled buffers: compare labels, indices
+    got = list(loader.torch())  # fresh tensors (copy=True): all of them kept
     assert len(got) == len(want)
     for (x, y, i), (wx, wy, wi) in zip(got, want):
         assert x.dtype == torch.uint8 and y.dtype == torch.int64 and x.shape == wx.shape
-        assert i.dtype == torch.int64
+        assert i.dtype == torch.int64 and torch.equal(x, torch.from_numpy(wx))
         assert np.array_equal(y.numpy(), wy) and np.array_equal(i.numpy(), wi.astype(np.int64))
     loader.set_epoch(0)
     for (x, y, i), (wx, _, _) in zip(loader.torch(), want):
         assert torch.equal(x, torch.from_numpy(wx)), "tensor differs from the numpy batch"
+
+
+def test_workers_zero_same_batches_and_resume(tmp):
+    """workers=0 fills each batch in the calling thread: the same batches as the C++ Loader
+    with workers, the same state_dict positions, resumable either way."""
+    d = build_cache(tmp)
+    cache = dscache.Cache(d)
+    kw = dict(batch_size=8, seed=13, return_indices=True,
+              transform=dscache.Transform("random_resized", 8, flip=True))
+    want = cpp_batches(d, os.path.join(tmp, "ref"), seed=13, epoch=1, batch=8, workers=2,
+                       crop="random", h=8, w=8, flip=True)
+    zero = dscache.Loader(cache, workers=0, **kw)
+    zero.set_epoch(1)
+    assert_same_batches(py_batches(zero), want, "workers=0 vs the C++ Loader's workers=2")
+    threaded = dscache.Loader(cache, workers=2, **kw)
+    epochs = [py_batches(threaded) for _ in range(2)]
+    # (stopped by, resumed by, after how many batches): a position moves between them
+    for a_workers, b_workers, stop in ((0, 3, 4), (2, 0, 5), (0, 0, 8)):
+        a = dscache.Loader(cache, workers=a_workers, **kw)
+        taken = []
+        for b in a:
+            taken.append((b[0].copy(), b[1], b[2]))
+            if len(taken) == stop:
+                break
+        b = dscache.Loader(cache, workers=b_workers, **kw)
+        b.load_state_dict(a.state_dict())
+        rest = py_batches(b) + py_batches(b)
+        assert_same_batches(taken + rest, epochs[0] + epochs[1],
+                            f"workers {a_workers} -> {b_workers} after {stop}")
+    zero.set_epoch(0)
+    assert zero.wait_seconds() >= 0 and len(py_batches(zero)) == len(epochs[0])
+    assert zero.wait_seconds() > 0, "workers=0: filling is the consumer's wait"
 
 
 def test_gil_released_while_waiting(tmp):

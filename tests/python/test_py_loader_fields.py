@@ -281,9 +281,10 @@ def test_state_dict_resume_with_fields(tmp):
 
 def test_fields_are_owned_copies(tmp):
     """Field arrays are the batch's own copies: kept across batches they stay what they were
-    (the image stays a view of the ring, as in the tuple API)."""
+    (with copy=False the image stays a view of the ring, as in the tuple API)."""
     cache = dscache.Cache(write_cache(tmp, n=40))
-    loader = dscache.Loader(cache, batch_size=8, seed=4, prefetch=1, transform=RANDOM)
+    loader = dscache.Loader(cache, batch_size=8, seed=4, prefetch=1, transform=RANDOM,
+                            copy=False)
     kept = [(b, {k: v.copy() for k, v in b.items() if k != "image"}) for b in loader]
     for b, snapshot in kept:
         for k, v in snapshot.items():
@@ -311,8 +312,8 @@ def test_torch_batches_share_memory(tmp):
         assert all(x["labels"].dtype == torch.int64 and x["boxes"].dtype == torch.float32
                    for x in t)
         assert isinstance(dscache.per_sample(b, "caption")[0], str)
-    # zero-copy: the tensor is the numpy batch's memory
-    loader.set_epoch(0)
+    # zero-copy: the tensor is the numpy batch's memory (a view of the ring with copy=False)
+    loader = dscache.Loader(cache, batch_size=8, seed=1, transform=RANDOM, copy=False)
     it = iter(loader)
     nb = next(it)
     tb = dscache._batch_to_torch(nb)

@@ -55,9 +55,19 @@ struct LoaderOptions {
   // Boxes: a box is kept when its part inside the crop covers at least this share (0..1) of its
   // whole mapped area; 0 = any area left. Rows of a `rows_of` field follow their box.
   double min_box_visibility = 0.0;
-  uint32_t workers = 2;       // threads filling batches; 1..kMaxWorkers
+  // Threads filling batches, 0..kMaxWorkers. 0: no threads; next() fills each batch on the
+  // calling thread when it is asked for (nothing prefetched; wait_poll is not called, and the
+  // fill counts as waiting), the same batches as with workers (torch's num_workers=0).
+  uint32_t workers = 2;       // default 2
   uint32_t prefetch = 4;      // batches buffered ahead; 1..kMaxPrefetch (buffers = prefetch + 1)
   BufferAllocator allocator;  // image buffers; both empty = aligned host memory
+  // Hand each batch's image buffer over instead of refilling it: when the next batch is taken
+  // (or the epoch restarts), the Loader gives the previous batch's buffer to allocator.release
+  // and its ring slot a new one from allocator.allocate, so a batch's images never change
+  // afterwards; the allocator decides how long they live (Python's binding: while an array
+  // holds them, then recycled). No copy; an allocation per batch (the allocator may reuse).
+  // Needs an allocator. Default false: the ring's prefetch + 1 buffers are reused.
+  bool hand_off_images = false;
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
   // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
   // binding checks for Ctrl-C here. Empty: next() just waits.
@@ -80,7 +90,7 @@ struct FieldBatch {
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
-// start_epoch(), restore() or the Loader's destruction.
+// start_epoch(), restore() or the Loader's destruction (the images: see hand_off_images).
 struct Batch {
   uint64_t index = 0;                 // batch number within this rank's epoch (unstrided)
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
