@@ -300,8 +300,8 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
 }
 
 void print_summary(const BuildSummary& s) {
-  std::string transparent;
-  if (s.transparent_known) {
+  std::string transparent;  // said when there were some, or when alpha was asked for
+  if (s.transparent_known && (s.transparent > 0 || s.alpha != AlphaMode::kDrop)) {
     transparent =
         ", " + std::to_string(s.transparent) + " transparent (alpha: " + to_string(s.alpha) + ")";
   }

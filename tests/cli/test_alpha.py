@@ -209,6 +209,16 @@ def case_alpha_usage(tmp):
     build(src, out, "--size", "8", "--channels", "1", "--alpha", "composite")
     m = load_manifest(out)
     check_eq((m["shape"][2], m["transparent"]), (1, N_TRANSPARENT), "grey composite")
+    # Opaque sources only: the default build's summary says nothing about alpha (0 is recorded),
+    # one that asked for --alpha says its mode.
+    opaque_src = tmp / "opaque" / "a"
+    opaque_src.mkdir(parents=True)
+    Image.fromarray(straight_rgba(7, opaque=True), "RGBA").save(opaque_src / "o.png")
+    for opts, said in (([], False), (["--alpha", "composite"], True)):
+        o = tmp / f"opaque-out{len(opts)}"
+        p = build(opaque_src.parent, o, "--size", "8", *opts)
+        check_eq("transparent" in p.stdout, said, f"opaque {opts}: summary {p.stdout!r}")
+        check_eq(load_manifest(o)["transparent"], 0, f"opaque {opts}: manifest transparent")
 
 
 def case_alpha_resume_merge(tmp):
