@@ -15,6 +15,8 @@
 // `dscache build --codec jpeg` stores them.
 //
 // Usage: jpeg_crop_bench [--images N] [--rounds R] [--seed S] [--sources GLOB]
+//                        [--profile RECIPE MODE]
+// --profile 0 both runs only that recipe (index into the table below) and mode, for `perf record`.
 #include <glob.h>
 
 #include <algorithm>
@@ -188,9 +190,19 @@ int main(int argc, char** argv) {
   int rounds = 7;
   uint64_t seed = 23;
   std::string pattern = "/usr/share/backgrounds/mate/nature/*.jpg";
+  int profile_recipe = -1, profile_mode = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--images" && i + 1 < argc) {
+    if (a == "--profile" && i + 2 < argc) {
+      profile_recipe = std::atoi(argv[++i]);
+      const std::string m = argv[++i];
+      for (int k = 0; k < kModes; ++k) profile_mode = m == kModeNames[k] ? k : profile_mode;
+      if (profile_recipe < 0 || profile_recipe >= 4 || profile_mode < 0) {
+        std::fprintf(stderr,
+                     "jpeg_crop_bench: --profile RECIPE (0..3) MODE (full, scale, crop, both)\n");
+        return 2;
+      }
+    } else if (a == "--images" && i + 1 < argc) {
       count = std::strtoul(argv[++i], nullptr, 10);
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
@@ -199,7 +211,9 @@ int main(int argc, char** argv) {
     } else if (a == "--sources" && i + 1 < argc) {
       pattern = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--images N] [--rounds R] [--seed S] [--sources GLOB]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--images N] [--rounds R] [--seed S] [--sources GLOB] "
+                   "[--profile RECIPE MODE]\n",
                    argv[0]);
       return 2;
     }
@@ -241,6 +255,16 @@ int main(int argc, char** argv) {
         rounds);
     dscache::JpegScratch scratch;
     std::vector<uint8_t> full;
+    if (profile_recipe >= 0) {
+      const Recipe& r = kRecipes[profile_recipe];
+      std::vector<uint8_t> out(size_t{r.size} * r.size * 3);
+      for (int k = 0; k < rounds; ++k) {
+        std::printf(
+            "%s, %s: %.0f img/s\n", r.name, kModeNames[profile_mode],
+            time_pass(images, r, static_cast<Mode>(profile_mode), seed, k, &scratch, &full, &out));
+      }
+      return 0;
+    }
     std::vector<double> loads{load1()};
     for (const Recipe& r : kRecipes) {
       std::vector<uint8_t> out(size_t{r.size} * r.size * 3);
