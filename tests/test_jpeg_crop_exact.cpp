@@ -119,6 +119,10 @@ TEST_SUITE("jpeg") {
     // Two photographs cut to odd sizes, landscape and portrait.
     const Image a = load_photo(photos[0], 240, &scratch);
     const Image b = load_photo(photos[photos.size() / 2], 240, &scratch);
+    REQUIRE(a.h >= 206);  // room for the cuts below
+    REQUIRE(a.w >= 312);
+    REQUIRE(b.h >= 238);
+    REQUIRE(b.w >= 173);
     const Image sources[] = {cut(a, 3, 5, 203, 307), cut(b, 1, 2, 237, 171)};
     std::set<uint32_t> scales_cropped;
     uint64_t compared = 0, cropped = 0;
