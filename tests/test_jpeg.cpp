@@ -202,6 +202,15 @@ TEST_SUITE("jpeg") {
     images.push_back(synthetic(40, 40, 1, 42));
     if (!photos.empty()) images.push_back(load_photo(photos[0], 48, &scratch));
     for (const Image& img : images) bases.push_back(encode(img, 85));
+    // Progressive streams (4:2:0 and 4:4:4) take the crop/skip path too.
+    for (const dscache::detail::JpegLayout& layout :
+         {dscache::detail::JpegLayout{85, 2, 2, true},
+          dscache::detail::JpegLayout{85, 1, 1, true}}) {
+      images.push_back(images[0]);
+      bases.emplace_back();
+      dscache::detail::jpeg_encode_layout(images[0].px.data(), images[0].h, images[0].w, 3, layout,
+                                          &bases.back());
+    }
 
     uint64_t ok = 0, caught = 0, truncations = 0;
     // Runs the three entry points on `b` (meant as an image of `img`'s shape).

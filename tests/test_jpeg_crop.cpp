@@ -43,6 +43,32 @@ TEST_SUITE("jpeg") {
     }
   }
 
+  TEST_CASE("the scaled window: one pixel of context, at least min_cols columns") {
+    using dscache::detail::jpeg_scaled_window;
+    struct Case {
+      uint32_t y0, y1, x0, x1, m, rows, cols, min_cols;
+      uint32_t row0, row1, col0, col1;
+    };
+    const Case cases[] = {
+        {10, 20, 40, 60, 8, 100, 200, 0, 9, 21, 39, 61},        // full scale: +-1
+        {0, 100, 0, 200, 8, 100, 200, 32, 0, 100, 0, 200},      // the whole image stays whole
+        {16, 32, 64, 80, 4, 50, 100, 0, 7, 17, 31, 41},         // 1/2: 8..16, 32..40, +-1
+        {0, 100, 0, 1, 8, 100, 200, 32, 0, 100, 0, 32},         // left column: widened right
+        {0, 100, 199, 200, 8, 100, 200, 32, 0, 100, 168, 200},  // right column: widened left
+        {0, 1, 50, 51, 8, 100, 200, 32, 0, 2, 49, 81},          // a pixel: widened right
+        {0, 1, 10, 11, 8, 100, 20, 32, 0, 2, 0, 20},            // narrower image: all of it
+    };
+    for (const Case& k : cases) {
+      CAPTURE(k.x0);
+      CAPTURE(k.min_cols);
+      const auto w = jpeg_scaled_window(k.y0, k.y1, k.x0, k.x1, k.m, k.rows, k.cols, k.min_cols);
+      CHECK(w.row0 == k.row0);
+      CHECK(w.row1 == k.row1);
+      CHECK(w.col0 == k.col0);
+      CHECK(w.col1 == k.col1);
+    }
+  }
+
   TEST_CASE("jpeg_decode_crop with {scale=false, crop=false} is decode + crop_resize, exactly") {
     JpegScratch scratch;
     for (uint32_t c : {3u, 1u}) {

@@ -98,7 +98,7 @@ void dest_term(j_compress_ptr cinfo) {
 struct EncodeJob {
   const uint8_t* pixels;
   uint32_t height, width, channels;
-  int quality;
+  detail::JpegLayout layout;
 };
 
 // Returns false (message in err->message) when libjpeg failed. Trivially destructible locals.
@@ -113,10 +113,10 @@ bool encode_guarded(const EncodeJob& job, jpeg_compress_struct* cinfo, ErrorMgr*
   cinfo->input_components = static_cast<int>(job.channels);
   cinfo->in_color_space = job.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
   jpeg_set_defaults(cinfo);
-  jpeg_set_quality(cinfo, job.quality, TRUE);
-  if (job.channels == 3) {  // 4:2:0
-    cinfo->comp_info[0].h_samp_factor = 2;
-    cinfo->comp_info[0].v_samp_factor = 2;
+  jpeg_set_quality(cinfo, job.layout.quality, TRUE);
+  if (job.channels == 3) {  // luma over 1x1 chroma: 2x2 is 4:2:0
+    cinfo->comp_info[0].h_samp_factor = static_cast<int>(job.layout.luma_h);
+    cinfo->comp_info[0].v_samp_factor = static_cast<int>(job.layout.luma_v);
     for (int c = 1; c < 3; ++c) {
       cinfo->comp_info[c].h_samp_factor = 1;
       cinfo->comp_info[c].v_samp_factor = 1;
@@ -124,6 +124,7 @@ bool encode_guarded(const EncodeJob& job, jpeg_compress_struct* cinfo, ErrorMgr*
   }
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->optimize_coding = TRUE;  // deterministic, and smaller
+  if (job.layout.progressive) jpeg_simple_progression(cinfo);
   jpeg_start_compress(cinfo, TRUE);
   const size_t stride = size_t{job.width} * job.channels;
   while (cinfo->next_scanline < cinfo->image_height) {
@@ -159,10 +160,12 @@ struct DecodeResult {
   uint32_t first_row = 0, rows = 0, first_col = 0, cols = 0;
 };
 
-// Our encoder writes grey 1x1 or YCbCr with luma 1x1/2x1/1x2/2x2 and chroma 1x1, sequential
-// Huffman: the layouts the crop/skip path is tested on. Anything else decodes in full.
+// Grey 1x1, or YCbCr with luma 1x1/2x1/1x2/2x2 over 1x1 chroma, Huffman-coded, baseline or
+// progressive: the layouts the crop/skip path is tested byte for byte on
+// (tests/test_jpeg_crop_exact.cpp). Anything else decodes in full. A progressive stream is
+// entropy-decoded whole in jpeg_start_decompress; the crop saves its IDCT and colour work only.
 bool fast_path_layout(const jpeg_decompress_struct& cinfo) {
-  if (cinfo.progressive_mode || cinfo.arith_code) return false;
+  if (cinfo.arith_code) return false;
   if (cinfo.num_components == 1) {
     return cinfo.comp_info[0].h_samp_factor == 1 && cinfo.comp_info[0].v_samp_factor == 1;
   }
@@ -239,8 +242,11 @@ Status decode_guarded(JpegScratch::Impl* s, const DecodeJob& job, DecodeResult* 
   }
   uint32_t row0 = 0, row1 = cinfo->output_height;
   if (job.crop) {
-    const detail::ScaledWindow w = detail::jpeg_scaled_window(
-        job.y0, job.y1, job.x0, job.x1, job.scale_num, cinfo->output_height, cinfo->output_width);
+    const uint32_t imcu_cols =
+        static_cast<uint32_t>(cinfo->max_h_samp_factor * cinfo->min_DCT_scaled_size);
+    const detail::ScaledWindow w =
+        detail::jpeg_scaled_window(job.y0, job.y1, job.x0, job.x1, job.scale_num,
+                                   cinfo->output_height, cinfo->output_width, 2 * imcu_cols);
     row0 = w.row0;
     row1 = w.row1;
     JDIMENSION xoffset = w.col0, width = w.col1 - w.col0;
@@ -374,9 +380,21 @@ void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t wi
 
 void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
                  int quality, std::vector<uint8_t>* out) {
+  detail::JpegLayout layout;
+  layout.quality = quality;
+  detail::jpeg_encode_layout(pixels, height, width, channels, layout, out);
+}
+
+void detail::jpeg_encode_layout(const uint8_t* pixels, uint32_t height, uint32_t width,
+                                uint32_t channels, const JpegLayout& layout,
+                                std::vector<uint8_t>* out) {
   check_jpeg_shape(height, width, channels);
-  if (quality < 1 || quality > 100) {
-    throw jpeg_invalid("quality must be in 1..100, not " + std::to_string(quality));
+  if (layout.quality < 1 || layout.quality > 100) {
+    throw jpeg_invalid("quality must be in 1..100, not " + std::to_string(layout.quality));
+  }
+  if (layout.luma_h < 1 || layout.luma_h > 2 || layout.luma_v < 1 || layout.luma_v > 2) {
+    throw jpeg_invalid("luma sampling factors must be 1 or 2, not " +
+                       std::to_string(layout.luma_h) + "x" + std::to_string(layout.luma_v));
   }
   if (pixels == nullptr || out == nullptr) throw jpeg_invalid("null pixels or output");
   MemDest dest{};
@@ -391,7 +409,7 @@ void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_
   jpeg_compress_struct cinfo{};  // zeroed: destroying it before create finished is a no-op
   ErrorMgr err;
   init_error_mgr(&err);
-  const EncodeJob job{pixels, height, width, channels, quality};
+  const EncodeJob job{pixels, height, width, channels, layout};
   const bool ok = encode_guarded(job, &cinfo, &err, &dest);
   jpeg_destroy_compress(&cinfo);  // safe after a failure at any point after create
   if (!ok) {

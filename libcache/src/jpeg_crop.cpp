@@ -33,7 +33,7 @@ void check_jpeg_crop(uint32_t height, uint32_t width, const CropBox& box, uint32
 }
 
 ScaledWindow jpeg_scaled_window(uint32_t y0, uint32_t y1, uint32_t x0, uint32_t x1, uint32_t m,
-                                uint32_t rows, uint32_t cols) {
+                                uint32_t rows, uint32_t cols, uint32_t min_cols) {
   // Scaled pixel j covers full-size [8j/M, 8(j+1)/M). One extra pixel on each side keeps the
   // box's pixels away from the region's edge, where fancy upsampling lacks its neighbours.
   ScaledWindow w;
@@ -43,6 +43,10 @@ ScaledWindow jpeg_scaled_window(uint32_t y0, uint32_t y1, uint32_t x0, uint32_t 
   w.col0 = floor_scaled(x0, m);
   w.col0 = w.col0 > 0 ? w.col0 - 1 : 0;
   w.col1 = std::min<uint32_t>(cols, ceil_scaled(x1, m) + 1);
+  if (w.col1 - w.col0 < min_cols) {
+    w.col1 = std::min<uint32_t>(cols, w.col0 + min_cols);
+    w.col0 = w.col1 - std::min<uint32_t>(w.col1, min_cols);
+  }
   return w;
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
@@ -65,12 +66,16 @@ void check_jpeg_crop(uint32_t height, uint32_t width, const CropBox& box, uint32
                      uint32_t out_w);
 
 // The scaled rows [row0, row1) and columns [col0, col1) to decode for the full-size rows
-// [y0, y1) and columns [x0, x1) at scale m/8, in an image of rows x cols scaled pixels.
+// [y0, y1) and columns [x0, x1) at scale m/8, in an image of rows x cols scaled pixels: one
+// pixel of context around them, and at least min_cols columns (or all), widened to the right,
+// or to the left at the right edge. min_cols exists because libjpeg-turbo's jpeg_crop_scanline
+// switches a component to box upsampling when its cropped width is 2 samples or fewer (fancy
+// upsampling needs 3), which changes the pixels; jpeg.cpp passes two iMCU widths.
 struct ScaledWindow {
   uint32_t row0 = 0, row1 = 0, col0 = 0, col1 = 0;
 };
 ScaledWindow jpeg_scaled_window(uint32_t y0, uint32_t y1, uint32_t x0, uint32_t x1, uint32_t m,
-                                uint32_t rows, uint32_t cols);
+                                uint32_t rows, uint32_t cols, uint32_t min_cols);
 
 // The taps that resample `box` to out_h x out_w from a region decoded at scale m/8 whose first
 // scaled row and column are first_row and first_col (rows x cols scaled pixels): crop_resize's
@@ -78,6 +83,22 @@ ScaledWindow jpeg_scaled_window(uint32_t y0, uint32_t y1, uint32_t x0, uint32_t 
 void jpeg_crop_taps(const CropBox& box, uint32_t out_h, uint32_t out_w, uint32_t m,
                     uint32_t first_row, uint32_t rows, uint32_t first_col, uint32_t cols,
                     AxisTaps* ty, AxisTaps* tx);
+
+// ---------------------------------------------------------------------------------------------
+// Encoding layouts (jpeg.cpp): the streams a cache may hold beyond jpeg_encode's, for the tests
+// and benches of the decoder.
+
+// How jpeg_encode_layout lays a stream out; the defaults are jpeg_encode's (4:2:0 baseline).
+struct JpegLayout {
+  int quality = 90;          // 1..100; default 90
+  uint32_t luma_h = 2;       // 3 channels: luma's horizontal sampling over 1x1 chroma (1, 2); 2
+  uint32_t luma_v = 2;       // 3 channels: luma's vertical sampling (1, 2); 2 (2x2 = 4:2:0)
+  bool progressive = false;  // jpeg_simple_progression's scans instead of one; default off
+};
+
+// jpeg_encode with a layout (4:4:4 is luma 1x1, 4:2:2 2x1, 4:4:0 1x2). Same errors.
+void jpeg_encode_layout(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
+                        const JpegLayout& layout, std::vector<uint8_t>* out);
 
 // ---------------------------------------------------------------------------------------------
 // Decode statistics (jpeg.cpp; jpeg_stub.cpp without JPEG support)

@@ -34,6 +34,10 @@ void jpeg_decode_crop(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, cons
                       uint32_t, uint32_t, uint8_t*, JpegScratch*, const JpegDecodeOptions&) {
   unsupported();
 }
+void detail::jpeg_encode_layout(const uint8_t*, uint32_t, uint32_t, uint32_t, const JpegLayout&,
+                                std::vector<uint8_t>*) {
+  unsupported();
+}
 detail::JpegDecodeStats detail::last_decode_stats(const JpegScratch&) { return {}; }
 
 }  // namespace dscache
