@@ -295,6 +295,34 @@ TEST_SUITE("loader") {
     }
   }
 
+  TEST_CASE("direct_read: restarting or destroying a Loader mid-epoch stops its reader") {
+    TempDir dir;
+    const Built built = build_cache(dir.path(), Spec{});
+    dscache::CacheOptions po;
+    po.memory = dscache::MemoryMode::kPread;
+    const auto pread = Cache::open(dir.path(), po);
+    LoaderOptions o = small_options(4);
+    o.sampler.shuffle = Shuffle::kWindowed;
+    o.sampler.block = 4;
+    o.sampler.window_blocks = 1;  // 14 windows: the reader is mid-epoch when we stop
+    o.workers = 1;
+    o.prefetch = 1;
+    Loader reference(built.cache, o);
+    o.direct_read = true;
+    for (int restarts : {1, 3}) {
+      Loader direct(pread, o);
+      for (int k = 0; k < restarts; ++k) {
+        direct.start_epoch(9, 0);
+        CHECK(drain(direct, 2).size() == 2);
+      }
+      direct.start_epoch(9, 1);
+      reference.start_epoch(9, 1);
+      CHECK(drain(direct) == drain(reference));
+      direct.start_epoch(9, 2);
+      CHECK(drain(direct, 1).size() == 1);
+    }  // destroyed with windows left unread: must return, not hang
+  }
+
   TEST_CASE("direct_read options are validated by name") {
     TempDir dir;
     const Built built = build_cache(dir.path(), Spec{});
