@@ -242,6 +242,7 @@ void DirectWindows::read_loop() {
       cv_.notify_all();
       return;
     }
+    if (stop_) return;  // read_window gave up part way: never mark it ready
     {
       std::lock_guard<std::mutex> lock(mu_);
       windows_[w].buffer = b;
