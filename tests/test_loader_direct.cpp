@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "direct_windows.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
 #include "dscache/loader.h"
@@ -321,6 +322,48 @@ TEST_SUITE("loader") {
       direct.start_epoch(9, 2);
       CHECK(drain(direct, 1).size() == 1);
     }  // destroyed with windows left unread: must return, not hang
+  }
+
+  TEST_CASE("a direct read request stops at the file's tail and wants only its bytes") {
+    TempDir dir;
+    const std::string path = dir.path() + "/tail.bin";
+    const std::vector<uint8_t> bytes(5000, 7);  // 4096 + 904: the tail is not a whole block
+    {
+      const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+      REQUIRE(fd >= 0);
+      REQUIRE(::write(fd, bytes.data(), bytes.size()) == 5000);
+      ::close(fd);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // short reads behave alike
+    REQUIRE(fd >= 0);
+    struct Row {
+      uint64_t offset, bytes, need;
+      bool ok;
+    };
+    for (const Row& r : std::vector<Row>{{0, 8192, 5000, true},      // tail inside the request
+                                         {4096, 4096, 904, true},    // only the tail
+                                         {0, 8192, 5001, false},     // wants a byte past the end
+                                         {8192, 4096, 1, false}}) {  // starts past the end
+      CAPTURE(r.offset);
+      CAPTURE(r.need);
+      std::vector<uint8_t> buf(16384, 0);
+      const dscache::detail::DirectWindows::Request q{fd, &path, r.offset, r.bytes, r.need, 4096};
+      if (r.ok) {
+        dscache::detail::read_request(q, buf.data());
+        CHECK(buf[4096] == 7);
+        CHECK(buf[4096 + r.need - 1] == 7);
+        CHECK(buf[4096 + (5000 - r.offset)] == 0);  // nothing past the file's end
+      } else {
+        try {
+          dscache::detail::read_request(q, buf.data());
+          FAIL("no error");
+        } catch (const dscache::Error& e) {
+          CHECK(e.kind() == dscache::ErrorKind::kCorruption);
+          CHECK(std::string(e.what()).find("tail.bin") != std::string::npos);
+        }
+      }
+    }
+    ::close(fd);
   }
 
   TEST_CASE("direct_read options are validated by name") {

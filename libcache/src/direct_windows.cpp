@@ -52,8 +52,8 @@ int open_direct(int fd, const std::string& path) {
   return d;
 }
 
-// Reads `r` into `buf` + r.at: retries EINTR and short reads; a read that ends off a block
-// boundary is the file's end. Fewer than r.need bytes is Corruption naming the file.
+}  // namespace
+
 void read_request(const DirectWindows::Request& r, uint8_t* buf) {
   uint64_t done = 0;
   while (done < r.bytes) {
@@ -73,8 +73,6 @@ void read_request(const DirectWindows::Request& r, uint8_t* buf) {
                     std::to_string(r.offset) + ", " + std::to_string(done) + " read");
   }
 }
-
-}  // namespace
 
 void validate_direct(const LoaderOptions& o) {
   auto invalid = [](const std::string& reason) {

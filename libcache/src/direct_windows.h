@@ -121,5 +121,9 @@ class DirectWindows {
   std::thread reader_;
 };
 
+// Reads `r` into `buf` + r.at: retries EINTR and short reads; a read that ends off a block
+// boundary is the file's end. Fewer than r.need bytes is Corruption naming the file.
+void read_request(const DirectWindows::Request& r, uint8_t* buf);
+
 }  // namespace detail
 }  // namespace dscache
