@@ -41,11 +41,12 @@ std::vector<uint32_t> position_windows(const std::vector<ReadAhead::Window>& win
 // file order, `depth` requests of `request_bytes` in flight) and a worker's only cost is the
 // memcpy into its batch slot.
 //
-// Window w is loaded by one reader thread into buffer w % buffers once the window that held it
-// has no sample left to serve; windows are served in order (a rank's positions visit them in
-// order), so with >= 2 buffers the next window is read while this one is served and nothing
-// can wait on itself. Owns its buffers and thread; copy() may be called from any number of
-// worker threads; destroying it stops the reader (waiting workers return false).
+// The k-th window with samples to serve is loaded by one reader thread into buffer
+// k % buffers (2 MiB-aligned, MADV_HUGEPAGE) once the window that held it has none left; windows
+// are served in order (a rank's positions visit them in order), so with >= 2 buffers the next
+// window is read while this one is served and nothing can wait on itself. Owns its buffers and
+// thread; copy() may be called from any number of worker threads; destroying it stops the reader
+// (waiting workers return false).
 class DirectWindows {
  public:
   struct Options {
@@ -53,9 +54,6 @@ class DirectWindows {
     uint32_t depth = 4;                  // read requests in flight (>= 1)
     uint64_t request_bytes = 512 << 10;  // bytes per request (a multiple of 4096)
   };
-  // `windows`: ReadAhead's plan; `left[w]`: how many copy() calls window w will get this epoch
-  // (0: never read). Returns null when a shard refuses O_DIRECT (tmpfs, some FUSE) or the
-  // cache is not served by pread: the caller keeps its page-cache path.
   // The Loader's epoch: null unless `o.direct_read` applies (kWindowed, a Cache in kPread
   // mode; the caller checks crop none) and O_DIRECT works; else `*pos_window` gets
   // position_windows() for the batches from `first_batch` on.
@@ -64,6 +62,9 @@ class DirectWindows {
                                              const std::vector<ReadAhead::Window>& windows,
                                              uint64_t samples_per_epoch, uint64_t first_batch,
                                              std::vector<uint32_t>* pos_window);
+  // `windows`: ReadAhead's plan; `left[w]`: how many copy() calls window w will get this epoch
+  // (0: never read). Returns null when a shard refuses O_DIRECT (tmpfs, some FUSE) or the
+  // cache is not served by pread: the caller keeps its page-cache path.
   static std::unique_ptr<DirectWindows> open(const Cache& cache,
                                              const std::vector<ReadAhead::Window>& windows,
                                              std::vector<uint64_t> left, const Options& options);
