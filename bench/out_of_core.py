@@ -10,6 +10,8 @@ Rows (samples/s and bytes/s of sample data each):
   pread + global        `dscache bench --rows global --memory pread`
   pread + windowed      `dscache bench --rows out-of-core`: Loader, pread, windowed shuffle with
                         byte-sized blocks and the auto window, read-ahead and drop-behind
+  direct + windowed     the same with `--direct-read`: each window read with O_DIRECT into the
+                        Loader's buffers (LoaderOptions::direct_read), no page cache
   torch mmap (seed)     bench/serve_peers.py --recipes mmap: np.load(mmap_mode="r") +
                         torch DataLoader(shuffle=True), one epoch (cut and extrapolated at
                         --seconds x 3)
@@ -24,6 +26,10 @@ mmap + global in the same cgroup; its anonymous RSS <= buffers + 64 MiB; nothing
 Usage (as root: it makes a memory cgroup):
   bench/out_of_core.py CACHE [--limit 300M] [--dscache build/tools/dscache] [--batch 32]
                        [--seconds 10] [--json OUT] [--chart docs/out_of_core.png]
+                       [--rows disk,mmap,pread-global,windowed,direct,torch] [--rounds N]
+With --rounds N every selected row runs once per round, rounds interleaved (so a shared
+machine's load hits every row alike), and each row reports the median of its rounds with the
+range; each round's ratios are taken within the round, then their median and range printed.
 The cache must hold >= 4x --limit of sample bytes (--min-ratio to change). cgroup v1
 (/sys/fs/cgroup/memory) and v2 (memory.max) are both supported.
 """
@@ -204,6 +210,88 @@ def row_from_bench(name, j, key_sps, sample_bytes, info, threads=None):
             "buffers_bytes": j["rss"]["buffers_mib"] * MIB, **info}
 
 
+def measure_round(a, cg, files, bench, sample_bytes, want, direct):
+    """One round: each selected row once, in order; returns the rows."""
+    rows = []
+    if True:
+        print("- disk (sequential O_DIRECT, random sample-sized preads)")
+        out, info = run_row(cg, files, bench + ["--rows", "disk"]) if "disk" in want else ("", {"rc": -1})
+        if info["rc"] == 0:
+            j = json.loads(out)
+            rows.append({"name": "disk sequential", "samples_per_s":
+                         j["disk_sequential_bytes_per_s"] / sample_bytes,
+                         "bytes_per_s": j["disk_sequential_bytes_per_s"],
+                         "method": j["disk_sequential_method"], **info})
+            rows.append({"name": "disk random", "samples_per_s": j["disk_random_samples_per_s"],
+                         "bytes_per_s": j["disk_random_bytes_per_s"], **info})
+        for flag, name, extra, key in (
+                ("mmap", "mmap + global", ["--rows", "global", "--memory", "page-cache"], "rows"),
+                ("pread-global", "pread + global", ["--rows", "global", "--memory", "pread"],
+                 "rows"),
+                ("windowed", "pread + windowed", ["--rows", "out-of-core"],
+                 "windowed_out_of_core_samples_per_s"),
+                ("direct", "direct + windowed", ["--rows", "out-of-core"] + direct,
+                 "windowed_out_of_core_samples_per_s")):
+            if flag not in want:
+                continue
+            print(f"- {name}")
+            out, info = run_row(cg, files, bench + extra)
+            if info["rc"] != 0:
+                rows.append({"name": name, "samples_per_s": 0, "bytes_per_s": 0, **info})
+                continue
+            j = json.loads(out)
+            r = row_from_bench(name, j, key, sample_bytes, info)
+            if key != "rows":
+                r["window"] = j["windowed_out_of_core"]
+            r["memory_mode"] = j["memory_mode"] if key == "rows" else "pread"
+            rows.append(r)
+        if "torch" not in want:
+            return rows
+        print("- torch mmap (seed recipe)")
+        peer_json = f"/tmp/dscache-ooc-peer-{os.getpid()}.json"
+        out, info = run_row(cg, files, [
+            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), cache, "--recipes", "mmap",
+            "--workers", str(a.workers), "--batch", str(a.batch), "--epochs", "1",
+            "--max-seconds", str(a.seconds * 3), "--json", peer_json])
+        sps = 0
+        if info["rc"] == 0:
+            with open(peer_json) as f:
+                pj = json.load(f)
+            prow = [r for r in pj["recipes"] if r.get("name") == "mmap"][0]
+            sps = prow["samples_per_s"]
+            info["extrapolated"] = prow.get("extrapolated")
+            os.unlink(peer_json)
+        rows.append({"name": f"torch mmap, {a.workers} workers", "samples_per_s": sps,
+                     "bytes_per_s": sps * sample_bytes, **info})
+    return rows
+
+
+
+def median_rows(rounds):
+    """Each row's median bytes/s over the rounds (the round holding it), with the range; each
+    round's windowed/disk ratios, for the medians of ratios taken within a round."""
+    out = []
+    for name in [r["name"] for r in rounds[0]]:
+        runs = [r for rows in rounds for r in rows if r["name"] == name]
+        runs.sort(key=lambda r: r["bytes_per_s"])
+        mid = dict(runs[len(runs) // 2])
+        mid["rounds_bytes_per_s"] = [r["bytes_per_s"] for r in runs]
+        out.append(mid)
+    per_round = []
+    for rows in rounds:
+        by = {r["name"]: r for r in rows}
+        seq = by.get("disk sequential", {}).get("bytes_per_s", 0)
+        per_round.append({k: (by[n]["bytes_per_s"] / seq if seq and n in by else None)
+                          for k, n in (("windowed_vs_disk_sequential", "pread + windowed"),
+                                       ("direct_vs_disk_sequential", "direct + windowed"))})
+    out_ratios = {}
+    for k in ("windowed_vs_disk_sequential", "direct_vs_disk_sequential"):
+        v = sorted(x[k] for x in per_round if x[k] is not None)
+        if v:
+            out_ratios[k] = {"median": v[len(v) // 2], "min": v[0], "max": v[-1], "rounds": v}
+    return out, out_ratios
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cache")
@@ -214,6 +302,13 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0, help="per dscache row")
     ap.add_argument("--workers", type=int, default=2, help="torch DataLoader num_workers")
+    ap.add_argument("--rows", default="disk,mmap,pread-global,windowed,direct,torch",
+                    help="rows to run (default all): disk, mmap, pread-global, windowed, direct, "
+                    "torch")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (default 1)")
+    ap.add_argument("--direct-depth", type=int, default=4, help="direct row: requests in flight")
+    ap.add_argument("--direct-request-kib", type=int, default=512,
+                    help="direct row: KiB per request")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--chart", help="write a PNG chart (samples/s per row) here")
     a = ap.parse_args()
@@ -240,53 +335,21 @@ def main():
           f"{data_bytes / 1e9:.3f} GB, {ratio:.2f}x the {a.limit} cgroup limit")
     cg = Cgroup(f"dscache-ooc-{os.getpid()}", limit)
     print(f"cgroup v{cg.version}: {cg.path}")
-    rows = []
+    want = set(a.rows.split(","))
+    unknown = want - {"disk", "mmap", "pread-global", "windowed", "direct", "torch"}
+    if unknown:
+        raise SystemExit(f"--rows: unknown {sorted(unknown)}")
+    direct = ["--direct-read", "--direct-depth", str(a.direct_depth), "--direct-request-kib",
+              str(a.direct_request_kib)]
+    rounds = []
     try:
-        print("- disk (sequential O_DIRECT, random sample-sized preads)")
-        out, info = run_row(cg, files, bench + ["--rows", "disk"])
-        if info["rc"] == 0:
-            j = json.loads(out)
-            rows.append({"name": "disk sequential", "samples_per_s":
-                         j["disk_sequential_bytes_per_s"] / sample_bytes,
-                         "bytes_per_s": j["disk_sequential_bytes_per_s"],
-                         "method": j["disk_sequential_method"], **info})
-            rows.append({"name": "disk random", "samples_per_s": j["disk_random_samples_per_s"],
-                         "bytes_per_s": j["disk_random_bytes_per_s"], **info})
-        for name, extra, key in (
-                ("mmap + global", ["--rows", "global", "--memory", "page-cache"], "rows"),
-                ("pread + global", ["--rows", "global", "--memory", "pread"], "rows"),
-                ("pread + windowed", ["--rows", "out-of-core"],
-                 "windowed_out_of_core_samples_per_s")):
-            print(f"- {name}")
-            out, info = run_row(cg, files, bench + extra)
-            if info["rc"] != 0:
-                rows.append({"name": name, "samples_per_s": 0, "bytes_per_s": 0, **info})
-                continue
-            j = json.loads(out)
-            r = row_from_bench(name, j, key, sample_bytes, info)
-            if key != "rows":
-                r["window"] = j["windowed_out_of_core"]
-            r["memory_mode"] = j["memory_mode"] if key == "rows" else "pread"
-            rows.append(r)
-        print("- torch mmap (seed recipe)")
-        peer_json = f"/tmp/dscache-ooc-peer-{os.getpid()}.json"
-        out, info = run_row(cg, files, [
-            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), cache, "--recipes", "mmap",
-            "--workers", str(a.workers), "--batch", str(a.batch), "--epochs", "1",
-            "--max-seconds", str(a.seconds * 3), "--json", peer_json])
-        sps = 0
-        if info["rc"] == 0:
-            with open(peer_json) as f:
-                pj = json.load(f)
-            prow = [r for r in pj["recipes"] if r.get("name") == "mmap"][0]
-            sps = prow["samples_per_s"]
-            info["extrapolated"] = prow.get("extrapolated")
-            os.unlink(peer_json)
-        rows.append({"name": f"torch mmap, {a.workers} workers", "samples_per_s": sps,
-                     "bytes_per_s": sps * sample_bytes, **info})
+        for rnd in range(a.rounds):
+            if a.rounds > 1:
+                print(f"round {rnd + 1}/{a.rounds}, load average {os.getloadavg()}")
+            rounds.append(measure_round(a, cg, files, bench, sample_bytes, want, direct))
     finally:
         cg.remove()
-
+    rows, round_ratios = median_rows(rounds)
     by = {r["name"]: r for r in rows}
     print()
     print(f"{'row':<24} {'samples/s':>10} {'GB/s':>8} {'RssAnon peak':>13} {'buffers':>9} "
@@ -304,6 +367,8 @@ def main():
         return None
 
     ratios = {"windowed_vs_disk_sequential": ratio_of("pread + windowed", "disk sequential"),
+              "direct_vs_disk_sequential": ratio_of("direct + windowed", "disk sequential"),
+              "direct_vs_windowed": ratio_of("direct + windowed", "pread + windowed"),
               "windowed_vs_mmap_global": ratio_of("pread + windowed", "mmap + global"),
               "windowed_vs_torch_mmap": ratio_of("pread + windowed",
                                                  f"torch mmap, {a.workers} workers"),
@@ -318,14 +383,23 @@ def main():
                 w["rss_anon_peak_bytes"] <= w.get("buffers_bytes", 0) + 64 * MIB,
             "nothing OOM-killed": not any(r["oom"] for r in rows)}
     print()
+    print("ratios of the median rows:")
     for k, v in ratios.items():
-        print(f"{k}: {'-' if v is None else f'{v:.2f}x'}")
+        print(f"  {k}: {'-' if v is None else f'{v:.2f}x'}")
+    for k, v in round_ratios.items():
+        print(f"{k}, within each round: median {v['median']:.2f}x, range "
+              f"{v['min']:.2f}-{v['max']:.2f}x over {len(v['rounds'])} rounds")
+    d = round_ratios.get("direct_vs_disk_sequential")
+    if d:
+        goals["direct >= 0.85x disk sequential (median of rounds)"] = d["median"] >= 0.85
     for k, v in goals.items():
         print(f"goal {k}: {'met' if v else 'MISSED'}")
     result = {"cache": cache, "samples": m["count"], "sample_bytes": sample_bytes,
               "data_bytes": data_bytes, "limit_bytes": limit, "cache_vs_limit": ratio,
               "cgroup_version": cg.version, "batch": a.batch, "seconds": a.seconds,
-              "rows": rows, "ratios": ratios, "goals": goals,
+              "rows": rows, "ratios": ratios, "round_ratios": round_ratios, "goals": goals,
+              "rounds": a.rounds, "direct_depth": a.direct_depth,
+              "direct_request_kib": a.direct_request_kib,
               "host": host_info(loadavg_end=list(os.getloadavg()))}
     if a.json:
         with open(a.json, "w") as f:

@@ -34,6 +34,9 @@ json out_of_core_json(const BenchReport& r) {
       {"block_samples", d.ooc_sampler.block},
       {"window_blocks", d.ooc_sampler.window_blocks},
       {"window_bytes", d.ooc_sampler.window_bytes},
+      {"direct_read", d.ooc_direct},
+      {"direct_depth", r.direct_depth},
+      {"direct_request_kib", r.direct_request_kib},
       {"vs_disk_sequential",
        r.want_disk && d.seq_bps > 0 ? json(d.ooc_sps * r.stored_sb / d.seq_bps) : json(nullptr)}};
 }

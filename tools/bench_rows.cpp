@@ -402,10 +402,14 @@ DiskRows disk_rows(const BenchSettings& s, const std::vector<std::string>& files
     LoaderOptions oo = base_loader_options(s);
     oo.sampler.shuffle = Shuffle::kWindowed;  // block 0: sized in bytes
     oo.workers = out.ooc_workers;
+    oo.direct_read = s.direct_read;
+    oo.direct_depth = s.direct_depth;
+    oo.direct_request_kib = s.direct_request_kib;
     Loader loader(cold, oo);
     out.ooc_sampler = loader.sampler_options();
     drop_pages(files);
     out.ooc_sps = run_for(loader, s.seconds);
+    out.ooc_direct = loader.reads_direct();
     out.ooc_rss = read_rss();
     out.rows.push_back(
         {"windowed, pread, out of core", s.all_threads, out.ooc_sps, out.ooc_sps * disk_sb / 1e9});

@@ -36,17 +36,20 @@ constexpr EnumTable<MemoryMode> kBenchMemoryNames(kBenchMemory);
 
 // `dscache bench`'s flags, as given.
 struct BenchFlags {
-  std::string dir;                 // CACHE
-  std::string source;              // --source; empty = the manifest's root
-  std::string lazy_file;           // --lazy-file; empty = a temp file
-  std::string memory = "auto";     // --memory: auto, page-cache or pread
-  std::string rows_arg = "all";    // --rows as given
-  int threads = 0;                 // --threads; 0 = all cores
-  uint32_t batch = 256;            // --batch
-  double seconds = 2.0;            // --seconds, per timed row
-  uint64_t decode_samples = 3000;  // --decode-samples
-  bool json = false;               // --json
-  std::set<std::string> groups;    // --rows parsed: the row groups to run
+  std::string dir;                    // CACHE
+  std::string source;                 // --source; empty = the manifest's root
+  std::string lazy_file;              // --lazy-file; empty = a temp file
+  std::string memory = "auto";        // --memory: auto, page-cache or pread
+  std::string rows_arg = "all";       // --rows as given
+  int threads = 0;                    // --threads; 0 = all cores
+  uint32_t batch = 256;               // --batch
+  double seconds = 2.0;               // --seconds, per timed row
+  uint64_t decode_samples = 3000;     // --decode-samples
+  bool json = false;                  // --json
+  bool direct_read = false;           // --direct-read
+  uint32_t direct_depth = 4;          // --direct-depth
+  uint32_t direct_request_kib = 512;  // --direct-request-kib
+  std::set<std::string> groups;       // --rows parsed: the row groups to run
 };
 
 // --rows: "all" or a comma-separated list of kBenchRowGroups. Throws UsageError.
@@ -94,7 +97,13 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "rows", po::value(&f->rows_arg)->default_value("all"),
       "comma-separated row groups: memcpy, global, windowed, decode (and lazy), disk, "
       "out-of-core; 'all' = every one. Without memcpy the page cache is not warmed first")(
-      "json", "machine-readable output");
+      "direct-read",
+      "out-of-core row: read each window with O_DIRECT into the Loader's buffers "
+      "(LoaderOptions::direct_read) instead of through the page cache")(
+      "direct-depth", po::value(&f->direct_depth)->default_value(4),
+      "--direct-read: read requests in flight (1..64)")(
+      "direct-request-kib", po::value(&f->direct_request_kib)->default_value(512),
+      "--direct-read: KiB per read request (a multiple of 4)")("json", "machine-readable output");
   po::variables_map vm;
   try {
     if (!parse_cache_args(argc, argv, desc, "bench", &f->dir, &vm)) return to_int(ExitCode::kOk);
@@ -108,6 +117,7 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
     return report_failure("dscache bench", e);
   }
   f->json = vm.count("json") > 0;
+  f->direct_read = vm.count("direct-read") > 0;
   return -1;
 }
 
@@ -164,6 +174,9 @@ int cmd_bench(int argc, char** argv) {
   s.seconds = f.seconds;
   s.all_threads = f.threads > 0 ? f.threads : static_cast<int>(usable_cpus().cpus);
   s.groups = f.groups;
+  s.direct_read = f.direct_read;
+  s.direct_depth = f.direct_depth;
+  s.direct_request_kib = f.direct_request_kib;
   set_decode_threads(0);
 
   BenchReport r;
@@ -174,6 +187,8 @@ int cmd_bench(int argc, char** argv) {
   r.rows_requested = f.rows_arg;
   r.want_disk = s.want("disk");
   r.want_out_of_core = s.want("out-of-core");
+  r.direct_depth = s.direct_depth;
+  r.direct_request_kib = s.direct_request_kib;
   try {
     if (!measure(f, s, &r)) {
       // A valid cache (FORMAT.md), but there is nothing to time.

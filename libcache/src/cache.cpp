@@ -303,6 +303,23 @@ void Cache::copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
   });
 }
 
+std::vector<Cache::StoredRun> Cache::stored_runs(uint64_t first, uint64_t count) const {
+  const Impl& c = *impl_;
+  std::vector<StoredRun> runs;
+  const bool plain = c.mode == MemoryMode::kPread && !c.jpeg() && c.index.empty();
+  for_each_piece(c, first, count, [&](const ShardState& s, uint64_t i, uint64_t k) {
+    if (!plain || !s.pread) return;
+    runs.push_back(StoredRun{s.fd, s.path, s.loc.data_offset + c.data_offset(s, i),
+                             k * c.shape.bytes(), i, k});
+  });
+  if (runs.size() != 0) {
+    uint64_t covered = 0;
+    for (const StoredRun& r : runs) covered += r.count;
+    if (covered != count) runs.clear();  // a piece that is not pread-able: none of it
+  }
+  return runs;
+}
+
 void Cache::advise(uint64_t first, uint64_t count, Advice advice) const {
   const Impl& c = *impl_;
   if (c.mode != MemoryMode::kPread) {

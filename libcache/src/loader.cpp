@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <system_error>
 #include <vector>
 
+#include "direct_windows.h"
 #include "dscache/error.h"
 #include "field_fill.h"
 #include "mapped_file.h"
@@ -106,6 +108,7 @@ void validate_counts(const LoaderOptions& o) {
   if (static_cast<bool>(o.allocator.allocate) != static_cast<bool>(o.allocator.release)) {
     throw invalid("loader.allocator needs both allocate and release, or neither");
   }
+  detail::validate_direct(o);
   if (o.hand_off_images && !o.allocator.allocate) {
     throw invalid("loader.hand_off_images needs an allocator (who else would free the buffers)");
   }
@@ -164,6 +167,12 @@ class Loader::Impl {
   uint64_t cursor_ = 0;
   int64_t held_slot_ = -1;  // the slot of the batch next() returned last, until released
   double wait_seconds_ = 0;
+
+  // direct_read: the window each served position is copied from (kNoWindow: copy_run, e.g.
+  // the rank tail's padding); rebuilt by start() while the prefetcher is stopped.
+  static constexpr uint32_t kNoWindow = detail::kNoWindow;
+  std::vector<uint32_t> pos_window_;
+  std::unique_ptr<detail::DirectWindows> direct_;
 
   std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
 };
@@ -283,6 +292,8 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   }
   hand_off_held();
   prefetcher_->stop();  // no fill runs past this point: order_ and friends may change
+  direct_.reset();      // its reader thread stops; nothing waits on it any more
+  pos_window_.clear();
   started_ = false;
   order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
   order_.resize(samples_per_epoch_);  // drop_last
@@ -293,7 +304,15 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   // ReadAhead counts the rank's batches (unstrided).
   read_ahead_ = detail::ReadAhead(options_.sampler, source_->size(), seed, epoch,
                                   options_.batch_size, samples_per_epoch_, rank_batch(cursor));
-  read_ahead_.begin(*source_, rank_batch(cursor + options_.prefetch));
+  if (options_.direct_read && plain_copy_) {  // the epoch's windows and pos_window_, or null
+    direct_ = detail::DirectWindows::plan(source_, options_, read_ahead_.windows(),
+                                          samples_per_epoch_, rank_batch(cursor), &pos_window_);
+  }
+  if (direct_) {
+    read_ahead_ = detail::ReadAhead();  // no page-cache hints: the windows bypass it
+  } else {
+    read_ahead_.begin(*source_, rank_batch(cursor + options_.prefetch));
+  }
   prefetcher_->start(cursor, batches_per_epoch_);
 }
 
@@ -348,8 +367,13 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
       source_->decode_crop(idx, box, out_h_, out_w_, out);
     } else if (plain_copy_) {
       s = SampleShape{out_h_, out_w_, channels_};
-      if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
-      --run_left;
+      const uint32_t w = direct_ ? pos_window_[begin + k] : kNoWindow;
+      if (w != kNoWindow) {
+        if (!direct_->copy(w, idx, out, cancel)) return;
+      } else {
+        if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
+        --run_left;
+      }
       if (t.flip || with_fields_) box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
       if (box.flip) mirror_rows(out, out_h_, out_w_, channels_);
     } else {
@@ -457,6 +481,8 @@ const SamplerOptions& Loader::sampler_options() const { return impl_->options_.s
 uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
 
 uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch_; }
+
+bool Loader::reads_direct() const { return impl_->direct_ != nullptr; }
 
 double Loader::take_wait_seconds() {
   const double w = impl_->wait_seconds_;

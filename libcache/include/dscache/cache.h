@@ -105,6 +105,20 @@ class Cache : public SampleSource {
   void copy_field(uint64_t i, size_t f, uint8_t* out) const;
   // The index of the field named `name` in fields(), or Error(kInvalidArgument) listing them.
   size_t field_index(const std::string& name) const;
+  // Where samples [first, first + count) lie on disk, one run per shard they touch, in sample
+  // order: for kPread mode's own readers (the Loader's O_DIRECT window reads). `fd` is the
+  // Cache's descriptor, valid while it lives. Empty unless the cache is open in kPread mode with
+  // the raw fixed layout and contiguous shards; Error(kInvalidArgument) when the range passes
+  // size().
+  struct StoredRun {
+    int fd = -1;          // the shard's open file (read-only; do not close)
+    std::string path;     // DIR/file, for messages
+    uint64_t offset = 0;  // byte offset of sample `first` in the file
+    uint64_t bytes = 0;   // count * sample bytes
+    uint64_t first = 0;   // first sample
+    uint64_t count = 0;   // samples
+  };
+  std::vector<StoredRun> stored_runs(uint64_t first, uint64_t count) const;
   // Sample i's bytes exactly as stored (the JPEG stream for codec kJpeg; the HWC pixels for
   // raw), which checksums.npy hashes. Replaces *out.
   void stored_sample(uint64_t i, std::vector<uint8_t>* out) const;

@@ -72,6 +72,20 @@ struct LoaderOptions {
   // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
   // binding checks for Ctrl-C here. Empty: next() just waits.
   std::function<void()> wait_poll;
+  // Out of core: with the kWindowed shuffle, a Cache open in MemoryMode::kPread, the raw fixed
+  // layout and crop none, read each window's blocks with O_DIRECT (in file order) into the
+  // Loader's own buffers, one window ahead, and copy samples from there, instead of asking the
+  // page cache for the window (WILLNEED, a pread per sample, DONTNEED). Same batches, same
+  // bytes. Costs direct_buffers windows of anonymous memory (the page-cache path holds as much
+  // in page cache). Ignored where it does not apply, and where the file system refuses
+  // O_DIRECT (tmpfs). Measurements behind the defaults: docs/BENCHMARKS.md "Out of core, read
+  // path".
+  bool direct_read = false;           // default false
+  uint32_t direct_buffers = 2;        // direct_read: windows held, 2..64; default 2 (one
+                                      // served, the next being read)
+  uint32_t direct_depth = 4;          // direct_read: read requests in flight, 1..64; default 4
+  uint32_t direct_request_kib = 512;  // direct_read: KiB per request, a multiple of 4 in
+                                      // [4, 65536]; default 512
 };
 
 // One field of a batch (Batch::fields). Fixed-size kinds are stacked: `data` holds `size`
@@ -151,6 +165,9 @@ class Loader {
   const SamplerOptions& sampler_options() const;
   uint64_t batches_per_epoch() const;  // this Loader serves (its stride's share of the rank's)
   uint64_t samples_per_epoch() const;  // for this rank, after drop_last (all strides together)
+  // True when this epoch's windows are read with O_DIRECT (LoaderOptions::direct_read applied
+  // and the file system accepted it); false before the first start_epoch()/restore().
+  bool reads_direct() const;
   // Seconds next() spent waiting for a batch since the last call to this (and resets it).
   double take_wait_seconds();
 
