@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_buffer_pool.h"
 #include "dscache/error.h"
 #include "dscache/fields.h"
 #include "dscache/loader.h"
@@ -44,90 +43,6 @@ void raise_python_error(const Error& e) {
   py::object make = py::module_::import("dscache._errors").attr("from_cpp");
   py::object exc = make(to_string(e.kind()), e.path(), e.reason(), std::string(e.what()));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
-}
-
-// ------------------------------------------------------------------------------------------
-// Batch buffers that outlive the Loader while a view holds them.
-
-class BufferPool;
-
-// One buffer: given back to its pool (or freed) when both the Loader released it and every view
-// dropped its reference.
-struct Buffer {
-  void* data = nullptr;
-  size_t bytes = 0;
-  std::weak_ptr<BufferPool> pool;  // where the memory goes back to, while the pool lives
-  ~Buffer();
-};
-
-// The Loader's BufferAllocator. Thread-safe: the Loader may allocate and release from any
-// thread, and a view's last reference may drop anywhere. A buffer nothing holds any more is kept
-// for reuse (a few, of one size): with hand_off_images every batch takes a new buffer, and
-// reusing memory no array holds spares the page faults of fresh memory (38 MB a 224x224x3
-// batch of 256), while a batch still referenced is never reused.
-class BufferPool : public std::enable_shared_from_this<BufferPool> {
- public:
-  void* allocate(size_t bytes) {
-    const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-    auto b = std::make_shared<Buffer>();
-    b->bytes = rounded;
-    b->pool = weak_from_this();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second == rounded) {
-        b->data = it->first;
-        free_.erase(it);
-        break;
-      }
-    }
-    if (b->data == nullptr) b->data = std::aligned_alloc(64, rounded);
-    if (b->data == nullptr) throw std::bad_alloc();
-    live_[b->data] = b;
-    return b->data;
-  }
-  void release(void* p) {
-    std::shared_ptr<Buffer> dropped;  // given back outside the lock, if nothing else holds it
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = live_.find(p);
-    if (it == live_.end()) return;
-    dropped = std::move(it->second);
-    live_.erase(it);
-  }
-  // The buffer that starts at p (a batch's images), held for as long as the caller keeps it.
-  std::shared_ptr<Buffer> hold(const void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = live_.find(const_cast<void*>(p));
-    return it == live_.end() ? nullptr : it->second;
-  }
-  // Memory no Buffer refers to any more: kept for allocate() or freed.
-  void give_back(void* data, size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() < kKeep) {
-        free_.emplace_back(data, bytes);
-        return;
-      }
-    }
-    std::free(data);
-  }
-  ~BufferPool() {
-    for (auto& f : free_) std::free(f.first);
-  }
-
- private:
-  static constexpr size_t kKeep = 4;  // buffers kept for reuse
-  std::mutex mu_;
-  std::map<void*, std::shared_ptr<Buffer>> live_;
-  std::vector<std::pair<void*, size_t>> free_;
-};
-
-Buffer::~Buffer() {
-  if (data == nullptr) return;
-  if (std::shared_ptr<BufferPool> p = pool.lock()) {
-    p->give_back(data, bytes);
-  } else {
-    std::free(data);
-  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -271,6 +186,33 @@ class PyLoader {
     }
     return samples;
   }
+
+  // dscache.torch's DataLoader worker: later image buffers that fit come from the free slots of
+  // the ring file at `path` (see _buffer_pool.h), so the Loader fills batches where the main
+  // process reads them. Needs fresh_batches (hand-off: each batch its own buffer).
+  void attach_shared_slots(const std::string& path, uint64_t header_bytes, uint64_t slot_bytes,
+                           uint32_t slots) {
+    pool_->attach(SharedSlots::map(path, header_bytes, slot_bytes, slots));
+  }
+  // The slot `images` (a batch's images) fills from its start, now marked in flight (flag 1),
+  // or -1 when they are not in a slot.
+  int hand_slot(const py::array& images) {
+    std::shared_ptr<SharedSlots> s = pool_->shared();
+    if (!s || !(images.flags() & py::array::c_style) ||
+        static_cast<uint64_t>(images.nbytes()) > s->slot_bytes()) {
+      return -1;
+    }
+    const int k = s->slot_of(images.data());
+    if (k >= 0) s->mark_in_flight(k);
+    return k;
+  }
+  // A free slot for a copy, marked in flight, or -1 (none free, or no slots attached).
+  int claim_slot() {
+    std::shared_ptr<SharedSlots> s = pool_->shared();
+    return s ? s->claim() : -1;
+  }
+  // (image buffers allocated in a shared slot, in host memory) since attach_shared_slots().
+  std::pair<uint64_t, uint64_t> slot_counts() { return pool_->counts(); }
 
   py::tuple position() const {
     check_usable();
@@ -440,6 +382,11 @@ PYBIND11_MODULE(_dscache, m) {
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("samples_per_epoch", &PyLoader::samples_per_epoch)
       .def("take_wait_seconds", &PyLoader::take_wait_seconds)
+      .def("attach_shared_slots", &PyLoader::attach_shared_slots, py::arg("path"),
+           py::arg("header_bytes"), py::arg("slot_bytes"), py::arg("slots"))
+      .def("hand_slot", &PyLoader::hand_slot, py::arg("images"))
+      .def("claim_slot", &PyLoader::claim_slot)
+      .def("slot_counts", &PyLoader::slot_counts)
       .def("close", &PyLoader::close)
       .def("mark_forked", &PyLoader::mark_forked);
 

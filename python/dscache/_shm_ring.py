@@ -9,7 +9,8 @@ processes and sends a small Handle; unpickling it in the main process (the DataL
 or pin-memory thread) makes a tensor over the slot that owns it: the slot is freed only when
 that tensor (and every view of it) is gone, so nothing else ever writes it while the user holds
 it. A worker that finds its next slot still held returns None and the caller sends the tensor
-torch's way: nothing ever waits on the main process.
+torch's way: nothing ever waits on the main process. Better still, the worker's Loader fills
+the slots itself (PyLoader.attach_shared_slots): the batch is then sent without any copy.
 
 Files live in /dev/shm as dscache-torch-<main pid>-<worker pid>-<n>: the worker removes its own
 at exit, the main process removes those of workers that died and, at exit, all of its own.
@@ -29,8 +30,16 @@ import numpy as np
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 _PREFIX = "dscache-torch-"
 SLOTS = 6      # per worker: DataLoader prefetches 2 batches a worker, plus those being taken
-_HEADER = 64   # bytes before slot 0: slot k's flag is byte k (1 = in flight, 0 = free)
+_HEADER = 64   # bytes before slot 0 (at least; a multiple of 64): slot k's flag is byte k
+               # (1 = in flight, 0 = free)
 _count = 0     # rings made by this process
+# Main process: the slots taken, by how the worker filled them ("in_place": its Loader filled
+# the slot itself, "copied": the worker copied the batch in).
+taken = {"in_place": 0, "copied": 0}
+
+
+def _round64(n):
+    return -(-int(n) // 64) * 64
 
 
 def _unlink(path):
@@ -41,13 +50,21 @@ def _unlink(path):
 
 
 class Ring:
-    """Worker side: SLOTS slots of slot_bytes each. Not thread-safe (one worker thread)."""
+    """Worker side: `slots` slots of slot_bytes each (rounded up to 64 bytes, so that every slot
+    is aligned as the Loader's batch buffers must be). Not thread-safe (one worker thread).
 
-    def __init__(self, slot_bytes):
+    Two ways to fill a slot: put() copies an array into the next one, or the worker's Loader
+    fills slots itself (PyLoader.attach_shared_slots(name, header, slot_bytes, slots): it takes
+    a slot whose flag is 0 for each new batch buffer) and handle() sends one. Use one way per
+    Ring: put() does not know which slots the Loader holds."""
+
+    def __init__(self, slot_bytes, slots=SLOTS):
         global _count
         _count += 1
-        self.slot_bytes = int(slot_bytes)
-        self.size = _HEADER + SLOTS * self.slot_bytes
+        self.slot_bytes = _round64(max(1, int(slot_bytes)))
+        self.slots = int(slots)
+        self.header = max(_HEADER, _round64(self.slots))
+        self.size = self.header + self.slots * self.slot_bytes
         self.name = os.path.join(_DIR, f"{_PREFIX}{os.getppid()}-{os.getpid()}-{_count}")
         fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -61,30 +78,37 @@ class Ring:
             _unlink(self.name)
             raise
         os.close(fd)
-        self.flags = np.frombuffer(self.map, np.uint8, SLOTS)
+        self.flags = np.frombuffer(self.map, np.uint8, self.slots)
         self.next = 0
         multiprocessing.util.Finalize(self, _unlink, (self.name,), exitpriority=10)
 
-    def put(self, a):
+    def put(self, a, slot=None):
         """A Handle to a copy of numpy array `a` in the next slot, or None when that slot is
-        still in flight or `a` does not fit."""
-        k = self.next
-        if a.nbytes > self.slot_bytes or self.flags[k] != 0:
+        still in flight or `a` does not fit. slot=k: into slot k, which the caller claimed (its
+        flag already 1: PyLoader.claim_slot)."""
+        k = self.next if slot is None else slot
+        if a.nbytes > self.slot_bytes or (slot is None and self.flags[k] != 0):
             return None
-        self.next = (k + 1) % SLOTS
-        dst = np.frombuffer(self.map, a.dtype, a.size, _HEADER + k * self.slot_bytes)
+        if slot is None:
+            self.next = (k + 1) % self.slots
+        dst = np.frombuffer(self.map, a.dtype, a.size, self.header + k * self.slot_bytes)
         np.copyto(dst.reshape(a.shape), a)
         self.flags[k] = 1
-        return Handle(self.name, self.size, _HEADER + k * self.slot_bytes, k, a.dtype.str,
-                      a.shape)
+        return self.handle(k, a, in_place=False)
+
+    def handle(self, k, a, in_place=True):
+        """A Handle to slot k holding array `a`'s dtype and shape (no copy: `a` is the slot's
+        memory, filled by the Loader), its flag already 1."""
+        return Handle(self.name, self.size, self.header + k * self.slot_bytes, k, a.dtype.str,
+                      a.shape, in_place)
 
 
 class Handle:
     """A slot's array in flight; unpickled (in the main process) it is a torch.Tensor that owns
     the slot until it dies."""
 
-    def __init__(self, name, size, offset, slot, dtype, shape):
-        self.args = (name, size, offset, slot, dtype, tuple(shape))
+    def __init__(self, name, size, offset, slot, dtype, shape, in_place=False):
+        self.args = (name, size, offset, slot, dtype, tuple(shape), bool(in_place))
 
     def __reduce__(self):
         return _take, self.args
@@ -115,9 +139,10 @@ def _reap():
             pass
 
 
-def _take(name, size, offset, slot, dtype, shape):
+def _take(name, size, offset, slot, dtype, shape, in_place=False):
     import torch
     with _lock:
+        taken["in_place" if in_place else "copied"] += 1
         m = _maps.get(name)
         if m is None:
             _reap()

@@ -73,11 +73,42 @@ def _shared_copy(a):
     return t
 
 
-def _worker_batches(loader, ring):
+# Slots of a worker's ring whose Loader fills them itself: its prefetch + 1 buffers, the batch
+# being handed off (its successor's buffer is taken first), the DataLoader's prefetch_factor
+# (2) batches in flight and one the user holds. Fewer free: a batch goes through a copy.
+_SLOTS_OVER_PREFETCH = 4
+
+
+def _attach_slots(loader, ring):
+    """Makes loader (copy=True) fill its batches straight into ring's slots; False when the
+    mapping is refused (then the batches are copied in)."""
+    try:
+        loader._impl.attach_shared_slots(ring.name, ring.header, ring.slot_bytes, ring.slots)
+    except Exception as e:  # dscache's own errors: the copy still works
+        warnings.warn(f"dscache.torch: the Loader cannot fill the shared-memory ring ({e}); "
+                      f"batches are copied into it", RuntimeWarning)
+        return False
+    return True
+
+
+def _worker_batches(loader, ring, in_place=False):
     """loader's batches as Loader.torch() gives them (copy=True), the images sent through
-    `ring` (a Ring, or None) or in a tensor already in shared memory."""
+    `ring` (a Ring, or None) or in a tensor already in shared memory. in_place: loader fills
+    ring's slots itself (_attach_slots): a batch in a slot is sent as it is; one that is not (no
+    slot was free when its buffer was allocated) is copied into a free slot, else sent torch's
+    way."""
+    impl = loader._impl
+
     def send(images):
-        handle = ring.put(images) if ring is not None else None
+        if ring is None:
+            return _shared_copy(images)
+        if in_place:
+            k = impl.hand_slot(images)
+            if k >= 0:
+                return ring.handle(k, images)
+            k = impl.claim_slot()
+            return ring.put(images, slot=k) if k >= 0 else _shared_copy(images)
+        handle = ring.put(images)
         return handle if handle is not None else _shared_copy(images)
 
     for b in loader:
@@ -117,7 +148,10 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     shared_ring: DataLoader workers hand each batch's images to the main process through a few
     reusable shared-memory slots (dscache/_shm_ring.py) instead of a new shared-memory segment
-    per tensor, several times faster; the main process gets ordinary tensors. Set it False when
+    per tensor, several times faster; the main process gets ordinary tensors. Each worker's
+    Loader fills its batches straight into those slots (prefetch + 5 of them a worker, in
+    /dev/shm), so a batch reaches the main process without a copy; when none is free (the user
+    holds many batches) it is copied, never waited for. Set it False when
     the DataLoader has a collate_fn of its own (it would see placeholders in the workers).
 
     Position: state_dict(batches=n) after the DataLoader yielded n batches of its current
@@ -189,31 +223,41 @@ class CacheDataset(torch.utils.data.IterableDataset):
         if loader is None or geometry != (stride, offset):
             if loader is not None:
                 loader._impl.close()
-            # In a DataLoader worker, _worker_batches copies each image once, into shared memory:
-            # the Loader's views suffice there.
+            # In a DataLoader worker with the shared ring, the Loader hands each batch's buffer
+            # off (copy=True), a slot of the ring it fills in place; without the ring
+            # _worker_batches copies each image once, into shared memory, and the Loader's
+            # views suffice.
             in_worker = torch.utils.data.get_worker_info() is not None
-            kwargs = dict(self._loader_kwargs, copy=not in_worker)
+            kwargs = dict(self._loader_kwargs, copy=self.shared_ring or not in_worker)
             loader = Loader(cache, seed=0, batch_stride=stride, batch_offset=offset, **kwargs)
             self._proc = (pid, cache, loader, (stride, offset))
         return loader
 
     def _worker_ring(self, loader):
-        """This worker's Ring, slots sized for a full batch of images (None: shared_ring off)."""
+        """(this worker's Ring or None (shared_ring off, no room), whether `loader` fills its
+        slots in place). Slots sized for a full batch of images."""
         if not self.shared_ring:
-            return None
+            return None, False
         if self._ring is None or self._ring[0] != os.getpid():
             h, w, c = loader.cache.shape
             t = self._loader_kwargs["transform"]
             if t is not None and t.height:
                 h, w = t.height, t.width
+            slots = self._loader_kwargs["prefetch"] + 1 + _SLOTS_OVER_PREFETCH
             try:
-                ring = Ring(max(1, self.batch_size * h * w * c))
+                ring = Ring(max(1, self.batch_size * h * w * c), slots)
             except OSError as e:  # no room in /dev/shm: torch's own handoff, which needs less
                 warnings.warn(f"dscache.torch: no shared-memory ring for this worker ({e}); "
                               f"batches go through torch's handoff", RuntimeWarning)
                 ring = None
             self._ring = (os.getpid(), ring)
-        return self._ring[1]
+        ring = self._ring[1]
+        if ring is None:
+            return None, False
+        if getattr(loader, "_slots_ring", None) is not ring:  # a new Loader, or a new ring
+            loader._slots_ring = ring
+            loader._slots_attached = _attach_slots(loader, ring)
+        return ring, loader._slots_attached
 
     def __len__(self):
         """Batches per epoch of this rank (all DataLoader workers together)."""
@@ -283,7 +327,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
         loader.load_state_dict(state)
         self._pass = [seed, epoch, start, first - (start + w) // workers, workers, w, len(loader)]
         in_worker = torch.utils.data.get_worker_info() is not None
-        batches = _worker_batches(loader, self._worker_ring(loader)) if in_worker else \
+        batches = _worker_batches(loader, *self._worker_ring(loader)) if in_worker else \
             loader.torch()
         for batch in batches:
             self._pass[3] += 1

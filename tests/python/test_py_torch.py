@@ -354,6 +354,82 @@ def test_map_dataset(tmp):
         raise AssertionError("an unknown field was accepted")
 
 
+def test_loader_fills_shared_slots_in_place(tmp):
+    """A DataLoader worker's Loader (copy=True) fills its batches straight into the slots of its
+    shared-memory ring and the batch goes to the main process without a copy: run here as a
+    worker runs it, the binding counts buffers allocated in slots, and each Handle is of a
+    slot the Loader filled. Every batch is held to the end (a slot it holds is never refilled:
+    its pixels still match), so the slots run out and the fallback (a copy, or torch's handoff)
+    takes over without waiting. Then the same through a real DataLoader over 3 epochs, some
+    batches held across epochs, against the single Loader."""
+    need_torch()
+    import pickle as pk
+    import torch
+    from dscache.torch import CacheDataset, _attach_slots, _worker_batches
+    path = write_cache(tmp)
+    kw = dict(batch_size=10)
+    loader = dscache.Loader(dscache.Cache(path), seed=3, prefetch=2, copy=True, **kw)
+    ring = _shm_ring.Ring(10 * 8 * 6 * 3, 2 + 1 + 4)
+    assert ring.slot_bytes % 64 == 0 and ring.size == 64 + 7 * ring.slot_bytes
+    assert _attach_slots(loader, ring)
+    held, kinds = [], []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for images, labels in _worker_batches(loader, ring, in_place=True):
+            kinds.append("torch" if not isinstance(images, _shm_ring.Handle) else
+                         "in_place" if images.args[-1] else "copied")
+            # Through pickle, as the main process gets it: a tensor over the slot.
+            held.append((pk.loads(pk.dumps(images)), labels))
+    # Every slot used once (all held): by the Loader, whose batches went as they are, or by a
+    # copy of a batch in host memory (the Loader's first buffers predate the ring); the rest
+    # through torch's handoff.
+    in_slots, in_heap = loader._impl.slot_counts()
+    assert in_slots >= 3 and kinds.count("in_place") == in_slots, (in_slots, kinds)
+    assert in_slots + kinds.count("copied") == 7, (in_slots, kinds)
+    assert in_heap > 0 and kinds.count("torch") > 0, "every batch fitted: no fallback ran"
+    want = [b for e in range(3) for b in reference(path, e, **kw)]
+    assert_same(held, want, "in place, all held")
+    # A slot whose tensor died is filled again: dropping them lets the Loader take slots again.
+    del held
+    loader.set_epoch(3)
+    got = []
+    for images, labels in _worker_batches(loader, ring, in_place=True):
+        got.append(clone((pk.loads(pk.dumps(images)), labels)))
+    assert loader._impl.slot_counts()[0] > in_slots, "freed slots were not used again"
+    assert_same(got, reference(path, 3, **kw), "in place, dropped")
+    # A bad ring file is a named error, never a mapping of the wrong size.
+    short = os.path.join(str(tmp), "short")
+    open(short, "wb").write(b"\0" * 100)
+    for args, words in (((short, 64, 64, 7), ["short", "slots need"]),
+                        ((short, 64, 100, 1), ["multiples of 64"]),
+                        ((os.path.join(str(tmp), "none"), 64, 64, 1), ["none"])):
+        try:
+            loader._impl.attach_shared_slots(*args)
+        except dscache.Error as e:
+            assert all(w in str(e) for w in words), (str(e), words)
+        else:
+            raise AssertionError(f"attach_shared_slots{args} accepted")
+    # A real DataLoader: 2 workers, 3 epochs; every third batch held to the end.
+    for k in _shm_ring.taken:
+        _shm_ring.taken[k] = 0
+    ds = CacheDataset(path, seed=3, **kw)
+    dl = loader_for(ds, 2, persistent=True)
+    kept, want_kept, total = [], [], 0
+    for e in range(3):
+        want = reference(path, e, **kw)
+        got = []
+        for k, b in enumerate(dl):
+            got.append(clone(b))
+            if k % 3 == 0:
+                kept.append(b)
+                want_kept.append(want[k])
+        total += len(got)
+        assert_same(got, want, f"DataLoader epoch {e}")
+    assert_same(kept, want_kept, "DataLoader batches held across epochs")
+    assert _shm_ring.taken["in_place"] > 0, _shm_ring.taken
+    assert total == 33 and sum(_shm_ring.taken.values()) <= total, _shm_ring.taken
+
+
 def test_full_shared_memory_falls_back(tmp):
     """A /dev/shm too small for a worker's ring (a container's 64 MiB default against large
     batches): making the ring fails cleanly (allocated up front, never a SIGBUS mid-copy), leaves
