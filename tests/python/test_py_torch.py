@@ -363,8 +363,6 @@ def test_loader_fills_shared_slots_in_place(tmp):
     takes over without waiting. Then the same through a real DataLoader over 3 epochs, some
     batches held across epochs, against the single Loader."""
     need_torch()
-    import pickle as pk
-    import torch
     from dscache.torch import CacheDataset, _attach_slots, _worker_batches
     path = write_cache(tmp)
     kw = dict(batch_size=10)
@@ -379,7 +377,7 @@ def test_loader_fills_shared_slots_in_place(tmp):
             kinds.append("torch" if not isinstance(images, _shm_ring.Handle) else
                          "in_place" if images.args[-1] else "copied")
             # Through pickle, as the main process gets it: a tensor over the slot.
-            held.append((pk.loads(pk.dumps(images)), labels))
+            held.append((pickle.loads(pickle.dumps(images)), labels))
     # Every slot used once (all held): by the Loader, whose batches went as they are, or by a
     # copy of a batch in host memory (the Loader's first buffers predate the ring); the rest
     # through torch's handoff.
@@ -394,7 +392,7 @@ def test_loader_fills_shared_slots_in_place(tmp):
     loader.set_epoch(3)
     got = []
     for images, labels in _worker_batches(loader, ring, in_place=True):
-        got.append(clone((pk.loads(pk.dumps(images)), labels)))
+        got.append(clone((pickle.loads(pickle.dumps(images)), labels)))
     assert loader._impl.slot_counts()[0] > in_slots, "freed slots were not used again"
     assert_same(got, reference(path, 3, **kw), "in place, dropped")
     # A bad ring file is a named error, never a mapping of the wrong size.
