@@ -41,6 +41,16 @@ Scale scale_of(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h) {
 
 }  // namespace
 
+// One row's weighted sums per output sample, for a channel count known to the compiler.
+template <int kCn>
+void AreaResizer::accumulate(const std::vector<Weight>& xtab, const uint8_t* row, float* buf) {
+  for (const Weight& w : xtab) {
+    const uint8_t* s = row + w.si;
+    float* b = buf + w.di;
+    for (int c = 0; c < kCn; ++c) b[c] = b[c] + s[c] * w.alpha;
+  }
+}
+
 bool AreaResizer::applies(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h) {
   if (src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0) return false;
   if (src_w > INT_MAX / 4 || src_h > INT_MAX) return false;
@@ -137,10 +147,18 @@ void AreaResizer::push_weighted(const uint8_t* row) {
   // The row's horizontal sums, added in table order (float addition is not associative).
   std::fill(buf_.begin(), buf_.end(), 0.f);
   float* buf = buf_.data();
-  for (const Weight& w : xtab_) {
-    const uint8_t* s = row + w.si;
-    float* b = buf + w.di;
-    for (int c = 0; c < cn_; ++c) b[c] = b[c] + s[c] * w.alpha;
+  switch (cn_) {
+    case 1:
+      accumulate<1>(xtab_, row, buf);
+      break;
+    case 3:
+      accumulate<3>(xtab_, row, buf);
+      break;
+    case 4:
+      accumulate<4>(xtab_, row, buf);
+      break;
+    default:
+      accumulate<2>(xtab_, row, buf);
   }
   const size_t n = sum_.size();
   float* sum = sum_.data();

@@ -41,6 +41,8 @@ class AreaResizer {
   void push_fast(const uint8_t* row);
   void push_weighted(const uint8_t* row);
   void flush_weighted(int dy);
+  template <int kCn>
+  static void accumulate(const std::vector<Weight>& xtab, const uint8_t* row, float* buf);
 
   int src_w_, src_h_, dst_w_, dst_h_, cn_;
   uint8_t* dst_;

@@ -136,23 +136,35 @@ struct Converter {
       return resizer->push_row(out.data());
     }
     const int colors = in_cn - 1;
-    const uint32_t opaque = reader->sixteen ? 65535 : 255;
-    const uint32_t bg[3] = {req->background[2], req->background[1], req->background[0]};  // BGR
+    const size_t pixel = size_t(in_cn) * step;
+    if (!transparent) {  // one look per row until a pixel is seen below the maximum
+      const uint8_t* ap = row + colors * step;
+      for (size_t x = 0; x < w && !transparent; ++x, ap += pixel) {
+        transparent = ap[0] != 255 || (reader->sixteen && ap[1] != 255);
+      }
+    }
     uint8_t* o = out.data();
-    for (size_t x = 0; x < w; ++x, o += out_cn) {
-      const uint8_t* p = row + x * in_cn * step;
-      const uint8_t* ap = p + colors * step;
-      const uint32_t a_full = reader->sixteen ? (uint32_t{ap[0]} << 8) | ap[1] : ap[0];
-      if (a_full < opaque) transparent = true;
-      const uint32_t a = ap[0];
-      if (req->alpha == AlphaMode::kComposite) {
+    if (req->alpha == AlphaMode::kComposite) {
+      const uint32_t bg[3] = {req->background[2], req->background[1], req->background[0]};
+      for (size_t x = 0; x < w; ++x, o += out_cn) {
+        const uint8_t* p = row + x * pixel;
+        const uint32_t a = p[colors * step];
         for (int c = 0; c < colors; ++c) {
           o[c] = static_cast<uint8_t>((p[c * step] * a + bg[c] * (255 - a) + 127) / 255);
         }
-      } else {
-        for (int c = 0; c < colors; ++c) o[c] = p[c * step];
-        if (out_cn == 4) o[3] = static_cast<uint8_t>(a);
       }
+    } else if (out_cn == 4 || step == 2) {  // keep (all four), or 16-bit drop (high bytes)
+      for (size_t x = 0; x < w; ++x, o += out_cn) {
+        const uint8_t* p = row + x * pixel;
+        for (int c = 0; c < out_cn; ++c) o[c] = p[c * step];
+      }
+    } else if (colors == 3) {  // 8-bit BGRA, drop: the common case
+      for (size_t x = 0; x < w; ++x, o += 3) {
+        const uint8_t* p = row + x * 4;
+        o[0] = p[0], o[1] = p[1], o[2] = p[2];
+      }
+    } else {  // 8-bit grey+alpha, drop
+      for (size_t x = 0; x < w; ++x) out[x] = row[x * 2];
     }
     resizer->push_row(out.data());
   }
