@@ -41,13 +41,45 @@ Scale scale_of(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h) {
 
 }  // namespace
 
-// One row's weighted sums per output sample, for a channel count known to the compiler.
+// One row's weighted sums per output pixel, for a channel count known to the compiler. Each
+// output value is a chain of float additions that must run in table order (OpenCV's), so the
+// chains of two neighbouring output pixels are run side by side: the same additions, in the
+// same order per value, without waiting on one chain's latency.
 template <int kCn>
-void AreaResizer::accumulate(const std::vector<Weight>& xtab, const uint8_t* row, float* buf) {
-  for (const Weight& w : xtab) {
-    const uint8_t* s = row + w.si;
-    float* b = buf + w.di;
-    for (int c = 0; c < kCn; ++c) b[c] = b[c] + s[c] * w.alpha;
+void AreaResizer::accumulate(const std::vector<Weight>& xtab, const std::vector<size_t>& starts,
+                             const uint8_t* row, float* buf) {
+  const Weight* w = xtab.data();
+  const size_t n_out = starts.size() - 1;
+  auto run = [&](const Weight* p, const Weight* end, float* acc) {
+    for (; p < end; ++p) {
+      const uint8_t* s = row + p->si;
+      for (int c = 0; c < kCn; ++c) acc[c] = acc[c] + s[c] * p->alpha;
+    }
+  };
+  size_t dx = 0;
+  for (; dx + 1 < n_out; dx += 2) {
+    const Weight *a = w + starts[dx], *a_end = w + starts[dx + 1];
+    const Weight *b = a_end, *b_end = w + starts[dx + 2];
+    float sa[kCn] = {}, sb[kCn] = {};
+    for (; a < a_end && b < b_end; ++a, ++b) {
+      const uint8_t* s = row + a->si;
+      const uint8_t* t = row + b->si;
+      for (int c = 0; c < kCn; ++c) {
+        sa[c] = sa[c] + s[c] * a->alpha;
+        sb[c] = sb[c] + t[c] * b->alpha;
+      }
+    }
+    run(a, a_end, sa);
+    run(b, b_end, sb);
+    for (int c = 0; c < kCn; ++c) {
+      buf[dx * kCn + c] = sa[c];
+      buf[(dx + 1) * kCn + c] = sb[c];
+    }
+  }
+  for (; dx < n_out; ++dx) {
+    float sa[kCn] = {};
+    run(w + starts[dx], w + starts[dx + 1], sa);
+    for (int c = 0; c < kCn; ++c) buf[dx * kCn + c] = sa[c];
   }
 }
 
@@ -103,6 +135,9 @@ AreaResizer::AreaResizer(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_
     return t;
   };
   xtab_ = table(src_w_, dst_w_, cn_, s.x);
+  xstart_.assign(size_t(dst_w_) + 1, xtab_.size());  // each output pixel's run in xtab_
+  for (size_t k = xtab_.size(); k-- > 0;) xstart_[size_t(xtab_[k].di / cn_)] = k;
+  for (size_t d = size_t(dst_w_); d-- > 0;) xstart_[d] = std::min(xstart_[d], xstart_[d + 1]);
   ytab_ = table(src_h_, dst_h_, 1, s.y);
   buf_.assign(row, 0.f);
   sum_.assign(row, 0.f);
@@ -145,20 +180,19 @@ void AreaResizer::push_weighted(const uint8_t* row) {
   const int sy = next_row_;
   if (next_y_ >= ytab_.size() || ytab_[next_y_].si != sy) return;  // a sliver under 1e-3
   // The row's horizontal sums, added in table order (float addition is not associative).
-  std::fill(buf_.begin(), buf_.end(), 0.f);
   float* buf = buf_.data();
   switch (cn_) {
     case 1:
-      accumulate<1>(xtab_, row, buf);
+      accumulate<1>(xtab_, xstart_, row, buf);
       break;
     case 3:
-      accumulate<3>(xtab_, row, buf);
+      accumulate<3>(xtab_, xstart_, row, buf);
       break;
     case 4:
-      accumulate<4>(xtab_, row, buf);
+      accumulate<4>(xtab_, xstart_, row, buf);
       break;
     default:
-      accumulate<2>(xtab_, row, buf);
+      accumulate<2>(xtab_, xstart_, row, buf);
   }
   const size_t n = sum_.size();
   float* sum = sum_.data();

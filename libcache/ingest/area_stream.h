@@ -42,7 +42,8 @@ class AreaResizer {
   void push_weighted(const uint8_t* row);
   void flush_weighted(int dy);
   template <int kCn>
-  static void accumulate(const std::vector<Weight>& xtab, const uint8_t* row, float* buf);
+  static void accumulate(const std::vector<Weight>& xtab, const std::vector<size_t>& starts,
+                         const uint8_t* row, float* buf);
 
   int src_w_, src_h_, dst_w_, dst_h_, cn_;
   uint8_t* dst_;
@@ -53,7 +54,8 @@ class AreaResizer {
   std::vector<int> block_;
   // Fractional factors (OpenCV's resizeArea): weight tables and the float row accumulators.
   std::vector<Weight> xtab_, ytab_;
-  size_t next_y_ = 0;  // the first ytab_ entry not yet applied
+  std::vector<size_t> xstart_;  // xtab_ entries of output pixel d: [xstart_[d], xstart_[d + 1])
+  size_t next_y_ = 0;           // the first ytab_ entry not yet applied
   int prev_dy_ = 0;
   std::vector<float> buf_, sum_;
 };
