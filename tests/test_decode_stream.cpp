@@ -302,6 +302,9 @@ TEST_CASE("a broken PNG gives today's reason, whatever the path") {
       {"truncated before IEND", Bytes(png.begin(), png.end() - 12)},
       {"corrupt image data", flipped},
   };
+  // A header claiming 900000 x 900000 (libpng's limit is 1e6 per side) over no image data:
+  // refused by libpng when streamed, then by the pixel limit on the whole-image path.
+  Bytes huge = make_png(900000, 900000, 8, 2, {});
   for (const Case& c : cases) {
     CAPTURE(c.name);
     const DecodeOptions o = options(64, 64, 3, ResizePolicy::kStretch);
@@ -310,4 +313,13 @@ TEST_CASE("a broken PNG gives today's reason, whatever the path") {
     CHECK(got.result.reason.rfind("corrupt or", 0) == 0);
     CHECK(got.result.reason.find("png") != std::string::npos);
   }
+  const Decoded got = decode(huge, options(64, 64, 3, ResizePolicy::kStretch));
+  CHECK_FALSE(got.result.ok);
+  CHECK(got.result.reason.find("over --max-pixels") != std::string::npos);
+  huge = make_png(2000000, 3, 8, 2, {});  // over libpng's limit: not streamed, not allocated
+  DecodeOptions unlimited = options(2, 64, 3, ResizePolicy::kStretch);
+  unlimited.max_pixels = 0;
+  const Decoded wide = decode(huge, unlimited);
+  CHECK_FALSE(wide.result.ok);
+  CHECK(wide.result.reason.rfind("corrupt or", 0) == 0);
 }

@@ -189,6 +189,12 @@ PngStreamStatus stream_png(const uint8_t* data, size_t size, const PngStreamRequ
 
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   if (png == nullptr) return PngStreamStatus::kNotApplicable;
+  // Sizes libpng refuses (1e6 columns or rows by default) are not worth the tables a lying
+  // header would make us allocate first: the whole-image path words the refusal.
+  if (w > png_get_user_width_max(png) || h > png_get_user_height_max(png)) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return PngStreamStatus::kNotApplicable;
+  }
   png_infop info = png_create_info_struct(png);
   png_infop end = png_create_info_struct(png);
   Reader r;
