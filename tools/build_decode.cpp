@@ -4,6 +4,7 @@
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -173,7 +174,15 @@ void run_decode_pipeline(const SampleDecoder& decoder, const std::vector<uint64_
                          const std::function<bool(const Token&)>& consume) {
   set_decode_threads(0);  // our threads are the parallelism; OpenCV's own pool would oversubscribe
 
-  const size_t ntokens = static_cast<size_t>(threads) * 4;
+  // Tokens in flight: the in-order writer holds every finished sample behind the oldest one
+  // still decoding, so while one thread spends seconds on a giant image (a 600-Mpx PNG) the
+  // others run on only as far as the tokens reach. A fixed sample is small: allow up to 256
+  // per thread within 64 MiB of pixels (64x64 RGB: 512 tokens, 6 MiB); ragged samples vary in
+  // size, so they keep 4 per thread.
+  const size_t sample = decoder.fixed_bytes();
+  const size_t by_memory = sample ? (size_t{64} << 20) / sample : 0;
+  const size_t ntokens = static_cast<size_t>(threads) *
+                         std::clamp<size_t>(by_memory / static_cast<size_t>(threads), 4, 256);
   std::vector<std::unique_ptr<Token>> tokens_owned;
   tbb::concurrent_queue<Token*> pool;
   for (size_t i = 0; i < ntokens; ++i) {

@@ -15,7 +15,9 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "area_stream.h"
 #include "dscache/error.h"
+#include "png_stream.h"
 
 namespace dscache {
 namespace {
@@ -117,6 +119,27 @@ int imread_flags(uint32_t channels, int reduction) {
   }
 }
 
+// Writes `resized` (the image at p.new_w x p.new_h) to `out` as the plan says: its src_roi to
+// out's dst_roi (the rest black for pad), converting with `cvt_code` (a cv::COLOR_* code) on
+// the way, or copying when it is negative.
+void place(const cv::Mat& resized, const Plan& p, const DecodeOptions& opt, int cvt_code,
+           uint8_t* out) {
+  cv::Mat dst(static_cast<int>(opt.height), static_cast<int>(opt.width),
+              CV_8UC(static_cast<int>(opt.channels)), out);
+  if (opt.resize == ResizePolicy::kPad && !(p.dst_roi == cv::Rect(0, 0, dst.cols, dst.rows))) {
+    dst.setTo(cv::Scalar::all(0));
+  }
+  cv::Mat from = resized(p.src_roi);
+  cv::Mat to = dst(p.dst_roi);
+  const uint8_t* to_data = to.data;
+  if (cvt_code >= 0) {
+    cv::cvtColor(from, to, cvt_code);
+  } else {
+    from.copyTo(to);
+  }
+  CV_Assert(to.data == to_data);  // written in place, not into a new allocation
+}
+
 // Resizes `img` per opt and writes it to `out`, converting with `cvt_code` (a cv::COLOR_* code)
 // on the way, or copying when it is negative. `img` has the output's channel count unless the
 // conversion changes it.
@@ -142,18 +165,7 @@ void fit_into(const cv::Mat& img, const DecodeOptions& opt, int cvt_code, uint8_
   }
   cv::Mat resized = img;
   if (!same_size) cv::resize(img, resized, cv::Size(p.new_w, p.new_h), 0, 0, interp);
-  if (opt.resize == ResizePolicy::kPad && !(p.dst_roi == cv::Rect(0, 0, dst.cols, dst.rows))) {
-    dst.setTo(cv::Scalar::all(0));
-  }
-  cv::Mat from = resized(p.src_roi);
-  cv::Mat to = dst(p.dst_roi);
-  const uint8_t* to_data = to.data;
-  if (cvt_code >= 0) {
-    cv::cvtColor(from, to, cvt_code);
-  } else {
-    from.copyTo(to);
-  }
-  CV_Assert(to.data == to_data);  // written in place, not into a new allocation
+  place(resized, p, opt, cvt_code, out);
 }
 
 std::string first_bytes(const uint8_t* data, size_t size) {
@@ -394,9 +406,56 @@ int to_output(const cv::Mat& img, const DecodeOptions& opt) {
 
 }  // namespace
 
+namespace {
+
+// A PNG shrunk while it is decoded (png_stream.h), when that gives the pixels decode_to_mat +
+// fit_into would: a non-interlaced PNG whose policy's resize is an INTER_AREA shrink. Memory
+// stays O(width), so opt.max_pixels (there for the whole-image decode) is not applied. False:
+// not done (not applicable, or libpng failed; the whole-image path then decides and words it).
+bool decode_png_streamed(const uint8_t* data, size_t size, const DecodeOptions& opt, uint8_t* out,
+                         DecodeResult* r) {
+  if (data == nullptr || size < 33) return false;
+  const ImageHeaderInfo hdr = read_image_header(data, size);
+  if (hdr.format != ImageFormat::kPng || !hdr.dims_known) return false;
+  const Plan p = plan_resize(hdr.width, hdr.height, opt);
+  if (!AreaResizer::applies(hdr.width, hdr.height, uint32_t(p.new_w), uint32_t(p.new_h))) {
+    return false;
+  }
+  PngStreamRequest req;
+  req.dst_w = uint32_t(p.new_w);
+  req.dst_h = uint32_t(p.new_h);
+  req.channels = int(opt.channels);
+  req.has_alpha = may_have_alpha(ImageFormat::kPng, data, size);
+  req.alpha = opt.alpha;
+  std::memcpy(req.background, opt.background, 3);
+  try {
+    cv::Mat resized(p.new_h, p.new_w, CV_8UC(static_cast<int>(opt.channels)));
+    bool transparent = false;
+    std::string error;
+    if (stream_png(data, size, req, resized.data, &transparent, &error) != PngStreamStatus::kDone) {
+      return false;
+    }
+    place(resized, p, opt, to_output(resized, opt), out);
+    r->transparent = transparent;
+  } catch (const cv::Exception&) {
+    return false;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  r->ok = true;
+  r->format = ImageFormat::kPng;
+  r->source_width = r->decoded_width = hdr.width;
+  r->source_height = r->decoded_height = hdr.height;
+  return true;
+}
+
+}  // namespace
+
 DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions& opt,
                           uint8_t* out) {
   validate(opt, out);
+  DecodeResult streamed;
+  if (decode_png_streamed(data, size, opt, out, &streamed)) return streamed;
   cv::Mat img;
   DecodeResult r = decode_to_mat(
       data, size, opt, [&](uint32_t w, uint32_t h) { return choose_reduction(w, h, opt); }, &img);

@@ -356,15 +356,18 @@ def case_bad_inputs(tmp):
 def case_max_pixels(tmp):
     src = tmp / "src"
     write_img(src / "a/ok_64x64.png", rand_rgb(100, 64, 64))
-    write_img(src / "a/too_65x64.png", rand_rgb(101, 65, 64))
+    write_img(src / "a/too_65x64.bmp", rand_rgb(101, 65, 64))
     write_img(src / "a/too_64x65.jpg", smooth_rgb(102, 64, 65))
+    # A PNG shrunk while it is decoded never sits whole in memory: not held to the limit.
+    write_img(src / "a/streamed_65x64.png", rand_rgb(103, 65, 64))
     out = tmp / "out"
     build(src, out, "--size", "16", "--max-pixels", "4096")
     m, _, _ = check_cache(out)
     check_eq(m["recipe"]["max_pixels"], 4096, "recipe.max_pixels")
-    check_eq(read_jsonl(out / "sources.jsonl"), ["a/ok_64x64.png"], "kept (64*64 == limit)")
+    check_eq(read_jsonl(out / "sources.jsonl"), ["a/ok_64x64.png", "a/streamed_65x64.png"],
+             "kept (64*64 == limit; a streamed PNG)")
     skips = read_jsonl(out / "skipped.jsonl")
-    check_eq(sorted(s["source"] for s in skips), ["a/too_64x65.jpg", "a/too_65x64.png"],
+    check_eq(sorted(s["source"] for s in skips), ["a/too_64x65.jpg", "a/too_65x64.bmp"],
              "skipped over the limit")
     for s in skips:
         check(re.search(r"pixel", s["reason"], re.I), f"reason should mention pixels: {s}")
@@ -411,6 +414,40 @@ def case_folder_symlinks(tmp):
     check_eq(labels.tolist(), [0, 0, 1, 1], "labels")
 
 
+def case_png_streamed(tmp):
+    """PNGs decoded row by row into their shrink (docs/USAGE.md "Large PNGs"): the samples equal
+    cv2.imread + cv2.resize(INTER_AREA) exactly, for RGB, RGBA, palette, 16-bit and grey sources
+    at fractional and integer ratios. --max-pixels 1000 (below every source) shows they were
+    streamed: the whole-image path would have skipped them."""
+    src = tmp / "src"
+    files = {
+        "a/rgb_517x311.png": rand_rgb(1, 311, 517),
+        "a/smooth_640x480.png": smooth_rgb(2, 480, 640),
+        "a/rgba_300x200.png": np.concatenate([rand_rgb(3, 200, 300), rand_rgb(4, 200, 300, 1)], 2),
+        "a/rgb16_250x170.png": np.random.default_rng(5).integers(0, 65536, (170, 250, 3),
+                                                                 dtype=np.uint16),
+        "a/grey_370x185.png": rand_rgb(6, 185, 370, 1)[..., 0],
+    }
+    for rel, arr in files.items():
+        path = src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bgr = arr if arr.ndim == 2 else cv2.cvtColor(arr, cv2.COLOR_RGBA2BGRA if arr.shape[2] == 4
+                                                      else cv2.COLOR_RGB2BGR)
+        check(cv2.imwrite(str(path), bgr), f"fixture {rel}")
+    pal = Image.fromarray(smooth_rgb(7, 222, 333)).convert("P", palette=Image.ADAPTIVE, colors=64)
+    pal.save(src / "a/palette_333x222.png")
+    for size in ("37", "74"):
+        out = tmp / f"out{size}"
+        build(src, out, "--size", size, "--resize", "stretch", "--max-pixels", "1000")
+        m, images, _ = check_cache(out)
+        sources = read_jsonl(out / "sources.jsonl")
+        check_eq(len(sources), 6, "every PNG built, none skipped by --max-pixels")
+        for img, rel in zip(images, sources):
+            want = cv2.resize(imread_rgb(src / rel), (int(size), int(size)),
+                              interpolation=cv2.INTER_AREA)
+            check_pixels_equal(img, want, f"{rel} at --size {size}")
+
+
 CASES = {
     "folder_basic": case_folder_basic,
     "folder_symlinks": case_folder_symlinks,
@@ -421,6 +458,7 @@ CASES = {
     "png_warnings_quiet": case_png_warnings_quiet,
     "bad_inputs": case_bad_inputs,
     "max_pixels": case_max_pixels,
+    "png_streamed": case_png_streamed,
     "strict": case_strict,
 }
 
