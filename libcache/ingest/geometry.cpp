@@ -63,4 +63,34 @@ size_t map_boxes(const float* in, size_t n, const SampleGeometry& g, float* out,
   return k;
 }
 
+SampleGeometry ragged_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
+                               uint32_t out_w, uint32_t out_h) {
+  SampleGeometry g;
+  g.width = out_w;
+  g.height = out_h;
+  g.scale_x = double(out_w) / (double(decoded_w) * reduction);
+  g.scale_y = double(out_h) / (double(decoded_h) * reduction);
+  g.extent_x = double(decoded_w) * reduction;
+  g.extent_y = double(decoded_h) * reduction;
+  g.source_width = decoded_w;  // the caller sets the source's own size where DCT rounded it
+  g.source_height = decoded_h;
+  return g;
+}
+
+void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* out_h,
+                 uint32_t* out_w) {
+  const uint32_t shorter = std::min(src_h, src_w);
+  if (max_side == 0 || shorter <= max_side) {
+    *out_h = src_h;
+    *out_w = src_w;
+    return;
+  }
+  const double s = double(max_side) / double(shorter);
+  *out_h =
+      src_h == shorter ? max_side : static_cast<uint32_t>(std::max(1.0, std::round(src_h * s)));
+  *out_w = src_w == shorter && src_h != shorter
+               ? max_side
+               : static_cast<uint32_t>(std::max(1.0, std::round(src_w * s)));
+}
+
 }  // namespace dscache

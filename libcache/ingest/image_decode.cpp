@@ -15,9 +15,11 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "alpha.h"
 #include "area_stream.h"
 #include "dscache/error.h"
 #include "png_stream.h"
+#include "source_bytes.h"
 
 namespace dscache {
 namespace {
@@ -168,136 +170,6 @@ void fit_into(const cv::Mat& img, const DecodeOptions& opt, int cvt_code, uint8_
   place(resized, p, opt, cvt_code, out);
 }
 
-std::string first_bytes(const uint8_t* data, size_t size) {
-  std::string s;
-  char hex[4];
-  for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) {
-    std::snprintf(hex, sizeof hex, i ? " %02x" : "%02x", data[i]);
-    s += hex;
-  }
-  return s;
-}
-
-// Empty when within the limit; otherwise the skip reason.
-std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels) {
-  const uint64_t pixels = w * h;  // both < 2^32: no overflow
-  if (max_pixels == 0 || pixels <= max_pixels) return {};
-  return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " +
-         std::to_string(pixels) + " pixels, over --max-pixels " + std::to_string(max_pixels);
-}
-
-// True when a JPEG's main image has an end-of-image marker after its first scan. OpenCV decodes a
-// file cut mid-scan "successfully", filling the rest with grey; we would rather skip it. Entropy
-// coded data cannot contain FF D9 (0xFF is stuffed as FF 00), so its presence means the scan
-// ends. Segments before the scan (an EXIF thumbnail holds its own complete JPEG) are skipped by
-// their lengths.
-bool jpeg_has_eoi(const uint8_t* d, size_t n) {
-  size_t p = 2;  // after SOI
-  while (p + 4 <= n) {
-    if (d[p] != 0xFF) return false;
-    uint8_t m = d[p + 1];
-    if (m == 0xFF) {  // fill byte
-      ++p;
-      continue;
-    }
-    if (m == 0xD9) return true;                   // EOI before any scan
-    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // markers without a length
-      p += 2;
-      continue;
-    }
-    size_t len = (size_t{d[p + 2]} << 8) | d[p + 3];
-    if (m == 0xDA) {
-      const uint8_t* q = d + p + 2 + len;
-      while (q + 1 < d + n) {
-        q = static_cast<const uint8_t*>(std::memchr(q, 0xFF, static_cast<size_t>(d + n - q - 1)));
-        if (q == nullptr) return false;
-        if (q[1] == 0xD9) return true;
-        ++q;
-      }
-      return false;
-    }
-    p += 2 + len;
-  }
-  return false;
-}
-
-uint32_t be32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
-
-// True when a PNG decodes to four channels under IMREAD_UNCHANGED: colour type 4 (grey+alpha) or
-// 6 (RGBA), or a tRNS chunk before the image data of a palette (3) or RGB (2) image. (A grey
-// image's tRNS OpenCV 4.6 does not expand: it decodes to one channel, its transparency unseen.)
-bool png_has_alpha(const uint8_t* d, size_t n) {
-  if (n < 33) return false;
-  const uint8_t color_type = d[25];  // signature 8, length 4, "IHDR" 4, width, height, depth
-  if (color_type == 4 || color_type == 6) return true;
-  if (color_type != 2 && color_type != 3) return false;
-  for (size_t p = 8; p + 8 <= n;) {
-    const uint32_t len = be32(d + p);
-    if (std::memcmp(d + p + 4, "tRNS", 4) == 0) return true;
-    if (std::memcmp(d + p + 4, "IDAT", 4) == 0) return false;
-    if (len > n - p - 8) return false;
-    p += 12 + size_t{len};
-  }
-  return false;
-}
-
-// True when a WebP says it has alpha: the extended header's alpha flag (VP8X), or a lossless
-// bitstream's alpha_is_used bit (VP8L). A simple lossy WebP (VP8) has none.
-bool webp_has_alpha(const uint8_t* d, size_t n) {
-  if (n < 30) return false;
-  if (std::memcmp(d + 12, "VP8X", 4) == 0) return (d[20] & 0x10) != 0;
-  if (std::memcmp(d + 12, "VP8L", 4) == 0) return (d[24] & 0x10) != 0;  // bit 28 after 0x2f
-  return false;
-}
-
-// True when the file may hold an alpha channel that IMREAD_UNCHANGED keeps, from its header: PNG
-// and WebP. No other format's alpha is looked at (TIFF, BMP, JPEG 2000).
-bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n) {
-  return (f == ImageFormat::kPng && png_has_alpha(d, n)) ||
-         (f == ImageFormat::kWebp && webp_has_alpha(d, n));
-}
-
-// `u` (IMREAD_UNCHANGED: BGRA, 8- or 16-bit) reduced to 8-bit BGRA the way IMREAD_COLOR
-// reduces 16-bit PNGs (libpng's strip_16 keeps the high byte), and whether any alpha is below
-// its maximum at the source's depth.
-cv::Mat bgra8(const cv::Mat& u, bool* transparent) {
-  cv::Mat alpha;
-  cv::extractChannel(u, alpha, 3);
-  double lo = 0;
-  cv::minMaxLoc(alpha, &lo);
-  *transparent = lo < (u.depth() == CV_16U ? 65535.0 : 255.0);
-  if (u.depth() == CV_8U) return u;
-  cv::Mat out(u.rows, u.cols, CV_8UC4);
-  for (int y = 0; y < u.rows; ++y) {
-    const uint16_t* in = u.ptr<uint16_t>(y);
-    uint8_t* o = out.ptr<uint8_t>(y);
-    for (int x = 0; x < u.cols * 4; ++x) o[x] = static_cast<uint8_t>(in[x] >> 8);
-  }
-  return out;
-}
-
-// 8-bit BGRA blended onto `rgb` (R, G, B): BGR, (c * a + bg * (255 - a) + 127) / 255 exactly.
-cv::Mat composite(const cv::Mat& bgra, const uint8_t rgb[3]) {
-  const uint32_t bg[3] = {rgb[2], rgb[1], rgb[0]};  // in OpenCV's B, G, R order
-  cv::Mat out(bgra.rows, bgra.cols, CV_8UC3);
-  for (int y = 0; y < bgra.rows; ++y) {
-    const uint8_t* in = bgra.ptr<uint8_t>(y);
-    uint8_t* o = out.ptr<uint8_t>(y);
-    for (int x = 0; x < bgra.cols; ++x, in += 4, o += 3) {
-      const uint32_t a = in[3];
-      for (int c = 0; c < 3; ++c)
-        o[c] = static_cast<uint8_t>((in[c] * a + bg[c] * (255 - a) + 127) / 255);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-namespace {
-
 // Everything up to a decoded cv::Mat in the output's channel order (BGR or grey; BGRA for an
 // alpha kKeep of a transparent source): format sniffing, pixel limit, truncation check,
 // reduced-scale choice via `choose`, the alpha look (may_have_alpha: an IMREAD_UNCHANGED decode
@@ -315,16 +187,16 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   r.format = hdr.format;
   const std::string fmt = to_string(hdr.format);
   if (hdr.format == ImageFormat::kUnknown) {
-    r.reason = "unrecognized image format (first bytes " + first_bytes(data, size) + ")";
+    r.reason = "unrecognized image format (first bytes " + detail::first_bytes(data, size) + ")";
     return r;
   }
   if (hdr.dims_known) {
     r.source_width = hdr.width;
     r.source_height = hdr.height;
-    r.reason = pixel_limit_reason(hdr.width, hdr.height, opt.max_pixels);
+    r.reason = detail::pixel_limit_reason(hdr.width, hdr.height, opt.max_pixels);
     if (!r.reason.empty()) return r;
   }
-  if (hdr.format == ImageFormat::kJpeg && !jpeg_has_eoi(data, size)) {
+  if (hdr.format == ImageFormat::kJpeg && !detail::jpeg_has_eoi(data, size)) {
     r.reason = "truncated jpeg: no end-of-image marker after the scan data";
     return r;
   }
@@ -346,12 +218,12 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
     // A header over the caller's bytes: imdecode only reads them.
     const cv::Mat buf(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data));
     img->release();
-    if (may_have_alpha(hdr.format, data, size)) {
+    if (detail::may_have_alpha(hdr.format, data, size)) {
       const cv::Mat u = cv::imdecode(buf, cv::IMREAD_UNCHANGED);
       if (u.channels() == 4 && (u.depth() == CV_8U || u.depth() == CV_16U)) {
-        const cv::Mat bgra = bgra8(u, &r.transparent);
+        const cv::Mat bgra = detail::bgra8(u, &r.transparent);
         if (r.transparent && opt.alpha == AlphaMode::kComposite) {
-          *img = composite(bgra, opt.background);
+          *img = detail::composite(bgra, opt.background);
           if (opt.channels == 1) cv::cvtColor(*img, *img, cv::COLOR_BGR2GRAY);
         } else if (r.transparent && opt.alpha == AlphaMode::kKeep) {
           *img = bgra;
@@ -381,7 +253,7 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   if (!hdr.dims_known) {
     r.source_width = static_cast<uint32_t>(img->cols);
     r.source_height = static_cast<uint32_t>(img->rows);
-    r.reason = pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
+    r.reason = detail::pixel_limit_reason(r.source_width, r.source_height, opt.max_pixels);
     if (!r.reason.empty()) return r;
   }
   r.decoded_width = static_cast<uint32_t>(img->cols);
@@ -425,7 +297,7 @@ bool decode_png_streamed(const uint8_t* data, size_t size, const DecodeOptions& 
   req.dst_w = uint32_t(p.new_w);
   req.dst_h = uint32_t(p.new_h);
   req.channels = int(opt.channels);
-  req.has_alpha = may_have_alpha(ImageFormat::kPng, data, size);
+  req.has_alpha = detail::may_have_alpha(ImageFormat::kPng, data, size);
   req.alpha = opt.alpha;
   std::memcpy(req.background, opt.background, 3);
   try {
@@ -486,36 +358,6 @@ SampleGeometry fixed_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduct
   g.source_width = decoded_w;  // the caller sets the source's own size where DCT rounded it
   g.source_height = decoded_h;
   return g;
-}
-
-SampleGeometry ragged_geometry(uint32_t decoded_w, uint32_t decoded_h, int reduction,
-                               uint32_t out_w, uint32_t out_h) {
-  SampleGeometry g;
-  g.width = out_w;
-  g.height = out_h;
-  g.scale_x = double(out_w) / (double(decoded_w) * reduction);
-  g.scale_y = double(out_h) / (double(decoded_h) * reduction);
-  g.extent_x = double(decoded_w) * reduction;
-  g.extent_y = double(decoded_h) * reduction;
-  g.source_width = decoded_w;  // the caller sets the source's own size where DCT rounded it
-  g.source_height = decoded_h;
-  return g;
-}
-
-void ragged_size(uint32_t src_h, uint32_t src_w, uint32_t max_side, uint32_t* out_h,
-                 uint32_t* out_w) {
-  const uint32_t shorter = std::min(src_h, src_w);
-  if (max_side == 0 || shorter <= max_side) {
-    *out_h = src_h;
-    *out_w = src_w;
-    return;
-  }
-  const double s = double(max_side) / double(shorter);
-  *out_h =
-      src_h == shorter ? max_side : static_cast<uint32_t>(std::max(1.0, std::round(src_h * s)));
-  *out_w = src_w == shorter && src_h != shorter
-               ? max_side
-               : static_cast<uint32_t>(std::max(1.0, std::round(src_w * s)));
 }
 
 namespace {

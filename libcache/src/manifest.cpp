@@ -197,73 +197,13 @@ void read_version(const Reader& r, const Json& j, const std::string& path, Manif
   m->format_version = static_cast<int>(v);
 }
 
-// fields (version 3): the specs, each valid on its own and together.
-void read_fields(const Reader& r, const Json& j, Manifest* m) {
-  const Json& fields = r.array(j, "", "fields");
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const std::string where = Reader::index("fields", i);
-    const Json& v = fields[i];
-    if (!v.is_object()) r.fail(where + " is not an object");
-    FieldSpec f;
-    f.name = r.str(v, where, "name");
-    f.kind = r.choice(v, where, "kind", kFieldKindNames);
-    f.dtype = r.choice(v, where, "dtype", kFieldTypeNames);
-    const Json& shape = r.array(v, where, "shape");
-    for (size_t d = 0; d < shape.size(); ++d) {
-      const uint64_t n = r.u64(shape[d], Reader::index(where + ".shape", d));
-      if (n > std::numeric_limits<uint32_t>::max()) r.fail(where + ".shape is too large");
-      f.shape.push_back(static_cast<uint32_t>(n));
-    }
-    if (v.contains("rows_of")) f.rows_of = r.str(v, where, "rows_of");
-    if (v.contains("classes")) {
-      const Json& classes = r.array(v, where, "classes");
-      for (size_t c = 0; c < classes.size(); ++c) {
-        f.classes.push_back(r.str(classes[c], Reader::index(where + ".classes", c)));
-      }
-    }
-    m->fields.push_back(std::move(f));
-  }
-  try {
-    validate_fields(m->fields, "fields");
-  } catch (const Error& e) {
-    r.fail(e.reason());
-  }
-}
-
-// shards[i].fields (version 3): one entry per field, each with its offsets exactly when the
-// field has them.
-void read_shard_fields(const Reader& r, const Json& s, const std::string& where, const Manifest& m,
-                       ShardEntry* e) {
-  const Json& fields = r.member(s, where, "fields");
-  const std::string fw = Reader::join(where, "fields");
-  if (!fields.is_object()) r.fail(fw + " is not an object");
-  for (auto it = fields.begin(); it != fields.end(); ++it) {
-    bool known = false;
-    for (const FieldSpec& f : m.fields) known = known || f.name == it.key();
-    if (!known) r.fail(fw + " names '" + it.key() + "', which is not in fields");
-  }
-  for (const FieldSpec& f : m.fields) {
-    const std::string at = fw + "." + f.name;
-    const Json& v = r.member(fields, fw, f.name.c_str());
-    if (!v.is_object()) r.fail(at + " is not an object");
-    FieldFiles files;
-    files.values = r.file_entry(v, at, "values");
-    if (has_offsets(f, m.layout)) {
-      files.offsets = r.file_entry(v, at, "offsets");
-    } else if (v.contains("offsets")) {
-      r.fail(at + ".offsets is present, but field '" + f.name + "' has fixed-size values");
-    }
-    e->fields.push_back(std::move(files));
-  }
-}
-
 // layout, storage, codec (version 2 added it; version 1 caches are raw), fields (version 3)
 // and dtype.
 void read_encoding(const Reader& r, const Json& j, Manifest* m) {
   m->layout = r.choice(j, "", "layout", kLayoutNames);
   m->storage = r.choice(j, "", "storage", kStorageNames);
   if (m->format_version >= 2) m->codec = r.choice(j, "", "codec", kCodecNames);
-  if (m->format_version >= 3) read_fields(r, j, m);
+  if (m->format_version >= 3) detail::read_fields(r, j, m);
   const int want = format_version_for(m->codec, !m->fields.empty());
   if (m->format_version != want) {
     r.fail("format_version is " + std::to_string(m->format_version) + ", expected " +
@@ -347,7 +287,7 @@ void read_shards(const Reader& r, const Json& j, Manifest* m) {
     e.count = r.u64(s, where, "count");
     e.bytes = r.u64(s, where, "bytes");
     e.xxh64 = r.hex(s, where, "xxh64");
-    if (m->format_version >= 3) read_shard_fields(r, s, where, *m, &e);
+    if (m->format_version >= 3) detail::read_shard_fields(r, s, where, *m, &e);
     if (e.first != next) {
       r.fail(where + ".first is " + std::to_string(e.first) + ", expected " + std::to_string(next));
     }

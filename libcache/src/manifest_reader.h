@@ -150,5 +150,12 @@ class ManifestReader {
   const std::string& path_;
 };
 
+// The fields parts of a version 3 manifest (manifest_fields.cpp): the specs, each valid on its
+// own and together, and shard entry `e`'s files of each field (offsets exactly when the field
+// has them).
+void read_fields(const ManifestReader& r, const Json& j, Manifest* m);
+void read_shard_fields(const ManifestReader& r, const Json& s, const std::string& where,
+                       const Manifest& m, ShardEntry* e);
+
 }  // namespace detail
 }  // namespace dscache

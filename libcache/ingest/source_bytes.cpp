@@ -1,0 +1,102 @@
+// Checks on a source's bytes before any decode (source_bytes.h).
+#include "source_bytes.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace dscache {
+namespace detail {
+
+namespace {
+
+uint32_t be32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+// True when a PNG decodes to four channels under IMREAD_UNCHANGED: colour type 4 (grey+alpha) or
+// 6 (RGBA), or a tRNS chunk before the image data of a palette (3) or RGB (2) image. (A grey
+// image's tRNS OpenCV 4.6 does not expand: it decodes to one channel, its transparency unseen.)
+bool png_has_alpha(const uint8_t* d, size_t n) {
+  if (n < 33) return false;
+  const uint8_t color_type = d[25];  // signature 8, length 4, "IHDR" 4, width, height, depth
+  if (color_type == 4 || color_type == 6) return true;
+  if (color_type != 2 && color_type != 3) return false;
+  for (size_t p = 8; p + 8 <= n;) {
+    const uint32_t len = be32(d + p);
+    if (std::memcmp(d + p + 4, "tRNS", 4) == 0) return true;
+    if (std::memcmp(d + p + 4, "IDAT", 4) == 0) return false;
+    if (len > n - p - 8) return false;
+    p += 12 + size_t{len};
+  }
+  return false;
+}
+
+// True when a WebP says it has alpha: the extended header's alpha flag (VP8X), or a lossless
+// bitstream's alpha_is_used bit (VP8L). A simple lossy WebP (VP8) has none.
+bool webp_has_alpha(const uint8_t* d, size_t n) {
+  if (n < 30) return false;
+  if (std::memcmp(d + 12, "VP8X", 4) == 0) return (d[20] & 0x10) != 0;
+  if (std::memcmp(d + 12, "VP8L", 4) == 0) return (d[24] & 0x10) != 0;  // bit 28 after 0x2f
+  return false;
+}
+
+}  // namespace
+
+std::string first_bytes(const uint8_t* data, size_t size) {
+  std::string s;
+  char hex[4];
+  for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) {
+    std::snprintf(hex, sizeof hex, i ? " %02x" : "%02x", data[i]);
+    s += hex;
+  }
+  return s;
+}
+
+std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels) {
+  const uint64_t pixels = w * h;  // both < 2^32: no overflow
+  if (max_pixels == 0 || pixels <= max_pixels) return {};
+  return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " +
+         std::to_string(pixels) + " pixels, over --max-pixels " + std::to_string(max_pixels);
+}
+
+// Entropy coded data cannot contain FF D9 (0xFF is stuffed as FF 00), so its presence means the
+// scan ends. Segments before the scan (an EXIF thumbnail holds its own complete JPEG) are skipped
+// by their lengths.
+bool jpeg_has_eoi(const uint8_t* d, size_t n) {
+  size_t p = 2;  // after SOI
+  while (p + 4 <= n) {
+    if (d[p] != 0xFF) return false;
+    uint8_t m = d[p + 1];
+    if (m == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    if (m == 0xD9) return true;                   // EOI before any scan
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // markers without a length
+      p += 2;
+      continue;
+    }
+    size_t len = (size_t{d[p + 2]} << 8) | d[p + 3];
+    if (m == 0xDA) {
+      const uint8_t* q = d + p + 2 + len;
+      while (q + 1 < d + n) {
+        q = static_cast<const uint8_t*>(std::memchr(q, 0xFF, static_cast<size_t>(d + n - q - 1)));
+        if (q == nullptr) return false;
+        if (q[1] == 0xD9) return true;
+        ++q;
+      }
+      return false;
+    }
+    p += 2 + len;
+  }
+  return false;
+}
+
+bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n) {
+  return (f == ImageFormat::kPng && png_has_alpha(d, n)) ||
+         (f == ImageFormat::kWebp && webp_has_alpha(d, n));
+}
+
+}  // namespace detail
+}  // namespace dscache

@@ -1,0 +1,30 @@
+// What a source's bytes say before any decode: its first bytes for a message, the pixel
+// limit's reason, whether a JPEG's scan ends, whether a PNG or WebP header promises alpha.
+// Private to the ingest library (image_decode.cpp). Every read stays within [data, data + n).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "dscache/ingest/image_decode.h"
+
+namespace dscache {
+namespace detail {
+
+// Up to the first 8 bytes as hex ("89 50 4e 47"), for a "not an image" message.
+std::string first_bytes(const uint8_t* data, size_t size);
+
+// Empty when within the limit; otherwise the skip reason.
+std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels);
+
+// True when a JPEG's main image has an end-of-image marker after its first scan. OpenCV decodes a
+// file cut mid-scan "successfully", filling the rest with grey; we would rather skip it.
+bool jpeg_has_eoi(const uint8_t* d, size_t n);
+
+// True when the file may hold an alpha channel that IMREAD_UNCHANGED keeps, from its header: PNG
+// and WebP. No other format's alpha is looked at (TIFF, BMP, JPEG 2000).
+bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n);
+
+}  // namespace detail
+}  // namespace dscache
