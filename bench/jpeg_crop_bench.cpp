@@ -17,8 +17,6 @@
 // Usage: jpeg_crop_bench [--images N] [--rounds R] [--seed S] [--sources GLOB]
 //                        [--profile RECIPE MODE]
 // --profile 0 both runs only that recipe (index into the table below) and mode, for `perf record`.
-#include <glob.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -35,6 +33,7 @@
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
 #include "dscache/transform.h"
+#include "photo_sources.h"
 
 namespace {
 
@@ -42,11 +41,6 @@ struct Encoded {
   uint32_t h, w;
   std::vector<uint8_t> bytes;
 };
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
 
 struct ImageSet {
   std::vector<Encoded> images;
@@ -63,19 +57,9 @@ ImageSet make_images(const std::vector<std::string>& sources, size_t count, uint
   region.scale_min = 0.3;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<uint32_t> long_side(400, 600);
-  std::vector<std::vector<uint8_t>> files;
-  std::vector<dscache::JpegInfo> infos;
-  for (const std::string& s : sources) {
-    std::vector<uint8_t> f = read_file(s);
-    try {
-      infos.push_back(dscache::jpeg_info(f.data(), f.size()));
-      files.push_back(std::move(f));
-    } catch (const dscache::Error& e) {  // a photograph our strict decoder refuses: say so
-      std::fprintf(stderr, "jpeg_crop_bench: skipping %s: %s\n", s.c_str(), e.what());
-    }
-  }
-  if (files.empty())
-    throw dscache::Error(dscache::ErrorKind::kNotFound, "", "no usable photograph");
+  const Photos photos = load_photos("jpeg_crop_bench", sources);
+  const std::vector<std::vector<uint8_t>>& files = photos.files;
+  const std::vector<dscache::JpegInfo>& infos = photos.infos;
   for (size_t i = 0; i < count; ++i) {
     const size_t k = i % files.size();
     const dscache::JpegInfo& info = infos[k];
@@ -226,18 +210,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "jpeg_crop_bench: this libcache has no JPEG support\n");
     return 77;
   }
-  std::vector<std::string> sources;
-  glob_t g{};
-  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) sources.emplace_back(g.gl_pathv[i]);
-  }
-  ::globfree(&g);
-  std::sort(sources.begin(), sources.end());
-  if (sources.empty()) {
-    std::fprintf(stderr, "jpeg_crop_bench: no photographs match %s (install mate-backgrounds)\n",
-                 pattern.c_str());
-    return 1;
-  }
+  const std::vector<std::string> sources = photo_sources("jpeg_crop_bench", pattern);
+  if (sources.empty()) return 1;
   try {
     const ImageSet set = make_images(sources, count, seed);
     const std::vector<Encoded>& images = set.images;

@@ -7,8 +7,6 @@
 // encoded with jpeg_encode at Q90, as `dscache build --codec jpeg` stores them.
 //
 // Usage: jpeg_decode [--images N] [--epochs E] [--sources GLOB]
-#include <glob.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +23,7 @@
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
 #include "dscache/transform.h"
+#include "photo_sources.h"
 
 namespace {
 
@@ -33,11 +32,6 @@ struct Encoded {
   std::vector<uint8_t> bytes;
 };
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
 std::vector<Encoded> make_images(const std::vector<std::string>& sources, size_t count) {
   std::vector<Encoded> images;
   dscache::JpegScratch scratch;
@@ -45,12 +39,9 @@ std::vector<Encoded> make_images(const std::vector<std::string>& sources, size_t
   region.crop = dscache::CropMode::kRandomResized;
   region.height = region.width = 256;
   region.scale_min = 0.25;
-  std::vector<std::vector<uint8_t>> files;
-  std::vector<dscache::JpegInfo> infos;
-  for (const std::string& s : sources) {
-    files.push_back(read_file(s));
-    infos.push_back(dscache::jpeg_info(files.back().data(), files.back().size()));
-  }
+  const Photos photos = load_photos("jpeg_decode", sources);
+  const std::vector<std::vector<uint8_t>>& files = photos.files;
+  const std::vector<dscache::JpegInfo>& infos = photos.infos;
   for (size_t i = 0; i < count; ++i) {
     const size_t k = i % files.size();
     const dscache::JpegInfo& info = infos[k];
@@ -168,18 +159,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "jpeg_decode: this libcache has no JPEG support\n");
     return 77;
   }
-  std::vector<std::string> sources;
-  glob_t g{};
-  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) sources.emplace_back(g.gl_pathv[i]);
-  }
-  ::globfree(&g);
-  std::sort(sources.begin(), sources.end());
-  if (sources.empty()) {
-    std::fprintf(stderr, "jpeg_decode: no photographs match %s (install mate-backgrounds)\n",
-                 pattern.c_str());
-    return 1;
-  }
+  const std::vector<std::string> sources = photo_sources("jpeg_decode", pattern);
+  if (sources.empty()) return 1;
   try {
     const std::vector<Encoded> images = make_images(sources, count);
     size_t bytes = 0;
