@@ -22,8 +22,8 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   the PyTorch mirrors of the trainer's models (nn.Module subclasses need torch at load), and
   dscache/torch.py, the torch.utils.data datasets (subclasses of torch's Dataset classes),
   which no other file of the package imports: `import dscache` still never loads torch.
-- Benchmarks (bench/) include dscache's public headers (ingest too), third-party and system
-  headers, and, only in the files trainer/meson.build builds with the trainer (h2d_copy), the
+- Benchmarks (bench/) include dscache's public headers (ingest too), their own helpers
+  (bench/*.h, held to the same rule), third-party and system headers, and, only in the files trainer/meson.build builds with the trainer (h2d_copy), the
   trainer's headers and LibTorch: never a header of tools/ or of libcache/src.
 - Fuzz targets (tests/fuzz/) include only dscache public headers, their own helpers, the tests'
   shared temp dir (tests/temp_dir.h, itself standard library and POSIX only) and the standard
@@ -167,13 +167,14 @@ def main(argv):
     trainer_mb = root / "trainer/meson.build"
     with_trainer = set(re.findall(r"\.\./bench/([\w.]+\.cpp)",
                                   trainer_mb.read_text() if trainer_mb.is_file() else ""))
+    bench_local = {p.name for p in (root / "bench").glob("*.h")}
     for p in sources(root, "bench") if (root / "bench").is_dir() else []:
         linked_with_trainer = p.name in with_trainer
         for n, kind, inc in includes(p):
             if inc.startswith(TORCH) and not linked_with_trainer:
                 bad(p, n, inc, "LibTorch only in a benchmark trainer/meson.build builds with the "
                     "trainer")
-            if kind != '"' or inc.startswith("dscache/"):
+            if kind != '"' or inc.startswith("dscache/") or inc in bench_local:
                 continue
             if inc in tools_headers or "tools/" in inc:
                 bad(p, n, inc, "bench/ does not include tools/ (it runs the dscache binary)")
