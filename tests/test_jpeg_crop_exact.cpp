@@ -47,11 +47,23 @@ struct LayoutCase {
   JpegLayout layout;  // quality, luma_h, luma_v, progressive
 };
 
+// Baseline layouts get jpeg_encode's restart segments (restart -1), so their crops decode from a
+// cut of the segments; the explicit intervals cover one MCU per segment, one segment per MCU
+// row, an interval that does not divide a row (no cut: the usual path) and none.
 const LayoutCase kLayouts[] = {
-    {"4:2:0", false, {90, 2, 2, false}}, {"4:2:0 progressive", false, {90, 2, 2, true}},
-    {"4:2:2", false, {90, 2, 1, false}}, {"4:4:0", false, {85, 1, 2, false}},
-    {"4:4:4", false, {90, 1, 1, false}}, {"4:4:4 progressive", false, {75, 1, 1, true}},
-    {"grey", true, {90, 1, 1, false}},   {"grey progressive", true, {90, 1, 1, true}},
+    {"4:2:0", false, {90, 2, 2, false}},
+    {"4:2:0 progressive", false, {90, 2, 2, true}},
+    {"4:2:2", false, {90, 2, 1, false}},
+    {"4:4:0", false, {85, 1, 2, false}},
+    {"4:4:4", false, {90, 1, 1, false}},
+    {"4:4:4 progressive", false, {75, 1, 1, true}},
+    {"grey", true, {90, 1, 1, false}},
+    {"grey progressive", true, {90, 1, 1, true}},
+    {"4:2:0 restart every MCU", false, {90, 2, 2, false, 1}},
+    {"4:2:2 restart 40 (no cut)", false, {90, 2, 1, false, 40}},  // rows of 20 or 11 MCUs
+    {"4:4:4 restart 7 (no cut)", false, {90, 1, 1, false, 7}},
+    {"grey restart every MCU", true, {90, 1, 1, false, 1}},
+    {"4:2:0 no restart", false, {90, 2, 2, false, 0}},
 };
 
 // Boxes on the edges, in the corners, 1 px, iMCU-aligned and one off, and the whole frame.
@@ -125,7 +137,7 @@ TEST_SUITE("jpeg") {
     REQUIRE(b.w >= 173);
     const Image sources[] = {cut(a, 3, 5, 203, 307), cut(b, 1, 2, 237, 171)};
     std::set<uint32_t> scales_cropped;
-    uint64_t compared = 0, cropped = 0;
+    uint64_t compared = 0, cropped = 0, cut = 0;
     for (const LayoutCase& L : kLayouts) {
       for (const Image& rgb : sources) {
         const Image src = L.grey ? grey_of(rgb) : rgb;
@@ -155,6 +167,11 @@ TEST_SUITE("jpeg") {
               const auto st = dscache::detail::last_decode_stats(scratch);
               CHECK(got == ref);
               ++compared;
+              cut += st.segments;
+              if (st.segments) CHECK(st.stream_bytes < bytes.size());
+              const bool can_cut = !L.layout.progressive && L.layout.restart != 0 &&
+                                   L.layout.restart != 7 && L.layout.restart != 40;
+              if (!can_cut) CHECK_FALSE(st.segments);
               CHECK(st.fast);
               CHECK(whole.fast == (st.scale_num < 8));  // m = 8 and no crop: jpeg_decode
               CHECK(st.scale_num == whole.scale_num);
@@ -173,9 +190,70 @@ TEST_SUITE("jpeg") {
     }
     MESSAGE(compared << " crop decodes equal to whole-image decodes at their scale; " << cropped
                      << " decoded a part of the image");
-    CHECK(compared == 8 * 2 * 24 * 5 * 2);
+    MESSAGE(cut << " decoded from a cut of the restart segments");
+    constexpr size_t kLayoutCount = sizeof(kLayouts) / sizeof(kLayouts[0]);
+    CHECK(compared == kLayoutCount * 2 * 24 * 5 * 2);
+    CHECK(cut > compared / 4);
     CHECK(cropped > compared / 2);
     CHECK(scales_cropped == std::set<uint32_t>{1, 2, 3, 4, 8});
+  }
+
+  TEST_CASE("jpeg_encode's restart interval: whole segments per MCU row, 32..64 px wide") {
+    using dscache::detail::jpeg_restart_interval;
+    struct Case {
+      uint32_t h, w, mcu_h, mcu_w, want;
+    };
+    const Case cases[] = {
+        {127, 128, 16, 16, 0},   // below 128x128 pixels: none
+        {128, 128, 16, 16, 4},   // 8 MCUs per row: 4 (64 px)
+        {375, 500, 16, 16, 4},   // 32 MCUs
+        {400, 600, 16, 16, 2},   // 38 MCUs: 2 (32 px); 19 is prime
+        {400, 584, 16, 16, 37},  // 37 MCUs (prime): one segment per MCU row
+        {300, 307, 8, 8, 39},    // grey, 39 MCUs: 3 (24 px) is under 32 -> the row
+        {300, 320, 8, 8, 8},     // grey, 40 MCUs: 8 (64 px)
+        {1000, 40, 16, 16, 3},   // a narrow image: its whole row
+        {300, 300, 16, 8, 38},   // 4:4:0 (8 px wide MCUs), 38 MCUs: 2 (16 px) -> the row
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.h);
+      CAPTURE(c.w);
+      CAPTURE(c.mcu_w);
+      const uint32_t got = jpeg_restart_interval(c.h, c.w, c.mcu_h, c.mcu_w);
+      CHECK(got == c.want);
+      if (got == 0) continue;
+      const uint32_t per_row = (c.w + c.mcu_w - 1) / c.mcu_w;
+      CHECK(per_row % got == 0);
+      CHECK((got == per_row || (got * c.mcu_w >= 32 && got * c.mcu_w <= 64)));
+    }
+  }
+
+  TEST_CASE("a stream whose restart markers are not as its header says takes the usual path") {
+    const Image img = synthetic(160, 192, 3, 7);
+    std::vector<uint8_t> bytes;
+    dscache::jpeg_encode(img.px.data(), img.h, img.w, 3, 90, &bytes);
+    dscache::detail::JpegSegments seg;
+    REQUIRE(dscache::detail::jpeg_index_segments(bytes.data(), bytes.size(), &seg));
+    CHECK(seg.interval == 4);
+    CHECK(seg.per_row == 3);
+    CHECK(seg.mcu_rows == 10);
+    CHECK(seg.start.size() == 31);
+    // Every RSTn renumbered, removed or duplicated: the index refuses, the decoder falls back
+    // (and libjpeg reports the damage).
+    std::vector<size_t> marks;
+    for (size_t k = 1; k + 1 < seg.start.size(); ++k) marks.push_back(seg.start[k] - 1);
+    std::vector<uint8_t> renumbered = bytes;
+    renumbered[marks[5]] = static_cast<uint8_t>(0xD0 + (5 + 3) % 8);
+    std::vector<uint8_t> dropped = bytes;
+    dropped.erase(dropped.begin() + marks[7] - 1, dropped.begin() + marks[7] + 1);
+    for (const std::vector<uint8_t>* bad : {&renumbered, &dropped}) {
+      CHECK_FALSE(dscache::detail::jpeg_index_segments(bad->data(), bad->size(), &seg));
+      JpegScratch scratch;
+      std::vector<uint8_t> out(32 * 32 * 3);
+      const CropBox box{100, 120, 40, 50, false};
+      CHECK_THROWS_AS(dscache::jpeg_decode_crop(bad->data(), bad->size(), img.h, img.w, 3, box, 32,
+                                                32, out.data(), &scratch),
+                      Error);
+    }
   }
 
   TEST_CASE("a truncated stream gives the same error to the crop decoder as to a full decode") {

@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -61,8 +62,12 @@ void SampleDecoder::decode(Token* t) const {
   }
   const size_t bytes = size_t{t->height} * t->width * r.channels;
   if (codec_ == Codec::kJpeg) {
-    jpeg_encode(t->pixels.data(), t->height, t->width, r.channels, static_cast<int>(r.quality),
-                &t->stored);
+    // The test hook writes streams as dscache did before restart markers (an older cache).
+    static const bool no_restart = std::getenv("DSCACHE_TEST_JPEG_NO_RESTART") != nullptr;
+    JpegEncodeOptions o;
+    o.quality = static_cast<int>(r.quality);
+    o.restart_markers = !no_restart;
+    jpeg_encode(t->pixels.data(), t->height, t->width, r.channels, o, &t->stored);
     t->checksum = xxh64(t->stored.data(), t->stored.size());
   } else {
     t->checksum = xxh64(t->pixels.data(), bytes);

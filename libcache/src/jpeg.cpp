@@ -1,6 +1,7 @@
-// JPEG encode and serve-time decode with libjpeg-turbo's libjpeg API (jpeglib.h): the one file
-// that includes libjpeg (feature jpeg; jpeg_stub.cpp stands in without it). The byte-level
-// stream checks (jpeg_stream.cpp) and the crop geometry (jpeg_crop.cpp) need no libjpeg.
+// Serve-time JPEG decode with libjpeg-turbo's libjpeg API (jpeglib.h); jpeg_encode.cpp encodes
+// (feature jpeg; jpeg_stub.cpp stands in without it). The byte-level stream checks
+// (jpeg_stream.cpp), the crop geometry (jpeg_crop.cpp) and the restart segments
+// (jpeg_segments.cpp) need no libjpeg.
 //
 // libjpeg reports errors through error_exit, which must not return; we longjmp back to the
 // frame that called setjmp. That frame (a *_guarded function below) holds only trivially
@@ -20,12 +21,8 @@
 
 #include "dscache/error.h"
 #include "jpeg_internal.h"
+#include "jpeg_libjpeg.h"
 #include "resample.h"
-
-// clang-format off
-#include <jpeglib.h>  // after <cstdio>: it uses FILE and size_t
-#include <jerror.h>   // ERREXIT and the message codes
-// clang-format on
 
 namespace dscache {
 
@@ -33,107 +30,12 @@ namespace {
 
 using detail::check_jpeg_shape;
 using detail::check_jpeg_stream;
+using detail::ErrorMgr;
+using detail::init_error_mgr;
 using detail::jpeg_corrupt;
 using detail::jpeg_invalid;
 
 static_assert(detail::kJpegMaxSide == JPEG_MAX_DIMENSION, "jpeg_internal.h's limit is libjpeg's");
-
-// libjpeg's error manager plus where to jump and the formatted message.
-struct ErrorMgr {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorMgr*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Level -1 is a warning (corrupt data, premature end, extraneous bytes): an error for us.
-// Levels >= 0 are trace messages: ignored.
-void on_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level < 0) on_error_exit(cinfo);
-}
-
-void init_error_mgr(ErrorMgr* err) {
-  jpeg_std_error(&err->pub);
-  err->pub.error_exit = on_error_exit;
-  err->pub.emit_message = on_emit_message;
-  err->message[0] = '\0';
-}
-
-// ---------------------------------------------------------------------------------------------
-// Encoding
-
-// A growing malloc'd output buffer (plain C memory: freed by the caller on every path, so an
-// error's longjmp cannot leak it).
-struct MemDest {
-  jpeg_destination_mgr pub;
-  unsigned char* buffer;
-  size_t capacity;
-  size_t used;  // set by term_destination
-};
-
-void dest_init(j_compress_ptr) {}
-
-boolean dest_empty(j_compress_ptr cinfo) {
-  auto* d = reinterpret_cast<MemDest*>(cinfo->dest);
-  const size_t grown = d->capacity * 2;
-  auto* bigger = static_cast<unsigned char*>(std::realloc(d->buffer, grown));
-  if (bigger == nullptr) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 0);
-  d->buffer = bigger;
-  d->pub.next_output_byte = bigger + d->capacity;
-  d->pub.free_in_buffer = grown - d->capacity;
-  d->capacity = grown;
-  return TRUE;
-}
-
-void dest_term(j_compress_ptr cinfo) {
-  auto* d = reinterpret_cast<MemDest*>(cinfo->dest);
-  d->used = d->capacity - d->pub.free_in_buffer;
-}
-
-struct EncodeJob {
-  const uint8_t* pixels;
-  uint32_t height, width, channels;
-  detail::JpegLayout layout;
-};
-
-// Returns false (message in err->message) when libjpeg failed. Trivially destructible locals.
-bool encode_guarded(const EncodeJob& job, jpeg_compress_struct* cinfo, ErrorMgr* err,
-                    MemDest* dest) {
-  cinfo->err = &err->pub;
-  if (setjmp(err->jump)) return false;
-  jpeg_create_compress(cinfo);
-  cinfo->dest = &dest->pub;
-  cinfo->image_width = job.width;
-  cinfo->image_height = job.height;
-  cinfo->input_components = static_cast<int>(job.channels);
-  cinfo->in_color_space = job.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
-  jpeg_set_defaults(cinfo);
-  jpeg_set_quality(cinfo, job.layout.quality, TRUE);
-  if (job.channels == 3) {  // luma over 1x1 chroma: 2x2 is 4:2:0
-    cinfo->comp_info[0].h_samp_factor = static_cast<int>(job.layout.luma_h);
-    cinfo->comp_info[0].v_samp_factor = static_cast<int>(job.layout.luma_v);
-    for (int c = 1; c < 3; ++c) {
-      cinfo->comp_info[c].h_samp_factor = 1;
-      cinfo->comp_info[c].v_samp_factor = 1;
-    }
-  }
-  cinfo->dct_method = JDCT_ISLOW;
-  cinfo->optimize_coding = TRUE;  // deterministic, and smaller
-  if (job.layout.progressive) jpeg_simple_progression(cinfo);
-  jpeg_start_compress(cinfo, TRUE);
-  const size_t stride = size_t{job.width} * job.channels;
-  while (cinfo->next_scanline < cinfo->image_height) {
-    JSAMPROW row = const_cast<JSAMPROW>(job.pixels + cinfo->next_scanline * stride);
-    jpeg_write_scanlines(cinfo, &row, 1);
-  }
-  jpeg_finish_compress(cinfo);
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
@@ -195,6 +97,8 @@ struct JpegScratch::Impl {
   bool created = false;
   std::vector<uint8_t> image;     // full decodes of the reference path; scaled regions
   std::vector<int32_t> row;       // resample's vertical pass
+  detail::JpegSegments segments;  // the crop path's index of the stream's restart segments
+  std::vector<uint8_t> cut;       // and the cut it decodes
   detail::JpegDecodeStats stats;  // the last decode
 };
 
@@ -376,49 +280,28 @@ void check_header(const uint8_t* data, size_t size, uint32_t height, uint32_t wi
   }
 }
 
+// With a crop, a stream whose restart segments allow it, and a cut that leaves something out:
+// points `job` at the cut (scratch memory) in the cut's coordinates. Returns the cut (useful
+// false: job unchanged).
+detail::SegmentCut cut_segments(JpegScratch::Impl* s, const uint8_t* data, size_t size,
+                                DecodeJob* job) {
+  detail::SegmentCut cut;
+  if (!job->crop || !detail::jpeg_index_segments(data, size, &s->segments)) return cut;
+  cut = detail::jpeg_segment_cut(s->segments, job->y0, job->y1, job->x0, job->x1);
+  if (!cut.useful) return detail::SegmentCut{};
+  detail::jpeg_write_cut(data, s->segments, cut, &s->cut);
+  job->data = s->cut.data();
+  job->size = s->cut.size();
+  job->height = cut.height;
+  job->width = cut.width;
+  job->y0 -= cut.y;
+  job->y1 -= cut.y;
+  job->x0 -= cut.x;
+  job->x1 -= cut.x;
+  return cut;
+}
+
 }  // namespace
-
-void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
-                 int quality, std::vector<uint8_t>* out) {
-  detail::JpegLayout layout;
-  layout.quality = quality;
-  detail::jpeg_encode_layout(pixels, height, width, channels, layout, out);
-}
-
-void detail::jpeg_encode_layout(const uint8_t* pixels, uint32_t height, uint32_t width,
-                                uint32_t channels, const JpegLayout& layout,
-                                std::vector<uint8_t>* out) {
-  check_jpeg_shape(height, width, channels);
-  if (layout.quality < 1 || layout.quality > 100) {
-    throw jpeg_invalid("quality must be in 1..100, not " + std::to_string(layout.quality));
-  }
-  if (layout.luma_h < 1 || layout.luma_h > 2 || layout.luma_v < 1 || layout.luma_v > 2) {
-    throw jpeg_invalid("luma sampling factors must be 1 or 2, not " +
-                       std::to_string(layout.luma_h) + "x" + std::to_string(layout.luma_v));
-  }
-  if (pixels == nullptr || out == nullptr) throw jpeg_invalid("null pixels or output");
-  MemDest dest{};
-  dest.pub.init_destination = dest_init;
-  dest.pub.empty_output_buffer = dest_empty;
-  dest.pub.term_destination = dest_term;
-  dest.capacity = std::max<size_t>(4096, size_t{height} * width * channels / 4);
-  dest.buffer = static_cast<unsigned char*>(std::malloc(dest.capacity));
-  if (dest.buffer == nullptr) throw Error(ErrorKind::kIOError, "", "jpeg: out of memory");
-  dest.pub.next_output_byte = dest.buffer;
-  dest.pub.free_in_buffer = dest.capacity;
-  jpeg_compress_struct cinfo{};  // zeroed: destroying it before create finished is a no-op
-  ErrorMgr err;
-  init_error_mgr(&err);
-  const EncodeJob job{pixels, height, width, channels, layout};
-  const bool ok = encode_guarded(job, &cinfo, &err, &dest);
-  jpeg_destroy_compress(&cinfo);  // safe after a failure at any point after create
-  if (!ok) {
-    std::free(dest.buffer);
-    throw jpeg_invalid(std::string("encoder failed: ") + err.message);
-  }
-  out->assign(dest.buffer, dest.buffer + dest.used);
-  std::free(dest.buffer);
-}
 
 void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                  uint32_t channels, uint8_t* out, JpegScratch* scratch) {
@@ -458,16 +341,23 @@ void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_
     job.x1 = box.x + box.width;
     job.region = s->image.data();
     s->stats = detail::JpegDecodeStats{};
+    const detail::SegmentCut cut = cut_segments(s, data, size, &job);
     const Status st = decode_guarded(s, job, &res);
     if (st == Status::kOk) {
+      // Back from the cut's coordinates to the frame's (its origin is whole MCUs, so whole
+      // scaled pixels).
+      res.first_row += detail::floor_scaled(cut.y, m);
+      res.first_col += detail::floor_scaled(cut.x, m);
       s->stats.fast = true;
+      s->stats.segments = cut.useful;
+      s->stats.stream_bytes = job.size;
       s->stats.scale_num = m;
       s->stats.first_row = res.first_row;
       s->stats.rows = res.rows;
       s->stats.first_col = res.first_col;
       s->stats.cols = res.cols;
-      s->stats.image_rows = res.image_rows;
-      s->stats.image_cols = res.image_cols;
+      s->stats.image_rows = detail::ceil_scaled(height, m);
+      s->stats.image_cols = detail::ceil_scaled(width, m);
       detail::AxisTaps ty, tx;
       detail::jpeg_crop_taps(box, out_h, out_w, m, res.first_row, res.rows, res.first_col, res.cols,
                              &ty, &tx);

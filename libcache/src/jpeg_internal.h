@@ -1,7 +1,8 @@
 // Internals of the JPEG codec shared by its files and checked by tests: the byte-level stream
 // checks (jpeg_stream.cpp), the crop geometry (jpeg_crop.cpp: the DCT-scale rule, the scaled
 // window and the resampling taps), and what the last jpeg_decode_crop on a scratch actually
-// decoded (to prove the fast path ran). Only jpeg.cpp includes libjpeg; nothing here needs it.
+// decoded (to prove the fast path ran). Only jpeg.cpp and jpeg_encode.cpp include libjpeg;
+// nothing here needs it.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +86,52 @@ void jpeg_crop_taps(const CropBox& box, uint32_t out_h, uint32_t out_w, uint32_t
                     AxisTaps* ty, AxisTaps* tx);
 
 // ---------------------------------------------------------------------------------------------
+// Restart segments (jpeg_segments.cpp)
+
+// The restart interval (MCUs between restart markers, DRI) jpeg_encode writes for a
+// height x width image whose MCUs are mcu_h x mcu_w pixels: 0 (none) below 128x128 pixels; else
+// the largest divisor k of the MCUs per row with k * mcu_w <= 64 px, if k * mcu_w >= 32 px;
+// else one segment per MCU row. Every MCU row then holds a whole number of segments, which is
+// what lets the crop decoder skip the segments outside a box (jpeg_segment_cut).
+uint32_t jpeg_restart_interval(uint32_t height, uint32_t width, uint32_t mcu_h, uint32_t mcu_w);
+
+// Where a stream's restart segments are: a one-scan baseline/extended Huffman stream (1 or 3
+// components) with a restart interval that divides its MCUs per row, and exactly the restart
+// markers that implies, numbered in sequence, the scan ending at the stream's final EOI.
+struct JpegSegments {
+  uint32_t height = 0, width = 0;  // the frame, pixels
+  uint32_t mcu_h = 0, mcu_w = 0;   // one MCU, pixels
+  uint32_t mcus_per_row = 0, mcu_rows = 0;
+  uint32_t interval = 0;      // MCUs per segment (DRI)
+  uint32_t per_row = 0;       // segments per MCU row
+  size_t sof = 0;             // offset of SOF's height field (width follows)
+  size_t scan = 0;            // first entropy-coded byte: the header is [0, scan)
+  std::vector<size_t> start;  // per segment its first byte; last: the stream's end
+};
+
+// Indexes `d`; false (and nothing usable) when the stream is not as above -- then the decoder
+// takes its usual path, which reports any damage.
+bool jpeg_index_segments(const uint8_t* d, size_t n, JpegSegments* seg);
+
+// The MCU rows [row0, row1) and segments [seg0, seg1) (of each row) holding full-size rows
+// [y0, y1) and columns [x0, x1) with one MCU of context on every side; as an image, rows
+// [y, y + height) and columns [x, x + width) of the frame. `useful`: it leaves out rows above
+// or segments beside the box (rows below are never decoded anyway).
+struct SegmentCut {
+  uint32_t row0 = 0, row1 = 0, seg0 = 0, seg1 = 0;
+  uint32_t y = 0, x = 0, height = 0, width = 0;
+  bool useful = false;
+};
+SegmentCut jpeg_segment_cut(const JpegSegments& seg, uint32_t y0, uint32_t y1, uint32_t x0,
+                            uint32_t x1);
+
+// The cut as a stream of its own into `out`: the header with the cut's size, its segments in
+// raster order with restart markers renumbered from RST0, EOI. Decoded, its pixels at least one
+// MCU inside the cut's edges (those that are not the frame's) equal the frame's.
+void jpeg_write_cut(const uint8_t* d, const JpegSegments& seg, const SegmentCut& cut,
+                    std::vector<uint8_t>* out);
+
+// ---------------------------------------------------------------------------------------------
 // Encoding layouts (jpeg.cpp): the streams a cache may hold beyond jpeg_encode's, for the tests
 // and benches of the decoder.
 
@@ -94,6 +141,8 @@ struct JpegLayout {
   uint32_t luma_h = 2;       // 3 channels: luma's horizontal sampling over 1x1 chroma (1, 2); 2
   uint32_t luma_v = 2;       // 3 channels: luma's vertical sampling (1, 2); 2 (2x2 = 4:2:0)
   bool progressive = false;  // jpeg_simple_progression's scans instead of one; default off
+  int restart = -1;          // MCUs between restart markers: -1 jpeg_restart_interval's rule
+                             // (default; none when progressive), 0 none
 };
 
 // jpeg_encode with a layout (4:4:4 is luma 1x1, 4:2:2 2x1, 4:4:0 1x2). Same errors.
@@ -113,6 +162,8 @@ struct JpegDecodeStats {
   uint32_t cols = 0;        // columns decoded per row (scaled pixels)
   uint32_t image_rows = 0;  // rows of the whole image at that scale
   uint32_t image_cols = 0;  // columns of the whole image at that scale
+  bool segments = false;    // decoded from a cut of the stream's restart segments
+  size_t stream_bytes = 0;  // bytes of the stream libjpeg read from (the cut's, or all)
 };
 
 // The stats of the last decode on `scratch` (zeros before any; all-default without JPEG

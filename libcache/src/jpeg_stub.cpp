@@ -27,6 +27,10 @@ JpegInfo jpeg_info(const uint8_t*, size_t) { unsupported(); }
 void jpeg_encode(const uint8_t*, uint32_t, uint32_t, uint32_t, int, std::vector<uint8_t>*) {
   unsupported();
 }
+void jpeg_encode(const uint8_t*, uint32_t, uint32_t, uint32_t, const JpegEncodeOptions&,
+                 std::vector<uint8_t>*) {
+  unsupported();
+}
 void jpeg_decode(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, uint8_t*, JpegScratch*) {
   unsupported();
 }

@@ -165,6 +165,50 @@ def case_jpeg_build_interop(tmp):
             run(["inspect", jpg, "--grid", "6", "--out", tmp / "g.png"])
 
 
+def restart_markers(stream):
+    """The restart interval (DRI) of a stream's header and the RSTn markers after its SOS."""
+    interval, p = 0, 2
+    while stream[p + 1] != 0xDA:  # walk the marker segments up to SOS
+        n = int.from_bytes(stream[p + 2:p + 4], "big")
+        if stream[p + 1] == 0xDD:
+            interval = int.from_bytes(stream[p + 4:p + 6], "big")
+        p += 2 + n
+    data = stream[p:]
+    return interval, sum(data.count(bytes([0xFF, 0xD0 + k])) for k in range(8))
+
+
+def case_jpeg_restart_segments(tmp):
+    """Streams of 128x128 px and more carry restart markers, every 4 MCUs (64 px) where the MCUs
+    per row allow it; they decode to exactly the pixels of the same build without markers (the
+    streams dscache wrote before them, DSCACHE_TEST_JPEG_NO_RESTART), and `verify --source`
+    accepts both kinds."""
+    src = tmp / "src"
+    make_photo_like_folder(src, n_per_class=2, sizes=((200, 260), (180, 200)))
+    new, old = tmp / "new", tmp / "old"
+    opts = ["--size", "160x192", "--codec", "jpeg"]
+    build(src, new, *opts)
+    build(src, old, *opts, env_extra={"DSCACHE_TEST_JPEG_NO_RESTART": "1"})
+    _, _, a = stored_streams(new)
+    _, _, b = stored_streams(old)
+    check_eq(len(a), 6, "samples")
+    for i, (x, y) in enumerate(zip(a, b)):
+        # 4:2:0: 12 MCUs of 16 px per row -> a segment of 4 MCUs; 10 MCU rows x 3 segments.
+        check_eq(restart_markers(x), (4, 10 * 3 - 1), f"sample {i}: interval and markers")
+        check_eq(restart_markers(y), (0, 0), f"sample {i} of the old-style build")
+        check(x != y, f"sample {i}: the streams differ")
+        px = cv2.imdecode(np.frombuffer(x, np.uint8), cv2.IMREAD_COLOR)
+        py = cv2.imdecode(np.frombuffer(y, np.uint8), cv2.IMREAD_COLOR)
+        check(px is not None and px.shape == (160, 192, 3), f"sample {i} decodes")
+        check(np.array_equal(px, py), f"sample {i}: restart markers changed pixels")
+    for out in (new, old):
+        ok = run(["verify", out, "--source"]).stdout
+        check("OK" in ok, f"verify --source {out.name}: {ok}")
+    # A small image gets none: 32x40 is below 128x128 pixels.
+    small = tmp / "small"
+    build(src, small, "--size", "32x40", "--codec", "jpeg")
+    check(all(restart_markers(x) == (0, 0) for x in stored_streams(small)[2]), "small: none")
+
+
 def case_jpeg_threads_resume(tmp):
     """--threads 1 and 2 give byte-identical JPEG caches, and a build killed after 2 shards and
     resumed equals an uninterrupted one (shards kept, not rewritten)."""
@@ -256,6 +300,7 @@ def case_jpeg_bench(tmp):
 CASES = {
     "jpeg_build_interop": case_jpeg_build_interop,
     "jpeg_threads_resume": case_jpeg_threads_resume,
+    "jpeg_restart_segments": case_jpeg_restart_segments,
     "jpeg_corrupt": case_jpeg_corrupt,
     "jpeg_usage": case_jpeg_usage,
     "jpeg_bench": case_jpeg_bench,

@@ -27,11 +27,20 @@ struct JpegInfo {
 JpegInfo jpeg_info(const uint8_t* data, size_t size);
 
 // Encodes an HWC uint8 image (channels 1 or 3, RGB) as a baseline JPEG: quality 1..100,
-// 4:2:0 chroma subsampling for 3 channels, no restart markers, no metadata. The same input and
-// quality give the same bytes on every run. Replaces *out. Throws Error(kInvalidArgument) for bad
-// arguments.
+// 4:2:0 chroma subsampling for 3 channels, no metadata, restart markers at the interval that
+// lets jpeg_decode_crop skip what a crop does not need (docs/FORMAT.md "Serve-time decode").
+// The same input and quality give the same bytes on every run. Replaces *out. Throws
+// Error(kInvalidArgument) for bad arguments.
 void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
                  int quality, std::vector<uint8_t>* out);
+
+struct JpegEncodeOptions {
+  int quality = 90;             // 1..100; default 90
+  bool restart_markers = true;  // default true; false: none, as dscache wrote streams before
+                                // 2026-12 (`dscache verify --source` re-encodes those so)
+};
+void jpeg_encode(const uint8_t* pixels, uint32_t height, uint32_t width, uint32_t channels,
+                 const JpegEncodeOptions& options, std::vector<uint8_t>* out);
 
 // How jpeg_decode_crop may save work (both on by default; off = the reference path).
 struct JpegDecodeOptions {
