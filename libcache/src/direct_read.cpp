@@ -42,7 +42,7 @@ DirectReadDecision decide_direct_read(uint64_t bytes_needed, const PageCacheRoom
              avail < room.mem_available) {
     what = "cgroup limit";
   }
-  if (avail == UINT64_MAX) {
+  if (avail == UINT64_MAX && !room.budget_override) {
     return {false, "cache " + human_bytes(bytes_needed) +
                        ": no memory limit known (MemAvailable unreadable, no cgroup limit)"};
   }
