@@ -4,6 +4,7 @@
 #include <string>
 
 #include "dscache/cache.h"
+#include "dscache/direct_read.h"
 #include "dscache/enum_table.h"
 #include "dscache/manifest.h"
 #include "dscache/sampler.h"
@@ -52,6 +53,10 @@ TEST_SUITE("unit") {
                             {CropMode::kCenter, "center"},
                             {CropMode::kRandomResized, "random_resized"}},
                            "none, center, random_resized"});
+    check_table<DirectRead>(
+        {kDirectReadNames,
+         {{DirectRead::kOff, "off"}, {DirectRead::kOn, "on"}, {DirectRead::kAuto, "auto"}},
+         "off, on, auto"});
   }
 
   TEST_CASE("to_string overloads print the tables' names") {

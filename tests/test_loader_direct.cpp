@@ -15,6 +15,7 @@
 #include "dscache/error.h"
 #include "dscache/loader.h"
 #include "loader_fixtures.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 using namespace dscache::test;
@@ -213,7 +214,7 @@ TEST_SUITE("loader") {
         o.drop_last = c.drop_last;
         o.transform.flip = c.flip;
         Loader reference(built.cache, o);  // mapped: the page cache's bytes
-        o.direct_read = true;
+        o.direct_read = dscache::DirectRead::kOn;
         o.direct_buffers = c.buffers;
         o.direct_depth = c.depth;
         o.direct_request_kib = c.request_kib;
@@ -235,21 +236,31 @@ TEST_SUITE("loader") {
     }
   }
 
-  TEST_CASE("direct_read applies only to windowed, pread, uncropped serving") {
+  TEST_CASE("direct_read applies only to windowed, pread, uncropped serving, and says why") {
     TempDir dir;
     const Built built = build_cache(dir.path(), Spec{});
     if (!direct_supported(dir.path())) return;
     dscache::CacheOptions po;
     po.memory = dscache::MemoryMode::kPread;
     const auto pread = Cache::open(dir.path(), po);
+    ScopedEnv tiny("DSCACHE_DIRECT_READ_BUDGET_BYTES", "1");  // kAuto: the cache never fits
+    using dscache::DirectRead;
     struct Row {
       const char* name;
+      DirectRead mode;
       bool pread, windowed, crop, want;
+      const char* reason;  // the start of direct_read_reason()
     };
-    for (const Row& r : std::vector<Row>{{"pread, windowed", true, true, false, true},
-                                         {"mapped cache", false, true, false, false},
-                                         {"global shuffle", true, false, false, false},
-                                         {"center crop", true, true, true, false}}) {
+    for (const Row& r : std::vector<Row>{
+             {"pread, windowed", DirectRead::kOn, true, true, false, true, "on: direct_read on"},
+             {"auto, pread, windowed", DirectRead::kAuto, true, true, false, true, "auto: cache "},
+             {"off", DirectRead::kOff, true, true, false, false, "off: direct_read off"},
+             {"mapped cache", DirectRead::kOn, false, true, false, false,
+              "on: not applicable (O_DIRECT windows need a Cache open in pread memory mode)"},
+             {"global shuffle", DirectRead::kAuto, true, false, false, false,
+              "auto: not applicable (O_DIRECT windows need the windowed shuffle)"},
+             {"center crop", DirectRead::kOn, true, true, true, false,
+              "on: not applicable (O_DIRECT windows need the raw fixed layout and crop none)"}}) {
       CAPTURE(r.name);
       LoaderOptions o = small_options(8);
       o.sampler.shuffle = r.windowed ? Shuffle::kWindowed : Shuffle::kGlobal;
@@ -259,14 +270,58 @@ TEST_SUITE("loader") {
         o.transform.height = 4;
         o.transform.width = 4;
       }
-      o.direct_read = true;
+      o.direct_read = r.mode;
       Loader on(r.pread ? std::shared_ptr<Cache>(pread) : built.cache, o);
-      o.direct_read = false;
+      o.direct_read = DirectRead::kOff;
       Loader off(built.cache, o);
+      CHECK(!on.reads_direct());  // nothing started yet
       on.start_epoch(1, 0);
       off.start_epoch(1, 0);
       CHECK(on.reads_direct() == r.want);
+      CAPTURE(on.direct_read_reason());
+      CHECK(on.direct_read_reason().rfind(r.reason, 0) == 0);
       CHECK(drain(on) == drain(off));
+    }
+  }
+
+  TEST_CASE("direct_read auto: a budget below the cache reads directly, one above does not") {
+    TempDir dir;  // TMPDIR's file system: a real disk, not tmpfs, where O_DIRECT works
+    const Built built = build_cache(dir.path(), Spec{});
+    dscache::CacheOptions po;
+    po.memory = dscache::MemoryMode::kPread;
+    const auto pread = Cache::open(dir.path(), po);
+    const uint64_t bytes = pread->stored_bytes();
+    REQUIRE(bytes > 1);
+    LoaderOptions o = small_options(8);
+    o.sampler.shuffle = Shuffle::kWindowed;
+    o.sampler.block = 8;
+    o.direct_read = dscache::DirectRead::kOff;
+    Loader reference(built.cache, o);
+    reference.start_epoch(5, 2);
+    const auto want = drain(reference);
+    o.direct_read = dscache::DirectRead::kAuto;  // the default
+    CHECK(LoaderOptions{}.direct_read == dscache::DirectRead::kAuto);
+    struct Row {
+      std::string budget;
+      bool direct;
+      const char* reason;
+    };
+    for (const Row& r : std::vector<Row>{{std::to_string(bytes - 1), true, " > "},
+                                         {std::to_string(bytes), false, " fits in "},
+                                         {"1000000000000000", false, " fits in "}}) {
+      CAPTURE(r.budget);
+      ScopedEnv budget("DSCACHE_DIRECT_READ_BUDGET_BYTES", r.budget.c_str());
+      Loader loader(pread, o);
+      loader.start_epoch(5, 2);
+      const bool refused = !direct_supported(dir.path());
+      CHECK(loader.reads_direct() == (r.direct && !refused));
+      const std::string reason = loader.direct_read_reason();
+      CAPTURE(reason);
+      CHECK(reason.rfind("auto: cache ", 0) == 0);
+      CHECK(reason.find(r.reason) != std::string::npos);
+      CHECK(reason.find("(DSCACHE_DIRECT_READ_BUDGET_BYTES)") != std::string::npos);
+      CHECK((reason.find("refused O_DIRECT") != std::string::npos) == (r.direct && refused));
+      CHECK(drain(loader) == want);
     }
   }
 
@@ -281,7 +336,7 @@ TEST_SUITE("loader") {
     LoaderOptions o = small_options(8);
     o.sampler.shuffle = Shuffle::kWindowed;
     o.sampler.block = 53;  // one window: every batch needs the cut shard
-    o.direct_read = true;
+    o.direct_read = dscache::DirectRead::kOn;
     Loader loader(pread, o);
     REQUIRE(::truncate((dir.path() + "/" + last).c_str(), 200) == 0);
     loader.start_epoch(0, 0);
@@ -309,7 +364,7 @@ TEST_SUITE("loader") {
     o.workers = 1;
     o.prefetch = 1;
     Loader reference(built.cache, o);
-    o.direct_read = true;
+    o.direct_read = dscache::DirectRead::kOn;
     for (int restarts : {1, 3}) {
       Loader direct(pread, o);
       for (int k = 0; k < restarts; ++k) {

@@ -35,6 +35,8 @@ json out_of_core_json(const BenchReport& r) {
       {"window_blocks", d.ooc_sampler.window_blocks},
       {"window_bytes", d.ooc_sampler.window_bytes},
       {"direct_read", d.ooc_direct},
+      {"direct_read_requested", kDirectReadNames.to_string(r.direct_read)},
+      {"direct_read_reason", d.ooc_direct_reason},
       {"direct_depth", r.direct_depth},
       {"direct_request_kib", r.direct_request_kib},
       {"vs_disk_sequential",
@@ -147,6 +149,8 @@ void print_bench_text(const BenchReport& r) {
       std::printf(" = %.2fx the disk's sequential rate", disk.ooc_sps * sb / disk.seq_bps);
     }
     std::printf("; RSS anon %.1f MiB\n", disk.ooc_rss.anon_mib);
+    std::printf("  read path: %s (%s)\n", disk.ooc_direct ? "O_DIRECT" : "page cache",
+                disk.ooc_direct_reason.c_str());
   }
   if (!r.decode.note.empty()) std::printf("note: %s\n", r.decode.note.c_str());
 }

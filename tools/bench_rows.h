@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dscache/cache.h"
+#include "dscache/direct_read.h"
 #include "dscache/sampler.h"
 
 namespace dscache {
@@ -33,14 +34,14 @@ extern const char* const kBenchRowGroups[6];
 
 // What every row group reads. Plain values; the groups only read it.
 struct BenchSettings {
-  std::string dir;                    // the cache directory
-  uint32_t batch = 256;               // Loader batch size (>= 1)
-  double seconds = 2.0;               // minimum time per timed row (> 0)
-  int all_threads = 1;                // threads of the 'all' rows (>= 1)
-  std::set<std::string> groups;       // the kBenchRowGroups to run
-  bool direct_read = false;           // out-of-core row: LoaderOptions::direct_read
-  uint32_t direct_depth = 4;          // and its direct_depth
-  uint32_t direct_request_kib = 512;  // and direct_request_kib
+  std::string dir;                             // the cache directory
+  uint32_t batch = 256;                        // Loader batch size (>= 1)
+  double seconds = 2.0;                        // minimum time per timed row (> 0)
+  int all_threads = 1;                         // threads of the 'all' rows (>= 1)
+  std::set<std::string> groups;                // the kBenchRowGroups to run
+  DirectRead direct_read = DirectRead::kAuto;  // out-of-core row: LoaderOptions::direct_read
+  uint32_t direct_depth = 4;                   // and its direct_depth
+  uint32_t direct_request_kib = 512;           // and direct_request_kib
   bool want(const char* group) const { return groups.count(group) > 0; }
 };
 
@@ -85,14 +86,15 @@ DecodeRows decode_rows(const Cache& cache, const BenchSettings& s, const DecodeS
 // kernel keeps mapped pages when the page cache is dropped.
 struct DiskRows {
   std::vector<BenchRow> rows;
-  double seq_bps = 0;          // sequential read, bytes/s (0 without the disk group)
-  std::string seq_method;      // "O_DIRECT" or "buffered, cold"
-  double rnd_sps = 0;          // random sample reads, samples/s
-  double ooc_sps = 0;          // windowed out of core, samples/s (0 without out-of-core)
-  uint32_t ooc_workers = 0;    // its Loader workers
-  SamplerOptions ooc_sampler;  // its resolved block and window
-  Rss ooc_rss;                 // RSS after it
-  bool ooc_direct = false;     // its windows were read with O_DIRECT (Loader::reads_direct)
+  double seq_bps = 0;             // sequential read, bytes/s (0 without the disk group)
+  std::string seq_method;         // "O_DIRECT" or "buffered, cold"
+  double rnd_sps = 0;             // random sample reads, samples/s
+  double ooc_sps = 0;             // windowed out of core, samples/s (0 without out-of-core)
+  uint32_t ooc_workers = 0;       // its Loader workers
+  SamplerOptions ooc_sampler;     // its resolved block and window
+  Rss ooc_rss;                    // RSS after it
+  bool ooc_direct = false;        // its windows were read with O_DIRECT (Loader::reads_direct)
+  std::string ooc_direct_reason;  // why (Loader::direct_read_reason)
 };
 // `files`: the cache's non-empty shards; `disk_sb`: stored bytes per sample.
 DiskRows disk_rows(const BenchSettings& s, const std::vector<std::string>& files, double disk_sb);

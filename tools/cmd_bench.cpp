@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iterator>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "bench_report.h"
 #include "bench_rows.h"
@@ -16,6 +19,7 @@
 #include "commands.h"
 #include "dscache/cache.h"
 #include "dscache/cpus.h"
+#include "dscache/direct_read.h"
 #include "dscache/error.h"
 #include "dscache/exit_codes.h"
 #include "dscache/ingest/image_decode.h"
@@ -46,7 +50,7 @@ struct BenchFlags {
   double seconds = 2.0;               // --seconds, per timed row
   uint64_t decode_samples = 3000;     // --decode-samples
   bool json = false;                  // --json
-  bool direct_read = false;           // --direct-read
+  std::string direct_read = "auto";   // --direct-read: auto, on or off (bare: on)
   uint32_t direct_depth = 4;          // --direct-depth
   uint32_t direct_request_kib = 512;  // --direct-request-kib
   std::set<std::string> groups;       // --rows parsed: the row groups to run
@@ -70,6 +74,24 @@ std::set<std::string> parse_row_groups(const std::string& rows_arg) {
   }
   if (groups.empty()) throw UsageError("--rows is empty");
   return groups;
+}
+
+// argv with each bare --direct-read (a plain switch before it took a value, so scripts pass
+// it bare, before CACHE or another flag) spelled --direct-read=on: Boost would take the word
+// after it as the value. That word is CACHE, not a value, when it is a flag, a path (has a
+// '/') or names something that exists; else (e.g. "yes") it stays the value, to be refused.
+std::vector<std::string> spell_bare_direct_read(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] != "--direct-read") continue;
+    std::error_code ec;
+    const bool bare = i + 1 == args.size() || (!kDirectReadNames.find(args[i + 1]) &&
+                                               (args[i + 1].rfind('-', 0) == 0 ||
+                                                args[i + 1].find('/') != std::string::npos ||
+                                                std::filesystem::exists(args[i + 1], ec)));
+    if (bare) args[i] = "--direct-read=on";
+  }
+  return args;
 }
 
 // Parses argv into *f. Returns -1 to go on, or the exit code to return now (--help: 0; a bad
@@ -97,27 +119,33 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "rows", po::value(&f->rows_arg)->default_value("all"),
       "comma-separated row groups: memcpy, global, windowed, decode (and lazy), disk, "
       "out-of-core; 'all' = every one. Without memcpy the page cache is not warmed first")(
-      "direct-read",
+      "direct-read", po::value(&f->direct_read)->default_value("auto")->implicit_value("on"),
       "out-of-core row: read each window with O_DIRECT into the Loader's buffers "
-      "(LoaderOptions::direct_read) instead of through the page cache")(
-      "direct-depth", po::value(&f->direct_depth)->default_value(4),
-      "--direct-read: read requests in flight (1..64)")(
+      "(LoaderOptions::direct_read) instead of through the page cache: auto (when the cache "
+      "does not fit in the memory this process may use for page cache), on (a bare "
+      "--direct-read) or off")("direct-depth", po::value(&f->direct_depth)->default_value(4),
+                               "--direct-read: read requests in flight (1..64)")(
       "direct-request-kib", po::value(&f->direct_request_kib)->default_value(512),
       "--direct-read: KiB per read request (a multiple of 4)")("json", "machine-readable output");
   po::variables_map vm;
   try {
-    if (!parse_cache_args(argc, argv, desc, "bench", &f->dir, &vm)) return to_int(ExitCode::kOk);
+    std::vector<std::string> args = spell_bare_direct_read(argc, argv);
+    std::vector<char*> arg_ptrs;
+    for (std::string& a : args) arg_ptrs.push_back(a.data());
+    if (!parse_cache_args(argc, arg_ptrs.data(), desc, "bench", &f->dir, &vm)) {
+      return to_int(ExitCode::kOk);
+    }
     if (f->batch == 0) throw UsageError("--batch must be >= 1");
     if (f->threads < 0) throw UsageError("--threads must be >= 0");
     if (f->seconds <= 0) throw UsageError("--seconds must be positive");
     if (f->decode_samples == 0) throw UsageError("--decode-samples must be >= 1");
     parse_choice(kBenchMemoryNames, f->memory, "--memory");  // measure() reads it again
+    parse_choice(kDirectReadNames, f->direct_read, "--direct-read");
     f->groups = parse_row_groups(f->rows_arg);
   } catch (const std::exception& e) {
     return report_failure("dscache bench", e);
   }
   f->json = vm.count("json") > 0;
-  f->direct_read = vm.count("direct-read") > 0;
   return -1;
 }
 
@@ -174,7 +202,7 @@ int cmd_bench(int argc, char** argv) {
   s.seconds = f.seconds;
   s.all_threads = f.threads > 0 ? f.threads : static_cast<int>(usable_cpus().cpus);
   s.groups = f.groups;
-  s.direct_read = f.direct_read;
+  s.direct_read = kDirectReadNames.parse(f.direct_read, "--direct-read");
   s.direct_depth = f.direct_depth;
   s.direct_request_kib = f.direct_request_kib;
   set_decode_threads(0);
@@ -187,6 +215,7 @@ int cmd_bench(int argc, char** argv) {
   r.rows_requested = f.rows_arg;
   r.want_disk = s.want("disk");
   r.want_out_of_core = s.want("out-of-core");
+  r.direct_read = s.direct_read;
   r.direct_depth = s.direct_depth;
   r.direct_request_kib = s.direct_request_kib;
   try {

@@ -78,6 +78,10 @@ void validate_direct(const LoaderOptions& o) {
   auto invalid = [](const std::string& reason) {
     return Error(ErrorKind::kInvalidArgument, "", reason);
   };
+  if (kDirectReadNames.find(kDirectReadNames.to_string(o.direct_read)) != o.direct_read) {
+    throw invalid("loader.direct_read " + std::to_string(static_cast<int>(o.direct_read)) +
+                  " is not one of " + kDirectReadNames.names());
+  }
   if (o.direct_buffers < 2 || o.direct_buffers > 64) {
     throw invalid("loader.direct_buffers " + std::to_string(o.direct_buffers) +
                   " must be in [2, 64] (windows held by direct_read)");
@@ -123,7 +127,7 @@ std::unique_ptr<DirectWindows> DirectWindows::plan(
     const std::vector<ReadAhead::Window>& windows, uint64_t samples_per_epoch, uint64_t first_batch,
     std::vector<uint32_t>* pos_window) {
   pos_window->clear();
-  if (!o.direct_read || o.sampler.shuffle != Shuffle::kWindowed || windows.empty()) return nullptr;
+  if (o.sampler.shuffle != Shuffle::kWindowed || windows.empty()) return nullptr;
   const auto cache = std::dynamic_pointer_cast<const Cache>(source);
   if (!cache || cache->memory_mode() != MemoryMode::kPread) return nullptr;
   std::vector<uint64_t> left;

@@ -8,10 +8,12 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "dscache/cache.h"
+#include "dscache/direct_read.h"
 #include "prefetcher.h"
 #include "read_ahead.h"
 
@@ -21,6 +23,14 @@ namespace detail {
 
 // LoaderOptions' direct_* fields: Error(kInvalidArgument) naming the offending one.
 void validate_direct(const LoaderOptions& o);
+
+// LoaderOptions::direct_read for a Loader over `source`: whether its epochs try O_DIRECT, and
+// why (Loader::direct_read_reason()). kAuto probes this process's memory (direct_read.cpp).
+// `plain_copy`: the fixed layout with crop none.
+DirectReadDecision choose_direct_read(const SampleSource& source, const LoaderOptions& o,
+                                      bool plain_copy);
+// Loader::direct_read_reason(): `choice`'s reason, plus the file system's refusal if `refused`.
+std::string describe(const DirectReadDecision& choice, bool refused);
 
 constexpr uint32_t kNoWindow = UINT32_MAX;
 
@@ -54,9 +64,9 @@ class DirectWindows {
     uint32_t depth = 4;                  // read requests in flight (>= 1)
     uint64_t request_bytes = 512 << 10;  // bytes per request (a multiple of 4096)
   };
-  // The Loader's epoch: null unless `o.direct_read` applies (kWindowed, a Cache in kPread
-  // mode; the caller checks crop none) and O_DIRECT works; else `*pos_window` gets
-  // position_windows() for the batches from `first_batch` on.
+  // The Loader's epoch, when choose_direct_read() chose O_DIRECT: null unless the path applies
+  // (kWindowed, a Cache in kPread mode; the caller checks crop none) and O_DIRECT works; else
+  // `*pos_window` gets position_windows() for the batches from `first_batch` on.
   static std::unique_ptr<DirectWindows> plan(const std::shared_ptr<const SampleSource>& source,
                                              const LoaderOptions& o,
                                              const std::vector<ReadAhead::Window>& windows,

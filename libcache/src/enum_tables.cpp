@@ -3,6 +3,7 @@
 // The manifest stores Storage, Layout, ResizePolicy, Codec and AlphaMode names, and users type all
 // of them (`dscache build`, Python keywords): a name here is never changed or removed.
 #include "dscache/cache.h"
+#include "dscache/direct_read.h"
 #include "dscache/enum_table.h"
 #include "dscache/manifest.h"
 #include "dscache/sampler.h"
@@ -53,6 +54,11 @@ constexpr EnumName<RankTail> kRankTail[] = {
     {RankTail::kPad, "pad"},
     {RankTail::kDrop, "drop"},
 };
+constexpr EnumName<DirectRead> kDirectRead[] = {
+    {DirectRead::kOff, "off"},
+    {DirectRead::kOn, "on"},
+    {DirectRead::kAuto, "auto"},
+};
 constexpr EnumName<CropMode> kCropMode[] = {
     {CropMode::kNone, "none"},
     {CropMode::kCenter, "center"},
@@ -72,6 +78,7 @@ constexpr EnumTable<AccessHint> kAccessHintNames(kAccessHint);
 constexpr EnumTable<Shuffle> kShuffleNames(kShuffle);
 constexpr EnumTable<RankTail> kRankTailNames(kRankTail);
 constexpr EnumTable<CropMode> kCropModeNames(kCropMode);
+constexpr EnumTable<DirectRead> kDirectReadNames(kDirectRead);
 
 const char* to_string(Storage s) { return kStorageNames.to_string(s); }
 const char* to_string(Layout l) { return kLayoutNames.to_string(l); }

@@ -173,6 +173,7 @@ class Loader::Impl {
   static constexpr uint32_t kNoWindow = detail::kNoWindow;
   std::vector<uint32_t> pos_window_;
   std::unique_ptr<detail::DirectWindows> direct_;
+  DirectReadDecision direct_choice_;  // made once, at construction (direct_read_reason())
 
   std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
 };
@@ -225,6 +226,7 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   fields_ = std::make_unique<detail::FieldFill>(*source_, options_.fields,
                                                 options_.min_box_visibility, out_h_, out_w_);
   with_fields_ = !fields_->empty();
+  direct_choice_ = detail::choose_direct_read(*source_, options_, plain_copy_);
   // What a batch holds per sample besides labels and indices: the image and the fixed-size
   // fields (variable ones grow with the data and are not known here).
   uint64_t field_bytes = 0, held_bytes = 0;
@@ -304,7 +306,7 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   // ReadAhead counts the rank's batches (unstrided).
   read_ahead_ = detail::ReadAhead(options_.sampler, source_->size(), seed, epoch,
                                   options_.batch_size, samples_per_epoch_, rank_batch(cursor));
-  if (options_.direct_read && plain_copy_) {  // the epoch's windows and pos_window_, or null
+  if (direct_choice_.direct) {  // the epoch's windows and pos_window_, or null
     direct_ = detail::DirectWindows::plan(source_, options_, read_ahead_.windows(),
                                           samples_per_epoch_, rank_batch(cursor), &pos_window_);
   }
@@ -483,6 +485,11 @@ uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
 uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch_; }
 
 bool Loader::reads_direct() const { return impl_->direct_ != nullptr; }
+
+std::string Loader::direct_read_reason() const {
+  const Impl& i = *impl_;  // chose O_DIRECT, started, yet reads through the page cache: refused
+  return detail::describe(i.direct_choice_, i.direct_choice_.direct && i.started_ && !i.direct_);
+}
 
 double Loader::take_wait_seconds() {
   const double w = impl_->wait_seconds_;

@@ -25,6 +25,7 @@
 
 #include "_binding.h"
 #include "_buffer_pool.h"
+#include "dscache/direct_read.h"
 #include "dscache/error.h"
 #include "dscache/fields.h"
 #include "dscache/loader.h"
@@ -237,6 +238,14 @@ class PyLoader {
     check_usable();
     return loader_->batches_per_epoch();
   }
+  bool reads_direct() const {
+    check_usable();
+    return loader_->reads_direct();
+  }
+  std::string direct_read_reason() const {
+    check_usable();
+    return loader_->direct_read_reason();
+  }
   uint64_t samples_per_epoch() const {
     check_usable();
     return loader_->samples_per_epoch();
@@ -356,13 +365,14 @@ PYBIND11_MODULE(_dscache, m) {
                        double scale_min, double scale_max, double ratio_min, double ratio_max,
                        bool flip, std::optional<std::vector<std::string>> fields,
                        double min_box_visibility, uint32_t batch_stride, uint32_t batch_offset,
-                       bool fresh_batches) {
+                       bool fresh_batches, const std::string& direct_read) {
              LoaderOptions o = make_loader_options(
                  batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
                  rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
                  scale_max, ratio_min, ratio_max, flip, fields, min_box_visibility, batch_stride,
                  batch_offset);
              o.hand_off_images = fresh_batches;  // Python's copy=True (PyLoader's allocator)
+             o.direct_read = kDirectReadNames.parse(direct_read, "direct_read");
              return std::make_unique<PyLoader>(std::move(source), o);
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
@@ -372,7 +382,8 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("width"), py::arg("scale_min"), py::arg("scale_max"), py::arg("ratio_min"),
            py::arg("ratio_max"), py::arg("flip"), py::arg("fields") = py::none(),
            py::arg("min_box_visibility") = 0.0, py::arg("batch_stride") = 1,
-           py::arg("batch_offset") = 0, py::arg("fresh_batches") = false)
+           py::arg("batch_offset") = 0, py::arg("fresh_batches") = false,
+           py::arg("direct_read") = "auto")
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))
@@ -380,6 +391,8 @@ PYBIND11_MODULE(_dscache, m) {
       .def("position", &PyLoader::position)
       .def("sampler_options", &PyLoader::sampler_options)
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
+      .def("reads_direct", &PyLoader::reads_direct)
+      .def("direct_read_reason", &PyLoader::direct_read_reason)
       .def("samples_per_epoch", &PyLoader::samples_per_epoch)
       .def("take_wait_seconds", &PyLoader::take_wait_seconds)
       .def("attach_shared_slots", &PyLoader::attach_shared_slots, py::arg("path"),

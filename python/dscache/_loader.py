@@ -78,6 +78,17 @@ def _distributed_defaults():
     return 0, 1
 
 
+def _direct_read_name(value):
+    """Loader's direct_read= as libcache's name: "auto", True/"on", False/"off"; anything else
+    is InvalidArgumentError (a ValueError) naming the keyword."""
+    if isinstance(value, (bool, np.bool_)):
+        return "on" if value else "off"
+    if isinstance(value, str) and value in ("auto", "on", "off"):
+        return value
+    raise _invalid(f"direct_read: {value!r} is not one of \"auto\", True, False (or \"on\", "
+                   f"\"off\")")
+
+
 class Loader:
     """Shuffled, rank-sharded, prefetched batches from a Cache or LazyCache (libcache's Loader).
 
@@ -112,6 +123,14 @@ class Loader:
     epoch (len() and state_dict()'s cursor count those); stride Loaders with offsets
     0..stride-1 serve the unstrided Loader's batches between them (dscache.torch's DataLoader
     workers).
+    direct_read: "auto" (default), True or False (also "on", "off"): read a windowed epoch's
+    windows with O_DIRECT into the Loader's own buffers instead of through the page cache
+    (libcache's LoaderOptions::direct_read). It applies only with shuffle="windowed" over a
+    Cache opened with memory="pread" (or "auto" on a cache larger than memory), the raw fixed
+    layout and no crop; "auto" reads directly there when the cache's bytes exceed what this
+    process's page cache can hold (the smaller of MemAvailable and the memory cgroup's limit
+    minus its usage), so a cache that fits stays cached for the next epoch. reads_direct and
+    direct_read_reason say what was chosen and why.
 
     Iterate from one thread at a time: a second thread calling into the Loader while the first
     waits for a batch gets InvalidArgumentError. state_dict()/load_state_dict() save and restore
@@ -122,7 +141,7 @@ class Loader:
                  drop_last=False, workers=2, prefetch=4, transform=None, copy=True,
                  return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
                  window_bytes=0, fields=None, min_box_visibility=0.0, batch_stride=1,
-                 batch_offset=0):
+                 batch_offset=0, direct_read="auto"):
         if not isinstance(cache, _Source):
             raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
         if rank is None or world_size is None:
@@ -145,6 +164,7 @@ class Loader:
             _check_int(name, v, 0, _U64)
         for name, v in (("transform height", t.height), ("transform width", t.width)):
             _check_int(name, v, 0, _U32)
+        direct_read = _direct_read_name(direct_read)
         self.cache = cache
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -161,7 +181,8 @@ class Loader:
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
-            float(min_box_visibility), self.batch_stride, self.batch_offset, self._copy)
+            float(min_box_visibility), self.batch_stride, self.batch_offset, self._copy,
+            direct_read)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
@@ -170,6 +191,18 @@ class Loader:
 
     copy = property(lambda self: self._copy,
                     doc="True: each batch's images its own memory; False: views of the ring")
+
+    @property
+    def reads_direct(self):
+        """True while the epoch's windows are read with O_DIRECT (direct_read chose it and the
+        file system accepted it); False before the first iteration."""
+        return self._impl.reads_direct()
+
+    @property
+    def direct_read_reason(self):
+        """One line: what direct_read chose and why, e.g. "auto: cache 1.1 GiB > 290 MiB
+        available to this process's page cache (cgroup limit)"."""
+        return self._impl.direct_read_reason()
 
     @staticmethod
     def _select_fields(cache, names):

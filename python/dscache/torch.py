@@ -34,7 +34,7 @@ import torch.utils.data
 from . import Cache
 from ._checks import _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
-from ._loader import Loader, Transform, _distributed_defaults
+from ._loader import Loader, Transform, _direct_read_name, _distributed_defaults
 from ._shm_ring import Ring
 
 __all__ = ["CacheDataset", "CacheMapDataset"]
@@ -136,6 +136,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
     and 1; the rank split is the Loader's own), rank_tail, prefetch, and threads (the Loader's
     worker threads in each DataLoader process: with W DataLoader workers keep threads * W near
     the cores). memory: how each process opens the Cache (dscache.Cache's memory option).
+    direct_read: "auto" (default), True or False, dscache.Loader's: with shuffle="windowed" over
+    a cache larger than memory, read each window with O_DIRECT instead of through the page cache.
 
     Each item is one batch: (images (B, H, W, C) uint8, labels (B,) int64) tensors, or a
     dscache.Batch dict of tensors over a cache with fields.
@@ -164,7 +166,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
     def __init__(self, path, batch_size=256, shuffle=True, seed=0, drop_last=False,
                  transform=None, fields=None, threads=2, prefetch=4, rank=None, world_size=None,
                  rank_tail="pad", memory="auto", block=0, window_blocks=4, block_bytes=0,
-                 window_bytes=0, min_box_visibility=0.0, shared_ring=True):
+                 window_bytes=0, min_box_visibility=0.0, shared_ring=True, direct_read="auto"):
         super().__init__()
         if rank is None or world_size is None:
             d_rank, d_world = _distributed_defaults()
@@ -189,7 +191,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
             prefetch=int(prefetch), transform=transform, copy=True, rank_tail=rank_tail,
             block=block, window_blocks=window_blocks, block_bytes=block_bytes,
             window_bytes=window_bytes, fields=None if fields is None else list(fields),
-            min_box_visibility=min_box_visibility)
+            min_box_visibility=min_box_visibility,
+            direct_read=_direct_read_name(direct_read))  # a bad value fails here, not in a worker
         self._shared = torch.full((_SLOTS + _SLOT_SIZE * _MAX_WORKERS,), -1, dtype=torch.int64)
         self._shared[_VERSION] = 0
         self._shared[_BASE_EPOCH] = 0

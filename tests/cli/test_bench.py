@@ -7,6 +7,7 @@ Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures, cache checkers and the runn
 in cli_helpers.py.
 """
 
+import json
 import os
 import re
 import shutil
@@ -180,6 +181,52 @@ def case_bench_memory_mode(tmp):
     check("--rows 'bogus'" in p.stderr, f"bad --rows not named: {p.stderr}")
 
 
+def o_direct_works(folder):
+    """Whether files in `folder` open with O_DIRECT (tmpfs may refuse: the Loader then falls
+    back to the page cache)."""
+    probe = os.path.join(folder, "o_direct_probe")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+
+
+def case_bench_direct_read(tmp):
+    """--direct-read auto (default), on (also bare, as before it took a value) and off: the
+    out-of-core row reads as asked and says why."""
+    _, out = make_bench_cache(tmp)
+    direct_ok = o_direct_works(out)
+    ooc = BENCH_ARGS + ["--rows", "out-of-core", "--json"]
+    for args, env, requested, direct, reason in (
+            ([out], None, "auto", False, "auto: cache "),  # 0.9 MB: fits in any memory
+            ([out, "--direct-read", "auto"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "auto",
+             direct_ok, "auto: cache "),
+            (["--direct-read", out], None, "on", direct_ok, "on: direct_read on"),
+            ([out, "--direct-read"], None, "on", direct_ok, "on: direct_read on"),
+            ([out, "--direct-read=on"], None, "on", direct_ok, "on: direct_read on"),
+            ([out, "--direct-read", "off"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "off",
+             False, "off: direct_read off")):
+        what = f"bench {' '.join(map(str, args))} (env {env})"
+        p = run(["bench", *args, *ooc], env_extra=env)
+        j = json.loads(p.stdout)["windowed_out_of_core"]
+        check_eq(j.get("direct_read_requested"), requested, f"{what}: direct_read_requested")
+        check_eq(j.get("direct_read"), direct, f"{what}: direct_read")
+        check(str(j.get("direct_read_reason", "")).startswith(reason),
+              f"{what}: direct_read_reason {j.get('direct_read_reason')!r}, want {reason!r}...")
+    j = json.loads(run(["bench", out, *ooc]).stdout)["windowed_out_of_core"]
+    check("fits in" in j["direct_read_reason"], f"auto on a small cache: {j}")
+    p = run(["bench", out, "--direct-read", *BENCH_ARGS, "--rows", "out-of-core"])
+    want = "O_DIRECT (on: direct_read on)" if direct_ok else "page cache (on: direct_read on"
+    check(f"read path: {want}" in p.stdout, f"text output does not say {want!r}:\n{p.stdout}")
+    p = run(["bench", out, "--direct-read", "yes"], expect_rc=2)
+    check("--direct-read" in p.stderr and "'yes'" in p.stderr,
+          f"bad --direct-read not named: {p.stderr}")
+
+
 def truncate_under_bench(tmp, name, bench_args, at_s=1.5):
     """Starts `dscache bench` on a fresh cache, cuts its shard to 128 bytes `at_s` seconds in,
     and returns the finished process (returncode, stdout, stderr)."""
@@ -224,6 +271,7 @@ CASES = {
     "bench_corrupt": case_bench_corrupt,
     "bench_moved_source": case_bench_moved_source,
     "bench_memory_mode": case_bench_memory_mode,
+    "bench_direct_read": case_bench_direct_read,
     "bench_truncated_live": case_bench_truncated_live,
     "bench_disk_truncated": case_bench_disk_truncated,
 }

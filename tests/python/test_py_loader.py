@@ -228,6 +228,65 @@ def test_second_thread_refused(tmp):
     assert got == [16], f"the first thread's epoch was disturbed: {got}"
 
 
+def o_direct_works(folder):
+    """Whether files in `folder` open with O_DIRECT (tmpfs may refuse: the Loader then reads
+    through the page cache, whatever direct_read says)."""
+    probe = os.path.join(folder, "o_direct_probe")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+
+
+def test_direct_read(tmp):
+    d = build_cache(tmp)  # 20 KiB shards: windows span several files
+    direct_ok = o_direct_works(d)
+    cache = dscache.Cache(d, memory="pread")
+    kw = dict(batch_size=8, seed=3, shuffle="windowed", block=7, window_blocks=2,
+              return_indices=True)
+    off = dscache.Loader(cache, direct_read=False, **kw)
+    want = py_batches(off)
+    assert off.reads_direct is False
+    assert off.direct_read_reason == "off: direct_read off", off.direct_read_reason
+    for value in (True, "on", np.True_):
+        on = dscache.Loader(cache, direct_read=value, **kw)
+        assert on.reads_direct is False, "reads_direct before the first iteration"
+        got, it = [], iter(on)
+        for im, lab, idx in it:
+            assert on.reads_direct is direct_ok, (value, on.direct_read_reason)
+            got.append((im.copy(), lab, idx))
+        assert len(got) == len(want) > 1
+        for k, ((a, la, ia), (b, lb, ib)) in enumerate(zip(got, want)):
+            assert np.array_equal(ia, ib) and np.array_equal(la, lb), f"batch {k}: other samples"
+            assert np.array_equal(a, b), f"direct_read={value!r}: batch {k} images differ"
+        assert on.direct_read_reason.startswith("on: direct_read on"), on.direct_read_reason
+    auto = dscache.Loader(cache, **kw)  # the default: a cache of a few KiB fits in memory
+    assert auto.direct_read_reason.startswith("auto: cache "), auto.direct_read_reason
+    assert "fits in" in auto.direct_read_reason, auto.direct_read_reason
+    os.environ["DSCACHE_DIRECT_READ_BUDGET_BYTES"] = "1"  # the test hook: nothing fits
+    try:
+        tiny = dscache.Loader(cache, direct_read="auto", **kw)
+    finally:
+        del os.environ["DSCACHE_DIRECT_READ_BUDGET_BYTES"]
+    assert " > 1 B available" in tiny.direct_read_reason, tiny.direct_read_reason
+    got = py_batches(tiny)
+    assert tiny.reads_direct is direct_ok, tiny.direct_read_reason
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(got, want)) and len(got) == len(want)
+    mapped = dscache.Loader(dscache.Cache(d, memory="page-cache"), direct_read=True, **kw)
+    py_batches(mapped)
+    assert mapped.reads_direct is False and "not applicable" in mapped.direct_read_reason
+    for bad in ("yes", "Auto", 1, None, 0.5):
+        try:
+            dscache.Loader(cache, direct_read=bad, **kw)
+        except ValueError as e:  # dscache.InvalidArgumentError
+            assert "direct_read" in str(e) and repr(bad) in str(e), str(e)
+        else:
+            raise AssertionError(f"direct_read={bad!r} accepted")
+
 RANK_SCRIPT = r"""
 import sys, numpy as np, torch.distributed as dist
 import dscache

@@ -89,6 +89,8 @@ def test_batches_equal_single_loader(tmp):
         (plain, 2, dict(batch_size=7, rank=1, world_size=2)),
         (plain, 2, dict(batch_size=7, rank=0, world_size=3, rank_tail="drop", drop_last=True)),
         (plain, 2, dict(batch_size=200)),  # one batch: worker 1 serves none
+        # direct_read reaches each worker's Loader (a mapped cache: it reads as without)
+        (plain, 2, dict(batch_size=10, shuffle="windowed", block=7, direct_read=True)),
         (with_fields, 2, dict(batch_size=4)),
         (with_fields, 2, dict(batch_size=4, fields=["count"],
                               transform=dscache.Transform("random_resized", 4, flip=True))),
@@ -290,6 +292,7 @@ def test_errors_and_import(tmp):
          "batch_size"),
         (lambda: ds.set_epoch(-1), "epoch"),
         (lambda: CacheDataset(path, rank=2, world_size=2), "rank"),
+        (lambda: CacheDataset(path, direct_read="yes"), "direct_read"),
     ]
     for call, words in bad:
         try:

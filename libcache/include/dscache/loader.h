@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/direct_read.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
@@ -78,11 +79,15 @@ struct LoaderOptions {
   // page cache for the window (WILLNEED, a pread per sample, DONTNEED). Same batches, same
   // bytes. Costs direct_buffers windows of anonymous memory (the page-cache path holds as much
   // in page cache). Ignored where it does not apply, and where the file system refuses
-  // O_DIRECT (tmpfs). Measurements behind the defaults: docs/BENCHMARKS.md "Out of core, read
-  // path".
-  bool direct_read = false;           // default false
-  uint32_t direct_buffers = 2;        // direct_read: windows held, 2..64; default 2 (one
-                                      // served, the next being read)
+  // O_DIRECT (tmpfs). kAuto (the default) reads directly when the path applies and the page
+  // cache cannot hold the cache: its stored sample bytes > min(MemAvailable, the memory
+  // cgroup's limit - usage), probed once when the Loader is made (decide_direct_read in
+  // dscache/direct_read.h); a cache that fits stays in the page cache for the next epoch. kOn
+  // and kOff override the rule. Loader::direct_read_reason() says what was chosen and why.
+  // Measurements behind the defaults: docs/BENCHMARKS.md "Out of core, read path".
+  DirectRead direct_read = DirectRead::kAuto;  // default kAuto
+  uint32_t direct_buffers = 2;                 // direct_read: windows held, 2..64; default 2 (one
+                                               // served, the next being read)
   uint32_t direct_depth = 4;          // direct_read: read requests in flight, 1..64; default 4
   uint32_t direct_request_kib = 512;  // direct_read: KiB per request, a multiple of 4 in
                                       // [4, 65536]; default 512
@@ -165,9 +170,15 @@ class Loader {
   const SamplerOptions& sampler_options() const;
   uint64_t batches_per_epoch() const;  // this Loader serves (its stride's share of the rank's)
   uint64_t samples_per_epoch() const;  // for this rank, after drop_last (all strides together)
-  // True when this epoch's windows are read with O_DIRECT (LoaderOptions::direct_read applied
+  // True when this epoch's windows are read with O_DIRECT (LoaderOptions::direct_read chose it
   // and the file system accepted it); false before the first start_epoch()/restore().
   bool reads_direct() const;
+  // One line saying what LoaderOptions::direct_read chose and why, e.g. "auto: cache 1.2 GiB >
+  // 290 MiB available to this process's page cache (cgroup limit)", "auto: cache 40 MiB fits in
+  // 7.1 GiB available to this process's page cache (MemAvailable)", "on: not applicable
+  // (O_DIRECT windows need the windowed shuffle)"; after a start where the file system refused
+  // O_DIRECT, that is added.
+  std::string direct_read_reason() const;
   // Seconds next() spent waiting for a batch since the last call to this (and resets it).
   double take_wait_seconds();
 
