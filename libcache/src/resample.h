@@ -42,12 +42,34 @@ AxisTaps make_scaled_area_taps(uint32_t start, uint32_t in, uint32_t out, uint32
 uint32_t taps_extent(const AxisTaps& taps);
 
 // Resamples an HWC uint8 image at `origin` (rows `stride` bytes apart) into out_h x out_w x
-// channels bytes at `out` with taps ty (rows) and tx (columns), mirrored when `flip`: a vertical
-// pass into `row` (scaled by kResampleOne), then a horizontal pass, rounded half up. `row` is a
-// reusable buffer.
+// channels bytes at `out` with taps ty (rows) and tx (columns), mirrored when `flip`: the sum of
+// weight_y * weight_x * pixel over the taps, rounded half up once at the end. Reads only the
+// bytes the taps name. `row` is a reusable buffer. Runs the fastest path this CPU has (chosen
+// once); every path gives the same bytes as resample_reference.
 void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
               const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
               std::vector<int32_t>* row);
+
+// The plain scalar kernel resample() must match byte for byte: a vertical pass into `row`
+// (scaled by kResampleOne), then a horizontal pass. Every path falls back to it for what it
+// does not cover.
+void resample_reference(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
+                        const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
+                        std::vector<int32_t>* row);
+
+// The implementations of resample(), for tests and benchmarks that compare them.
+enum class ResamplePath {
+  kScalar,  // resample_reference
+  kAvx2,    // x86-64 with AVX2: horizontal pass first (pmaddwd on pixel pairs), then vertical
+};
+
+// The paths this CPU can run, slowest first (kScalar always; the last is what resample() uses).
+std::vector<ResamplePath> resample_paths();
+
+// resample() on a given path, which must be one of resample_paths().
+void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
+                   const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
+                   bool flip, uint8_t* out, std::vector<int32_t>* row);
 
 }  // namespace detail
 }  // namespace dscache

@@ -1,0 +1,147 @@
+// resample()'s AVX2 kernels (see resample_simd.h). Compiled for baseline x86-64: only these
+// functions carry target("avx2"), and resample_avx2_kernels() hands them out only where the
+// CPU has AVX2, so nothing here runs elsewhere. Other architectures get null.
+#include "resample_simd.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include <cstring>
+#define DSCACHE_RESAMPLE_AVX2 1
+#define DSCACHE_AVX2 __attribute__((target("avx2")))
+#endif
+
+namespace dscache {
+namespace detail {
+
+#ifdef DSCACHE_RESAMPLE_AVX2
+namespace {
+
+// Two output pixels per step of C = 2..4 channels, one per 128-bit lane: the 16 source bytes at
+// the pair's first pixel shuffled to int16 (a.ch, b.ch) pairs, one per channel, then pmaddwd
+// with (w[2p], w[2p+1]) gives the channel's exact int32 sum. P = pairs, 0 when not fixed.
+template <size_t C, uint32_t P>
+DSCACHE_AVX2 void horizontal_pixels(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst) {
+  constexpr int8_t kZ = -128;  // pshufb: a zero byte
+  auto pick = [](size_t ch, size_t byte) -> int8_t {
+    return ch < C ? static_cast<int8_t>(byte) : kZ;
+  };
+  const __m128i lane =
+      _mm_setr_epi8(pick(0, 0), kZ, pick(0, C), kZ, pick(1, 1), kZ, pick(1, C + 1), kZ, pick(2, 2),
+                    kZ, pick(2, C + 2), kZ, pick(3, 3), kZ, pick(3, C + 3), kZ);
+  const __m256i control = _mm256_broadcastsi128_si256(lane);
+  const uint32_t pairs = P != 0 ? P : plan.pairs;
+  const uint32_t* start = plan.start.data();
+  const __m256i* w = reinterpret_cast<const __m256i*>(plan.weight.data());
+  for (uint32_t ox = 0; ox < plan.padded_w; ox += 2, start += 2, dst += 2 * C) {
+    __m256i acc = _mm256_setzero_si256();
+    for (uint32_t p = 0; p < pairs; ++p, ++w) {
+      const uint8_t* a = src + start[0] + 2 * p * C;
+      const uint8_t* b = src + start[1] + 2 * p * C;
+      __m256i v = _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+      v = _mm256_inserti128_si256(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+      v = _mm256_shuffle_epi8(v, control);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, _mm256_loadu_si256(w)));
+    }
+    // Four lanes each, the next store overwriting this one's unused lanes.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(acc));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + C), _mm256_extracti128_si256(acc, 1));
+  }
+}
+
+// One channel: eight outputs per step, each lane gathering the 4 bytes at its pair.
+DSCACHE_AVX2 void horizontal_grey(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst) {
+  constexpr int8_t kZ = -128;
+  const __m256i control =
+      _mm256_setr_epi8(0, kZ, 1, kZ, 4, kZ, 5, kZ, 8, kZ, 9, kZ, 12, kZ, 13, kZ, 0, kZ, 1, kZ, 4,
+                       kZ, 5, kZ, 8, kZ, 9, kZ, 12, kZ, 13, kZ);
+  const int* base = reinterpret_cast<const int*>(src);
+  const __m256i* w = reinterpret_cast<const __m256i*>(plan.weight.data());
+  for (uint32_t ox = 0; ox < plan.padded_w; ox += 8, dst += 8) {
+    __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plan.start.data() + ox));
+    __m256i acc = _mm256_setzero_si256();
+    for (uint32_t p = 0; p < plan.pairs; ++p, ++w) {
+      const __m256i v = _mm256_shuffle_epi8(_mm256_i32gather_epi32(base, at, 1), control);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, _mm256_loadu_si256(w)));
+      at = _mm256_add_epi32(at, _mm256_set1_epi32(2));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), acc);
+  }
+}
+
+template <size_t C>
+DSCACHE_AVX2 void horizontal_any_pairs(const HorizontalPlan& plan, const uint8_t* src,
+                                       int32_t* dst) {
+  switch (plan.pairs) {
+    case 1:
+      return horizontal_pixels<C, 1>(plan, src, dst);
+    case 2:
+      return horizontal_pixels<C, 2>(plan, src, dst);
+    default:
+      return horizontal_pixels<C, 0>(plan, src, dst);
+  }
+}
+
+DSCACHE_AVX2 void horizontal(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst) {
+  switch (plan.channels) {
+    case 1:
+      return horizontal_grey(plan, src, dst);
+    case 2:
+      return horizontal_any_pairs<2>(plan, src, dst);
+    case 3:
+      return horizontal_any_pairs<3>(plan, src, dst);
+    default:
+      return horizontal_any_pairs<4>(plan, src, dst);
+  }
+}
+
+// 32 outputs from int32 rows: weighted sums (exact: < 2^31), rounded, packed to bytes.
+DSCACHE_AVX2 inline __m256i vertical_32(const int32_t* const* rows, const int32_t* weight,
+                                        uint32_t taps, size_t i) {
+  const __m256i half = _mm256_set1_epi32(int32_t{1} << (2 * kResampleBits - 1));
+  __m256i acc[4] = {half, half, half, half};
+  for (uint32_t k = 0; k < taps; ++k) {
+    const __m256i w = _mm256_set1_epi32(weight[k]);
+    const int32_t* r = rows[k] + i;
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 8 * j));
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_mullo_epi32(v, w));
+    }
+  }
+  for (int j = 0; j < 4; ++j) acc[j] = _mm256_srai_epi32(acc[j], 2 * kResampleBits);
+  // packs works within 128-bit lanes: the permute puts the 4-byte groups back in order.
+  const __m256i bytes =
+      _mm256_packus_epi16(_mm256_packs_epi32(acc[0], acc[1]), _mm256_packs_epi32(acc[2], acc[3]));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+DSCACHE_AVX2 void vertical(const int32_t* const* rows, const int32_t* weight, uint32_t taps,
+                           size_t n, uint8_t* dst) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), vertical_32(rows, weight, taps, i));
+  }
+  if (i < n) {
+    uint8_t tail[32];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(tail), vertical_32(rows, weight, taps, i));
+    std::memcpy(dst + i, tail, n - i);
+  }
+}
+
+const ResampleKernels kAvx2{8, 2, horizontal, vertical};
+
+}  // namespace
+
+const ResampleKernels* resample_avx2_kernels() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has ? &kAvx2 : nullptr;
+}
+
+#else
+
+const ResampleKernels* resample_avx2_kernels() { return nullptr; }
+
+#endif
+
+}  // namespace detail
+}  // namespace dscache
