@@ -29,7 +29,19 @@ using dscache::detail::resample_with;
 using dscache::detail::ResamplePath;
 using dscache::detail::taps_extent;
 
-std::string path_name(ResamplePath p) { return p == ResamplePath::kAvx2 ? "avx2" : "scalar"; }
+std::string path_name(ResamplePath p) {
+  switch (p) {
+    case ResamplePath::kScalar:
+      return "scalar";
+    case ResamplePath::kAvx2Rows:
+      return "avx2-rows";
+    case ResamplePath::kAvx2Columns:
+      return "avx2-columns";
+    case ResamplePath::kAvx2:
+      return "avx2";
+  }
+  return "?";
+}
 
 // `bytes` readable bytes that end where a PROT_NONE page begins.
 class GuardedBuffer {

@@ -233,16 +233,23 @@ void resample_reference(const uint8_t* origin, size_t stride, size_t channels, c
 
 std::vector<ResamplePath> resample_paths() {
   std::vector<ResamplePath> paths{ResamplePath::kScalar};
-  if (resample_avx2_kernels() != nullptr) paths.push_back(ResamplePath::kAvx2);
+  if (resample_avx2_kernels() != nullptr) {
+    paths.insert(paths.end(),
+                 {ResamplePath::kAvx2Rows, ResamplePath::kAvx2Columns, ResamplePath::kAvx2});
+  }
   return paths;
 }
 
 void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
                    const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
                    bool flip, uint8_t* out, std::vector<int32_t>* row) {
-  const ResampleKernels* kernels = path == ResamplePath::kAvx2 ? resample_avx2_kernels() : nullptr;
-  if (kernels != nullptr &&
-      resample_simd(*kernels, origin, stride, channels, ty, tx, out_h, out_w, flip, out, row)) {
+  const ResampleKernels* kernels =
+      path == ResamplePath::kScalar ? nullptr : resample_avx2_kernels();
+  const PassOrder order = path == ResamplePath::kAvx2Rows      ? PassOrder::kRows
+                          : path == ResamplePath::kAvx2Columns ? PassOrder::kColumns
+                                                               : PassOrder::kCheaper;
+  if (kernels != nullptr && resample_simd(*kernels, order, origin, stride, channels, ty, tx, out_h,
+                                          out_w, flip, out, row)) {
     return;
   }
   resample_reference(origin, stride, channels, ty, tx, out_h, out_w, flip, out, row);

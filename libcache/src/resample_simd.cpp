@@ -1,5 +1,5 @@
-// The horizontal-first driver behind resample()'s SIMD paths and the tap layout its kernels
-// read (see resample_simd.h). Portable: the instruction sets live in the kernels.
+// The drivers behind resample()'s SIMD paths (rows first, columns first) and the tap layout
+// their kernels read (see resample_simd.h). Portable: the instruction sets live in the kernels.
 #include "resample_simd.h"
 
 #include <algorithm>
@@ -12,41 +12,51 @@ namespace {
 
 // Wider horizontal windows (taps far apart) are left to resample_reference.
 constexpr uint32_t kMaxWindow = 1024;
-// Ring rows beyond this many int32 in all: resample_reference instead.
-constexpr size_t kMaxRing = size_t{1} << 26;
+// Buffers beyond this many int32 in all: resample_reference instead.
+constexpr size_t kMaxBuffer = size_t{1} << 26;
 
-// Each output's taps as one dense window of 2 * pairs pixels, clamped to [lo, extent) so that
-// no window starts past extent - window (every window fits: it is at most extent - lo wide).
+// Each output's taps as one dense window, clamped to [lo, extent) so that no window starts past
+// extent - window (every window fits: it is at most extent - lo wide).
 bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels, uint32_t group,
-               HorizontalPlan* plan) {
+               bool columns_first, HorizontalPlan* plan) {
   HorizontalPlan& p = *plan;
   p.channels = channels;
   p.out_w = out_w;
   p.padded_w = (out_w + group - 1) / group * group;
   p.lo = *std::min_element(tx.index.begin(), tx.index.end());
   p.extent = taps_extent(tx);
-  uint32_t window = 1;
+  p.window = 1;
   for (uint32_t o = 0; o < out_w; ++o) {
     const auto b = tx.index.begin() + tx.first[o], e = b + tx.count[o];
     if (b == e) return false;
     const auto [mn, mx] = std::minmax_element(b, e);
-    window = std::max(window, *mx - *mn + 1);
+    p.window = std::max(p.window, *mx - *mn + 1);
   }
-  if (window > kMaxWindow) return false;
-  p.pairs = (window + 1) / 2;
+  if (p.window > kMaxWindow) return false;
+  p.pairs = (p.window + 1) / 2;
   const size_t lane = channels == 1 ? 2 : 8;
   p.start.assign(p.padded_w, 0);
-  p.weight.assign(size_t{p.padded_w} * p.pairs * lane, 0);
+  if (columns_first) {
+    p.weight32.assign(size_t{p.padded_w} * p.window * 4, 0);
+  } else {
+    p.weight.assign(size_t{p.padded_w} * p.pairs * lane, 0);
+  }
   std::vector<int32_t> dense(size_t{2} * p.pairs);
   for (uint32_t ox = 0; ox < out_w; ++ox) {
     const uint32_t sx = flip ? out_w - 1 - ox : ox;  // mirrored output
     const uint32_t first = tx.first[sx], last = first + tx.count[sx];
     const uint32_t s = std::min(
-        *std::min_element(tx.index.begin() + first, tx.index.begin() + last), p.extent - window);
+        *std::min_element(tx.index.begin() + first, tx.index.begin() + last), p.extent - p.window);
     std::fill(dense.begin(), dense.end(), 0);
     for (uint32_t j = first; j < last; ++j) dense[tx.index[j] - s] += tx.weight[j];
     p.start[ox] = static_cast<uint32_t>((s - p.lo) * channels);
     const size_t g = ox / group, i = ox % group;
+    if (columns_first) {
+      for (uint32_t j = 0; j < p.window; ++j) {
+        std::fill_n(p.weight32.data() + ((g * p.window + j) * group + i) * 4, 4, dense[j]);
+      }
+      continue;
+    }
     for (uint32_t k = 0; k < p.pairs; ++k) {
       int16_t* w = p.weight.data() + ((g * p.pairs + k) * group + i) * lane;
       for (size_t ch = 0; ch < std::min<size_t>(channels, 4); ++ch) {
@@ -58,58 +68,142 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels, u
   return true;
 }
 
-}  // namespace
+// What both orders need of the vertical taps.
+struct RowSpan {
+  uint32_t ring = 1;       // most source rows one output row's taps span
+  uint32_t top = 0;        // last tapped source row
+  uint32_t most_taps = 1;  // most taps of one output row
+  size_t taps = 0;         // taps of all output rows
+  size_t tap_pairs = 0;    // ... in pairs, each output row's rounded up
+  size_t distinct = 0;     // distinct tapped rows
+};
 
-bool resample_simd(const ResampleKernels& kernels, const uint8_t* origin, size_t stride,
-                   size_t channels, const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h,
-                   uint32_t out_w, bool flip, uint8_t* out, std::vector<int32_t>* buffer) {
-  const size_t c = channels;
-  if (c < 1 || c > 4 || out_h == 0 || out_w == 0) return false;
-  HorizontalPlan plan;
-  if (!make_plan(tx, out_w, flip, c, c == 1 ? kernels.grey_group : kernels.colour_group, &plan))
-    return false;
-  // Ring slots: an output row's taps span at most `ring` source rows, so they never share a
-  // slot, and rows shared by neighbouring outputs are filtered once.
-  uint32_t ring = 1, top = 0, most_taps = 1;
+bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
+  std::vector<uint32_t> rows;
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const auto b = ty.index.begin() + ty.first[oy], e = b + ty.count[oy];
     if (b == e) return false;
     const auto [mn, mx] = std::minmax_element(b, e);
-    ring = std::max(ring, *mx - *mn + 1);
-    top = std::max(top, *mx);
-    most_taps = std::max(most_taps, ty.count[oy]);
+    span->ring = std::max(span->ring, *mx - *mn + 1);
+    span->top = std::max(span->top, *mx);
+    span->most_taps = std::max(span->most_taps, ty.count[oy]);
+    span->taps += ty.count[oy];
+    span->tap_pairs += (ty.count[oy] + 1) / 2;
+    rows.insert(rows.end(), b, e);
   }
-  const size_t n = size_t{out_w} * c;
+  std::sort(rows.begin(), rows.end());
+  span->distinct = static_cast<size_t>(std::unique(rows.begin(), rows.end()) - rows.begin());
+  return true;
+}
+
+// Source row y from pixel lo, readable kResampleReadPad bytes past `len`: in place where a
+// later tapped row of the same image lies that far on, else (the last rows) a padded copy.
+const uint8_t* padded_row(const uint8_t* origin, size_t stride, uint32_t y, uint32_t top,
+                          size_t begin, size_t len, uint8_t* scratch) {
+  const uint8_t* src = origin + size_t{y} * stride + begin;
+  if (size_t{top - y} * stride >= kResampleReadPad) return src;
+  std::memcpy(scratch, src, len);
+  return scratch;
+}
+
+bool rows_first(const ResampleKernels& kernels, const uint8_t* origin, size_t stride,
+                const AxisTaps& ty, const HorizontalPlan& plan, const RowSpan& rs, uint32_t out_h,
+                uint8_t* out, std::vector<int32_t>* buffer) {
+  const size_t c = plan.channels;
+  const size_t n = size_t{plan.out_w} * c;
+  // Ring slots: an output row's taps span at most rs.ring source rows, so they never share a
+  // slot, and rows shared by neighbouring outputs are filtered once.
   const size_t row_len = (size_t{plan.padded_w} * c + 40 + 7) / 8 * 8;
-  if (size_t{ring} * row_len > kMaxRing) return false;
   const size_t span = size_t{plan.extent - plan.lo} * c;  // bytes a source row is read at
   const size_t scratch_len = (span + kResampleReadPad + 3) / 4;
-  buffer->assign(size_t{ring} * row_len + scratch_len, 0);
+  if (size_t{rs.ring} * row_len + scratch_len > kMaxBuffer) return false;
+  buffer->assign(size_t{rs.ring} * row_len + scratch_len, 0);
   int32_t* rows = buffer->data();
-  uint8_t* scratch = reinterpret_cast<uint8_t*>(rows + size_t{ring} * row_len);
-  std::vector<uint32_t> held(ring, UINT32_MAX);  // source row in each slot
-  std::vector<const int32_t*> tap_rows(most_taps);
+  uint8_t* scratch = reinterpret_cast<uint8_t*>(rows + size_t{rs.ring} * row_len);
+  std::vector<uint32_t> held(rs.ring, UINT32_MAX);  // source row in each slot
+  std::vector<const int32_t*> tap_rows(rs.most_taps);
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const uint32_t first = ty.first[oy], count = ty.count[oy];
     for (uint32_t k = 0; k < count; ++k) {
       const uint32_t y = ty.index[first + k];
-      int32_t* slot = rows + size_t{y % ring} * row_len;
-      if (held[y % ring] != y) {
-        const uint8_t* src = origin + size_t{y} * stride + size_t{plan.lo} * c;
-        // The kernels read past the span: fine where a later tapped row of the same image lies
-        // that far on; else (the last rows) a padded copy.
-        if (size_t{top - y} * stride < kResampleReadPad) {
-          std::memcpy(scratch, src, span);
-          src = scratch;
-        }
-        kernels.horizontal(plan, src, slot);
-        held[y % ring] = y;
+      int32_t* slot = rows + size_t{y % rs.ring} * row_len;
+      if (held[y % rs.ring] != y) {
+        kernels.horizontal(plan, padded_row(origin, stride, y, rs.top, plan.lo * c, span, scratch),
+                           slot);
+        held[y % rs.ring] = y;
       }
       tap_rows[k] = slot;
     }
     kernels.vertical(tap_rows.data(), ty.weight.data() + first, count, n, out + size_t{oy} * n);
   }
   return true;
+}
+
+bool columns_first(const ResampleKernels& kernels, const uint8_t* origin, size_t stride,
+                   const AxisTaps& ty, const HorizontalPlan& plan, const RowSpan& rs,
+                   uint32_t out_h, uint8_t* out, std::vector<int32_t>* buffer) {
+  const size_t c = plan.channels;
+  const size_t n = size_t{plan.out_w} * c;
+  const size_t span = size_t{plan.extent - plan.lo} * c;
+  const size_t column_len = (span + 16 + 8 + 7) / 8 * 8;
+  const size_t scratch_row = (span + kResampleReadPad + 3) / 4;  // int32 per copied row
+  const size_t pixels_len = (size_t{plan.padded_w} * c + 8 + 3) / 4;
+  const size_t total = column_len + scratch_row * rs.most_taps + pixels_len;
+  if (total > kMaxBuffer) return false;
+  buffer->assign(total, 0);
+  int32_t* column = buffer->data();
+  int32_t* scratch = column + column_len;
+  uint8_t* pixels = reinterpret_cast<uint8_t*>(scratch + scratch_row * rs.most_taps);
+  std::vector<const uint8_t*> tap_rows(rs.most_taps);
+  for (uint32_t oy = 0; oy < out_h; ++oy) {
+    const uint32_t first = ty.first[oy], count = ty.count[oy];
+    for (uint32_t k = 0; k < count; ++k) {
+      uint8_t* copy = reinterpret_cast<uint8_t*>(scratch + k * scratch_row);
+      tap_rows[k] =
+          padded_row(origin, stride, ty.index[first + k], rs.top, plan.lo * c, span, copy);
+    }
+    kernels.columns(tap_rows.data(), ty.weight.data() + first, count, span, column);
+    kernels.pixels(plan, column, pixels);
+    std::memcpy(out + size_t{oy} * n, pixels, n);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool resample_simd(const ResampleKernels& kernels, PassOrder order, const uint8_t* origin,
+                   size_t stride, size_t channels, const AxisTaps& ty, const AxisTaps& tx,
+                   uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
+                   std::vector<int32_t>* buffer) {
+  const size_t c = channels;
+  if (c < 1 || c > 4 || out_h == 0 || out_w == 0) return false;
+  RowSpan rs;
+  if (!row_span(ty, out_h, &rs)) return false;
+  if (order == PassOrder::kCheaper) {
+    // Estimated time (fitted to test_resample's speed case, AVX2): rows first per output
+    // pixel and tap pair of each distinct source row, plus per 8 values and tap; columns first
+    // per 16 source bytes and tap pair, plus per output pixel and tap.
+    uint32_t window = 1;
+    for (uint32_t o = 0; o < out_w; ++o) {
+      const auto b = tx.index.begin() + tx.first[o], e = b + tx.count[o];
+      if (b != e) window = std::max(window, *std::max_element(b, e) - *std::min_element(b, e) + 1);
+    }
+    const uint32_t lo = *std::min_element(tx.index.begin(), tx.index.end());
+    const double span = double(taps_extent(tx) - lo) * c, values = double(out_w) * c;
+    const double rows = 0.41 * double(rs.distinct) * out_w * ((window + 1) / 2) +
+                        0.70 * double(rs.taps) * values / 8;
+    const double columns =
+        0.87 * double(rs.tap_pairs) * span / 16 + 0.69 * double(out_h) * out_w * window;
+    order = columns < rows ? PassOrder::kColumns : PassOrder::kRows;
+  }
+  const bool by_columns = order == PassOrder::kColumns;
+  HorizontalPlan plan;
+  const uint32_t group = by_columns ? kernels.pixel_group
+                         : c == 1   ? kernels.grey_group
+                                    : kernels.colour_group;
+  if (!make_plan(tx, out_w, flip, c, group, by_columns, &plan)) return false;
+  return by_columns ? columns_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer)
+                    : rows_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer);
 }
 
 }  // namespace detail
