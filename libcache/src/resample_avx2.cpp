@@ -82,7 +82,39 @@ DSCACHE_AVX2 void horizontal_any_pairs(const HorizontalPlan& plan, const uint8_t
   }
 }
 
+// Eight output values per step (any channel count): each 128-bit lane's 16 source bytes
+// shuffled into its 4 values' (a, b) int16 pairs, then pmaddwd. P as above.
+template <uint32_t P>
+DSCACHE_AVX2 void horizontal_lanes(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst) {
+  const uint32_t pairs = P != 0 ? P : plan.pairs;
+  const uint32_t* base = plan.lane_base.data();
+  const __m256i* control = reinterpret_cast<const __m256i*>(plan.lane_control.data());
+  const __m256i* w = reinterpret_cast<const __m256i*>(plan.weight.data());
+  for (uint32_t i = 0; i < plan.chunks; ++i, dst += 8) {
+    __m256i acc = _mm256_setzero_si256();
+    for (uint32_t p = 0; p < pairs; ++p, base += 2, ++control, ++w) {
+      __m256i v =
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + base[0])));
+      v = _mm256_inserti128_si256(
+          v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + base[1])), 1);
+      v = _mm256_shuffle_epi8(v, _mm256_loadu_si256(control));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, _mm256_loadu_si256(w)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), acc);
+  }
+}
+
 DSCACHE_AVX2 void horizontal(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst) {
+  if (plan.lanes) {
+    switch (plan.pairs) {
+      case 1:
+        return horizontal_lanes<1>(plan, src, dst);
+      case 2:
+        return horizontal_lanes<2>(plan, src, dst);
+      default:
+        return horizontal_lanes<0>(plan, src, dst);
+    }
+  }
   switch (plan.channels) {
     case 1:
       return horizontal_grey(plan, src, dst);
@@ -95,17 +127,19 @@ DSCACHE_AVX2 void horizontal(const HorizontalPlan& plan, const uint8_t* src, int
   }
 }
 
-// 32 outputs from int32 rows: weighted sums (exact: < 2^31), rounded, packed to bytes.
+// 32 outputs from int32 rows: weighted sums (exact: < 2^31), rounded, packed to bytes. T taps
+// when fixed (their weights broadcast once per row, in w), else 0.
+template <uint32_t T>
 DSCACHE_AVX2 inline __m256i vertical_32(const int32_t* const* rows, const int32_t* weight,
-                                        uint32_t taps, size_t i) {
+                                        const __m256i* w, uint32_t taps, size_t i) {
   const __m256i half = _mm256_set1_epi32(int32_t{1} << (2 * kResampleBits - 1));
   __m256i acc[4] = {half, half, half, half};
-  for (uint32_t k = 0; k < taps; ++k) {
-    const __m256i w = _mm256_set1_epi32(weight[k]);
+  for (uint32_t k = 0; k < (T != 0 ? T : taps); ++k) {
+    const __m256i wk = T != 0 ? w[k] : _mm256_set1_epi32(weight[k]);
     const int32_t* r = rows[k] + i;
     for (int j = 0; j < 4; ++j) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 8 * j));
-      acc[j] = _mm256_add_epi32(acc[j], _mm256_mullo_epi32(v, w));
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_mullo_epi32(v, wk));
     }
   }
   for (int j = 0; j < 4; ++j) acc[j] = _mm256_srai_epi32(acc[j], 2 * kResampleBits);
@@ -115,16 +149,34 @@ DSCACHE_AVX2 inline __m256i vertical_32(const int32_t* const* rows, const int32_
   return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-DSCACHE_AVX2 void vertical(const int32_t* const* rows, const int32_t* weight, uint32_t taps,
-                           size_t n, uint8_t* dst) {
+template <uint32_t T>
+DSCACHE_AVX2 void vertical_taps(const int32_t* const* rows, const int32_t* weight, uint32_t taps,
+                                size_t n, uint8_t* dst) {
+  __m256i w[T != 0 ? T : 1];
+  for (uint32_t k = 0; k < T; ++k) w[k] = _mm256_set1_epi32(weight[k]);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), vertical_32(rows, weight, taps, i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        vertical_32<T>(rows, weight, w, taps, i));
   }
   if (i < n) {
     uint8_t tail[32];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(tail), vertical_32(rows, weight, taps, i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(tail), vertical_32<T>(rows, weight, w, taps, i));
     std::memcpy(dst + i, tail, n - i);
+  }
+}
+
+DSCACHE_AVX2 void vertical(const int32_t* const* rows, const int32_t* weight, uint32_t taps,
+                           size_t n, uint8_t* dst) {
+  switch (taps) {
+    case 1:
+      return vertical_taps<1>(rows, weight, taps, n, dst);
+    case 2:
+      return vertical_taps<2>(rows, weight, taps, n, dst);
+    case 3:
+      return vertical_taps<3>(rows, weight, taps, n, dst);
+    default:
+      return vertical_taps<0>(rows, weight, taps, n, dst);
   }
 }
 

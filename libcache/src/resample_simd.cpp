@@ -15,14 +15,50 @@ constexpr uint32_t kMaxWindow = 1024;
 // Buffers beyond this many int32 in all: resample_reference instead.
 constexpr size_t kMaxBuffer = size_t{1} << 26;
 
+// Rows first, 8 output values a step: each 128-bit lane's 4 values take their pair's bytes
+// from the 16 at lane_base with pshufb. False where some lane's bytes do not fit in 16.
+bool lay_out_lanes(HorizontalPlan& p, const std::vector<int32_t>& dense) {
+  const size_t c = p.channels, n = size_t{p.out_w} * c, taps = size_t{2} * p.pairs;
+  p.chunks = static_cast<uint32_t>((n + 7) / 8);
+  const size_t lanes = size_t{p.chunks} * 2;
+  // A lane's bytes for pair k are those for pair 0 moved by 2 * k * c: one base and one control
+  // serve every pair.
+  std::vector<uint32_t> base(lanes, UINT32_MAX);
+  for (size_t ox = 0, v = 0; ox < p.out_w; ++ox) {
+    for (size_t ch = 0; ch < c; ++ch, ++v) {
+      base[v / 4] = std::min<uint32_t>(base[v / 4], p.start[ox] + static_cast<uint32_t>(ch));
+    }
+  }
+  p.lane_base.assign(lanes * p.pairs, 0);
+  p.lane_control.assign(lanes * p.pairs * 16, 0x80);  // 0x80: a zero byte
+  p.weight.assign(lanes * p.pairs * 8, 0);
+  for (size_t ox = 0, v = 0; ox < p.out_w; ++ox) {
+    for (size_t ch = 0; ch < c; ++ch, ++v) {
+      const size_t lane = v / 4, a = p.start[ox] + ch - base[lane];
+      if (a + c >= 16) return false;
+      for (uint32_t k = 0; k < p.pairs; ++k) {
+        const size_t at = (lane / 2 * p.pairs + k) * 2 + lane % 2;  // (chunk, pair, lane)
+        p.lane_base[at] = base[lane] + static_cast<uint32_t>(2 * k * c);
+        uint8_t* control = p.lane_control.data() + at * 16 + v % 4 * 4;
+        control[0] = static_cast<uint8_t>(a);
+        control[2] = static_cast<uint8_t>(a + c);
+        int16_t* w = p.weight.data() + at * 8 + v % 4 * 2;
+        w[0] = static_cast<int16_t>(dense[ox * taps + 2 * k]);
+        w[1] = static_cast<int16_t>(dense[ox * taps + 2 * k + 1]);
+      }
+    }
+  }
+  return true;
+}
+
 // Each output's taps as one dense window, clamped to [lo, extent) so that no window starts past
-// extent - window (every window fits: it is at most extent - lo wide).
-bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels, uint32_t group,
-               bool columns_first, HorizontalPlan* plan) {
+// extent - window (every window fits: it is at most extent - lo wide), then laid out for the
+// kernels of `order` (kRows: lanes where they fit, else pixels).
+bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
+               const ResampleKernels& kernels, PassOrder order, HorizontalPlan* plan) {
   HorizontalPlan& p = *plan;
   p.channels = channels;
   p.out_w = out_w;
-  p.padded_w = (out_w + group - 1) / group * group;
   p.lo = *std::min_element(tx.index.begin(), tx.index.end());
   p.extent = taps_extent(tx);
   p.window = 1;
@@ -34,34 +70,45 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels, u
   }
   if (p.window > kMaxWindow) return false;
   p.pairs = (p.window + 1) / 2;
-  const size_t lane = channels == 1 ? 2 : 8;
-  p.start.assign(p.padded_w, 0);
-  if (columns_first) {
-    p.weight32.assign(size_t{p.padded_w} * p.window * 4, 0);
-  } else {
-    p.weight.assign(size_t{p.padded_w} * p.pairs * lane, 0);
-  }
-  std::vector<int32_t> dense(size_t{2} * p.pairs);
+  const size_t taps = size_t{2} * p.pairs;
+  std::vector<int32_t> dense(size_t{out_w} * taps, 0);
+  p.start.assign(out_w, 0);
   for (uint32_t ox = 0; ox < out_w; ++ox) {
     const uint32_t sx = flip ? out_w - 1 - ox : ox;  // mirrored output
     const uint32_t first = tx.first[sx], last = first + tx.count[sx];
     const uint32_t s = std::min(
         *std::min_element(tx.index.begin() + first, tx.index.begin() + last), p.extent - p.window);
-    std::fill(dense.begin(), dense.end(), 0);
-    for (uint32_t j = first; j < last; ++j) dense[tx.index[j] - s] += tx.weight[j];
+    for (uint32_t j = first; j < last; ++j) dense[ox * taps + tx.index[j] - s] += tx.weight[j];
     p.start[ox] = static_cast<uint32_t>((s - p.lo) * channels);
+  }
+  p.lanes = order == PassOrder::kRows && lay_out_lanes(p, dense);
+  if (p.lanes) return true;
+  p.weight.clear();
+  const uint32_t group = order == PassOrder::kColumns ? kernels.pixel_group
+                         : channels == 1              ? kernels.grey_group
+                                                      : kernels.colour_group;
+  p.padded_w = (out_w + group - 1) / group * group;
+  p.start.resize(p.padded_w, 0);
+  const size_t lane = channels == 1 ? 2 : 8;
+  if (order == PassOrder::kColumns) {
+    p.weight32.assign(size_t{p.padded_w} * p.window * 4, 0);
+  } else {
+    p.weight.assign(size_t{p.padded_w} * p.pairs * lane, 0);
+  }
+  for (uint32_t ox = 0; ox < out_w; ++ox) {
     const size_t g = ox / group, i = ox % group;
-    if (columns_first) {
+    const int32_t* d = dense.data() + size_t{ox} * taps;
+    if (order == PassOrder::kColumns) {
       for (uint32_t j = 0; j < p.window; ++j) {
-        std::fill_n(p.weight32.data() + ((g * p.window + j) * group + i) * 4, 4, dense[j]);
+        std::fill_n(p.weight32.data() + ((g * p.window + j) * group + i) * 4, 4, d[j]);
       }
       continue;
     }
     for (uint32_t k = 0; k < p.pairs; ++k) {
       int16_t* w = p.weight.data() + ((g * p.pairs + k) * group + i) * lane;
-      for (size_t ch = 0; ch < std::min<size_t>(channels, 4); ++ch) {
-        w[2 * ch] = static_cast<int16_t>(dense[2 * k]);
-        w[2 * ch + 1] = static_cast<int16_t>(dense[2 * k + 1]);
+      for (size_t ch = 0; ch < channels; ++ch) {
+        w[2 * ch] = static_cast<int16_t>(d[2 * k]);
+        w[2 * ch + 1] = static_cast<int16_t>(d[2 * k + 1]);
       }
     }
   }
@@ -79,7 +126,6 @@ struct RowSpan {
 };
 
 bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
-  std::vector<uint32_t> rows;
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const auto b = ty.index.begin() + ty.first[oy], e = b + ty.count[oy];
     if (b == e) return false;
@@ -89,10 +135,14 @@ bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
     span->most_taps = std::max(span->most_taps, ty.count[oy]);
     span->taps += ty.count[oy];
     span->tap_pairs += (ty.count[oy] + 1) / 2;
-    rows.insert(rows.end(), b, e);
   }
-  std::sort(rows.begin(), rows.end());
-  span->distinct = static_cast<size_t>(std::unique(rows.begin(), rows.end()) - rows.begin());
+  std::vector<bool> seen(size_t{span->top} + 1);
+  for (uint32_t oy = 0; oy < out_h; ++oy) {
+    for (uint32_t k = ty.first[oy]; k < ty.first[oy] + ty.count[oy]; ++k) {
+      span->distinct += seen[ty.index[k]] ? 0 : 1;
+      seen[ty.index[k]] = true;
+    }
+  }
   return true;
 }
 
@@ -113,24 +163,27 @@ bool rows_first(const ResampleKernels& kernels, const uint8_t* origin, size_t st
   const size_t n = size_t{plan.out_w} * c;
   // Ring slots: an output row's taps span at most rs.ring source rows, so they never share a
   // slot, and rows shared by neighbouring outputs are filtered once.
-  const size_t row_len = (size_t{plan.padded_w} * c + 40 + 7) / 8 * 8;
+  const size_t written = plan.lanes ? size_t{plan.chunks} * 8 : size_t{plan.padded_w} * c;
+  const size_t row_len = (written + 40 + 7) / 8 * 8;
   const size_t span = size_t{plan.extent - plan.lo} * c;  // bytes a source row is read at
   const size_t scratch_len = (span + kResampleReadPad + 3) / 4;
-  if (size_t{rs.ring} * row_len + scratch_len > kMaxBuffer) return false;
-  buffer->assign(size_t{rs.ring} * row_len + scratch_len, 0);
+  uint32_t ring = 1;  // a power of two: slot y & (ring - 1), no division per tap
+  while (ring < rs.ring) ring *= 2;
+  if (size_t{ring} * row_len + scratch_len > kMaxBuffer) return false;
+  buffer->assign(size_t{ring} * row_len + scratch_len, 0);
   int32_t* rows = buffer->data();
-  uint8_t* scratch = reinterpret_cast<uint8_t*>(rows + size_t{rs.ring} * row_len);
-  std::vector<uint32_t> held(rs.ring, UINT32_MAX);  // source row in each slot
+  uint8_t* scratch = reinterpret_cast<uint8_t*>(rows + size_t{ring} * row_len);
+  std::vector<uint32_t> held(ring, UINT32_MAX);  // source row in each slot
   std::vector<const int32_t*> tap_rows(rs.most_taps);
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const uint32_t first = ty.first[oy], count = ty.count[oy];
     for (uint32_t k = 0; k < count; ++k) {
       const uint32_t y = ty.index[first + k];
-      int32_t* slot = rows + size_t{y % rs.ring} * row_len;
-      if (held[y % rs.ring] != y) {
+      int32_t* slot = rows + size_t{y & (ring - 1)} * row_len;
+      if (held[y & (ring - 1)] != y) {
         kernels.horizontal(plan, padded_row(origin, stride, y, rs.top, plan.lo * c, span, scratch),
                            slot);
-        held[y % rs.ring] = y;
+        held[y & (ring - 1)] = y;
       }
       tap_rows[k] = slot;
     }
@@ -196,14 +249,11 @@ bool resample_simd(const ResampleKernels& kernels, PassOrder order, const uint8_
         0.87 * double(rs.tap_pairs) * span / 16 + 0.69 * double(out_h) * out_w * window;
     order = columns < rows ? PassOrder::kColumns : PassOrder::kRows;
   }
-  const bool by_columns = order == PassOrder::kColumns;
   HorizontalPlan plan;
-  const uint32_t group = by_columns ? kernels.pixel_group
-                         : c == 1   ? kernels.grey_group
-                                    : kernels.colour_group;
-  if (!make_plan(tx, out_w, flip, c, group, by_columns, &plan)) return false;
-  return by_columns ? columns_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer)
-                    : rows_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer);
+  if (!make_plan(tx, out_w, flip, c, kernels, order, &plan)) return false;
+  return order == PassOrder::kColumns
+             ? columns_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer)
+             : rows_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer);
 }
 
 }  // namespace detail

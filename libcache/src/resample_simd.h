@@ -32,6 +32,14 @@ struct HorizontalPlan {
                                 // channels (bytes of a source row, int32 of a column-pass row)
   std::vector<int16_t> weight;
   std::vector<int32_t> weight32;
+  // Rows first where every lane fits (then start, padded_w and the layout above do not apply):
+  // 8 output values per step, each 128-bit lane of 4 taking pair p's bytes from the 16 at its
+  // lane_base with its 16 lane_control bytes (pshufb), weights (w[2p], w[2p+1]) per value in
+  // `weight`; chunk i, pair p, lane l at (i * pairs + p) * 2 + l.
+  bool lanes = false;
+  uint32_t chunks = 0;  // steps of 8 values per row
+  std::vector<uint32_t> lane_base;
+  std::vector<uint8_t> lane_control;
 };
 
 // The kernels of one instruction set. None keeps state; all may run on any thread.
