@@ -6,6 +6,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #define DSCACHE_RESAMPLE_AVX2 1
 #define DSCACHE_AVX2 __attribute__((target("avx2")))
@@ -180,29 +181,54 @@ DSCACHE_AVX2 void vertical(const int32_t* const* rows, const int32_t* weight, ui
   }
 }
 
-// Columns first: 16 bytes of each of two rows widened to int16, interleaved (a, b) and
-// multiplied by (w_a, w_b) with pmaddwd; unpack works within 128-bit lanes, so the sums come
-// out as values 0-3 8-11 (lo) and 4-7 12-15 (hi) and are put back in order when stored.
+// Columns first: 32 bytes of each of two rows interleaved byte by byte, widened to (a, b) int16
+// pairs and multiplied by (w_a, w_b) with pmaddwd. Unpacking works within 128-bit lanes, so
+// the four sums hold values 0-3|16-19, 4-7|20-23, 8-11|24-27, 12-15|28-31, put back in order
+// when stored. An odd last row is paired with itself at weight 0.
 DSCACHE_AVX2 void columns(const uint8_t* const* rows, const int32_t* weight, uint32_t taps,
                           size_t n, int32_t* dst) {
-  for (size_t i = 0; i < n; i += 16) {
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (uint32_t k = 0; k < taps; k += 2) {
-      const bool pair = k + 1 < taps;
-      const int32_t wb = pair ? weight[k + 1] : 0;
-      const __m256i w = _mm256_set1_epi32(weight[k] | (wb << 16));
-      const __m256i a =
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[k] + i)));
-      const __m256i b = pair ? _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                   reinterpret_cast<const __m128i*>(rows[k + 1] + i)))
-                             : _mm256_setzero_si256();
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w));
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w));
+  constexpr uint32_t kMostPairs = 32;  // weights held at once; more taps: in steps
+  const __m256i zero = _mm256_setzero_si256();
+  for (uint32_t done = 0; done < taps; done += 2 * kMostPairs) {
+    const uint32_t now = std::min(taps - done, 2 * kMostPairs), pairs = (now + 1) / 2;
+    __m256i w[kMostPairs];
+    const uint8_t* r[2 * kMostPairs];
+    for (uint32_t k = 0; k < now; ++k) r[k] = rows[done + k];
+    for (uint32_t p = 0; p < pairs; ++p) {
+      const bool both = 2 * p + 1 < now;
+      const int32_t wb = both ? weight[done + 2 * p + 1] : 0;
+      w[p] = _mm256_set1_epi32(weight[done + 2 * p] | (wb << 16));
+      if (!both) r[2 * p + 1] = r[2 * p];
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 8),
-                        _mm256_permute2x128_si256(lo, hi, 0x31));
+    for (size_t i = 0; i < n; i += 32) {
+      __m256i s[4];
+      for (int j = 0; j < 4; ++j) {
+        s[j] = done == 0 ? zero
+                         : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + i + 8 * j));
+      }
+      // Partial sums come back in order: [0-3 4-7] [8-11 12-15] [16-19 20-23] [24-27 28-31].
+      __m256i lo0 = _mm256_permute2x128_si256(s[0], s[2], 0x20);
+      __m256i hi0 = _mm256_permute2x128_si256(s[0], s[2], 0x31);
+      __m256i lo1 = _mm256_permute2x128_si256(s[1], s[3], 0x20);
+      __m256i hi1 = _mm256_permute2x128_si256(s[1], s[3], 0x31);
+      for (uint32_t p = 0; p < pairs; ++p) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p] + i));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r[2 * p + 1] + i));
+        const __m256i x = _mm256_unpacklo_epi8(a, b), y = _mm256_unpackhi_epi8(a, b);
+        lo0 = _mm256_add_epi32(lo0, _mm256_madd_epi16(_mm256_unpacklo_epi8(x, zero), w[p]));
+        hi0 = _mm256_add_epi32(hi0, _mm256_madd_epi16(_mm256_unpackhi_epi8(x, zero), w[p]));
+        lo1 = _mm256_add_epi32(lo1, _mm256_madd_epi16(_mm256_unpacklo_epi8(y, zero), w[p]));
+        hi1 = _mm256_add_epi32(hi1, _mm256_madd_epi16(_mm256_unpackhi_epi8(y, zero), w[p]));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm256_permute2x128_si256(lo0, hi0, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 8),
+                          _mm256_permute2x128_si256(lo1, hi1, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16),
+                          _mm256_permute2x128_si256(lo0, hi0, 0x31));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 24),
+                          _mm256_permute2x128_si256(lo1, hi1, 0x31));
+    }
   }
 }
 

@@ -198,7 +198,7 @@ bool columns_first(const ResampleKernels& kernels, const uint8_t* origin, size_t
   const size_t c = plan.channels;
   const size_t n = size_t{plan.out_w} * c;
   const size_t span = size_t{plan.extent - plan.lo} * c;
-  const size_t column_len = (span + 16 + 8 + 7) / 8 * 8;
+  const size_t column_len = (span + 32 + 8 + 7) / 8 * 8;
   const size_t scratch_row = (span + kResampleReadPad + 3) / 4;  // int32 per copied row
   const size_t pixels_len = (size_t{plan.padded_w} * c + 8 + 3) / 4;
   const size_t total = column_len + scratch_row * rs.most_taps + pixels_len;

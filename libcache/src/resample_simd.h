@@ -55,7 +55,7 @@ struct ResampleKernels {
   // to n + 32 int32.
   void (*vertical)(const int32_t* const* rows, const int32_t* weight, uint32_t taps, size_t n,
                    uint8_t* dst);
-  // Columns first: dst[i] = sum_k weight[k] * rows[k][i] for i < n rounded up to 16 (rows
+  // Columns first: dst[i] = sum_k weight[k] * rows[k][i] for i < n rounded up to 32 (rows
   // readable kResampleReadPad bytes past n) ...
   void (*columns)(const uint8_t* const* rows, const int32_t* weight, uint32_t taps, size_t n,
                   int32_t* dst);
