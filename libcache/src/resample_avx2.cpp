@@ -83,6 +83,34 @@ DSCACHE_AVX2 void horizontal_any_pairs(const HorizontalPlan& plan, const uint8_t
   }
 }
 
+// horizontal_lanes for two rows at once: the plan's bases, controls and weights loaded once.
+template <uint32_t P>
+DSCACHE_AVX2 void horizontal_lanes2(const HorizontalPlan& plan, const uint8_t* src0,
+                                    const uint8_t* src1, int32_t* dst0, int32_t* dst1) {
+  const uint32_t pairs = P != 0 ? P : plan.pairs;
+  const uint32_t* base = plan.lane_base.data();
+  const __m256i* control = reinterpret_cast<const __m256i*>(plan.lane_control.data());
+  const __m256i* w = reinterpret_cast<const __m256i*>(plan.weight.data());
+  for (uint32_t i = 0; i < plan.chunks; ++i, dst0 += 8, dst1 += 8) {
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    for (uint32_t p = 0; p < pairs; ++p, base += 2, ++control, ++w) {
+      const __m256i ctl = _mm256_loadu_si256(control), wp = _mm256_loadu_si256(w);
+      __m256i v0 =
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src0 + base[0])));
+      v0 = _mm256_inserti128_si256(
+          v0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src0 + base[1])), 1);
+      __m256i v1 =
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src1 + base[0])));
+      v1 = _mm256_inserti128_si256(
+          v1, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src1 + base[1])), 1);
+      acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_shuffle_epi8(v0, ctl), wp));
+      acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_shuffle_epi8(v1, ctl), wp));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst0), acc0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst1), acc1);
+  }
+}
+
 // Eight output values per step (any channel count): each 128-bit lane's 16 source bytes
 // shuffled into its 4 values' (a, b) int16 pairs, then pmaddwd. P as above.
 template <uint32_t P>
@@ -125,6 +153,22 @@ DSCACHE_AVX2 void horizontal(const HorizontalPlan& plan, const uint8_t* src, int
       return horizontal_any_pairs<3>(plan, src, dst);
     default:
       return horizontal_any_pairs<4>(plan, src, dst);
+  }
+}
+
+DSCACHE_AVX2 void horizontal2(const HorizontalPlan& plan, const uint8_t* src0, const uint8_t* src1,
+                              int32_t* dst0, int32_t* dst1) {
+  if (!plan.lanes) {
+    horizontal(plan, src0, dst0);
+    return horizontal(plan, src1, dst1);
+  }
+  switch (plan.pairs) {
+    case 1:
+      return horizontal_lanes2<1>(plan, src0, src1, dst0, dst1);
+    case 2:
+      return horizontal_lanes2<2>(plan, src0, src1, dst0, dst1);
+    default:
+      return horizontal_lanes2<0>(plan, src0, src1, dst0, dst1);
   }
 }
 
@@ -270,7 +314,7 @@ DSCACHE_AVX2 void any_pixels(const HorizontalPlan& plan, const int32_t* src, uin
   }
 }
 
-const ResampleKernels kAvx2{8, 2, 2, horizontal, vertical, columns, any_pixels};
+const ResampleKernels kAvx2{8, 2, 2, horizontal, horizontal2, vertical, columns, any_pixels};
 
 }  // namespace
 

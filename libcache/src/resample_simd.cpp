@@ -117,12 +117,13 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
 
 // What both orders need of the vertical taps.
 struct RowSpan {
-  uint32_t ring = 1;       // most source rows one output row's taps span
-  uint32_t top = 0;        // last tapped source row
-  uint32_t most_taps = 1;  // most taps of one output row
-  size_t taps = 0;         // taps of all output rows
-  size_t tap_pairs = 0;    // ... in pairs, each output row's rounded up
-  size_t distinct = 0;     // distinct tapped rows
+  uint32_t ring = 1;         // most source rows one output row's taps span
+  uint32_t top = 0;          // last tapped source row
+  uint32_t most_taps = 1;    // most taps of one output row
+  size_t taps = 0;           // taps of all output rows
+  size_t tap_pairs = 0;      // ... in pairs, each output row's rounded up
+  size_t distinct = 0;       // distinct tapped rows
+  std::vector<bool> tapped;  // per source row up to top
 };
 
 bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
@@ -136,7 +137,8 @@ bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
     span->taps += ty.count[oy];
     span->tap_pairs += (ty.count[oy] + 1) / 2;
   }
-  std::vector<bool> seen(size_t{span->top} + 1);
+  std::vector<bool>& seen = span->tapped;
+  seen.assign(size_t{span->top} + 1, false);
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     for (uint32_t k = ty.first[oy]; k < ty.first[oy] + ty.count[oy]; ++k) {
       span->distinct += seen[ty.index[k]] ? 0 : 1;
@@ -162,30 +164,41 @@ bool rows_first(const ResampleKernels& kernels, const uint8_t* origin, size_t st
   const size_t c = plan.channels;
   const size_t n = size_t{plan.out_w} * c;
   // Ring slots: an output row's taps span at most rs.ring source rows, so they never share a
-  // slot, and rows shared by neighbouring outputs are filtered once.
+  // slot, and rows shared by neighbouring outputs are filtered once. One slot more lets the
+  // next tapped row be filtered with the one needed now (one pass over the plan for two rows).
   const size_t written = plan.lanes ? size_t{plan.chunks} * 8 : size_t{plan.padded_w} * c;
   const size_t row_len = (written + 40 + 7) / 8 * 8;
   const size_t span = size_t{plan.extent - plan.lo} * c;  // bytes a source row is read at
   const size_t scratch_len = (span + kResampleReadPad + 3) / 4;
-  uint32_t ring = 1;  // a power of two: slot y & (ring - 1), no division per tap
-  while (ring < rs.ring) ring *= 2;
-  if (size_t{ring} * row_len + scratch_len > kMaxBuffer) return false;
-  buffer->assign(size_t{ring} * row_len + scratch_len, 0);
+  uint32_t ring = 2;  // a power of two: slot y & (ring - 1), no division per tap
+  while (ring < rs.ring + 1) ring *= 2;
+  if (size_t{ring} * row_len + 2 * scratch_len > kMaxBuffer) return false;
+  buffer->assign(size_t{ring} * row_len + 2 * scratch_len, 0);
   int32_t* rows = buffer->data();
   uint8_t* scratch = reinterpret_cast<uint8_t*>(rows + size_t{ring} * row_len);
+  uint8_t* scratch2 = scratch + scratch_len * 4;
   std::vector<uint32_t> held(ring, UINT32_MAX);  // source row in each slot
   std::vector<const int32_t*> tap_rows(rs.most_taps);
+  auto slot = [&](uint32_t y) { return rows + size_t{y & (ring - 1)} * row_len; };
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const uint32_t first = ty.first[oy], count = ty.count[oy];
+    const uint32_t low =
+        *std::min_element(ty.index.begin() + first, ty.index.begin() + first + count);
     for (uint32_t k = 0; k < count; ++k) {
-      const uint32_t y = ty.index[first + k];
-      int32_t* slot = rows + size_t{y & (ring - 1)} * row_len;
+      const uint32_t y = ty.index[first + k], z = y + 1;
       if (held[y & (ring - 1)] != y) {
-        kernels.horizontal(plan, padded_row(origin, stride, y, rs.top, plan.lo * c, span, scratch),
-                           slot);
+        const uint8_t* src = padded_row(origin, stride, y, rs.top, plan.lo * c, span, scratch);
+        if (z <= rs.top && rs.tapped[z] && held[z & (ring - 1)] != z && z - low < ring) {
+          kernels.horizontal2(plan, src,
+                              padded_row(origin, stride, z, rs.top, plan.lo * c, span, scratch2),
+                              slot(y), slot(z));
+          held[z & (ring - 1)] = z;
+        } else {
+          kernels.horizontal(plan, src, slot(y));
+        }
         held[y & (ring - 1)] = y;
       }
-      tap_rows[k] = slot;
+      tap_rows[k] = slot(y);
     }
     kernels.vertical(tap_rows.data(), ty.weight.data() + first, count, n, out + size_t{oy} * n);
   }

@@ -51,6 +51,9 @@ struct ResampleKernels {
   // `extent`) into padded_w * channels int32 (plus 8 more written) at `dst`, scaled by
   // kResampleOne.
   void (*horizontal)(const HorizontalPlan& plan, const uint8_t* src, int32_t* dst);
+  // ... the same for two rows at once (the plan read once).
+  void (*horizontal2)(const HorizontalPlan& plan, const uint8_t* src0, const uint8_t* src1,
+                      int32_t* dst0, int32_t* dst1);
   // ... then dst[i] = (sum_k weight[k] * rows[k][i] + 2^21) >> 22 for i < n; rows are readable
   // to n + 32 int32.
   void (*vertical)(const int32_t* const* rows, const int32_t* weight, uint32_t taps, size_t n,
