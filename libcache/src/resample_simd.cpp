@@ -79,7 +79,13 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
     const uint32_t first = tx.first[sx], last = first + tx.count[sx];
     const uint32_t s = std::min(
         *std::min_element(tx.index.begin() + first, tx.index.begin() + last), p.extent - p.window);
-    for (uint32_t j = first; j < last; ++j) dense[ox * taps + tx.index[j] - s] += tx.weight[j];
+    int32_t sum = 0;
+    for (uint32_t j = first; j < last; ++j) {
+      if (tx.weight[j] < 0 || tx.weight[j] > kResampleOne) return false;
+      dense[ox * taps + tx.index[j] - s] += tx.weight[j];
+      sum += tx.weight[j];
+    }
+    if (sum != kResampleOne) return false;  // the kernels' int16 and int32 bounds rest on it
     p.start[ox] = static_cast<uint32_t>((s - p.lo) * channels);
   }
   p.lanes = order == PassOrder::kRows && lay_out_lanes(p, dense);
@@ -127,6 +133,8 @@ struct RowSpan {
   std::vector<bool> tapped;  // per source row up to top
 };
 
+// False for vertical taps the kernels do not take: an output row without taps, or weights that
+// are negative or do not sum to kResampleOne.
 bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const auto b = ty.index.begin() + ty.first[oy], e = b + ty.count[oy];
@@ -135,6 +143,12 @@ bool row_span(const AxisTaps& ty, uint32_t out_h, RowSpan* span) {
     span->ring = std::max(span->ring, *mx - *mn + 1);
     span->top = std::max(span->top, *mx);
     span->most_taps = std::max(span->most_taps, ty.count[oy]);
+    int32_t sum = 0;
+    for (uint32_t k = ty.first[oy]; k < ty.first[oy] + ty.count[oy]; ++k) {
+      if (ty.weight[k] < 0 || ty.weight[k] > kResampleOne) return false;
+      sum += ty.weight[k];
+    }
+    if (sum != kResampleOne) return false;
     span->taps += ty.count[oy];
     span->tap_pairs += (ty.count[oy] + 1) / 2;
   }

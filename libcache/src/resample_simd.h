@@ -79,8 +79,9 @@ enum class PassOrder {
              // filtered (good for strong downscaling: fewer rows meet the costlier pass)
 };
 
-// resample() with `kernels` in `order`. False, with nothing written, for a shape the kernels do
-// not cover (channels outside 1..4, taps too far apart).
+// resample() with `kernels` in `order`. False, with nothing written, for what the kernels do
+// not cover: channels outside 1..4, taps too far apart, weights that are negative or do not sum
+// to kResampleOne per output (the bounds that keep every sum exact in int16 and int32).
 bool resample_simd(const ResampleKernels& kernels, PassOrder order, const uint8_t* origin,
                    size_t stride, size_t channels, const AxisTaps& ty, const AxisTaps& tx,
                    uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
