@@ -33,6 +33,12 @@ std::string path_name(ResamplePath p) {
   switch (p) {
     case ResamplePath::kScalar:
       return "scalar";
+    case ResamplePath::kSse41Rows:
+      return "sse4.1-rows";
+    case ResamplePath::kSse41Columns:
+      return "sse4.1-columns";
+    case ResamplePath::kSse41:
+      return "sse4.1";
     case ResamplePath::kAvx2Rows:
       return "avx2-rows";
     case ResamplePath::kAvx2Columns:
@@ -128,13 +134,24 @@ void check_paths(const Shape& s, const AxisTaps& ty, const AxisTaps& tx, uint32_
   }
 }
 
-TEST_CASE("resample_paths: scalar first, AVX2 wherever the CPU has it") {
+TEST_CASE("resample_paths: scalar first, SSE4.1 and AVX2 wherever the CPU has them") {
   const std::vector<ResamplePath> paths = resample_paths();
   REQUIRE_FALSE(paths.empty());
   CHECK(paths.front() == ResamplePath::kScalar);
+  auto has = [&](ResamplePath p) {
+    return std::find(paths.begin(), paths.end(), p) != paths.end();
+  };
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool sse41 = __builtin_cpu_supports("sse4.1"), avx2 = __builtin_cpu_supports("avx2");
+  CHECK(has(ResamplePath::kSse41) == sse41);
+  CHECK(has(ResamplePath::kSse41Rows) == sse41);
+  CHECK(has(ResamplePath::kSse41Columns) == sse41);
+  CHECK(has(ResamplePath::kAvx2Rows) == avx2);
+  CHECK(has(ResamplePath::kAvx2Columns) == avx2);
   CHECK((paths.back() == ResamplePath::kAvx2) == avx2);
+  if (!avx2) CHECK((paths.back() == ResamplePath::kSse41) == sse41);
+#else
+  CHECK(paths.size() == 1);
 #endif
   MESSAGE("paths: ", paths.size(), ", fastest ", path_name(paths.back()));
 }

@@ -233,6 +233,10 @@ void resample_reference(const uint8_t* origin, size_t stride, size_t channels, c
 
 std::vector<ResamplePath> resample_paths() {
   std::vector<ResamplePath> paths{ResamplePath::kScalar};
+  if (resample_sse41_kernels() != nullptr) {
+    paths.insert(paths.end(),
+                 {ResamplePath::kSse41Rows, ResamplePath::kSse41Columns, ResamplePath::kSse41});
+  }
   if (resample_avx2_kernels() != nullptr) {
     paths.insert(paths.end(),
                  {ResamplePath::kAvx2Rows, ResamplePath::kAvx2Columns, ResamplePath::kAvx2});
@@ -243,11 +247,28 @@ std::vector<ResamplePath> resample_paths() {
 void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
                    const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
                    bool flip, uint8_t* out, std::vector<int32_t>* row) {
-  const ResampleKernels* kernels =
-      path == ResamplePath::kScalar ? nullptr : resample_avx2_kernels();
-  const PassOrder order = path == ResamplePath::kAvx2Rows      ? PassOrder::kRows
-                          : path == ResamplePath::kAvx2Columns ? PassOrder::kColumns
-                                                               : PassOrder::kCheaper;
+  const ResampleKernels* kernels = nullptr;
+  PassOrder order = PassOrder::kCheaper;
+  switch (path) {
+    case ResamplePath::kScalar:
+      break;
+    case ResamplePath::kSse41Rows:
+    case ResamplePath::kSse41Columns:
+    case ResamplePath::kSse41:
+      kernels = resample_sse41_kernels();
+      order = path == ResamplePath::kSse41Rows      ? PassOrder::kRows
+              : path == ResamplePath::kSse41Columns ? PassOrder::kColumns
+                                                    : PassOrder::kCheaper;
+      break;
+    case ResamplePath::kAvx2Rows:
+    case ResamplePath::kAvx2Columns:
+    case ResamplePath::kAvx2:
+      kernels = resample_avx2_kernels();
+      order = path == ResamplePath::kAvx2Rows      ? PassOrder::kRows
+              : path == ResamplePath::kAvx2Columns ? PassOrder::kColumns
+                                                   : PassOrder::kCheaper;
+      break;
+  }
   if (kernels != nullptr && resample_simd(*kernels, order, origin, stride, channels, ty, tx, out_h,
                                           out_w, flip, out, row)) {
     return;

@@ -59,10 +59,13 @@ void resample_reference(const uint8_t* origin, size_t stride, size_t channels, c
 
 // The implementations of resample(), for tests and benchmarks that compare them.
 enum class ResamplePath {
-  kScalar,       // resample_reference
-  kAvx2Rows,     // x86-64 with AVX2, horizontal pass first (pmaddwd on pixel pairs)
-  kAvx2Columns,  // ... vertical pass first (pmaddwd on row pairs)
-  kAvx2,         // ... whichever order is estimated cheaper for the shape
+  kScalar,        // resample_reference
+  kSse41Rows,     // x86-64 with SSE4.1, horizontal pass first (pmaddwd on pixel pairs)
+  kSse41Columns,  // ... vertical pass first (pmaddwd on row pairs)
+  kSse41,         // ... whichever order is estimated cheaper for the shape
+  kAvx2Rows,      // the same with AVX2
+  kAvx2Columns,
+  kAvx2,
 };
 
 // The paths this CPU can run, slowest first (kScalar always; the last is what resample() uses).

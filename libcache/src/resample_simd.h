@@ -69,6 +69,8 @@ struct ResampleKernels {
 
 // The AVX2 kernels, or null where the CPU (or the build's target) has no AVX2.
 const ResampleKernels* resample_avx2_kernels();
+// The SSE4.1 kernels, or null where the CPU (or the build's target) has no SSE4.1.
+const ResampleKernels* resample_sse41_kernels();
 
 // Which pass resample_simd() runs first.
 enum class PassOrder {
