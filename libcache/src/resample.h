@@ -43,9 +43,11 @@ uint32_t taps_extent(const AxisTaps& taps);
 
 // Resamples an HWC uint8 image at `origin` (rows `stride` bytes apart) into out_h x out_w x
 // channels bytes at `out` with taps ty (rows) and tx (columns), mirrored when `flip`: the sum of
-// weight_y * weight_x * pixel over the taps, rounded half up once at the end. Reads only the
-// bytes the taps name. `row` is a reusable buffer. Runs the fastest path this CPU has (chosen
-// once); every path gives the same bytes as resample_reference.
+// weight_y * weight_x * pixel over the taps, rounded half up once at the end. `row` is a
+// reusable buffer. Runs the fastest path this CPU has (chosen once); every path gives the same
+// bytes as resample_reference. Reads nothing past the last tapped row's last tapped pixel; the
+// SIMD paths read up to 32 bytes past a row's last tapped pixel where a later tapped row lies
+// that far on (the rows from `origin` to the last tapped one are one block of memory).
 void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
               const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
               std::vector<int32_t>* row);
@@ -71,7 +73,7 @@ enum class ResamplePath {
 // The paths this CPU can run, slowest first (kScalar always; the last is what resample() uses).
 std::vector<ResamplePath> resample_paths();
 
-// resample() on a given path, which must be one of resample_paths().
+// resample() on a given path (one this CPU lacks runs resample_reference).
 void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
                    const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
                    bool flip, uint8_t* out, std::vector<int32_t>* row);
