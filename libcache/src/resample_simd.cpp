@@ -52,11 +52,11 @@ bool lay_out_lanes(HorizontalPlan& p, const std::vector<int32_t>& dense) {
   return true;
 }
 
-// Each output's taps as one dense window, clamped to [lo, extent) so that no window starts past
-// extent - window (every window fits: it is at most extent - lo wide), then laid out for the
-// kernels of `order` (kRows: lanes where they fit, else pixels).
-bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
-               const ResampleKernels& kernels, PassOrder order, HorizontalPlan* plan) {
+// Each output's taps as one dense window of 2 * pairs weights (`dense`, output after output),
+// clamped to [lo, extent) so that no window starts past extent - window (every window fits: it
+// is at most extent - lo wide). False for taps the kernels do not take.
+bool plan_windows(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
+                  HorizontalPlan* plan, std::vector<int32_t>* dense) {
   HorizontalPlan& p = *plan;
   p.channels = channels;
   p.out_w = out_w;
@@ -72,7 +72,7 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
   if (p.window > kMaxWindow) return false;
   p.pairs = (p.window + 1) / 2;
   const size_t taps = size_t{2} * p.pairs;
-  std::vector<int32_t> dense(size_t{out_w} * taps, 0);
+  dense->assign(size_t{out_w} * taps, 0);
   p.start.assign(out_w, 0);
   for (uint32_t ox = 0; ox < out_w; ++ox) {
     const uint32_t sx = flip ? out_w - 1 - ox : ox;  // mirrored output
@@ -82,19 +82,28 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
     int32_t sum = 0;
     for (uint32_t j = first; j < last; ++j) {
       if (tx.weight[j] < 0 || tx.weight[j] > kResampleOne) return false;
-      dense[ox * taps + tx.index[j] - s] += tx.weight[j];
+      (*dense)[ox * taps + tx.index[j] - s] += tx.weight[j];
       sum += tx.weight[j];
     }
     if (sum != kResampleOne) return false;  // the kernels' int16 and int32 bounds rest on it
     p.start[ox] = static_cast<uint32_t>((s - p.lo) * channels);
   }
-  p.lanes = order == PassOrder::kRows && lay_out_lanes(p, dense);
-  if (p.lanes) return true;
-  p.weight.clear();
-  const uint32_t group = order == PassOrder::kColumns ? kernels.pixel_group
-                         : channels == 1              ? kernels.grey_group
-                                                      : kernels.colour_group;
-  p.padded_w = (out_w + group - 1) / group * group;
+  return true;
+}
+
+uint32_t group_of(const ResampleKernels& kernels, size_t channels, PassOrder order) {
+  return order == PassOrder::kColumns ? kernels.pixel_group
+         : channels == 1              ? kernels.grey_group
+                                      : kernels.colour_group;
+}
+
+// The windows laid out for the kernels that take `group` outputs a step (pixels, grey).
+void lay_out_groups(HorizontalPlan& p, const std::vector<int32_t>& dense,
+                    const ResampleKernels& kernels, PassOrder order) {
+  const size_t channels = p.channels, taps = size_t{2} * p.pairs;
+  const uint32_t group = group_of(kernels, channels, order);
+  p.lanes = false;
+  p.padded_w = (p.out_w + group - 1) / group * group;
   p.start.resize(p.padded_w, 0);
   const size_t lane = channels == 1 ? 2 : 8;
   if (order == PassOrder::kColumns) {
@@ -102,7 +111,7 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
   } else {
     p.weight.assign(size_t{p.padded_w} * p.pairs * lane, 0);
   }
-  for (uint32_t ox = 0; ox < out_w; ++ox) {
+  for (uint32_t ox = 0; ox < p.out_w; ++ox) {
     const size_t g = ox / group, i = ox % group;
     const int32_t* d = dense.data() + size_t{ox} * taps;
     if (order == PassOrder::kColumns) {
@@ -119,7 +128,6 @@ bool make_plan(const AxisTaps& tx, uint32_t out_w, bool flip, size_t channels,
       }
     }
   }
-  return true;
 }
 
 // What both orders need of the vertical taps.
@@ -251,16 +259,17 @@ bool columns_first(const ResampleKernels& kernels, const uint8_t* origin, size_t
 }
 
 // The order with the smaller estimate (in ns, fitted to AVX2 runs of test_resample's speed
-// case and wider downscales) given the rows-first plan: rows first costs per distinct source
-// row and step of the horizontal kernel (8 values or 2 pixels) and tap pair, plus per 8 values
-// and tap of the vertical pass; columns first per tap pair and 16 bytes of the vertical pass,
-// plus per output pixel and per pixel and tap of the horizontal one.
-PassOrder cheaper_order(const HorizontalPlan& rows_plan, const RowSpan& rs, uint32_t out_h) {
-  const HorizontalPlan& p = rows_plan;
-  const double steps = p.lanes ? double(p.chunks) : double(p.padded_w) / 2;
+// case and wider downscales) for windows `p`, `lanes` if the rows-first lane layout fits: rows
+// first costs per distinct source row and step of the horizontal kernel (8 values, or 2 pixels)
+// and tap pair, plus per 8 values and tap of the vertical pass; columns first per tap pair and
+// 16 bytes of the vertical pass, plus per output pixel and per pixel and tap of the horizontal.
+PassOrder cheaper_order(const HorizontalPlan& p, bool lanes, const ResampleKernels& kernels,
+                        const RowSpan& rs, uint32_t out_h) {
+  const uint32_t group = group_of(kernels, p.channels, PassOrder::kRows);
+  const double steps = lanes ? double(p.chunks) : double((p.out_w + group - 1) / group * group) / 2;
   const double values = double(p.out_w) * p.channels;
   const double span = double(p.extent - p.lo) * p.channels;
-  const double rows = (p.lanes ? 1.0 : 0.9) * double(rs.distinct) * steps * p.pairs +
+  const double rows = (lanes ? 1.0 : 0.9) * double(rs.distinct) * steps * p.pairs +
                       0.3 * double(rs.taps) * std::ceil(values / 8);
   const double columns = 0.71 * double(rs.tap_pairs) * std::ceil(span / 16) +
                          double(out_h) * p.out_w * (0.66 + 0.34 * p.window);
@@ -278,17 +287,14 @@ bool resample_simd(const ResampleKernels& kernels, PassOrder order, const uint8_
   RowSpan rs;
   if (!row_span(ty, out_h, &rs)) return false;
   HorizontalPlan plan;
-  if (order != PassOrder::kColumns &&
-      !make_plan(tx, out_w, flip, c, kernels, PassOrder::kRows, &plan)) {
-    return false;
-  }
-  if (order == PassOrder::kCheaper) {
-    order = cheaper_order(plan, rs, out_h);
-    if (order == PassOrder::kColumns) plan = HorizontalPlan();
-  }
-  if (order == PassOrder::kColumns &&
-      !make_plan(tx, out_w, flip, c, kernels, PassOrder::kColumns, &plan)) {
-    return false;
+  std::vector<int32_t> dense;
+  if (!plan_windows(tx, out_w, flip, c, &plan, &dense)) return false;
+  const bool lanes = order != PassOrder::kColumns && lay_out_lanes(plan, dense);
+  if (order == PassOrder::kCheaper) order = cheaper_order(plan, lanes, kernels, rs, out_h);
+  if (order == PassOrder::kRows && lanes) {
+    plan.lanes = true;
+  } else {
+    lay_out_groups(plan, dense, kernels, order);
   }
   return order == PassOrder::kColumns
              ? columns_first(kernels, origin, stride, ty, plan, rs, out_h, out, buffer)
