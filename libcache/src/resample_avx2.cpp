@@ -319,7 +319,9 @@ const ResampleKernels kAvx2{8, 2, 2, horizontal, horizontal2, vertical, columns,
 }  // namespace
 
 const ResampleKernels* resample_avx2_kernels() {
-  static const bool has = __builtin_cpu_supports("avx2");
+  // __builtin_cpu_init first: this may run before libgcc's own constructor has filled in the
+  // CPU model (a static initializer elsewhere resampling).
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx2"));
   return has ? &kAvx2 : nullptr;
 }
 

@@ -189,7 +189,9 @@ const ResampleKernels kSse41{4, 2, 2, horizontal, horizontal2, vertical, columns
 }  // namespace
 
 const ResampleKernels* resample_sse41_kernels() {
-  static const bool has = __builtin_cpu_supports("sse4.1");
+  // __builtin_cpu_init first: this may run before libgcc's own constructor has filled in the
+  // CPU model (a static initializer elsewhere resampling).
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("sse4.1"));
   return has ? &kSse41 : nullptr;
 }
 
