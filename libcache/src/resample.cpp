@@ -2,6 +2,8 @@
 // two-pass kernel that applies them (see resample.h).
 #include "resample.h"
 
+#include "resample_simd.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -188,9 +190,9 @@ uint32_t taps_extent(const AxisTaps& taps) {
   return extent;
 }
 
-void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
-              const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
-              std::vector<int32_t>* row_buffer) {
+void resample_reference(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
+                        const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
+                        std::vector<int32_t>* row_buffer) {
   const size_t c = channels;
   const size_t out_stride = size_t{out_w} * c;
   const PackedTaps packed = pack(tx, out_w, flip, c);
@@ -227,6 +229,58 @@ void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisT
         break;
     }
   }
+}
+
+std::vector<ResamplePath> resample_paths() {
+  std::vector<ResamplePath> paths{ResamplePath::kScalar};
+  if (resample_sse41_kernels() != nullptr) {
+    paths.insert(paths.end(),
+                 {ResamplePath::kSse41Rows, ResamplePath::kSse41Columns, ResamplePath::kSse41});
+  }
+  if (resample_avx2_kernels() != nullptr) {
+    paths.insert(paths.end(),
+                 {ResamplePath::kAvx2Rows, ResamplePath::kAvx2Columns, ResamplePath::kAvx2});
+  }
+  return paths;
+}
+
+void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
+                   const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
+                   bool flip, uint8_t* out, std::vector<int32_t>* row) {
+  const ResampleKernels* kernels = nullptr;
+  PassOrder order = PassOrder::kCheaper;
+  switch (path) {
+    case ResamplePath::kScalar:
+      break;
+    case ResamplePath::kSse41Rows:
+    case ResamplePath::kSse41Columns:
+    case ResamplePath::kSse41:
+      kernels = resample_sse41_kernels();
+      order = path == ResamplePath::kSse41Rows      ? PassOrder::kRows
+              : path == ResamplePath::kSse41Columns ? PassOrder::kColumns
+                                                    : PassOrder::kCheaper;
+      break;
+    case ResamplePath::kAvx2Rows:
+    case ResamplePath::kAvx2Columns:
+    case ResamplePath::kAvx2:
+      kernels = resample_avx2_kernels();
+      order = path == ResamplePath::kAvx2Rows      ? PassOrder::kRows
+              : path == ResamplePath::kAvx2Columns ? PassOrder::kColumns
+                                                   : PassOrder::kCheaper;
+      break;
+  }
+  if (kernels != nullptr && resample_simd(*kernels, order, origin, stride, channels, ty, tx, out_h,
+                                          out_w, flip, out, row)) {
+    return;
+  }
+  resample_reference(origin, stride, channels, ty, tx, out_h, out_w, flip, out, row);
+}
+
+void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
+              const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
+              std::vector<int32_t>* row) {
+  static const ResamplePath fastest = resample_paths().back();
+  resample_with(fastest, origin, stride, channels, ty, tx, out_h, out_w, flip, out, row);
 }
 
 }  // namespace detail

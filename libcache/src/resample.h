@@ -42,12 +42,41 @@ AxisTaps make_scaled_area_taps(uint32_t start, uint32_t in, uint32_t out, uint32
 uint32_t taps_extent(const AxisTaps& taps);
 
 // Resamples an HWC uint8 image at `origin` (rows `stride` bytes apart) into out_h x out_w x
-// channels bytes at `out` with taps ty (rows) and tx (columns), mirrored when `flip`: a vertical
-// pass into `row` (scaled by kResampleOne), then a horizontal pass, rounded half up. `row` is a
-// reusable buffer.
+// channels bytes at `out` with taps ty (rows) and tx (columns), mirrored when `flip`: the sum of
+// weight_y * weight_x * pixel over the taps, rounded half up once at the end. `row` is a
+// reusable buffer. Runs the fastest path this CPU has (chosen once); every path gives the same
+// bytes as resample_reference. Reads nothing past the last tapped row's last tapped pixel; the
+// SIMD paths read up to 32 bytes past a row's last tapped pixel where a later tapped row lies
+// that far on (the rows from `origin` to the last tapped one are one block of memory).
 void resample(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
               const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
               std::vector<int32_t>* row);
+
+// The plain scalar kernel resample() must match byte for byte: a vertical pass into `row`
+// (scaled by kResampleOne), then a horizontal pass. Every path falls back to it for what it
+// does not cover.
+void resample_reference(const uint8_t* origin, size_t stride, size_t channels, const AxisTaps& ty,
+                        const AxisTaps& tx, uint32_t out_h, uint32_t out_w, bool flip, uint8_t* out,
+                        std::vector<int32_t>* row);
+
+// The implementations of resample(), for tests and benchmarks that compare them.
+enum class ResamplePath {
+  kScalar,        // resample_reference
+  kSse41Rows,     // x86-64 with SSE4.1, horizontal pass first (pmaddwd on pixel pairs)
+  kSse41Columns,  // ... vertical pass first (pmaddwd on row pairs)
+  kSse41,         // ... whichever order is estimated cheaper for the shape
+  kAvx2Rows,      // the same with AVX2
+  kAvx2Columns,
+  kAvx2,
+};
+
+// The paths this CPU can run, slowest first (kScalar always; the last is what resample() uses).
+std::vector<ResamplePath> resample_paths();
+
+// resample() on a given path (one this CPU lacks runs resample_reference).
+void resample_with(ResamplePath path, const uint8_t* origin, size_t stride, size_t channels,
+                   const AxisTaps& ty, const AxisTaps& tx, uint32_t out_h, uint32_t out_w,
+                   bool flip, uint8_t* out, std::vector<int32_t>* row);
 
 }  // namespace detail
 }  // namespace dscache
