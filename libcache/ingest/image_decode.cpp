@@ -18,6 +18,7 @@
 #include "alpha.h"
 #include "area_stream.h"
 #include "dscache/error.h"
+#include "jpeg_direct.h"
 #include "png_stream.h"
 #include "source_bytes.h"
 
@@ -174,11 +175,13 @@ void fit_into(const cv::Mat& img, const DecodeOptions& opt, int cvt_code, uint8_
 // alpha kKeep of a transparent source): format sniffing, pixel limit, truncation check,
 // reduced-scale choice via `choose`, the alpha look (may_have_alpha: an IMREAD_UNCHANGED decode
 // sets r.transparent and stands in for the plain decode where it gives the same pixels),
-// imdecode. On failure returns a result with ok=false and a reason; never throws for bad data.
+// imdecode -- or, for a JPEG, libcache's decoder (jpeg_direct.h), which gives RGB: *rgb says
+// so. On failure returns a result with ok=false and a reason; never throws for bad data.
 template <typename ChooseReduction>
 DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions& opt,
-                           ChooseReduction choose, cv::Mat* img) {
+                           ChooseReduction choose, cv::Mat* img, bool* rgb) {
   DecodeResult r;
+  *rgb = false;
   if (data == nullptr || size == 0) {
     r.reason = "zero-byte file";
     return r;
@@ -233,6 +236,11 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
         }
       }
     }
+    if (img->empty() && hdr.format == ImageFormat::kJpeg && hdr.dims_known && !opt.opencv_jpeg &&
+        detail::decode_jpeg_rgb(data, size, hdr.width, hdr.height, r.reduction, opt.channels,
+                                opt.ignore_orientation, img)) {
+      *rgb = r.libjpeg_direct = true;
+    }
     if (img->empty()) {
       int flags = imread_flags(opt.channels, r.reduction);
       if (opt.ignore_orientation) flags |= cv::IMREAD_IGNORE_ORIENTATION;
@@ -270,10 +278,11 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   return r;
 }
 
-// The conversion of decode_to_mat's image to the output's channels: BGR(A) to RGB(A), or none.
-int to_output(const cv::Mat& img, const DecodeOptions& opt) {
+// The conversion of decode_to_mat's image to the output's channels: BGR(A) to RGB(A), or none
+// (grey, or an image already in RGB order).
+int to_output(const cv::Mat& img, const DecodeOptions& opt, bool rgb = false) {
   if (opt.channels == 4) return img.channels() == 4 ? cv::COLOR_BGRA2RGBA : cv::COLOR_BGR2RGBA;
-  return opt.channels == 3 ? cv::COLOR_BGR2RGB : -1;
+  return opt.channels == 3 && !rgb ? cv::COLOR_BGR2RGB : -1;
 }
 
 }  // namespace
@@ -329,11 +338,13 @@ DecodeResult decode_image(const uint8_t* data, size_t size, const DecodeOptions&
   DecodeResult streamed;
   if (decode_png_streamed(data, size, opt, out, &streamed)) return streamed;
   cv::Mat img;
+  bool rgb = false;
   DecodeResult r = decode_to_mat(
-      data, size, opt, [&](uint32_t w, uint32_t h) { return choose_reduction(w, h, opt); }, &img);
+      data, size, opt, [&](uint32_t w, uint32_t h) { return choose_reduction(w, h, opt); }, &img,
+      &rgb);
   if (!r.ok) return r;
   try {
-    fit_into(img, opt, to_output(img, opt), out);
+    fit_into(img, opt, to_output(img, opt, rgb), out);
   } catch (const cv::Exception& e) {
     r.ok = false;
     r.reason = std::string("resize failed: OpenCV error: ") + e.err;
@@ -397,6 +408,7 @@ DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeO
   checked.height = checked.width = 1;
   validate(checked, out);
   cv::Mat img;
+  bool rgb = false;
   // The shorter side does not change under EXIF rotation, so the factor is safe either way.
   DecodeResult r = decode_to_mat(
       data, size, opt,
@@ -407,10 +419,10 @@ DecodeResult decode_image_ragged(const uint8_t* data, size_t size, const DecodeO
         }
         return 1;
       },
-      &img);
+      &img, &rgb);
   if (!r.ok) return r;
   try {
-    fit_ragged(img, max_side, to_output(img, opt), opt.channels, out, out_h, out_w);
+    fit_ragged(img, max_side, to_output(img, opt, rgb), opt.channels, out, out_h, out_w);
   } catch (const cv::Exception& e) {
     r.ok = false;
     r.reason = std::string("resize failed: OpenCV error: ") + e.err;

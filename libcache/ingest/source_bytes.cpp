@@ -93,6 +93,63 @@ bool jpeg_has_eoi(const uint8_t* d, size_t n) {
   return false;
 }
 
+namespace {
+
+// The Orientation tag of the TIFF structure at t (n bytes, an Exif APP1's payload after
+// "Exif\0\0"): its value, 1 when IFD0 has none, 0 when it cannot be read.
+uint32_t exif_orientation(const uint8_t* t, size_t n) {
+  if (n < 8) return 0;
+  const bool le = t[0] == 'I' && t[1] == 'I';
+  if (!le && !(t[0] == 'M' && t[1] == 'M')) return 0;
+  const auto u16 = [&](size_t at) -> uint32_t {
+    return le ? (uint32_t{t[at + 1]} << 8 | t[at]) : (uint32_t{t[at]} << 8 | t[at + 1]);
+  };
+  const auto u32 = [&](size_t at) -> uint32_t {
+    return le ? (u16(at + 2) << 16 | u16(at)) : (u16(at) << 16 | u16(at + 2));
+  };
+  if (u16(2) != 42) return 0;
+  const size_t ifd = u32(4);
+  if (ifd > n || n - ifd < 2) return 0;
+  const size_t entries = u16(ifd);
+  if ((n - ifd - 2) / 12 < entries) return 0;
+  for (size_t k = 0; k < entries; ++k) {
+    const size_t e = ifd + 2 + 12 * k;
+    if (u16(e) != 0x0112) continue;
+    if (u16(e + 2) != 3 || u32(e + 4) != 1) return 0;  // SHORT, one value
+    return u16(e + 8);
+  }
+  return 1;
+}
+
+}  // namespace
+
+bool jpeg_orientation_is_identity(const uint8_t* d, size_t n) {
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+  size_t p = 2;
+  while (p + 4 <= n) {
+    if (d[p] != 0xFF) return false;
+    const uint8_t m = d[p + 1];
+    if (m == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    if (m == 0xDA || m == 0xD9) return true;  // the scan (or the end): no more APPn
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+      p += 2;
+      continue;
+    }
+    const size_t len = (size_t{d[p + 2]} << 8) | d[p + 3];
+    if (len < 2 || len > n - p - 2) return false;
+    static const uint8_t kExif[6] = {'E', 'x', 'i', 'f', 0, 0};
+    if (m == 0xE1 && len >= 8 && std::memcmp(d + p + 4, kExif, 6) == 0 &&
+        exif_orientation(d + p + 10, len - 8) != 1) {
+      return false;
+    }
+    p += 2 + len;
+  }
+  return false;
+}
+
 bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n) {
   return (f == ImageFormat::kPng && png_has_alpha(d, n)) ||
          (f == ImageFormat::kWebp && webp_has_alpha(d, n));

@@ -22,6 +22,11 @@ std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels);
 // file cut mid-scan "successfully", filling the rest with grey; we would rather skip it.
 bool jpeg_has_eoi(const uint8_t* d, size_t n);
 
+// True when a JPEG's header holds no EXIF orientation that imdecode would apply: no APP1 "Exif"
+// segment, or each one's IFD0 has no Orientation tag (0x0112) or has 1. False for anything else,
+// a segment it cannot read included (the caller then leaves the decode to OpenCV).
+bool jpeg_orientation_is_identity(const uint8_t* d, size_t n);
+
 // True when the file may hold an alpha channel that IMREAD_UNCHANGED keeps, from its header: PNG
 // and WebP. No other format's alpha is looked at (TIFF, BMP, JPEG 2000).
 bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n);

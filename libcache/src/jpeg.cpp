@@ -49,7 +49,7 @@ struct DecodeJob {
   uint32_t height, width, channels;  // expected stream size, output channels
   bool fast = false;                 // scale/crop path (else: every row at full size into out)
   uint8_t* out = nullptr;            // full path: height*width*channels bytes
-  uint32_t scale_num = 0;            // fast path: DCT scale /8
+  uint32_t scale_num = 8;            // DCT scale /8 (8: full size)
   bool crop = false;                 // fast path: crop columns and skip rows
   uint32_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;  // fast path: rows/columns wanted, full-size pixels
   uint8_t* region = nullptr;                // fast path: room for the whole image at that scale
@@ -132,13 +132,13 @@ Status decode_guarded(JpegScratch::Impl* s, const DecodeJob& job, DecodeResult* 
   cinfo->out_color_space = job.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
-  cinfo->scale_num = job.fast ? job.scale_num : 8;
+  cinfo->scale_num = job.scale_num;
   cinfo->scale_denom = 8;
   jpeg_start_decompress(cinfo);
   res->image_rows = cinfo->output_height;
   res->image_cols = cinfo->output_width;
   if (!job.fast) {
-    read_rows(cinfo, job.out, size_t{job.width} * job.channels, 0, cinfo->output_height);
+    read_rows(cinfo, job.out, size_t{cinfo->output_width} * job.channels, 0, cinfo->output_height);
     jpeg_finish_decompress(cinfo);  // reads to EOI: damage after the last row is caught too
     res->rows = res->image_rows;
     res->cols = res->image_cols;
@@ -198,11 +198,12 @@ void throw_if_failed(Status st, const JpegScratch::Impl* s, const DecodeJob& job
   }
 }
 
-// Full-size decode into `out` (throws on failure); updates the stats.
+// Every row, at scale_num/8 (8: full size), into `out` (throws on failure); updates the stats.
 void decode_full(JpegScratch::Impl* s, const uint8_t* data, size_t size, uint32_t height,
-                 uint32_t width, uint32_t channels, uint8_t* out) {
+                 uint32_t width, uint32_t channels, uint8_t* out, uint32_t scale_num = 8) {
   DecodeJob job{data, size, height, width, channels};  // the path's fields follow
   job.fast = false;
+  job.scale_num = scale_num;
   job.out = out;
   DecodeResult res;
   s->stats = detail::JpegDecodeStats{};
@@ -310,6 +311,18 @@ void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t wid
   if (out == nullptr) throw jpeg_invalid("null output");
   check_jpeg_stream(data, size);
   decode_full(s, data, size, height, width, channels, out);
+}
+
+void jpeg_decode_scaled(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
+                        uint32_t channels, uint32_t denom, uint8_t* out, JpegScratch* scratch) {
+  check_jpeg_shape(height, width, channels);
+  JpegScratch::Impl* s = checked_scratch(scratch);
+  if (out == nullptr) throw jpeg_invalid("null output");
+  if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+    throw jpeg_invalid("scale denominator must be 1, 2, 4 or 8, not " + std::to_string(denom));
+  }
+  check_jpeg_stream(data, size);
+  decode_full(s, data, size, height, width, channels, out, 8 / denom);
 }
 
 void jpeg_decode_crop(const uint8_t* data, size_t size, uint32_t height, uint32_t width,

@@ -34,6 +34,10 @@ void jpeg_encode(const uint8_t*, uint32_t, uint32_t, uint32_t, const JpegEncodeO
 void jpeg_decode(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, uint8_t*, JpegScratch*) {
   unsupported();
 }
+void jpeg_decode_scaled(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint8_t*,
+                        JpegScratch*) {
+  unsupported();
+}
 void jpeg_decode_crop(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t, const CropBox&,
                       uint32_t, uint32_t, uint8_t*, JpegScratch*, const JpegDecodeOptions&) {
   unsupported();

@@ -71,6 +71,16 @@ class JpegScratch {
 void jpeg_decode(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
                  uint32_t channels, uint8_t* out, JpegScratch* scratch);
 
+// jpeg_decode at 1/denom of the size (denom 1, 2, 4 or 8): libjpeg's DCT scaling, what
+// OpenCV's IMREAD_REDUCED_*_<denom> decodes, into jpeg_scaled_side(height, denom) x
+// jpeg_scaled_side(width, denom) x channels bytes at `out`. denom 1 is jpeg_decode. Same errors;
+// another denom is kInvalidArgument.
+void jpeg_decode_scaled(const uint8_t* data, size_t size, uint32_t height, uint32_t width,
+                        uint32_t channels, uint32_t denom, uint8_t* out, JpegScratch* scratch);
+inline uint32_t jpeg_scaled_side(uint32_t side, uint32_t denom) {
+  return static_cast<uint32_t>((uint64_t{side} + denom - 1) / denom);
+}
+
 // Decodes `box` (in full-image pixels of the height x width stream, as choose_crop gives it)
 // resized to out_h x out_w x channels at `out`, mirrored when box.flip. Equals jpeg_decode
 // followed by crop_resize(box, out_h, out_w) within the tolerance in docs/FORMAT.md

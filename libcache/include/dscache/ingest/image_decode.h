@@ -68,6 +68,11 @@ struct DecodeOptions {
   // OpenCV's imread does). A sample with masks or boxes sets it: annotations (COCO's, a mask
   // file's) are drawn on the stored pixel grid.
   bool ignore_orientation = false;
+  // Decode JPEG sources with OpenCV's imdecode even where libcache's own libjpeg-turbo decoder
+  // gives the same pixels (docs/FORMAT.md "Decoding sources"); that one is the default, being
+  // faster (OpenCV 4.6 swaps every row to BGR in a scalar loop). For comparison and as an
+  // escape hatch; default false.
+  bool opencv_jpeg = false;
   // What a source's alpha becomes (PNG: RGBA, grey+alpha, palette or RGB with tRNS; WebP):
   // kDrop (default): the colour stored under it, as OpenCV's imread and PIL's convert('RGB')
   // give; kComposite: blended onto `background` at the source's resolution, before the resize,
@@ -93,6 +98,9 @@ struct DecodeResult {
   // for 16-bit), whatever opt.alpha did with it. Seen for PNG and WebP (not for a grey PNG's
   // tRNS colour, which OpenCV does not expand).
   bool transparent = false;
+  // A JPEG decoded by libcache's libjpeg-turbo decoder rather than OpenCV's imdecode (the same
+  // pixels: DecodeOptions::opencv_jpeg).
+  bool libjpeg_direct = false;
 };
 
 // Where a source's pixels land in the sample decode_image (or decode_image_ragged) made of it:
