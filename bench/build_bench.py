@@ -41,6 +41,13 @@ GOAL_PYTHON = 1.7
 # ----------------------------------------------------------------------------------------------
 # The Python recipe (what dscache build replaces). Kept as a PyTorch user would write it.
 
+def sorted_sources(root):
+    """class/name of every file, in the python recipe's order (classes, then names, sorted)."""
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    return [f"{cls}/{name}" for cls in classes
+            for name in sorted(os.listdir(os.path.join(root, cls)))]
+
+
 def python_recipe(root, size, out_path):
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     images, labels = [], []
@@ -241,8 +248,13 @@ def bench_size(args, exes, size, work):
     r["reduced_vs_full"] = pixel_diff(red, full)
     if "python" in r:
         py = np.load(r["python"]["output"], mmap_mode="r")
-        if py.shape == full.shape:  # same sorted order as the folder source
-            r["python_vs_full"] = pixel_diff(py, full)
+        if py.shape == full.shape:
+            # The python recipe walks the folder sorted; the build shuffles by default, and
+            # sources.jsonl gives each sample's source in cache order.
+            order = {rel: i for i, rel in enumerate(sorted_sources(args.data))}
+            with open(os.path.join(cache_full, "sources.jsonl")) as f:
+                cache_order = [order[json.loads(line)] for line in f]
+            r["python_vs_full"] = pixel_diff(py[cache_order], full)
         os.remove(r["python"].pop("output"))
     for c in (cache_red, cache_full):
         shutil.rmtree(c, ignore_errors=True)
