@@ -13,6 +13,8 @@ Rows (samples/s and bytes/s of sample data each):
                         and drop-behind (off: the default, auto, would read this cache directly)
   direct + windowed     the same with `--direct-read` (on): each window read with O_DIRECT into the
                         Loader's buffers (LoaderOptions::direct_read), no page cache
+  default (auto)        the same with no --direct-read: the rule decides (it should read directly
+                        here, the cache being larger than the cgroup); prints its reason
   torch mmap (seed)     bench/serve_peers.py --recipes mmap: np.load(mmap_mode="r") +
                         torch DataLoader(shuffle=True), one epoch (cut and extrapolated at
                         --seconds x 3)
@@ -27,7 +29,7 @@ mmap + global in the same cgroup; its anonymous RSS <= buffers + 64 MiB; nothing
 Usage (as root: it makes a memory cgroup):
   bench/out_of_core.py CACHE [--limit 300M] [--dscache build/tools/dscache] [--batch 32]
                        [--seconds 10] [--json OUT] [--chart docs/out_of_core.png]
-                       [--rows disk,mmap,pread-global,windowed,direct,torch] [--rounds N]
+                       [--rows disk,mmap,pread-global,windowed,direct,auto,torch] [--rounds N]
 With --rounds N every selected row runs once per round, rounds interleaved (so a shared
 machine's load hits every row alike), and each row reports the median of its rounds with the
 range; each round's ratios are taken within the round, then their median and range printed.
@@ -232,6 +234,8 @@ def measure_round(a, cg, files, bench, sample_bytes, want, direct):
                 ("windowed", "pread + windowed", ["--rows", "out-of-core", "--direct-read", "off"],
                  "windowed_out_of_core_samples_per_s"),
                 ("direct", "direct + windowed", ["--rows", "out-of-core"] + direct,
+                 "windowed_out_of_core_samples_per_s"),
+                ("auto", "default (auto) + windowed", ["--rows", "out-of-core"],
                  "windowed_out_of_core_samples_per_s")):
             if flag not in want:
                 continue
@@ -245,6 +249,9 @@ def measure_round(a, cg, files, bench, sample_bytes, want, direct):
             if key != "rows":
                 r["window"] = j["windowed_out_of_core"]
             r["memory_mode"] = j["memory_mode"] if key == "rows" else "pread"
+            if flag == "auto":  # what the default chose, and why
+                r["read_path"] = r["window"].get("direct_read_reason", "")
+                print(f"  read path: {r['read_path']}")
             rows.append(r)
         if "torch" not in want:
             return rows
@@ -284,9 +291,12 @@ def median_rows(rounds):
         seq = by.get("disk sequential", {}).get("bytes_per_s", 0)
         per_round.append({k: (by[n]["bytes_per_s"] / seq if seq and n in by else None)
                           for k, n in (("windowed_vs_disk_sequential", "pread + windowed"),
-                                       ("direct_vs_disk_sequential", "direct + windowed"))})
+                                       ("direct_vs_disk_sequential", "direct + windowed"),
+                                       ("auto_vs_disk_sequential",
+                                        "default (auto) + windowed"))})
     out_ratios = {}
-    for k in ("windowed_vs_disk_sequential", "direct_vs_disk_sequential"):
+    for k in ("windowed_vs_disk_sequential", "direct_vs_disk_sequential",
+              "auto_vs_disk_sequential"):
         v = sorted(x[k] for x in per_round if x[k] is not None)
         if v:
             out_ratios[k] = {"median": v[len(v) // 2], "min": v[0], "max": v[-1], "rounds": v}
@@ -303,7 +313,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0, help="per dscache row")
     ap.add_argument("--workers", type=int, default=2, help="torch DataLoader num_workers")
-    ap.add_argument("--rows", default="disk,mmap,pread-global,windowed,direct,torch",
+    ap.add_argument("--rows", default="disk,mmap,pread-global,windowed,direct,auto,torch",
                     help="rows to run (default all): disk, mmap, pread-global, windowed, direct, "
                     "torch")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (default 1)")
@@ -337,7 +347,7 @@ def main():
     cg = Cgroup(f"dscache-ooc-{os.getpid()}", limit)
     print(f"cgroup v{cg.version}: {cg.path}")
     want = set(a.rows.split(","))
-    unknown = want - {"disk", "mmap", "pread-global", "windowed", "direct", "torch"}
+    unknown = want - {"disk", "mmap", "pread-global", "windowed", "direct", "auto", "torch"}
     if unknown:
         raise SystemExit(f"--rows: unknown {sorted(unknown)}")
     direct = ["--direct-read", "--direct-depth", str(a.direct_depth), "--direct-request-kib",
@@ -370,6 +380,7 @@ def main():
     ratios = {"windowed_vs_disk_sequential": ratio_of("pread + windowed", "disk sequential"),
               "direct_vs_disk_sequential": ratio_of("direct + windowed", "disk sequential"),
               "direct_vs_windowed": ratio_of("direct + windowed", "pread + windowed"),
+              "auto_vs_disk_sequential": ratio_of("default (auto) + windowed", "disk sequential"),
               "windowed_vs_mmap_global": ratio_of("pread + windowed", "mmap + global"),
               "windowed_vs_torch_mmap": ratio_of("pread + windowed",
                                                  f"torch mmap, {a.workers} workers"),
