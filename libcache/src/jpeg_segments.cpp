@@ -10,6 +10,8 @@
 // raster order, restart markers renumbered 0, 1, ... 7, 0, ..., then EOI.
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "jpeg_internal.h"
 
@@ -45,7 +47,10 @@ uint32_t jpeg_restart_interval(uint32_t height, uint32_t width, uint32_t mcu_h, 
 }
 
 bool jpeg_index_segments(const uint8_t* d, size_t n, JpegSegments* seg) {
+  std::vector<size_t> start = std::move(seg->start);  // keeps its capacity: no allocation per call
+  start.clear();
   *seg = JpegSegments{};
+  seg->start = std::move(start);
   if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
   uint32_t interval = 0, components = 0, hmax = 0, vmax = 0;
   size_t p = 2;
