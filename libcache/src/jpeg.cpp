@@ -47,8 +47,8 @@ struct DecodeJob {
   const uint8_t* data;
   size_t size;
   uint32_t height, width, channels;  // expected stream size, output channels
-  bool fast = false;                 // scale/crop path (else: every row at full size into out)
-  uint8_t* out = nullptr;            // full path: height*width*channels bytes
+  bool fast = false;                 // scale/crop path (else: every row, at scale_num/8, to out)
+  uint8_t* out = nullptr;            // full path: the scaled height*width*channels bytes
   uint32_t scale_num = 8;            // DCT scale /8 (8: full size)
   bool crop = false;                 // fast path: crop columns and skip rows
   uint32_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;  // fast path: rows/columns wanted, full-size pixels
