@@ -151,7 +151,7 @@ def main():
         src = cv2.imread(os.path.join(root, rel))
         enlarged = src.shape[0] < a.size or src.shape[1] < a.size
         if want is None or enlarged:
-            # dscache enlarges with INTER_LINEAR (INTER_AREA only shrinks; docs/USAGE.md), the
+            # dscache enlarges with INTER_LINEAR (INTER_AREA only shrinks; docs/BUILD.md), the
             # seed's recipe with INTER_AREA: compare an enlarged source with what dscache means.
             interp = cv2.INTER_LINEAR if enlarged else cv2.INTER_AREA
             want = cv2.cvtColor(cv2.resize(src, (a.size, a.size), interpolation=interp),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""docs/USAGE.md's "From PyTorch" training loop, runnable: a small CNN trained on a dscache
+"""docs/PYTHON.md's "From PyTorch" training loop, runnable: a small CNN trained on a dscache
 cache through dscache.Loader, with a checkpoint (model, optimizer and loader position) written
 every --checkpoint-every steps and resumed exactly by --resume.
 

@@ -1,5 +1,5 @@
 // What a build of a listed source will put on disk: `dscache build --dry-run` prints it, and a
-// real build compares it with the free space before it starts (docs/USAGE.md "Dry run").
+// real build compares it with the free space before it starts (docs/BUILD.md "Dry run").
 #pragma once
 
 #include <cstdint>

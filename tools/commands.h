@@ -1,5 +1,5 @@
 // The dscache subcommands; each parses its flags, calls the library and returns an exit code of
-// the one table of both programs (dscache/exit_codes.h, docs/USAGE.md "Exit codes").
+// the one table of both programs (dscache/exit_codes.h, docs/OPERATIONS.md "Exit codes").
 #pragma once
 
 #include "dscache/exit_codes.h"

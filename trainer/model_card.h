@@ -17,7 +17,7 @@ namespace train {
 
 constexpr const char* kModelCardFormat = "dscache-model/1";  // model.json's "format"
 
-// The values model.json holds (docs/USAGE.md, "Using model.pt for inference").
+// The values model.json holds (docs/TRAINER.md, "Using model.pt for inference").
 struct ModelCard {
   std::string model;                 // --model's name: "cnn", "resnet18", ...
   std::string task;                  // --task's name: "classify", "multilabel", "regress", ...

@@ -85,7 +85,7 @@ Table read_delimited_table(const std::string& path, const std::string& text, cha
 // first appearance. Error(kInvalidArgument, path, "line N: ...") for a line that is not an object.
 Table read_jsonl_table(const std::string& path);
 
-// Types the columns of `table` and lists it (docs/USAGE.md "Fields"): the image column, the label
+// Types the columns of `table` and lists it (docs/FIELDS.md "Fields"): the image column, the label
 // column, and every other column as a field, typed from its values or by --field. Rows that
 // cannot become samples get SourceEntry::bad. Error(kInvalidArgument, path) for a table that
 // cannot be listed (no image column, a --field naming no column, a column name that is not a

@@ -274,7 +274,7 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
   // `image_path,label` or `file,class`): the first row, when its path names no file and its label
   // is not an integer while every other row's is, or is the label of no other row. Such a row
   // is not a sample (it would be a skip and a phantom class, and its non-integer label would turn
-  // integer labels into class names sorted as strings). docs/USAGE.md "Sources".
+  // integer labels into class names sorted as strings). docs/BUILD.md "Sources".
   if (!rows.empty() && !stat_follow(resolve(rows[0].first)).exists) {
     int64_t v;
     const std::string& head = rows[0].second;

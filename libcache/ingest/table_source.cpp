@@ -1,5 +1,5 @@
 // Listing a table (CSV/TSV with a header row, JSONL): the image column, the class label column,
-// and every other column as a field, typed from its values or by --field (docs/USAGE.md "Fields").
+// and every other column as a field, typed from its values or by --field (docs/FIELDS.md "Fields").
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -398,7 +398,7 @@ bool is_table_header(const std::vector<std::string>& head, const SourceOptions& 
   if (!opt.image_column.empty() || !opt.label_column.empty() || !opt.field_kinds.empty()) {
     return true;
   }
-  // Two columns stay a path,label list, whatever its header says (docs/USAGE.md "Sources").
+  // Two columns stay a path,label list, whatever its header says (docs/BUILD.md "Sources").
   if (head.size() == 1) return trim(head[0]) == "image_path" || trim(head[0]) == "path";
   return head.size() > 2;
 }

@@ -1,4 +1,4 @@
-// The one error -> exit-code table of dscache and dscache-train (docs/USAGE.md, "Exit codes").
+// The one error -> exit-code table of dscache and dscache-train (docs/OPERATIONS.md, "Exit codes").
 #include "dscache/exit_codes.h"
 
 #include <cerrno>

@@ -105,7 +105,7 @@ class Writer:
         label; `name` (default: its position) is recorded in sources.jsonl. With fields, one
         value for each, as keywords or fields={name: value} (needed for a field called `name`
         or `fields`): numpy arrays, lists, Python numbers, str (Text), bytes (Bytes), converted
-        to the field's dtype when no value changes (see docs/USAGE.md)."""
+        to the field's dtype when no value changes (see docs/PYTHON.md)."""
         a = np.asarray(image)
         if a.dtype != np.uint8:
             raise _invalid(f"image dtype is {a.dtype}, expected uint8")

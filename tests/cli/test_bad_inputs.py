@@ -2,7 +2,7 @@
 """Hostile and broken inputs to build, inspect, verify, bench and merge (issue 11, reading side).
 
 Each case is a table of bad inputs; every row runs a command under a timeout (a hang fails the
-row instead of hanging the suite) and checks its exit code (docs/USAGE.md), that the message
+row instead of hanging the suite) and checks its exit code (docs/OPERATIONS.md), that the message
 names the file and the reason, and that no library text leaks (std::, vector::, OpenCV
 assertions). FIFOs, /dev/zero symlinks, symlinks out of the cache, lying sizes, wrapped shapes,
 an empty cache, bad labels, malformed jsonl, Fortran order and truncated shards.

@@ -415,7 +415,7 @@ def case_folder_symlinks(tmp):
 
 
 def case_png_streamed(tmp):
-    """PNGs decoded row by row into their shrink (docs/USAGE.md "Large PNGs"): the samples equal
+    """PNGs decoded row by row into their shrink (docs/BUILD.md "Large PNGs"): the samples equal
     cv2.imread + cv2.resize(INTER_AREA) exactly, for RGB, RGBA, palette, 16-bit and grey sources
     at fractional and integer ratios. --max-pixels 1000 (below every source) shows they were
     streamed: the whole-image path would have skipped them."""

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`dscache build --dry-run` and the space check (docs/USAGE.md "Dry run and space check"): the
+"""`dscache build --dry-run` and the space check (docs/BUILD.md "Dry run and space check"): the
 estimate against the real build's bytes, nothing written by a dry run, the same errors as a
 build, and the refusal (exit 7) on a real small filesystem (a tmpfs; skipped when it cannot be
 mounted: root and CAP_SYS_ADMIN)."""

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The exit-code table of docs/USAGE.md ("Exit codes"), one row per error kind per command.
+"""The exit-code table of docs/OPERATIONS.md ("Exit codes"), one row per error kind per command.
 
 Both programs share the table (libcache/include/dscache/exit_codes.h). Each case runs one
 command's rows: it provokes every error kind that command can meet and checks the exit code and
@@ -22,7 +22,7 @@ from test_bad_inputs import cut_to_empty
 
 DSCACHE_TRAIN = os.environ.get("DSCACHE_TRAIN", "")
 
-# The table (docs/USAGE.md): never renumbered.
+# The table (docs/OPERATIONS.md): never renumbered.
 OK, ERROR, USAGE, BAD_SOURCE, OUTPUT_EXISTS, CORRUPTION, LOCKED, NO_SPACE = range(8)
 DISTRIBUTED, DIVERGED = 8, 9
 

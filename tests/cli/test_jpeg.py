@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Tests of JPEG caches (`dscache build --codec jpeg[:Q]`): the format read back by numpy, h5py
-and OpenCV with the reader USAGE.md documents, pixels close to a raw build of the same source,
+and OpenCV with the reader BUILD.md documents, pixels close to a raw build of the same source,
 checksums of the stored bytes, inspect's codec report, verify (and --source), corrupt samples
 named by verify and inspect, --threads and --resume byte-identical, and usage errors.
 
@@ -26,17 +26,17 @@ SOURCE_ROOT = Path(os.environ.get("DSCACHE_SOURCE_ROOT", Path(__file__).resolve(
 
 
 def usage_reader(storage="npy"):
-    """The numpy + OpenCV reader of docs/USAGE.md's "JPEG caches" paragraph, as a function; for
-    HDF5 storage with the substitution USAGE.md gives (h5py in place of np.load)."""
-    text = (SOURCE_ROOT / "docs" / "USAGE.md").read_text()
+    """The numpy + OpenCV reader of docs/BUILD.md's "JPEG caches" paragraph, as a function; for
+    HDF5 storage with the substitution BUILD.md gives (h5py in place of np.load)."""
+    text = (SOURCE_ROOT / "docs" / "BUILD.md").read_text()
     at = text.index("**JPEG caches (`--codec jpeg[:Q]`).**")
     block = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
-    check(len(block.strip().splitlines()) <= 5, f"USAGE's reader is longer than 5 lines:\n{block}")
+    check(len(block.strip().splitlines()) <= 5, f"the reader is longer than 5 lines:\n{block}")
     if storage == "hdf5":
         np_load = 'np.load(f"{d}/{s[\'file\']}", mmap_mode="r")'
         h5_read = 'h5py.File(f"{d}/{s[\'file\']}")["images"]'
         check(np_load in block and h5_read in text[at:at + 3000],
-              "USAGE's reader and its HDF5 note no longer match this test")
+              "BUILD.md's reader and its HDF5 note no longer match this test")
         block = "import h5py\n" + block.replace(np_load, h5_read)
 
     def read(d, i):
@@ -112,7 +112,7 @@ def check_jpeg_cache(out, raw_out, quality, storage, layout):
         h, w = int(index[i][2]), int(index[i][3])
         check_eq(img.shape, (h, w, C), f"sample {i} decoded shape")
         doc = reader(out, i)
-        check(np.array_equal(doc[..., ::-1], img), f"USAGE's reader differs on sample {i}")
+        check(np.array_equal(doc[..., ::-1], img), f"BUILD.md's reader differs on sample {i}")
         # The raw build's pixels for the same sample.
         if layout == "ragged":
             s = next(s for s in raw["shards"] if s["first"] <= i < s["first"] + s["count"])

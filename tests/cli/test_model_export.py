@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""dscache-train's OUTPUT/model.pt and OUTPUT/model.json, used for inference the way docs/USAGE.md
+"""dscache-train's OUTPUT/model.pt and OUTPUT/model.json, used for inference the way docs/TRAINER.md
 ("Using model.pt for inference") says: torch.jit.load(model.pt).state_dict() into a plain PyTorch
 mirror of the architecture model.json names, inputs normalized with model.json's statistics. The
 mirror's predictions on the validation cache (read with numpy) must reproduce the run's val_acc
-and val_loss, and docs/USAGE.md's example, run as written, must predict the same classes.
+and val_loss, and docs/TRAINER.md's example, run as written, must predict the same classes.
 Needs Debian's python3-torch (exit 77 without it). Env: DSCACHE (builds the caches) and
 DSCACHE_TRAIN; registered by trainer/meson.build.
 """
@@ -72,13 +72,13 @@ def cnn_mirror(torch, c, outputs, h, w):
 
 
 def usage_snippet_predictions(out, val_shard):
-    """Runs docs/USAGE.md's Python inference example ("Using model.pt for inference") on OUT and
+    """Runs docs/TRAINER.md's Python inference example ("Using model.pt for inference") on OUT and
     VAL_SHARD in place of its run/ and val/ paths; returns the class names it prints."""
-    text = (SOURCE_ROOT / "docs" / "USAGE.md").read_text()
+    text = (SOURCE_ROOT / "docs" / "TRAINER.md").read_text()
     at = text.index("### Using model.pt for inference")
     block = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     for path in ("run/model.json", "run/model.pt", "val/images-00000.npy"):
-        check(f'"{path}"' in block, f"USAGE's example no longer reads {path}")
+        check(f'"{path}"' in block, f"TRAINER.md's example no longer reads {path}")
     block = (block.replace('"run/', f'"{out}/')
              .replace('"val/images-00000.npy"', f'"{val_shard}"'))
     printed = io.StringIO()
@@ -169,12 +169,12 @@ def case_model_pt(tmp):
     check(abs(correct - run_correct) <= 1,
           f"the mirror gets {correct}/{len(labels)} right, the run's val_acc {last['val_acc']} "
           f"is {run_correct:.1f}")
-    # The example in docs/USAGE.md, run as written, predicts the same classes.
+    # The example in docs/TRAINER.md, run as written, predicts the same classes.
     shards = load_manifest(tmp / "val")["shards"]
     check_eq(len(shards), 1, "val cache shards")
     documented = usage_snippet_predictions(out, tmp / "val" / shards[0]["file"])
     check_eq(documented, [card["classes"][i] for i in predicted.tolist()],
-             "docs/USAGE.md's example vs the mirror")
+             "docs/TRAINER.md's example vs the mirror")
     # dscache.models.load_model + normalize: the same predictions from the run directory alone.
     # (models.py imports only torch: loaded from the source tree, with or without the built module)
     import importlib.util

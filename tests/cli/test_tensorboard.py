@@ -105,7 +105,7 @@ def scalars(pb, files):
 
 
 def expected(out):
-    """{(tag, step): float32 value} from OUT/metrics.jsonl (the tags of docs/USAGE.md)."""
+    """{(tag, step): float32 value} from OUT/metrics.jsonl (the tags of docs/TRAINER.md)."""
     want = {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
         m = json.loads(line)
@@ -202,7 +202,7 @@ def case_tb_not_a_directory(tmp):
     out.mkdir()
     os.mkfifo(out / "tb")
     p = train(tmp, out)
-    check_eq(p.returncode, 1, f"exit (ERROR, docs/USAGE.md; {p.stderr})")
+    check_eq(p.returncode, 1, f"exit (ERROR, docs/OPERATIONS.md; {p.stderr})")
     check(str(out / "tb") in p.stderr and "not a directory" in p.stderr,
           f"the message does not name OUTPUT/tb: {p.stderr}")
 

@@ -208,7 +208,7 @@ def test_fork_after_start_raises(tmp):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
-# USAGE.md's recipe: each forked worker opens its own Loader (here: a Cache opened in the
+# PYTHON.md's recipe: each forked worker opens its own Loader (here: a Cache opened in the
 # parent is fine to share; the Loader and its threads are made in the worker).
 def _worker_recipe(path, rank, world, q):
     cache = dscache.Cache(path)

@@ -165,7 +165,7 @@ def test_resume_plain_dataloader_fork_and_spawn(tmp):
 
 
 def _train_loop(path, epochs, state=None, crash_at=None):
-    """docs/USAGE.md's hand-written loop: (batches taken, the checkpoint state at crash_at)."""
+    """docs/PYTHON.md's hand-written loop: (batches taken, the checkpoint state at crash_at)."""
     from dscache.torch import CacheDataset
     ds = CacheDataset(path, batch_size=6, seed=3, threads=1)
     dl = loader_for(ds, 2, persistent=True)

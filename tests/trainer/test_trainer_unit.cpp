@@ -483,7 +483,7 @@ TEST_SUITE("unit") {
     auto saved = make_model(ModelKind::kResnet18, 3, 4, 16, 16);  // with BatchNorm buffers
     const Normalization norm{{0.1, 0.2, 0.30000001}, {0.5, 0.25, 0.125}};
     save_model(*saved, norm, path);
-    // As docs/USAGE.md says: InputArchive into the same architecture, then the two buffers.
+    // As docs/TRAINER.md says: InputArchive into the same architecture, then the two buffers.
     torch::manual_seed(4);
     auto loaded = make_model(ModelKind::kResnet18, 3, 4, 16, 16);
     torch::serialize::InputArchive a;
@@ -500,7 +500,7 @@ TEST_SUITE("unit") {
       CHECK(torch::equal(b.value(), want_buffers[b.key()]));
     }
     torch::Tensor mean, stdv;
-    a.read("dscache_norm_mean", mean, /*is_buffer=*/true);  // docs/USAGE.md's names and calls
+    a.read("dscache_norm_mean", mean, /*is_buffer=*/true);  // docs/TRAINER.md's names and calls
     a.read("dscache_norm_std", stdv, /*is_buffer=*/true);
     // (InputArchive reads them with is_buffer false too; that they are buffers, which Python's
     // named_buffers() lists, is tests/cli/test_model_export.py's to check.)

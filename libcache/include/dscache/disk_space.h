@@ -1,5 +1,5 @@
 // Free space where a cache will be written, and the build's decision on it (`dscache build`
-// refuses to start a write its estimate says cannot fit; docs/USAGE.md "Dry run and space check").
+// refuses to start a write its estimate says cannot fit; docs/BUILD.md "Dry run and space check").
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The exit codes of dscache and dscache-train: one table for both programs (docs/USAGE.md,
+// The exit codes of dscache and dscache-train: one table for both programs (docs/OPERATIONS.md,
 // "Exit codes"), the error -> code mapping, and the wrapper each command runs its body in.
 #pragma once
 

@@ -97,7 +97,7 @@ struct BuildRecipe {
   bool shuffled = false;  // samples stored in build_order(source entries, shuffle_seed) (sampler.h)
   uint64_t shuffle_seed = 0;  // the --shuffle seed; meaningful only when shuffled
   uint32_t quality = 0;       // codec kJpeg: the JPEG quality 1..100; 0 for raw
-  // What a source's alpha channel becomes (docs/USAGE.md "Transparency"): dropped (the colour
+  // What a source's alpha channel becomes (docs/BUILD.md "Transparency"): dropped (the colour
   // stored under it, as PIL's convert('RGB') and cv2.imread give; default), composited onto
   // `background`, or kept as a fourth channel (channels 4, RGBA).
   AlphaMode alpha = AlphaMode::kDrop;

@@ -69,7 +69,7 @@ struct DecodeOptions {
   // file's) are drawn on the stored pixel grid.
   bool ignore_orientation = false;
   // Decode JPEG sources with OpenCV's imdecode even where libcache's own libjpeg-turbo decoder
-  // gives the same pixels (docs/USAGE.md "JPEG sources"); that one is the default, being
+  // gives the same pixels (docs/BUILD.md "JPEG sources"); that one is the default, being
   // faster (OpenCV 4.6 swaps every row to BGR in a scalar loop). For comparison and as an
   // escape hatch; default false.
   bool opencv_jpeg = false;

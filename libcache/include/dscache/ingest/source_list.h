@@ -47,7 +47,7 @@ struct CocoInstances;  // dscache/ingest/coco.h
 struct SourceOptions {
   std::string labels_file;               // idx: explicit labels file ("" = conventional sibling)
   std::vector<std::string> class_names;  // names for integer labels (idx, list); empty = "0".."n"
-  // Tables (CSV/TSV/JSONL with a header; docs/USAGE.md "Fields"):
+  // Tables (CSV/TSV/JSONL with a header; docs/FIELDS.md "Fields"):
   std::string image_column;  // the column naming the image; "" = "image_path", else "path"
   std::string label_column;  // the class label column; "" = "label" when present, else none
   // --field NAME=KIND: how column NAME becomes a field instead of being typed from its values.
