@@ -35,7 +35,7 @@ from . import Cache
 from ._checks import _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
 from ._loader import Loader, Transform, _direct_read_name, _distributed_defaults
-from ._shm_ring import Ring
+from . import _shm_ring
 
 __all__ = ["CacheDataset", "CacheMapDataset"]
 
@@ -205,6 +205,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
         # this worker's batches of it served (restored ones included), W, w, its Loader's len].
         self._pass = None
         len(self)  # opens the cache here: a bad path or option fails now, not in a worker
+        _shm_ring.reap()  # rings of an earlier DataLoader's workers that were killed
 
     # ---- per-process Cache and Loader -----------------------------------------------------
 
@@ -248,7 +249,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
                 h, w = t.height, t.width
             slots = self._loader_kwargs["prefetch"] + 1 + _SLOTS_OVER_PREFETCH
             try:
-                ring = Ring(max(1, self.batch_size * h * w * c), slots)
+                ring = _shm_ring.Ring(max(1, self.batch_size * h * w * c), slots)
             except OSError as e:  # no room in /dev/shm: torch's own handoff, which needs less
                 warnings.warn(f"dscache.torch: no shared-memory ring for this worker ({e}); "
                               f"batches go through torch's handoff", RuntimeWarning)
@@ -301,6 +302,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         w, workers = _worker()
+        if torch.utils.data.get_worker_info() is None:
+            _shm_ring.reap()
         if workers > _MAX_WORKERS:
             raise _invalid(f"CacheDataset serves at most {_MAX_WORKERS} DataLoader workers, "
                            f"got num_workers={workers}")
