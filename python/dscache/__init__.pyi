@@ -143,11 +143,13 @@ class Batch(Dict[str, Any]):
     fields: Dict[str, Field]  # the served fields' specs, in selection order
     def per_sample(self, name: str) -> List[Any]: ...
 
-# Field `name` as B per-sample values (text as str, bytes as bytes, the rest array slices).
-def per_sample(batch: Batch, name: str) -> List[Any]: ...
+# Field `name` as B per-sample values (text as str, bytes as bytes, the rest array slices); a
+# plain dict of a batch's arrays is read from its keys (text and bytes stay uint8 arrays).
+def per_sample(batch: Mapping[str, Any], name: str) -> List[Any]: ...
 # [{"boxes": (n, 4) float32, "labels": (n,) int64}] per sample: torchvision detection targets
-# (numpy, or torch for a Loader.torch() batch); labels=None leaves "labels" out.
-def detection_targets(batch: Batch, boxes: str = ...,
+# (numpy, or torch for a Loader.torch() or DataLoader(CacheDataset) batch); labels=None leaves
+# "labels" out.
+def detection_targets(batch: Mapping[str, Any], boxes: str = ...,
                       labels: Optional[str] = ...) -> List[Dict[str, Any]]: ...
 
 class Loader:

@@ -4,7 +4,7 @@ dscache.Writer(fields=...) takes and dscache.Cache.fields gives back, the conver
 write()'s values to the bytes CacheWriter stores, and the way back for Cache.field()."""
 import numpy as np
 
-from ._checks import _invalid
+from ._checks import _U32, _check_ints, _invalid
 
 DTYPES = ("uint8", "uint16", "int64", "float32")
 
@@ -29,7 +29,9 @@ class Field:
     def __init__(self, dtype, shape=(), rows_of=None, classes=None, name=None):
         self.name = name
         self.dtype = _dtype_name(dtype, f"{type(self).__name__}")
-        self.shape = tuple(int(x) for x in shape)
+        # Each dimension a uint32 as the binding takes it; libcache's validate_field checks the
+        # rest (each > 0, at most 4 dimensions, at most 2^32 elements) at Writer(...).
+        self.shape = _check_ints(f"{type(self).__name__} shape", shape, 0, _U32)
         self.rows_of = rows_of or None
         self.classes = None if classes is None else [str(c) for c in classes]
 
