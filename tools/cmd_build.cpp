@@ -107,19 +107,23 @@ std::vector<std::string> parse_field_classes(const std::string& flag, const std:
 }
 
 // --field NAME=KIND[:CLASSES] (repeatable): how table column NAME becomes a field, and for mask
-// and multi-hot the class names in order. NAME may hold any character but '=' is taken as the
-// last one's before KIND; the column's existence is checked on listing.
+// and multi-hot the class names in order. NAME and the names may hold any character: KIND is
+// what follows the last '=' that a known KIND follows. The column's existence is checked on
+// listing.
 void parse_field_flags(const std::vector<std::string>& flags, BuildOptions* opt) {
   std::string kinds;
   for (const char* k : kFieldKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
   for (const std::string& flag : flags) {
-    const size_t colon = flag.find(':', flag.rfind('=') == std::string::npos ? 0 : flag.rfind('='));
-    const std::string head = flag.substr(0, colon);
-    const size_t eq = head.rfind('=');
-    const std::string name = eq == std::string::npos ? "" : head.substr(0, eq);
-    const std::string kind = eq == std::string::npos ? "" : head.substr(eq + 1);
+    size_t eq = std::string::npos, colon = std::string::npos;
     bool known = false;
-    for (const char* k : kFieldKinds) known = known || kind == k;
+    for (size_t e = flag.rfind('='); e != std::string::npos && !known;
+         e = e == 0 ? std::string::npos : flag.rfind('=', e - 1)) {
+      const size_t c = flag.find(':', e);
+      for (const char* k : kFieldKinds) known = known || flag.substr(e + 1, c - e - 1) == k;
+      if (known || eq == std::string::npos) eq = e, colon = c;
+    }
+    const std::string name = eq == std::string::npos ? "" : flag.substr(0, eq);
+    const std::string kind = eq == std::string::npos ? "" : flag.substr(eq + 1, colon - eq - 1);
     if (name.empty() || !known) {
       throw UsageError("--field '" + flag + "': expected NAME=KIND, KIND one of " + kinds +
                        " (mask and multi-hot may add :CLASS,CLASS,... or :@FILE)");

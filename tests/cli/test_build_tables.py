@@ -171,6 +171,10 @@ def case_field_classes(tmp):
     p = run(["inspect", out, "--sample", "0"])
     check(f"{RED_ID} (red):" in p.stdout, f"inspect does not name the mask class: {p.stdout}")
     check("(b, a)" in p.stdout, f"inspect multi-hot names: {p.stdout}")
+    build(d / "list.csv", tmp / "eq", "--size", "24", "--field", "mask_path=mask:a=b,c",
+          "--quiet")
+    eq_fields = {f["name"]: f for f in load_manifest(tmp / "eq")["fields"]}
+    check_eq(eq_fields["mask_path"].get("classes"), ["a=b", "c"], "'=' in names")
     for flag, needle in [("mask_path=mask:", "no class names"), ("mask_path=mask:a,,b", "empty"),
                          ("mask_path=mask:a,a", "named twice"),
                          ("count=int:a,b", "apply to mask and multi-hot")]:
