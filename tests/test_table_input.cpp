@@ -155,6 +155,9 @@ TEST_SUITE("table input") {
     CHECK(cr.classes == std::vector<std::string>{"cat", "dog"});
     write_all(tmp.file("crl.csv"), "a.png,cat\ra.png,dog\r");  // a path,label list too
     CHECK(dscache::list_source(tmp.file("crl.csv"), {}).entries.size() == 2);
+    write_all(tmp.file("q.csv"), "a.png,cat\n\"a.png,dog\na.png,cat\n");
+    expect_error([&] { dscache::list_source(tmp.file("q.csv"), {}); }, ErrorKind::kInvalidArgument,
+                 {"q.csv", "line 2: unterminated quote"});
   }
 
   TEST_CASE("a .json that is no COCO JSON says why, with the byte offset") {

@@ -281,6 +281,11 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     if (record.blank) continue;
     const size_t lineno = record.line;
     const std::vector<std::string>& f = record.fields;
+    if (record.unterminated) {
+      throw Error(ErrorKind::kInvalidArgument, list_path,
+                  "line " + std::to_string(lineno) +
+                      ": unterminated quote (the quoted field runs to the end of the file)");
+    }
     if (f.size() != 2) {
       throw Error(ErrorKind::kInvalidArgument, list_path,
                   "line " + std::to_string(lineno) + ": expected 2 fields (path" +
