@@ -30,6 +30,7 @@ struct FieldColumn {
   size_t column = 0;  // index into Table::columns (its name is the field's)
   ColumnKind kind = ColumnKind::kInfer;
   std::vector<std::string> classes;  // --field NAME=KIND:CLASSES (mask, multi-hot); empty: none
+  std::set<std::string> class_set;   // the same names, to look up
   bool inferred = false;             // the kind was typed from the values (no --field)
 };
 
@@ -77,7 +78,7 @@ std::string value_problem(ColumnKind kind, const TableCell& c) {
 std::string unnamed_class(const FieldColumn& f, const TableCell& c) {
   if (f.kind != ColumnKind::kMultiHot) return "";
   for (const std::string& name : multi_hot_names(c)) {
-    if (std::find(f.classes.begin(), f.classes.end(), name) == f.classes.end()) {
+    if (f.class_set.count(name) == 0) {
       return quote(name) + " is not one of the classes --field names";
     }
   }
@@ -199,7 +200,7 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
     const ColumnKind kind = it == forced.end() ? ColumnKind::kInfer : it->second;
     if (kind == ColumnKind::kIgnore) continue;
     check_field_name(t.path, t.columns[i]);
-    r.fields.push_back({i, kind, {}});
+    r.fields.push_back({i, kind, {}, {}});
   }
   for (const auto& [name, classes] : opt.field_classes) {
     auto f = std::find_if(r.fields.begin(), r.fields.end(),
@@ -210,6 +211,7 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
           "--field '" + name + "=KIND:CLASSES': class names apply to a mask or multi-hot field");
     }
     f->classes = classes;
+    f->class_set.insert(classes.begin(), classes.end());
   }
   return r;
 }
