@@ -237,6 +237,9 @@ TEST_SUITE("table input") {
     o.field_classes = {{"m", {"x"}}};
     expect_error([&] { dscache::list_source(tmp.file("t.csv"), o); }, ErrorKind::kInvalidArgument,
                  {"--field 'm=KIND:CLASSES'", "mask or multi-hot"});
+    o.field_classes = {{"tags", {"ant", "zebra", "ant"}}};
+    expect_error([&] { dscache::list_source(tmp.file("t.csv"), o); }, ErrorKind::kInvalidArgument,
+                 {"--field 'tags=KIND:CLASSES'", "non-empty and distinct"});
   }
 
   TEST_CASE("a text column whose values all name image files gets a notice naming the flag") {

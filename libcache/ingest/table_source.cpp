@@ -212,6 +212,11 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
     }
     f->classes = classes;
     f->class_set.insert(classes.begin(), classes.end());
+    if (classes.empty() || f->class_set.size() != classes.size() || f->class_set.count("") > 0) {
+      throw SourceOptionError(
+          ErrorKind::kInvalidArgument, t.path,
+          "--field '" + name + "=KIND:CLASSES': class names must be non-empty and distinct");
+    }
   }
   return r;
 }
