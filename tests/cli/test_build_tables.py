@@ -10,11 +10,12 @@ Exit 0 = pass, 1 = fail, 2 = unknown case.
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
 
-from cli_helpers import (DSCACHE, TIMEOUT_S, build, check, check_eq, load_manifest, main,
+from cli_helpers import (DSCACHE, TIMEOUT_S, Skip, build, check, check_eq, load_manifest, main,
                          partial_dir, rand_rgb, read_jsonl, run, write_img)
 from fields_helpers import RED_ID, load_fields, make_table
 
@@ -185,6 +186,25 @@ def case_field_classes(tmp):
     check("'c' is not one of the classes --field names" in p.stderr, p.stderr)
 
 
+def case_mask_names_model_json(tmp):
+    """The names --field COL=mask:NAMES gives reach dscache-train's model.json (before: "0".."7").
+    Registered by trainer/meson.build, which knows dscache-train."""
+    train = os.environ.get("DSCACHE_TRAIN", "")
+    if not train:
+        raise Skip("DSCACHE_TRAIN is not set to a dscache-train binary (trainer not built)")
+    d = tmp / "t"
+    make_table(d)
+    names = ["background", "one", "two", "three", "four", "five", "six", "red"]
+    build(d / "list.csv", tmp / "cache", "--size", "24", "--quiet",
+          "--field", "mask_path=mask:" + ",".join(names))
+    p = subprocess.run([train, "--train", str(tmp / "cache"), "--task", "segment", "--model",
+                        "unet-small", "--epochs", "1", "--batch", "2", "--output",
+                        str(tmp / "run")], capture_output=True, text=True, timeout=TIMEOUT_S)
+    check_eq(p.returncode, 0, f"dscache-train exit ({p.stderr})")
+    card = json.loads((tmp / "run" / "model.json").read_text())
+    check_eq(card.get("classes"), names, "model.json classes")
+
+
 def case_mask_notice(tmp):
     """A mask column built without =mask becomes text (exit 0) and the build says which
     --field was probably meant."""
@@ -210,6 +230,7 @@ CASES = {
     "big_integer_label": case_big_integer_label,
     "field_classes": case_field_classes,
     "mask_notice": case_mask_notice,
+    "mask_names_model_json": case_mask_names_model_json,
 }
 
 
