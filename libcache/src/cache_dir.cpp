@@ -16,6 +16,7 @@
 #include "dscache/error.h"
 #include "dscache/npy.h"
 #include "field_files.h"
+#include "json_parse.h"
 
 namespace dscache {
 
@@ -213,7 +214,7 @@ std::vector<std::string> CacheDir::sources() const {
   std::vector<std::string> out;
   out.reserve(lines.size());
   for (const std::string& line : lines) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     if (j.is_discarded() || !j.is_string()) {
       throw Error(ErrorKind::kCorruption, f.path(),
                   "line " + std::to_string(out.size() + 1) + " is not a JSON string");
@@ -235,7 +236,7 @@ std::vector<SkipRecord> CacheDir::skips() const {
   std::vector<SkipRecord> out;
   out.reserve(lines.size());
   for (const std::string& line : lines) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     const bool ok = !j.is_discarded() && j.is_object() && j.contains("source") &&
                     j["source"].is_string() && j.contains("reason") && j["reason"].is_string();
     if (!ok) {

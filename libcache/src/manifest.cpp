@@ -16,6 +16,7 @@
 #include "dscache/checksum.h"
 #include "dscache/enum_table.h"
 #include "dscache/error.h"
+#include "json_parse.h"
 #include "manifest_reader.h"
 
 namespace dscache {
@@ -176,11 +177,7 @@ namespace {
 // document into `m`, checking it against what the earlier steps read, and fails naming the field.
 
 Json parse_document(const std::string& text, const std::string& path) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw Error(ErrorKind::kCorruption, path, std::string("not valid JSON: ") + e.what());
-  }
+  return parse_json<Json>(text, JsonOrigin{path, ErrorKind::kCorruption});
 }
 
 // The version first: a newer format may change anything else.

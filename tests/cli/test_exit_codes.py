@@ -111,6 +111,15 @@ class Fixtures:
             write_bytes(s / "a" / "broken.png", b"\x89PNG\r\n\x1a\n not a png")
         return s
 
+    def table(self):
+        """A CSV table (image_path, label, n) over the folder source's images."""
+        t = self.tmp / "table.csv"
+        if not t.exists():
+            imgs = sorted(p.relative_to(self.src()) for p in self.src().rglob("*.png"))
+            t.write_text("image_path,label,n\n" +
+                         "".join(f"src/{p},{p.parts[0]},{k}\n" for k, p in enumerate(imgs)))
+        return t
+
     def cache(self, name="cache", src=None, *opts):
         out = self.tmp / name
         if not out.exists():
@@ -192,6 +201,18 @@ def case_exit_build(tmp):
         # told from a path starting with '-').
         ("usage: --size needed by the source kind", USAGE, "--size: is required",
          lambda: (["build", f.src(), f.fresh("out")], {})),
+        # An option that does not fit the table, found once it is read: usage too (it exited 1
+        # for a missing column while a misspelled KIND exited 2).
+        ("usage: --field KIND misspelled", USAGE, "--field 'n=msak'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--field", "n=msak"], {})),
+        ("usage: --field naming no column", USAGE, "the table has no column 'mask'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--field", "mask=mask"],
+                  {})),
+        ("usage: --image-column naming no column", USAGE, "the table has no column 'img'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--image-column", "img"],
+                  {})),
+        ("usage: a table option for a folder", USAGE, "apply to .csv/.tsv/.jsonl tables",
+         lambda: (["build", f.src(), f.fresh("out"), "--size", "16", "--field", "n=int"], {})),
         ("not found: SOURCE", ERROR, "no_such_src",
          lambda: (["build", tmp / "no_such_src", f.fresh("out"), "--size", "16"], {})),
         ("I/O: OUTPUT under a regular file", ERROR, "Not a directory",
