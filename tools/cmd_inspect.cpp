@@ -406,7 +406,9 @@ int inspect(int argc, char** argv) {
   InspectArgs a;
   if (!parse_inspect_command_line(argc, argv, &a)) return to_int(ExitCode::kOk);
   CacheView c(a.dir);
-  c.files().check_files();  // as Cache::open: every named file regular, inside, of its size
+  // Every mode opens through Cache::open's checks (CacheDir::check_open): what it refuses,
+  // inspect refuses too, before printing anything.
+  c.files().check_open();
   try {
     if (a.sample >= 0) {
       show_sample(c, a);

@@ -49,6 +49,12 @@ class Checker {
     problems.push_back({std::move(file), sample, std::move(reason)});
   }
 
+  // A cache file's name as the other problems give it (DIR/name -> name).
+  std::string file_name(const std::string& path) const {
+    const std::string prefix = c_.path("");
+    return path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
+  }
+
   // Size and whole-file XXH64 against the manifest. Returns false when the file is unusable.
   bool check_file(const std::string& name, uint64_t bytes, uint64_t hash) {
     FileEntry actual;
@@ -69,6 +75,14 @@ class Checker {
   }
 
   void run(bool with_source, int threads) {
+    // First the open-time checks, through the very function Cache::open, inspect and Python run
+    // (CacheDir::check_open): whatever they refuse, verify reports; the checks below then find
+    // the rest (every hash, every sample).
+    try {
+      c_.files().check_open();
+    } catch (const Error& e) {
+      add(file_name(e.path()), -1, e.reason());
+    }
     bool side_ok = true;
     for (const FileEntry* f : {&m_.labels, &m_.checksums, &m_.sources, &m_.skips, &m_.index}) {
       if (f->file.empty()) continue;  // no index for the fixed layout
