@@ -155,7 +155,8 @@ class Checker {
   }
 
   // Every field file (size, XXH64, header, offsets), every sample's value against its checksum
-  // column, and every box inside its image.
+  // column and the writer's rules (check_field_value: boxes inside the image, text UTF-8, floats
+  // finite unless the field allows others).
   void check_fields(const std::vector<uint64_t>& all) {
     if (m_.fields.empty()) return;
     const std::vector<IndexRow>* index = nullptr;
@@ -208,7 +209,7 @@ class Checker {
                 "field '" + spec.name + "': value checksum mismatch");
             continue;
           }
-          if (spec.kind != FieldKind::kBoxes) continue;
+          // What the writer checked: boxes inside the image, text UTF-8, floats finite.
           const uint32_t h = index ? (*index)[i].height : m_.height;
           const uint32_t w = index ? (*index)[i].width : m_.width;
           try {

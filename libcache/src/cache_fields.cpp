@@ -61,8 +61,16 @@ void Cache::copy_field(uint64_t i, size_t f, uint8_t* out) const {
   if (v.bytes == 0) return;
   const Impl& c = *impl_;
   const size_t k = static_cast<size_t>(&c.find_shard(i) - c.shards.data());
-  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes),
-                       c.files->path(c.manifest.shards[k].fields[f].values.file));
+  const std::string path = c.files->path(c.manifest.shards[k].fields[f].values.file);
+  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes), path);
+  // FORMAT.md: text is UTF-8. A damaged value is the cache's fault: Corruption naming the file
+  // and the sample (Python's Cache.field would otherwise raise a bare UnicodeDecodeError).
+  const FieldSpec& spec = c.manifest.fields[f];
+  if (spec.kind == FieldKind::kText && !detail::valid_utf8(out, v.bytes)) {
+    throw Error(
+        ErrorKind::kCorruption, path,
+        "sample " + std::to_string(i) + ": field '" + spec.name + "': text is not valid UTF-8");
+  }
 }
 
 size_t Cache::field_index(const std::string& name) const {

@@ -72,6 +72,7 @@ OrderedJson fields_json(const std::vector<FieldSpec>& fields) {
     j["shape"] = f.shape;
     if (!f.rows_of.empty()) j["rows_of"] = f.rows_of;
     if (!f.classes.empty()) j["classes"] = f.classes;
+    if (f.allow_nonfinite) j["allow_nonfinite"] = true;
     a.push_back(std::move(j));
   }
   return a;
