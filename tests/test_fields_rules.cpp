@@ -157,7 +157,9 @@ TEST_SUITE("fields") {
     c->copy_field(2, 0, reinterpret_cast<uint8_t*>(&v));
     CHECK(std::isnan(v));
   }
+}
 
+TEST_SUITE("fields") {
   TEST_CASE("Cache::open runs every open-time check, through CacheDir::check_open") {
     TempDir tmp;
     const std::string good = tmp.path() + "/good", out = tmp.path() + "/c";
