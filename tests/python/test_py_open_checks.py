@@ -37,6 +37,17 @@ def write_cache(path):
                     boxes=[[0, 0, 3, 3]] * n, box_labels=[1] * n, caption=f"sample {j}")
 
 
+def write_ragged_cache(path):
+    """8 ragged samples (sizes vary) in 2 or more shards with a mask each."""
+    rng = np.random.default_rng(6)
+    with dscache.Writer(path, layout="ragged", classes=["a"], fields={"mask": dscache.Mask()},
+                        shard_size=600) as w:
+        for j in range(8):
+            h, w_ = 5 + j % 3, 6 + j % 4
+            w.write(rng.integers(0, 256, (h, w_, 3), dtype=np.uint8), 0,
+                    mask=rng.integers(0, 2, (h, w_), dtype=np.uint8))
+
+
 def npy_edit(name, change):
     """A damage: NAME rewritten with np.save(change(array))."""
     def damage(path):
@@ -66,6 +77,30 @@ def manifest_edit(change):
 def with_(a, k, v):
     a = a.copy()
     a[k] = v
+    return a
+
+
+def symlink_out(name):
+    """NAME replaced by a symlink to an identical file outside the cache directory."""
+    def damage(path):
+        outside = os.path.join(os.path.dirname(path), "outside-" + name)
+        shutil.copyfile(os.path.join(path, name), outside)
+        os.remove(os.path.join(path, name))
+        os.symlink(outside, os.path.join(path, name))
+    return damage
+
+
+def fifo(name):
+    def damage(path):
+        os.remove(os.path.join(path, name))
+        os.mkfifo(os.path.join(path, name))
+    return damage
+
+
+def ragged_mask_offsets(a):
+    """Sample 0's mask one pixel longer, sample 1's one shorter: the total still matches."""
+    a = a.copy()
+    a[1] += 1
     return a
 
 
@@ -116,6 +151,20 @@ CASES = [
     ("a v1 manifest with fields", manifest_edit(v1_with_fields), "manifest.json", False),
     ("a size other than the manifest's", bytes_edit("caption-00001.npy", lambda b: b + b" "),
      "caption-00001.npy", False),
+    ("a symlink out of the cache", symlink_out("labels.npy"), "labels.npy", False),
+    ("a FIFO for a side file", fifo("skipped.jsonl"), "skipped.jsonl", False),
+]
+
+# The ragged layout's own checks (its index, masks of their image's h*w), on a ragged cache.
+RAGGED_CASES = [
+    ("a ragged mask of another size than its image", npy_edit(
+        "mask-offsets-00000.npy", ragged_mask_offsets), "mask-offsets-00000.npy", True),
+    ("an index row past its shard", npy_edit(
+        "ragged-index.npy", lambda a: with_(a, 0, [a[0][0], a[0][1] + 50, a[0][2]])),
+     "ragged-index.npy", True),
+    ("index rows overlapping", npy_edit(
+        "ragged-index.npy", lambda a: with_(a, 1, [a[1][0] - 3, a[1][1], a[1][2]])),
+     "ragged-index.npy", True),
 ]
 
 # Every reader, as (name, argv or None for Python's dscache.Cache); {c} is the cache, {o} a PNG.
@@ -155,31 +204,34 @@ def refusal(reader, argv, cache, png):
 def test_every_reader_refuses_every_open_check(tmp):
     if not DSCACHE or not LOADER_DUMP:
         raise Skip("DSCACHE and LOADER_DUMP not set (run through meson test)")
-    good = os.path.join(tmp, "good")
-    write_cache(good)
     png = os.path.join(tmp, "out.png")
-    # The undamaged cache: every reader accepts it (so a refusal below is the damage's).
-    for reader, argv in READERS:
-        refused, msg = refusal(reader, argv, good, png)
-        assert not refused, f"{reader} refuses the undamaged cache: {msg}"
-    r = subprocess.run([DSCACHE, "verify", good], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout
-    failures = []
-    for what, damage, name, stamp in CASES:
-        cache = os.path.join(tmp, "bad")
-        shutil.rmtree(cache, ignore_errors=True)
-        shutil.copytree(good, cache)
-        damage(cache)
-        if stamp:
-            restamp(cache)
+    failures, runs = [], 0
+    for write, cases in ((write_cache, CASES), (write_ragged_cache, RAGGED_CASES)):
+        good = os.path.join(tmp, "good")
+        shutil.rmtree(good, ignore_errors=True)
+        write(good)
+        # The undamaged cache: every reader accepts it (so a refusal below is the damage's).
         for reader, argv in READERS:
-            refused, msg = refusal(reader, argv, cache, png)
-            if not refused:
-                failures.append(f"{what}: {reader} did not refuse it: {msg}")
-            elif name not in msg:
-                failures.append(f"{what}: {reader}'s message does not name {name}: {msg}")
-    assert not failures, f"{len(failures)} of {len(CASES) * len(READERS)}:\n" + "\n".join(
-        failures)
+            refused, msg = refusal(reader, argv, good, png)
+            assert not refused, f"{reader} refuses the undamaged cache: {msg}"
+        r = subprocess.run([DSCACHE, "verify", good], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout
+        for what, damage, name, stamp in cases:
+            cache = os.path.join(tmp, "bad")
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.copytree(good, cache)
+            damage(cache)
+            if stamp:
+                restamp(cache)
+            for reader, argv in READERS:
+                runs += 1
+                refused, msg = refusal(reader, argv, cache, png)
+                if not refused:
+                    failures.append(f"{what}: {reader} did not refuse it: {msg}")
+                elif name not in msg:
+                    failures.append(f"{what}: {reader}'s message does not name {name}: {msg}")
+    assert runs == (len(CASES) + len(RAGGED_CASES)) * len(READERS), runs
+    assert not failures, f"{len(failures)} of {runs}:\n" + "\n".join(failures)
 
 
 if __name__ == "__main__":
