@@ -140,7 +140,8 @@ json fields_json(const Manifest& m) {
                    {"shape", f.shape},
                    {"rows_of", f.rows_of.empty() ? json(nullptr) : json(f.rows_of)},
                    {"classes", f.classes},
-                   {"class_count", f.classes.size()}});
+                   {"class_count", f.classes.size()},
+                   {"allow_nonfinite", f.allow_nonfinite}});
   }
   return out;
 }

@@ -4,6 +4,7 @@ field kind (docs/FORMAT.md "Fields") passes `dscache verify` and reads back equa
 Cache.field() and through numpy alone (np.load(mmap_mode="r") of the field files the manifest
 lists); ragged masks follow their images' sizes; a SIGKILL mid-write then resume=True gives the
 same field files as an uninterrupted write; bad values are errors naming the field."""
+import json
 import os
 import signal
 import subprocess
@@ -373,6 +374,12 @@ def test_nonfinite_only_where_declared(tmp):
     assert [f.get("allow_nonfinite", False) for f in manifest(path)["fields"]] == [
         True, True, False]
     verify(path)
+    r = subprocess.run([DSCACHE, "inspect", path, "--json"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert [f["allow_nonfinite"] for f in json.loads(r.stdout)["fields"]] == [True, True, False]
+    r = subprocess.run([DSCACHE, "inspect", path], capture_output=True, text=True, timeout=60,
+                       check=True)
+    assert r.stdout.count("NaN/inf allowed") == 2, r.stdout
     for spec in (dscache.Scalar("int64", allow_nonfinite=True), dscache.Array(
             "uint8", 2, allow_nonfinite=True)):
         try:

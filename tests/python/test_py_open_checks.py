@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """One validation serves every reader (docs/FORMAT.md "Opening a cache", STYLE.md "One truth per
-rule"): each open-time check is met by damaging a small cache with fields -- the manifest's
-sizes and XXH64 rewritten to match, so that only the check itself can catch it -- and every
+rule"): each open-time check is met by damaging a small cache with fields (fixed layout, and
+ragged for the index and masks of their image's size) -- the manifest's sizes and XXH64
+rewritten to match where the check is deeper than them, so that only it can catch it -- and every
 reader must refuse every damage: the C++ Cache::open (loader_dump), `dscache verify`, `dscache
 inspect` in each mode, and Python's dscache.Cache; the CLI with exit 5 (corruption), each with a
 message naming the damaged file."""
