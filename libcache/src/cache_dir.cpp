@@ -193,10 +193,7 @@ std::vector<int64_t> CacheDir::labels() const {
 std::vector<uint64_t> CacheDir::checksums() const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.checksums.file, m.checksums.bytes);
-  const std::vector<uint8_t> raw =
-      read_array(f, "<u8",
-                 m.fields.empty() ? std::vector<uint64_t>{m.count}
-                                  : std::vector<uint64_t>{m.count, m.checksum_columns()});
+  const std::vector<uint8_t> raw = read_array(f, "<u8", checksums_shape());
   std::vector<uint64_t> sums(raw.size() / 8);
   if (!raw.empty()) std::memcpy(sums.data(), raw.data(), raw.size());
   return sums;

@@ -84,8 +84,8 @@ class Writer:
         self._w = _dscache.Writer(
             path, storage, layout, codec, height, width, channels, int(quality), int(shard_size),
             names, shuffle_seed is not None, int(shuffle_seed or 0), int(max_side),
-            [(f.name, f.kind, f.dtype, list(f.shape), f.rows_of or "", f.classes or [])
-             for f in self._fields], bool(force), bool(resume))
+            [(f.name, f.kind, f.dtype, list(f.shape), f.rows_of or "", f.classes or [],
+              f.allow_nonfinite) for f in self._fields], bool(force), bool(resume))
         self.path = path
         self._channels = channels
 
