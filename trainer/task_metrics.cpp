@@ -73,8 +73,9 @@ nlohmann::json TargetMetrics::finish() const {
     size_t exact = 0;  // samples with every output right, as the epoch line's train_acc
     for (size_t i = 0; i < n; ++i) {
       bool all = true;
-      for (size_t k = 0; k < t && all; ++k)
+      for (size_t k = 0; k < t && all; ++k) {
         all = (out_[i * t + k] >= 0) == (tgt_[i * t + k] > 0.5f);
+      }
       exact += all;
     }
     j["val_acc"] = n ? static_cast<double>(exact) / static_cast<double>(n) : 0.0;

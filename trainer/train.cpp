@@ -285,8 +285,9 @@ bool Run::resume() {
   }
   if (!resumed) {
     norm_ = measure_normalization(*data_.train, o_.normalize);
-    if (fields_task() && o_.task.target_norm)
+    if (fields_task() && o_.task.target_norm) {
       measure_target_stats(*data_.train, "--train " + o_.train, &targets_);
+    }
     st_.position = {o_.seed, 0, 0};
   }
   return resumed;

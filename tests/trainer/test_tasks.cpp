@@ -153,6 +153,7 @@ TEST_SUITE("unit") {
     CHECK(j["val_map"].get<double>() == doctest::Approx(1.0));
     CHECK(j["val_ap"][1].is_null());
     CHECK(j["val_micro_f1"].get<double>() == doctest::Approx(2.0 / 3));  // tp 1, fp 1, fn 0
+    CHECK(j["val_acc"].get<double>() == doctest::Approx(0.5));           // sample 1 has both right
   }
 
   TEST_CASE("tasks: a learnable signal beats a constant predictor (multilabel, regress)") {
@@ -299,7 +300,7 @@ TEST_SUITE("cli") {
     const Case cases[] = {
         {tmp.path() + "/ml",
          {"--task", "multilabel", "--targets", "a,b,c", "--optimizer", "adamw"},
-         {"val_map", "val_micro_f1", "train_acc"}},
+         {"val_map", "val_micro_f1", "train_acc", "val_acc"}},
         {tmp.path() + "/reg",
          {"--task", "regress", "--targets", "r,g", "--target-norm", "--loss", "l1", "--optimizer",
           "adamw"},
