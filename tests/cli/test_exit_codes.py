@@ -169,24 +169,24 @@ class Fixtures:
             build(self.src(), d, "--layout", "ragged", "--max-side", "12")
         return d
 
-    def table(self):
+    def targets_cache(self):
         """A CSV table's cache of 16 samples with fields t (int64 0, 1, 2, 0, ...: not all 0/1)
         and y (float32 3e38, whose squared error overflows: every step's loss is inf)."""
-        d = self.tmp / "table-cache"
+        d = self.tmp / "targets-cache"
         if not d.exists():
-            src = self.tmp / "table"
+            src = self.tmp / "targets-src"
             rels = make_simple_folder(src, ["a", "b"], 8, (16, 16), seed=6)
             rows = [f"{r},{r.split('/')[0]},{i % 3},3e38" for i, r in enumerate(rels)]
             (src / "table.csv").write_text("image_path,label,t,y\n" + "\n".join(rows) + "\n")
             build(src / "table.csv", d, "--size", "16")
         return d
 
-    def nan_table(self):
-        """table() with y of sample 3 NaN, as a cache written before the Writer refused
+    def nan_targets_cache(self):
+        """targets_cache() with y of sample 3 NaN, as a cache written before the Writer refused
         non-finite values: the field file, its checksums.npy column and the manifest agree."""
-        d = self.tmp / "nan-table"
+        d = self.tmp / "nan-targets-cache"
         if not d.exists():
-            shutil.copytree(self.table(), d)
+            shutil.copytree(self.targets_cache(), d)
             m = json.loads((d / "manifest.json").read_text())
             columns = 1 + len(m["fields"])
             j = [f["name"] for f in m["fields"]].index("y")
@@ -408,13 +408,13 @@ def case_exit_train(tmp):
                   {})),
         # issue 38: bad values found once the cache is read are usage (2), as the table says
         ("usage: --targets naming no field", USAGE, "--targets: field 'nope' does not exist",
-         lambda: (train(f.table(), "--task", "regress", "--targets", "nope"), {})),
+         lambda: (train(f.targets_cache(), "--task", "regress", "--targets", "nope"), {})),
         ("usage: a multilabel target other than 0/1", USAGE,
          "; --task multilabel needs targets of 0 or 1",
-         lambda: (train(f.table(), "--task", "multilabel", "--targets", "t"), {})),
+         lambda: (train(f.targets_cache(), "--task", "multilabel", "--targets", "t"), {})),
         ("usage: a non-finite regression target", USAGE,
          "--targets: field 'y' of sample 3 in --train",
-         lambda: (train(f.nan_table(), "--task", "regress", "--targets", "y"), {})),
+         lambda: (train(f.nan_targets_cache(), "--task", "regress", "--targets", "y"), {})),
         ("distributed: MASTER_ADDR does not resolve", DISTRIBUTED,
          "MASTER_ADDR=no-such-host.invalid does not resolve",
          lambda: (train(f.cache(), "--dist-timeout", "100"),
@@ -422,7 +422,7 @@ def case_exit_train(tmp):
                            "MASTER_PORT": str(free_port())}})),
         ("diverged: every step skipped (2, fewer than 5 in a row)", DIVERGED,
          "all 2 optimizer steps were skipped",
-         lambda: (train(f.table(), "--task", "regress", "--targets", "y", "--precision", "fp32"),
+         lambda: (train(f.targets_cache(), "--task", "regress", "--targets", "y", "--precision", "fp32"),
                   {})),
     ]
     check_rows(DSCACHE_TRAIN, rows)
