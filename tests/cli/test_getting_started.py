@@ -83,12 +83,14 @@ def check_outcomes(root, outs):
     for run in ("run", "seg-run"):
         for f in ("model.pt", "model.json", "checkpoint.pt", "metrics.jsonl"):
             check((root / run / f).is_file(), f"dscache-train left no {run}/{f}")
-    epochs = [r["epoch"] for r in read_jsonl(root / "run/metrics.jsonl") if r.get("kind") == "epoch"]
+    lines = read_jsonl(root / "run/metrics.jsonl")
+    epochs = [r["epoch"] for r in lines if r.get("kind") == "epoch"]
     check_eq(epochs, [0, 1, 2], "run/'s epoch lines (0-based) after --resume --epochs 3")
     joined = "\n".join(outs)
     check("torch.Size([8, 3, 56, 56]) torch.int64" in joined,
           f"the Loader example printed no (8, 3, 56, 56) batch:\n{joined}")
-    check("torch.Size([4, 48, 48])" in joined, f"the mask example printed no (4, 48, 48):\n{joined}")
+    check("torch.Size([4, 48, 48])" in joined,
+          f"the mask example printed no (4, 48, 48):\n{joined}")
     check(re.fullmatch(r"\['(cat|dog)'(, '(cat|dog)'){3}\]", outs[-1].strip()),
           f"the inference example (the last block) printed no 4 class names:\n{outs[-1]}")
 
