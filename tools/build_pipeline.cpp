@@ -31,6 +31,15 @@ namespace fs = std::filesystem;
 
 constexpr size_t kSkipsShown = 20;  // skip reasons printed to stderr before "... N more"
 
+// `path` as a message may show it: a NUL byte (a bad entry's, skipped for it) as "\0", so the
+// rest of the message is not cut there.
+std::string printable(std::string path) {
+  for (size_t i = path.find('\0'); i != std::string::npos; i = path.find('\0', i + 2)) {
+    path.replace(i, 1, "\\0");
+  }
+  return path;
+}
+
 // The recipe a build of `src` uses: the options resolved against the source (idx sources have a
 // native size and one channel), checked. Error(kInvalidArgument) names the flag.
 BuildRecipe resolve_recipe(const BuildOptions& opt, const SourceListing& src) {
@@ -176,7 +185,7 @@ std::pair<std::string, std::string> decode_into(CacheWriter& writer, const Build
   run_decode_pipeline(SampleDecoder(src, r, ragged, opt.codec), order, writer.position(), end,
                       threads, [&](const Token& t) {
                         const SourceEntry& e = src.entries[t.entry];
-                        const std::string where = e.path.empty() ? e.name : e.path;
+                        const std::string where = printable(e.path.empty() ? e.name : e.path);
                         for (size_t f = 0; t.ok && f < fields.size(); ++f) {
                           fields[f] = FieldData{t.fields[f].data(), t.fields[f].size()};
                         }
@@ -234,9 +243,20 @@ void check_space(const BuildOptions& opt, const BuildPlan& plan, const CacheWrit
 
 BuildPlan plan_build(const BuildOptions& opt) {
   BuildPlan plan;
-  plan.src = list_source(
-      opt.source, SourceOptions{opt.labels_file, opt.class_names, opt.image_column,
-                                opt.label_column, opt.field_kinds, opt.image_root, opt.coco_mask});
+  SourceOptions so;
+  so.labels_file = opt.labels_file;
+  so.class_names = opt.class_names;
+  so.image_column = opt.image_column;
+  so.label_column = opt.label_column;
+  so.field_kinds = opt.field_kinds;
+  so.field_classes = opt.field_classes;
+  so.image_root = opt.image_root;
+  so.coco_mask = opt.coco_mask;
+  so.confine = opt.confine;
+  plan.src = list_source(opt.source, so);
+  for (const std::string& notice : plan.src.notices) {
+    if (!opt.quiet) std::fprintf(stderr, "note: %s\n", notice.c_str());
+  }
   plan.recipe = resolve_recipe(opt, plan.src);
   // --part I/N: positions [first, end) of the cache order (docs/FORMAT.md "Parts").
   const uint64_t n = plan.src.entries.size();

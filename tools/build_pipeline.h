@@ -38,8 +38,11 @@ struct BuildOptions {
   std::string image_column;  // --image-column: the image's column; "" = image_path, else path
   std::string label_column;  // --label-column: the class label's; "" = label when present
   std::vector<std::pair<std::string, std::string>> field_kinds;  // --field NAME=KIND, in order
-  std::string image_root;                                        // --image-root: COCO images
-  std::string coco_mask;                  // --coco-mask: "" or "none" (no mask field), "semantic"
+  // --field NAME=KIND:CLASS,...: the class names of mask and multi-hot columns, in order
+  std::vector<std::pair<std::string, std::vector<std::string>>> field_classes;
+  bool confine = false;    // --confine: listed paths must stay in the list's folder / --image-root
+  std::string image_root;  // --image-root: COCO images
+  std::string coco_mask;   // --coco-mask: "" or "none" (no mask field), "semantic"
   std::string command = "dscache build";  // written into the lock file to name the holder
 };
 

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -78,28 +79,65 @@ void parse_alpha_option(const std::string& text, BuildRecipe* r) {
 // The KINDs of --field NAME=KIND (dscache/ingest/source_list.h, SourceOptions::field_kinds).
 constexpr const char* kFieldKinds[] = {"mask", "multi-hot", "int", "float", "text", "ignore"};
 
-// --field NAME=KIND (repeatable): how table column NAME becomes a field. NAME may hold any
-// character but '=' is taken as the last one's; the column's existence is checked on listing.
-std::vector<std::pair<std::string, std::string>> parse_field_flags(
-    const std::vector<std::string>& flags) {
+// The class names of --field NAME=KIND:CLASSES: comma-separated, or @FILE (one per line; blank
+// lines skipped). Each non-empty and given once.
+std::vector<std::string> parse_field_classes(const std::string& flag, const std::string& text) {
+  std::vector<std::string> names;
+  if (!text.empty() && text[0] == '@') {
+    std::ifstream in(text.substr(1));
+    if (!in) throw UsageError("--field '" + flag + "': cannot read " + text.substr(1));
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) names.push_back(line);
+    }
+  } else {
+    names = split_commas(text);
+    if (!text.empty() && text.back() == ',') names.emplace_back();  // "a," names an empty one
+  }
+  if (names.empty()) throw UsageError("--field '" + flag + "': no class names after ':'");
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) throw UsageError("--field '" + flag + "': an empty class name");
+    for (size_t j = 0; j < i; ++j) {
+      if (names[j] == names[i]) {
+        throw UsageError("--field '" + flag + "': class '" + names[i] + "' is named twice");
+      }
+    }
+  }
+  return names;
+}
+
+// --field NAME=KIND[:CLASSES] (repeatable): how table column NAME becomes a field, and for mask
+// and multi-hot the class names in order. NAME and the names may hold any character: KIND is
+// what follows the last '=' that a known KIND follows. The column's existence is checked on
+// listing.
+void parse_field_flags(const std::vector<std::string>& flags, BuildOptions* opt) {
   std::string kinds;
   for (const char* k : kFieldKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
-  std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& flag : flags) {
-    const size_t eq = flag.rfind('=');
-    const std::string name = eq == std::string::npos ? "" : flag.substr(0, eq);
-    const std::string kind = eq == std::string::npos ? "" : flag.substr(eq + 1);
+    size_t eq = std::string::npos, colon = std::string::npos;
     bool known = false;
-    for (const char* k : kFieldKinds) known = known || kind == k;
-    if (name.empty() || !known) {
-      throw UsageError("--field '" + flag + "': expected NAME=KIND, KIND one of " + kinds);
+    for (size_t e = flag.rfind('='); e != std::string::npos && !known;
+         e = e == 0 ? std::string::npos : flag.rfind('=', e - 1)) {
+      const size_t c = flag.find(':', e);
+      for (const char* k : kFieldKinds) known = known || flag.substr(e + 1, c - e - 1) == k;
+      if (known || eq == std::string::npos) eq = e, colon = c;
     }
-    for (const auto& [seen, _] : out) {
+    const std::string name = eq == std::string::npos ? "" : flag.substr(0, eq);
+    const std::string kind = eq == std::string::npos ? "" : flag.substr(eq + 1, colon - eq - 1);
+    if (name.empty() || !known) {
+      throw UsageError("--field '" + flag + "': expected NAME=KIND, KIND one of " + kinds +
+                       " (mask and multi-hot may add :CLASS,CLASS,... or :@FILE)");
+    }
+    for (const auto& [seen, _] : opt->field_kinds) {
       if (seen == name) throw UsageError("--field: column '" + name + "' is given twice");
     }
-    out.emplace_back(name, kind);
+    opt->field_kinds.emplace_back(name, kind);
+    if (colon == std::string::npos) continue;
+    if (kind != "mask" && kind != "multi-hot") {
+      throw UsageError("--field '" + flag + "': class names apply to mask and multi-hot");
+    }
+    opt->field_classes.emplace_back(name, parse_field_classes(flag, flag.substr(colon + 1)));
   }
-  return out;
 }
 
 // The flags of `dscache build` that are parsed from text into BuildOptions.
@@ -164,7 +202,11 @@ po::options_description visible_options(BuildFlags* f, BuildOptions* opt) {
       "field typed from its values (int, float, text)")(
       "field", po::value(&f->field)->composing(),
       "table: NAME=KIND makes column NAME a field of KIND: mask (path of a mask image), "
-      "multi-hot (';'-separated names), int, float, text, or ignore (no field); repeatable")(
+      "multi-hot (';'-separated names), int, float, text, or ignore (no field); mask and "
+      "multi-hot take class names in order as NAME=KIND:CLASS,CLASS,... or :@FILE (one a line); "
+      "repeatable")("confine",
+                    "refuse (skip) image and mask paths that lead outside the list's folder (COCO: "
+                    "--image-root): absolute, or with .. past it")(
       "image-root", po::value(&opt->image_root), "COCO: the folder images' file_name are in")(
       "coco-mask", po::value(&opt->coco_mask),
       "COCO: none (default) or semantic (a mask field of category ids, 0 = background)")(
@@ -284,7 +326,8 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
   parse_alpha_option(f.alpha, &opt->recipe);
   opt->recipe.reduced_decode = vm.count("no-reduced-decode") == 0;
   if (!f.classes.empty()) opt->class_names = split_commas(f.classes);
-  opt->field_kinds = parse_field_flags(f.field);
+  parse_field_flags(f.field, opt);
+  opt->confine = vm.count("confine") > 0;
   if (!opt->coco_mask.empty() && opt->coco_mask != "none" && opt->coco_mask != "semantic") {
     throw UsageError("--coco-mask '" + opt->coco_mask + "': expected none or semantic");
   }

@@ -165,7 +165,11 @@ void print_summary(CacheView& c) {
   }
   std::printf("source     %s %s (%llu entries)\n", m.source.kind.c_str(), m.source.root.c_str(),
               static_cast<unsigned long long>(m.source.entries));
-  if (!m.source.labels.empty()) std::printf("labels     %s\n", m.source.labels.c_str());
+  // source.labels is the idx labels file, or a COCO source's image root (--image-root).
+  if (!m.source.labels.empty()) {
+    std::printf("%s %s\n", m.source.kind == "coco" ? "images    " : "labels    ",
+                m.source.labels.c_str());
+  }
   if (m.has_part) {
     std::printf(
         "part       %u of %u (0-based): positions [%llu, %llu) of the listing's order; "
@@ -173,8 +177,13 @@ void print_summary(CacheView& c) {
         m.part.index, m.part.count, static_cast<unsigned long long>(m.part.first),
         static_cast<unsigned long long>(m.part.first + m.part.entries));
   }
-  std::printf("recipe     resize %s, reduced JPEG decode %s, max %llu pixels, shard cap %s\n",
-              to_string(m.recipe.resize), m.recipe.reduced_decode ? "on" : "off",
+  // The ragged layout keeps each image's aspect (no --resize mode applies): say what it did.
+  const std::string resize = m.layout == Layout::kRagged
+                                 ? "shorter side scaled to at most " +
+                                       std::to_string(m.recipe.max_side) + " px (aspect kept)"
+                                 : std::string("resize ") + to_string(m.recipe.resize);
+  std::printf("recipe     %s, reduced JPEG decode %s, max %llu pixels, shard cap %s\n",
+              resize.c_str(), m.recipe.reduced_decode ? "on" : "off",
               static_cast<unsigned long long>(m.recipe.max_pixels),
               format_bytes(m.recipe.shard_bytes).c_str());
   if (m.recipe.shuffled) {
@@ -406,7 +415,9 @@ int inspect(int argc, char** argv) {
   InspectArgs a;
   if (!parse_inspect_command_line(argc, argv, &a)) return to_int(ExitCode::kOk);
   CacheView c(a.dir);
-  c.files().check_files();  // as Cache::open: every named file regular, inside, of its size
+  // Every mode opens through Cache::open's checks (CacheDir::check_open): what it refuses,
+  // inspect refuses too, before printing anything.
+  c.files().check_open();
   try {
     if (a.sample >= 0) {
       show_sample(c, a);

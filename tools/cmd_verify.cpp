@@ -49,6 +49,12 @@ class Checker {
     problems.push_back({std::move(file), sample, std::move(reason)});
   }
 
+  // A cache file's name as the other problems give it (DIR/name -> name).
+  std::string file_name(const std::string& path) const {
+    const std::string prefix = c_.path("");
+    return path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
+  }
+
   // Size and whole-file XXH64 against the manifest. Returns false when the file is unusable.
   bool check_file(const std::string& name, uint64_t bytes, uint64_t hash) {
     FileEntry actual;
@@ -69,6 +75,14 @@ class Checker {
   }
 
   void run(bool with_source, int threads) {
+    // First the open-time checks, through the very function Cache::open, inspect and Python run
+    // (CacheDir::check_open): whatever they refuse, verify reports; the checks below then find
+    // the rest (every hash, every sample).
+    try {
+      c_.files().check_open();
+    } catch (const Error& e) {
+      add(file_name(e.path()), -1, e.reason());
+    }
     bool side_ok = true;
     for (const FileEntry* f : {&m_.labels, &m_.checksums, &m_.sources, &m_.skips, &m_.index}) {
       if (f->file.empty()) continue;  // no index for the fixed layout
@@ -141,7 +155,8 @@ class Checker {
   }
 
   // Every field file (size, XXH64, header, offsets), every sample's value against its checksum
-  // column, and every box inside its image.
+  // column and the writer's rules (check_field_value: boxes inside the image, text UTF-8, floats
+  // finite unless the field allows others).
   void check_fields(const std::vector<uint64_t>& all) {
     if (m_.fields.empty()) return;
     const std::vector<IndexRow>* index = nullptr;
@@ -194,7 +209,7 @@ class Checker {
                 "field '" + spec.name + "': value checksum mismatch");
             continue;
           }
-          if (spec.kind != FieldKind::kBoxes) continue;
+          // What the writer checked: boxes inside the image, text UTF-8, floats finite.
           const uint32_t h = index ? (*index)[i].height : m_.height;
           const uint32_t w = index ? (*index)[i].width : m_.width;
           try {

@@ -68,6 +68,19 @@ std::string shape_text(const std::vector<uint32_t>& shape) {
   return s + "]";
 }
 
+// One sample's value shape as a reader gets it: a mask is its image's [H,W] (ragged: each
+// image's own [h,w]), a kind of n rows [n,...row shape], a fixed kind the spec's shape.
+std::string value_shape_text(const Manifest& m, const FieldSpec& f) {
+  if (f.kind == FieldKind::kMask) {
+    if (m.layout == Layout::kRagged) return "[h,w] (its image's)";
+    return "[" + std::to_string(m.height) + "," + std::to_string(m.width) + "]";
+  }
+  if (!f.variable()) return shape_text(f.shape);
+  std::string s = "[n";
+  for (uint32_t d : f.shape) s += "," + std::to_string(d);
+  return s + "]";
+}
+
 std::string hex(const std::vector<uint8_t>& v, size_t limit) {
   static const char* d = "0123456789abcdef";
   std::string s;
@@ -127,7 +140,8 @@ json fields_json(const Manifest& m) {
                    {"shape", f.shape},
                    {"rows_of", f.rows_of.empty() ? json(nullptr) : json(f.rows_of)},
                    {"classes", f.classes},
-                   {"class_count", f.classes.size()}});
+                   {"class_count", f.classes.size()},
+                   {"allow_nonfinite", f.allow_nonfinite}});
   }
   return out;
 }
@@ -141,8 +155,10 @@ void print_fields(const Manifest& m) {
     std::string extra;
     if (!f.rows_of.empty()) extra += ", rows of " + f.rows_of;
     if (!f.classes.empty()) extra += ", " + std::to_string(f.classes.size()) + " classes";
+    if (f.allow_nonfinite) extra += ", NaN/inf allowed";
     std::printf("  %-*s %-6s %-7s shape %s%s\n", static_cast<int>(width), f.name.c_str(),
-                to_string(f.kind), to_string(f.dtype), shape_text(f.shape).c_str(), extra.c_str());
+                to_string(f.kind), to_string(f.dtype), value_shape_text(m, f).c_str(),
+                extra.c_str());
   }
 }
 

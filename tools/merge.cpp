@@ -94,6 +94,7 @@ std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::st
                                "not a part of a partitioned build (its manifest has no part; "
                                "build parts with dscache build --part I/N)");
     }
+    p.files->check_open();  // what every reader checks first: a damaged part is refused by name
     parts.push_back(std::move(p));
   }
   const Part& ref = parts.front();

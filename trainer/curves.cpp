@@ -19,8 +19,9 @@ constexpr Rgb kWhite{255, 255, 255};
 constexpr Rgb kText{30, 30, 30};
 constexpr Rgb kFrame{90, 90, 90};
 constexpr Rgb kGrid{228, 228, 228};
-constexpr Rgb kTrainColour{31, 119, 180};  // blue: training
-constexpr Rgb kValColour{240, 110, 0};     // orange: validation
+constexpr Rgb kTrainColour{31, 119, 180};       // blue: training
+constexpr Rgb kTrainStepColour{140, 185, 225};  // light blue: training, per logged steps
+constexpr Rgb kValColour{240, 110, 0};          // orange: validation
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct Range {
@@ -187,6 +188,17 @@ bool any_finite(const std::vector<CurvePoint>& pts) {
 
 }  // namespace
 
+// The right panel's metric, in order of preference: the first whose train or val values an
+// epoch line has. Train and val of one metric side by side, never two metrics.
+const TrainingCurves::MetricPair TrainingCurves::kMetricPairs[3] = {
+    // segment: per labelled pixel
+    {"train_pixel_acc", "val_pixel_acc", "pixel accuracy", "train pixel acc", "val pixel acc"},
+    // classify: argmax; multilabel: every output right (exact match)
+    {"train_acc", "val_acc", "accuracy", "train acc", "val acc"},
+    // regress: no train counterpart is measured
+    {nullptr, "val_r2", "R^2", nullptr, "val R^2"},
+};
+
 PlotArea plot_area(const ChartOptions& o, size_t panels, size_t index) {
   const Margins m = margins(o.text_scale);
   const size_t n = std::max<size_t>(1, panels);
@@ -261,14 +273,11 @@ void TrainingCurves::add(const nlohmann::json& line) {
   } else if (*kind == "epoch") {
     epoch_loss_.push_back({step, number_or_nan(line, "loss")});
     val_loss_.push_back({step, number_or_nan(line, "val_loss")});
-    const double train = number_or_nan(line, "train_acc");
-    train_acc_.push_back(
-        {step, std::isnan(train) ? number_or_nan(line, "train_pixel_acc") : train});
-    // Each task's main validation metric (the first that is a number), by its metrics.jsonl name.
-    for (const char* k : {"val_acc", "val_map", "val_r2", "val_miou"}) {
-      if (line.contains(k) && line.at(k).is_number()) val_metric_ = k;
+    for (const MetricPair& m : kMetricPairs) {
+      for (const char* key : {m.train_key, m.val_key}) {
+        if (key) metrics_[key].push_back({step, number_or_nan(line, key)});
+      }
     }
-    val_acc_.push_back({step, number_or_nan(line, val_metric_.c_str())});
   }
 }
 
@@ -286,34 +295,48 @@ size_t TrainingCurves::load(const std::string& metrics_path) {
   return skipped;
 }
 
+std::string TrainingCurves::step_loss_label() const {
+  // The steps between step lines (--log-every): the smallest gap, or the first line's step.
+  double every = 0;
+  for (size_t i = 0; i < step_loss_.size(); ++i) {
+    const double gap = i ? step_loss_[i].x - step_loss_[i - 1].x : step_loss_[i].x;
+    if (std::isfinite(gap) && gap > 0 && (every == 0 || gap < every)) every = gap;
+  }
+  if (every <= 0) return "train/logged steps";
+  char text[48];
+  std::snprintf(text, sizeof text, "train/%.0f step%s", every, every == 1 ? "" : "s");
+  return text;
+}
+
 std::vector<CurvePanel> TrainingCurves::panels() const {
+  // Loss: the same series for every run, named by what each point averages. The train loss per
+  // epoch is always drawn (beside the val loss, also per epoch); the step lines' loss, each the
+  // mean since the previous one, as a thinner line when there are any.
   CurvePanel loss{"loss", "step", "loss", {}};
   if (!step_loss_.empty()) {
-    loss.series.push_back({"train loss", kTrainColour, false, step_loss_});
-  } else {  // --log-every 0: only the epochs' averages
-    loss.series.push_back({"train loss", kTrainColour, true, epoch_loss_});
+    loss.series.push_back({step_loss_label(), kTrainStepColour, false, step_loss_});
   }
-  if (any_finite(val_loss_)) loss.series.push_back({"val loss", kValColour, true, val_loss_});
-  struct Main {
-    const char* key;
-    const char* title;
-    const char* legend;
-    const char* train_legend;
+  loss.series.push_back({"train/epoch", kTrainColour, true, epoch_loss_});
+  if (any_finite(val_loss_)) loss.series.push_back({"val/epoch", kValColour, true, val_loss_});
+  // The task's metric: train and val of the same metric, the first pair the epoch lines have.
+  const MetricPair* pick = nullptr;
+  for (const MetricPair& m : kMetricPairs) {
+    for (const char* key : {m.train_key, m.val_key}) {
+      const auto it = key ? metrics_.find(key) : metrics_.end();
+      if (!pick && it != metrics_.end() && any_finite(it->second)) pick = &m;
+    }
+  }
+  if (!pick) pick = &kMetricPairs[1];  // accuracy: the classifier's, drawn empty so far
+  CurvePanel metric{pick->title, "step", pick->title, {}};
+  const auto series = [&](const char* key, const char* label, Rgb colour) {
+    const auto it = key ? metrics_.find(key) : metrics_.end();
+    if (it != metrics_.end() && any_finite(it->second)) {
+      metric.series.push_back({label, colour, true, it->second});
+    }
   };
-  static const Main kMain[] = {{"val_acc", "accuracy", "val acc", "train acc"},
-                               {"val_map", "mAP / accuracy", "val mAP", "train acc"},
-                               {"val_r2", "R^2", "val R^2", "train acc"},
-                               {"val_miou", "mean IoU / pixel acc", "val mIoU", "train pixel acc"}};
-  const Main* m = &kMain[0];
-  for (const Main& k : kMain) {
-    if (val_metric_ == k.key) m = &k;
-  }
-  CurvePanel acc{m->title, "step", m->title, {}};
-  if (any_finite(train_acc_)) {
-    acc.series.push_back({m->train_legend, kTrainColour, true, train_acc_});
-  }
-  if (any_finite(val_acc_)) acc.series.push_back({m->legend, kValColour, true, val_acc_});
-  return {loss, acc};
+  series(pick->train_key, pick->train_legend, kTrainColour);
+  series(pick->val_key, pick->val_legend, kValColour);
+  return {loss, metric};
 }
 
 void TrainingCurves::draw(const std::string& png_path, const ChartOptions& options) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -62,9 +63,8 @@ std::string tick_label(double value, double step);
 // keeps its axes).
 Raster render_chart(const std::vector<CurvePanel>& panels, const ChartOptions& options = {});
 
-// A run's history as drawn in curves.png: the "step" lines' loss, the "epoch" lines' loss,
-// val_loss, train_acc and val_acc (null = NaN), each against the line's "step". Not
-// thread-safe; the run's rank 0 keeps one.
+// A run's history as drawn in curves.png, from its metrics.jsonl lines ("step" and "epoch"; null
+// = NaN), each against the line's "step". Not thread-safe; the run's rank 0 keeps one.
 class TrainingCurves {
  public:
   // One metrics.jsonl line; kinds other than "step" and "epoch" are ignored.
@@ -73,21 +73,30 @@ class TrainingCurves {
   // MetricsLog::open has cut the file back to). Returns how many lines were not JSON objects
   // (skipped). Throws dscache::Error naming the file when it cannot be read.
   size_t load(const std::string& metrics_path);
-  // Left: train loss per logged step and val loss per epoch (train loss per epoch when no step
-  // lines were logged). Right: the task's main metric per epoch: accuracy (train and val) for
-  // classify, val mAP and train exact-match accuracy for multilabel, val R^2 for regress, val
-  // mean IoU and train pixel accuracy for segment.
+  // The same series for every run, each legend saying what a point averages. Left, loss:
+  // "train/N steps" (the step lines', each the mean over the N steps since the previous one;
+  // only when there are step lines), "train/epoch" and "val/epoch" (per epoch). Right, train and
+  // val of one metric: pixel accuracy (segment), accuracy (classify; multilabel: every output
+  // right), or val R^2 alone (regress).
   std::vector<CurvePanel> panels() const;
   // render_chart(panels()) written to `png_path` atomically (write_png).
   void draw(const std::string& png_path, const ChartOptions& options = {}) const;
 
  private:
+  struct MetricPair {
+    const char* train_key;  // the epoch line's key; null: none is measured
+    const char* val_key;
+    const char* title;
+    const char* train_legend;
+    const char* val_legend;
+  };
+  static const MetricPair kMetricPairs[3];
+  std::string step_loss_label() const;  // "train/50 steps"
+
   std::vector<CurvePoint> step_loss_;
   std::vector<CurvePoint> epoch_loss_;
   std::vector<CurvePoint> val_loss_;
-  std::vector<CurvePoint> train_acc_;
-  std::vector<CurvePoint> val_acc_;     // val_metric_'s values
-  std::string val_metric_ = "val_acc";  // the first of kMainMetrics an epoch line had
+  std::map<std::string, std::vector<CurvePoint>> metrics_;  // kMetricPairs' keys, per epoch
 };
 
 }  // namespace train

@@ -170,6 +170,10 @@ std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono:
   if (env.world_size <= 1) return nullptr;
 #ifdef USE_C10D_GLOO
   const std::string backend = backend_for(device);
+  // Before c10d, which retries a name that does not resolve until the timeout, warning each second.
+  if (const std::string bad = master_addr_unresolvable(env); !bad.empty()) {
+    throw DistributedError(bad);
+  }
   try {
     return std::make_unique<PgCommunicator>(env, timeout, backend == "nccl");
   } catch (const DistributedError&) {

@@ -55,10 +55,11 @@ class DistributedError : public std::runtime_error, public ExitsWith<ExitCode::k
 const char* backend_for(DeviceKind device);
 
 // A group of backend_for(device) over TCP (rank 0 hosts the TCPStore), or nullptr when
-// world_size is 1. Waits at most `timeout` for all ranks to join (rank 0 prints who joined while
-// it waits, then throws DistributedError naming the missing ranks); the same `timeout` bounds
-// every collective, Gloo's and NCCL's. Throws Error(kUnsupported) when built without Gloo and
-// world_size > 1.
+// world_size is 1. Throws DistributedError at once when env.master_addr does not resolve
+// (master_addr_unresolvable). Waits at most `timeout` for all ranks to join (rank 0 prints who
+// joined while it waits, then throws DistributedError naming the missing ranks); the same
+// `timeout` bounds every collective, Gloo's and NCCL's. Throws Error(kUnsupported) when built
+// without Gloo and world_size > 1.
 std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono::seconds timeout,
                                                 DeviceKind device = DeviceKind::kCpu);
 

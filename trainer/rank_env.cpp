@@ -1,7 +1,12 @@
 // torchrun's and Slurm's variables into a DistEnv.
 #include "rank_env.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "dscache/exit_codes.h"
 
@@ -96,7 +101,10 @@ DistEnv dist_env_from(const Get& get) {
   const bool torch = set(get, "RANK") || set(get, "WORLD_SIZE");
   const bool slurm_step = !torch && set(get, "SLURM_STEP_NUM_TASKS") && set(get, "SLURM_PROCID");
   bool have_port = env_int(get, "MASTER_PORT", 1, 65535, &e.master_port);
-  if (const char* a = get("MASTER_ADDR"); a && *a) e.master_addr = a;
+  if (const char* a = get("MASTER_ADDR"); a && *a) {
+    e.master_addr = a;
+    e.master_addr_from = "MASTER_ADDR";
+  }
   if (slurm_step) {
     env_int(get, "SLURM_STEP_NUM_TASKS", 1, 1 << 20, &e.world_size);
     env_int(get, "SLURM_PROCID", 0, 1 << 20, &e.rank);
@@ -113,6 +121,7 @@ DistEnv dist_env_from(const Get& get) {
         throw UsageError("SLURM_STEP_NODELIST: not set, nor SLURM_JOB_NODELIST (set MASTER_ADDR)");
       }
       e.master_addr = expand_hostlist(get(var), var).front();
+      e.master_addr_from = var;
       e.source += std::string(", ") + var;
     }
     if (e.world_size > 1 && !have_port) {
@@ -146,6 +155,27 @@ DistEnv dist_env_from(const Get& get) {
     throw UsageError("MASTER_PORT: required when WORLD_SIZE > 1 (set by torchrun)");
   }
   return e;
+}
+
+std::string master_addr_unresolvable(const DistEnv& env) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
+  if (rc == 0) {
+    ::freeaddrinfo(found);
+    return "";
+  }
+  const std::string reason = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+  const std::string what =
+      env.master_addr_from == "MASTER_ADDR" ? "MASTER_ADDR=" + env.master_addr
+      : env.master_addr_from.empty()
+          ? "MASTER_ADDR (default " + env.master_addr + ")"
+          : env.master_addr_from + "'s first host '" + env.master_addr + "' (rank 0's host)";
+  return "rendezvous: " + what + " does not resolve (" + reason +
+         "): set MASTER_ADDR to rank 0's address, or to a name this host resolves (/etc/hosts, "
+         "DNS)";
 }
 
 }  // namespace train

@@ -14,7 +14,10 @@ struct DistEnv {
   int world_size = 1;  // WORLD_SIZE (or SLURM_STEP_NUM_TASKS); default 1
   int local_rank = 0;  // LOCAL_RANK (or SLURM_LOCALID): the CUDA device index on this node
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0's TCPStore listens
-  int master_port = 29500;                // MASTER_PORT
+  // The variable master_addr came from, for messages: "MASTER_ADDR", "SLURM_STEP_NODELIST" or
+  // "SLURM_JOB_NODELIST" (its first host); "" for the default.
+  std::string master_addr_from;
+  int master_port = 29500;  // MASTER_PORT
   // Where these came from, for the start-up line: "" (a single process, nothing set),
   // "torchrun variables", or "Slurm (SLURM_PROCID, ...)".
   std::string source;
@@ -37,6 +40,12 @@ DistEnv dist_env_from(const std::function<const char*(const char*)>& get);
 // rack2-n1 rack2-n2 (ranges keep their zero padding). Throws UsageError naming `variable` when
 // the list is malformed (an unclosed bracket, a reversed or empty range).
 std::vector<std::string> expand_hostlist(const std::string& list, const std::string& variable);
+
+// Whether `env.master_addr` resolves (getaddrinfo, TCP): "" when it does, else what to say: the
+// variable it came from, the name and the resolver's message. Checked before the rendezvous
+// because c10d's TCPStore retries a name that does not resolve once a second, warning each
+// time, until --dist-timeout (600 s by default) runs out.
+std::string master_addr_unresolvable(const DistEnv& env);
 
 }  // namespace train
 }  // namespace dscache

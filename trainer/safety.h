@@ -14,9 +14,9 @@ namespace dscache {
 namespace train {
 
 // dscache-train exits with the codes of the one table it shares with dscache
-// (dscache/exit_codes.h, docs/OPERATIONS.md "Exit codes"): main() runs through run_command, and each
-// error below names its row. Stopped by SIGINT/SIGTERM: 128 + the signal number (130, 143), as a
-// shell reports a process killed by it, but only after the checkpoint was written (or
+// (dscache/exit_codes.h, docs/OPERATIONS.md "Exit codes"): main() runs through run_command, and
+// each error below names its row. Stopped by SIGINT/SIGTERM: 128 + the signal number (130, 143), as
+// a shell reports a process killed by it, but only after the checkpoint was written (or
 // immediately, before training started or on a second signal).
 
 // --output holds a run and neither --resume nor --force was given: ExitCode::kOutputExists.

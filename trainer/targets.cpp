@@ -2,7 +2,10 @@
 #include "targets.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "dscache/exit_codes.h"
@@ -39,6 +42,39 @@ size_t field_index(const SampleSource& source, const std::string& name, const st
 
 namespace {
 
+bool looks_like_image_path(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* ext :
+       {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".gif"}) {
+    const size_t n = std::strlen(ext);
+    if (v.size() > n && v.compare(v.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+// --task segment on a cache without a mask field: the usual cause is a table's mask column built
+// as text (`--field COL=mask` forgotten). Names the text field whose first values are image paths
+// and the option that would have made it a mask.
+std::string no_mask_field(const SampleSource& source, const std::string& where) {
+  const std::string head = "--task segment: " + where + " has no mask field";
+  const auto& fs = source.fields();
+  for (size_t fi = 0; fi < fs.size(); ++fi) {
+    if (fs[fi].kind != FieldKind::kText) continue;
+    for (uint64_t i = 0; i < std::min<uint64_t>(source.size(), 8); ++i) {
+      const FieldView v = source.field(i, fi);
+      const std::string value(reinterpret_cast<const char*>(v.data), v.bytes);
+      if (value.empty()) continue;
+      if (!looks_like_image_path(value)) break;
+      return head + ", but its text field '" + fs[fi].name + "' holds image paths ('" +
+             value.substr(0, 80) +
+             "'): a table's mask column is text unless the build says otherwise; rebuild the "
+             "cache with --field " +
+             fs[fi].name + "=mask";
+    }
+  }
+  return head + ": rebuild it with --field COL=mask, COL the table column of mask image paths";
+}
+
 // --task segment: the one mask field (named, or the only one), its classes when it names them.
 TargetSpec resolve_mask(const TaskOptions& t, const SampleSource& source,
                         const std::string& where) {
@@ -50,8 +86,12 @@ TargetSpec resolve_mask(const TaskOptions& t, const SampleSource& source,
   if (!t.targets.empty()) {
     mask = &source.fields()[field_index(source, t.targets[0], where)];
     if (mask->kind != FieldKind::kMask) {
-      throw UsageError("--targets: field '" + mask->name + "' in " + where + " is " +
-                       describe(*mask) + "; --task segment needs a mask");
+      throw UsageError(
+          "--targets: field '" + mask->name + "' in " + where + " is " + describe(*mask) +
+          "; --task segment needs a mask" +
+          (mask->kind == FieldKind::kText
+               ? " (a table's column of mask paths: rebuild with --field " + mask->name + "=mask)"
+               : std::string()));
     }
   } else {
     std::string masks;
@@ -61,7 +101,7 @@ TargetSpec resolve_mask(const TaskOptions& t, const SampleSource& source,
       mask = &f;
     }
     if (masks.empty()) {
-      throw UsageError("--task segment: " + where + " has no mask field (build it with masks)");
+      throw UsageError(no_mask_field(source, where));
     }
     if (masks.find(',') != std::string::npos) {
       throw UsageError("--targets: " + where + " has several mask fields (" + masks +
@@ -150,17 +190,30 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
   return spec;
 }
 
-void measure_target_stats(const SampleSource& source, TargetSpec* spec) {
+void check_target_value(const TargetSpec& spec, const std::string& field, uint64_t sample,
+                        double value, const std::string& where) {
+  const bool multilabel = spec.kind == TaskKind::kMultilabel;
+  if (multilabel ? (value == 0 || value == 1) : std::isfinite(value)) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);  // nan, inf, -inf, 2
+  throw UsageError("--targets: field '" + field + "' of sample " + std::to_string(sample) + " in " +
+                   where + " is " + text + "; --task " + to_string(spec.kind) +
+                   (multilabel ? " needs targets of 0 or 1" : " needs finite targets") +
+                   " (fix or drop that sample)");
+}
+
+void measure_target_stats(const SampleSource& source, const std::string& where, TargetSpec* spec) {
   const size_t t = spec->names.size();
   std::vector<double> sum(t, 0), sq(t, 0);
   const uint64_t n = source.size();
   for (size_t j = 0; j < spec->fields.size(); ++j) {
-    const size_t fi = field_index(source, spec->fields[j], "the training data");
+    const size_t fi = field_index(source, spec->fields[j], where);
     const FieldSpec& f = source.fields()[fi];
     for (uint64_t i = 0; i < n; ++i) {
       const FieldView v = source.field(i, fi);
       for (uint64_t e = 0; e < f.row_elements(); ++e) {
         const double x = element_at(f.dtype, v.data, e);
+        check_target_value(*spec, f.name, i, x, where);
         sum[j + e] += x;
         sq[j + e] += x * x;
       }

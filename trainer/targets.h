@@ -43,9 +43,17 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
 // classes.
 void scan_mask_classes(const SampleSource& source, const std::string& where, TargetSpec* spec);
 
-// --target-norm: every sample's target values in `source` (the training data), their mean and
-// population std per output (a std below 1e-6 becomes 1).
-void measure_target_stats(const SampleSource& source, TargetSpec* spec);
+// --target-norm: every sample's target values in `source` (the training data, `where`: "--train
+// DIR"), their mean and population std per output (a std below 1e-6 becomes 1). Each value is
+// checked first (check_target_value).
+void measure_target_stats(const SampleSource& source, const std::string& where, TargetSpec* spec);
+
+// The one rule for a target value the task can learn from, applied to every value the trainer
+// reads (each batch, --target-norm's pass): multilabel 0 or 1, regression finite. Otherwise
+// UsageError (exit 2: a bad value, found once the cache is read) naming the field, the sample's
+// index in the cache, `where` ("--train DIR") and the value.
+void check_target_value(const TargetSpec& spec, const std::string& field, uint64_t sample,
+                        double value, const std::string& where);
 
 }  // namespace train
 }  // namespace dscache

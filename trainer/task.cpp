@@ -4,13 +4,13 @@
 #include <optional>
 #include <stdexcept>
 
-#include "dscache/error.h"
 #include "dscache/fields.h"
 
 namespace dscache {
 namespace train {
 
-torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::Device device) {
+torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::Device device,
+                            const std::string& where) {
   const int64_t n = batch.size, t = spec.outputs();
   torch::Tensor host = torch::empty({n, t}, torch::kFloat);
   float* out = host.data_ptr<float>();
@@ -25,12 +25,7 @@ torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::D
       for (uint64_t e = 0; e < per; ++e) {
         const size_t k = j + e;
         const double v = element_at(f.dtype, fb->data, s * per + e);
-        if (spec.kind == TaskKind::kMultilabel && v != 0 && v != 1) {
-          throw Error(ErrorKind::kInvalidArgument, "",
-                      "field '" + f.name + "': sample " + std::to_string(batch.indices[s]) +
-                          " has value " + std::to_string(static_cast<int64_t>(v)) +
-                          "; multilabel targets must be 0 or 1");
-        }
+        check_target_value(spec, f.name, batch.indices[s], v, where);
         out[s * t + k] = static_cast<float>((v - spec.mean[k]) / spec.std[k]);
       }
     }

@@ -16,9 +16,11 @@
 namespace dscache {
 namespace train {
 
-// The batch's targets as (N, T) float on `device`: multilabel 0/1, regression normalised.
-// Error(kInvalidArgument) naming the field and sample when a multilabel value is not 0 or 1.
-torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::Device device);
+// The batch's targets as (N, T) float on `device`: multilabel 0/1, regression normalised. Every
+// value is checked (check_target_value: UsageError naming the field, the sample and `where`,
+// "--train DIR", when a multilabel value is not 0 or 1 or a regression value is not finite).
+torch::Tensor batch_targets(const TargetSpec& spec, const Batch& batch, torch::Device device,
+                            const std::string& where);
 
 // Summed over outputs and samples (0-dim float): BCE with logits, or the regression loss.
 // Dividing by a window's true sample count gives the window's mean-per-sample loss.

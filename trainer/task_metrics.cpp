@@ -70,6 +70,15 @@ nlohmann::json TargetMetrics::finish() const {
         ++counted;
       }
     }
+    size_t exact = 0;  // samples with every output right, as the epoch line's train_acc
+    for (size_t i = 0; i < n; ++i) {
+      bool all = true;
+      for (size_t k = 0; k < t && all; ++k) {
+        all = (out_[i * t + k] >= 0) == (tgt_[i * t + k] > 0.5f);
+      }
+      exact += all;
+    }
+    j["val_acc"] = n ? static_cast<double>(exact) / static_cast<double>(n) : 0.0;
     j["val_map"] = counted ? nlohmann::json(ap_sum / counted) : nlohmann::json(nullptr);
     j["val_micro_f1"] = tp + fp + fn > 0 ? 2 * tp / (2 * tp + fp + fn) : 0.0;
     j["val_ap"] = per;
@@ -107,13 +116,14 @@ nlohmann::json TargetMetrics::finish() const {
 }
 
 TargetEval evaluate_targets(Classifier& model, Loader& loader, const BatchConverter& conv,
-                            const AmpConfig& amp, const TargetSpec& spec) {
+                            const AmpConfig& amp, const TargetSpec& spec,
+                            const std::string& where) {
   TargetMetrics metrics(spec);
   double loss = 0;
   int64_t n = 0;
   for_each_eval_batch(model, loader, conv, amp,
                       [&](const Batch& b, const torch::Tensor& x, const torch::Tensor& outputs) {
-                        const torch::Tensor y = batch_targets(spec, b, x.device());
+                        const torch::Tensor y = batch_targets(spec, b, x.device(), where);
                         loss += target_loss_sum(spec, outputs, y).item<double>();
                         metrics.add(outputs, y);
                         n += b.size;

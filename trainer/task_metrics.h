@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "device_input.h"
@@ -24,7 +25,8 @@ class TargetMetrics {
   // One batch: (N, T) outputs (logits, or normalised predictions) and batch_targets().
   void add(const torch::Tensor& outputs, const torch::Tensor& targets);
   // The metrics.jsonl members, prefixed "val_":
-  //  multilabel: val_map (macro mean of per-class average precision over the classes with a
+  //  multilabel: val_acc (the share of samples with every output right, as the epoch line's
+  //    train_acc), val_map (macro mean of per-class average precision over the classes with a
   //    positive; null when none has), val_micro_f1 (at probability 0.5), val_ap (per class, null
   //    for a class without positives);
   //  regression, in the targets' original units: val_mae, val_rmse (over all outputs),
@@ -47,10 +49,10 @@ struct TargetEval {
   nlohmann::json metrics;  // TargetMetrics::finish()
 };
 
-// One pass over `loader` in eval mode, as evaluate() (evaluate.h) does for classification; puts
-// the model back in train mode.
+// One pass over `loader` (`where`: "--val DIR", for batch_targets' messages) in eval mode, as
+// evaluate() (evaluate.h) does for classification; puts the model back in train mode.
 TargetEval evaluate_targets(Classifier& model, Loader& loader, const BatchConverter& conv,
-                            const AmpConfig& amp, const TargetSpec& spec);
+                            const AmpConfig& amp, const TargetSpec& spec, const std::string& where);
 
 }  // namespace train
 }  // namespace dscache

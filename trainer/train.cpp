@@ -203,7 +203,6 @@ void Run::setup() {
   if (dist_.world_size > 1 && o_.device == DeviceKind::kCuda) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist_.local_rank));
   }
-  resolve_precision();
   comm_ = make_communicator(dist_, std::chrono::seconds(o_.dist_timeout), o_.device);
   claim_output();  // before anything slow: a second trainer on this output fails at once
   progress_.emplace(main_rank_ ? o_.progress : ProgressMode::kNever, o_.epochs);
@@ -212,6 +211,7 @@ void Run::setup() {
       o_.device == DeviceKind::kCuda ? tensor_allocator(/*pinned=*/true) : BufferAllocator{};
   data_ = open_data(o_, dist_.rank, dist_.world_size, allocator);
   targets_ = data_.info.targets;
+  resolve_precision();  // said once the options and caches are known to be usable
   if (segment() && main_rank_) {
     std::string names;
     for (const auto& n : targets_.names) names += (names.empty() ? "" : ", ") + n;
@@ -285,7 +285,9 @@ bool Run::resume() {
   }
   if (!resumed) {
     norm_ = measure_normalization(*data_.train, o_.normalize);
-    if (fields_task() && o_.task.target_norm) measure_target_stats(*data_.train, &targets_);
+    if (fields_task() && o_.task.target_norm) {
+      measure_target_stats(*data_.train, "--train " + o_.train, &targets_);
+    }
     st_.position = {o_.seed, 0, 0};
   }
   return resumed;
@@ -343,6 +345,17 @@ int Run::finish() {
                    where.c_str(), o_.output.c_str(), kCheckpointName);
     }
     return 128 + stop_sig_;
+  }
+  if (st_.global_step > 0 && st_.sched_step == 0) {
+    // The model is its initialisation: every step's loss or gradients were inf/NaN (fewer in a
+    // row than step_optimizer's limit, or a loss scaler backing off each time).
+    char scale[64] = "";
+    if (scaler_) std::snprintf(scale, sizeof scale, " (loss scale now %g)", scaler_->scale_value());
+    throw DivergedError("all " + std::to_string(st_.global_step) +
+                        " optimizer steps were skipped: the loss or gradients were inf/NaN at "
+                        "every one" +
+                        scale +
+                        "; no model written. Lower --lr, add --clip-grad, or check the data");
   }
   if (!o_.output.empty() && main_rank_) {
     save_model(*model_, norm_, o_.output + "/model.pt");

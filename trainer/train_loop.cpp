@@ -113,8 +113,8 @@ Run::Window Run::run_window(EpochClock* ec) {
       wweight_t = wweight_t.defined() ? wweight_t + r.weight : r.weight;
       wcount_t = wcount_t.defined() ? wcount_t + r.count : r.count;
     } else if (fields_task()) {
-      r = forward_backward_targets(*model_, x, batch_targets(targets_, *batch, device_), targets_,
-                                   w.samples, amp_, scaler);
+      const torch::Tensor y = batch_targets(targets_, *batch, device_, "--train " + o_.train);
+      r = forward_backward_targets(*model_, x, y, targets_, w.samples, amp_, scaler);
     } else {
       r = forward_backward(*model_, x, conv_->labels(*batch), w.samples, amp_, scaler);
     }
@@ -274,7 +274,8 @@ void Run::end_epoch(const EpochClock& ec) {
     line["val_loss"] = ev.loss;
     line.update(ev.metrics);
   } else if (data_.val_loader && fields_task()) {
-    const TargetEval ev = evaluate_targets(*model_, *data_.val_loader, *conv_, amp_, targets_);
+    const TargetEval ev =
+        evaluate_targets(*model_, *data_.val_loader, *conv_, amp_, targets_, "--val " + o_.val);
     line["val_loss"] = ev.loss;
     line.update(ev.metrics);
   } else if (data_.val_loader) {

@@ -18,6 +18,8 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "json_parse.h"
+#include "list_internal.h"
 
 namespace dscache {
 namespace {
@@ -242,12 +244,7 @@ void parse_annotations(const json& anns, const std::map<int64_t, size_t>& image_
 }
 
 CocoInstances parse_coco(const std::string& text, const std::string& path) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    corrupt(path, std::string("not valid JSON: ") + e.what());
-  }
+  const json root = parse_json(text, JsonOrigin{path, ErrorKind::kCorruption});
   if (!root.is_object()) corrupt(path, "not a JSON object: not COCO instances");
   const json& images = array_member(root, "images", path);
   const json& anns = array_member(root, "annotations", path);
@@ -392,17 +389,19 @@ CocoInstances read_coco_instances(const std::string& path) {
 
 SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   const std::string abs = absolute_path(path);
+  const std::string text = File::open(abs).read_all(kMaxJsonBytes);
+  auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
+  // The file first: a broken one is named as such whatever the options.
   if (options.image_root.empty()) {
-    throw Error(ErrorKind::kInvalidArgument, abs,
-                "a COCO instances file needs --image-root (the folder its file_name are in)");
+    throw SourceOptionError(
+        ErrorKind::kInvalidArgument, abs,
+        "a COCO instances file needs --image-root (the folder its file_name are in)");
   }
   const bool mask = options.coco_mask == "semantic";
   if (!mask && !options.coco_mask.empty() && options.coco_mask != "none") {
-    throw Error(ErrorKind::kInvalidArgument, abs,
-                "--coco-mask " + options.coco_mask + ": expected none or semantic");
+    throw SourceOptionError(ErrorKind::kInvalidArgument, abs,
+                            "--coco-mask " + options.coco_mask + ": expected none or semantic");
   }
-  const std::string text = File::open(abs).read_all(kMaxJsonBytes);
-  auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
   if (mask && coco->categories.size() > 255) {
     throw Error(ErrorKind::kUnsupported, abs,
                 std::to_string(coco->categories.size()) +
@@ -440,7 +439,9 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
     const Stat st = stat_or_zero(e.path);
     e.size = st.size;
     e.mtime_ns = st.mtime_ns;
-    e.bad = img.bad;
+    e.bad = img.bad.empty()
+                ? ingest_detail::path_problem(img.file_name, root, options.confine, "--image-root")
+                : img.bad;
     auto& v = out.columns.values;
     if (e.bad.empty()) {
       for (const CocoAnnotation& a : img.annotations) {

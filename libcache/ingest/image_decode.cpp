@@ -190,7 +190,8 @@ DecodeResult decode_to_mat(const uint8_t* data, size_t size, const DecodeOptions
   r.format = hdr.format;
   const std::string fmt = to_string(hdr.format);
   if (hdr.format == ImageFormat::kUnknown) {
-    r.reason = "unrecognized image format (first bytes " + detail::first_bytes(data, size) + ")";
+    r.reason =
+        "unrecognized image format (the file holds " + detail::content_kind(data, size) + ")";
     return r;
   }
   if (hdr.dims_known) {

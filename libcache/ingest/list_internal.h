@@ -32,10 +32,37 @@ std::string trim(const std::string& s);
 // A non-negative decimal integer of at most 18 digits (a class index).
 bool parse_index(const std::string& s, int64_t* out);
 
-// Splits one CSV/TSV line into fields; "double quoted" fields with "" escapes. A quote still
-// open at the end of the line sets *unterminated (when given); the field then runs to the end.
-std::vector<std::string> split_line(const std::string& line, char sep,
-                                    bool* unterminated = nullptr);
+// One record of a CSV/TSV text.
+struct Record {
+  std::vector<std::string> fields;  // at least one
+  size_t line = 0;                  // the line it starts on (1-based)
+  bool unterminated = false;        // a quote was still open at the end of the text
+  bool blank = false;               // nothing but spaces, tabs and CRs: not a record
+};
+
+// Reads a CSV/TSV text record by record (RFC 4180): fields split at `sep`; a field that starts
+// with '"' is quoted, with "" for a quote and line ends inside it (kept as '\n'); a record ends
+// at LF, CRLF or a lone CR (classic Mac files). A UTF-8 byte order mark at the start is skipped.
+// Holds a reference to `text`; not thread-safe.
+class RecordReader {
+ public:
+  RecordReader(const std::string& text, char sep);
+  // The next record into *r; false at the end of the text.
+  bool next(Record* r);
+
+ private:
+  const std::string& text_;
+  char sep_;
+  size_t pos_;
+  size_t line_ = 1;
+};
+
+// Why a path a list, table or COCO file names cannot be read as given ("" = it can): a NUL
+// byte, which would cut the name short; with `confine` (--confine), a path that leads outside
+// `base` (absolute and normalised), lexically: absolute, or with `..` past it. `base_is` says
+// what base is in the message ("the table's folder", "--image-root").
+std::string path_problem(const std::string& name, const std::string& base, bool confine,
+                         const std::string& base_is);
 
 // The classes of integer labels 0..max_label: --classes when given (max_label must be in range),
 // else "0".."max_label". Error(kInvalidArgument, path) naming the label otherwise.
@@ -84,6 +111,21 @@ Table read_delimited_table(const std::string& path, const std::string& text, cha
 // Reads a JSONL table: one JSON object per non-empty line, the columns the keys in order of
 // first appearance. Error(kInvalidArgument, path, "line N: ...") for a line that is not an object.
 Table read_jsonl_table(const std::string& path);
+
+// The values of table cells (table_values.cpp):
+// `s` in single quotes, cut after 40 characters with "...", for messages.
+std::string quote(const std::string& s);
+// [+-]?digits in int64 range.
+bool parse_int(const std::string& s, int64_t* out);
+// A decimal number as people write one: [+-]? (d+ [. d*] | . d+) ([eE] [+-]? d+)? -- not inf,
+// nan or hexadecimal.
+bool is_number_text(const std::string& s);
+// "" when `s` is a finite float32 (*out), else why not.
+std::string parse_float(const std::string& s, float* out);
+bool valid_utf8(const std::string& s);
+// A multi-hot cell's names: a JSON array's strings, or the ';'-separated names of its text
+// (trimmed; empty ones dropped).
+std::vector<std::string> multi_hot_names(const TableCell& c);
 
 // Types the columns of `table` and lists it (docs/FIELDS.md "Fields"): the image column, the label
 // column, and every other column as a field, typed from its values or by --field. Rows that

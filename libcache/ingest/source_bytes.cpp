@@ -43,14 +43,30 @@ bool webp_has_alpha(const uint8_t* d, size_t n) {
 
 }  // namespace
 
-std::string first_bytes(const uint8_t* data, size_t size) {
-  std::string s;
-  char hex[4];
-  for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) {
-    std::snprintf(hex, sizeof hex, i ? " %02x" : "%02x", data[i]);
-    s += hex;
+std::string content_kind(const uint8_t* data, size_t size) {
+  const size_t n = std::min<size_t>(size, 512);
+  auto starts = [&](const char* magic) {
+    const size_t len = std::strlen(magic);
+    return n >= len && std::memcmp(data, magic, len) == 0;
+  };
+  if (std::all_of(data, data + n, [](uint8_t b) { return b == 0; })) return "zero bytes";
+  if (starts("%PDF")) return "PDF";
+  if (starts("PK\x03\x04")) return "a ZIP archive";
+  if (starts("\x1f\x8b")) return "gzip data";
+  // Text: no control bytes but tab, CR, LF and form feed (UTF-8 bytes >= 0x80 pass).
+  const bool text = std::all_of(data, data + n, [](uint8_t b) {
+    return b >= 0x20 || b == '\t' || b == '\n' || b == '\r' || b == '\f';
+  });
+  if (!text) return "binary data";
+  std::string head;
+  for (size_t i = 0; i < n && head.size() < 16; ++i) {
+    const char c = static_cast<char>(data[i]);
+    if (head.empty() && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) continue;
+    head += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   }
-  return s;
+  if (head.rfind("<!doctype html", 0) == 0 || head.rfind("<html", 0) == 0) return "HTML";
+  if (head.rfind("<?xml", 0) == 0 || head.rfind("<svg", 0) == 0) return "XML";
+  return "text";
 }
 
 std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels) {

@@ -1,4 +1,4 @@
-// What a source's bytes say before any decode: its first bytes for a message, the pixel
+// What a source's bytes say before any decode: the kind of content for a message, the pixel
 // limit's reason, whether a JPEG's scan ends, whether a PNG or WebP header promises alpha.
 // Private to the ingest library (image_decode.cpp). Every read stays within [data, data + n).
 #pragma once
@@ -12,8 +12,11 @@
 namespace dscache {
 namespace detail {
 
-// Up to the first 8 bytes as hex ("89 50 4e 47"), for a "not an image" message.
-std::string first_bytes(const uint8_t* data, size_t size);
+// What a file that is no image holds, from its first 512 bytes, for a "not an image" message:
+// "zero bytes", "HTML", "XML", "PDF", "a ZIP archive", "gzip data", "text" or "binary data".
+// Never the bytes themselves: a path that leads elsewhere (/etc/passwd) must not be quoted
+// into skipped.jsonl.
+std::string content_kind(const uint8_t* data, size_t size);
 
 // Empty when within the limit; otherwise the skip reason.
 std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels);

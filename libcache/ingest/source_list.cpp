@@ -55,30 +55,59 @@ bool parse_index(const std::string& s, int64_t* out) {
   return true;
 }
 
-std::vector<std::string> split_line(const std::string& line, char sep, bool* unterminated) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
+RecordReader::RecordReader(const std::string& text, char sep)
+    : text_(text), sep_(sep), pos_(text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0) {}
+
+bool RecordReader::next(Record* r) {
+  r->fields.assign(1, std::string());
+  r->line = line_;
+  r->unterminated = false;
+  bool quoted = false, any_quote = false;
+  const size_t n = text_.size();
+  if (pos_ >= n) return false;
+  while (pos_ < n) {
+    const char c = text_[pos_++];
+    const bool line_end = c == '\n' || c == '\r';
+    if (line_end) {
+      if (c == '\r' && pos_ < n && text_[pos_] == '\n') ++pos_;  // CRLF: one line end
+      ++line_;
+      if (!quoted) break;
+      r->fields.back() += '\n';  // a line end inside a quoted field (RFC 4180) is part of it
+    } else if (quoted) {
+      if (c == '"' && pos_ < n && text_[pos_] == '"') {
+        r->fields.back() += '"';
+        ++pos_;
       } else if (c == '"') {
         quoted = false;
       } else {
-        fields.back() += c;
+        r->fields.back() += c;
       }
-    } else if (c == '"' && fields.back().empty()) {
-      quoted = true;
-    } else if (c == sep) {
-      fields.emplace_back();
+    } else if (c == '"' && r->fields.back().empty()) {
+      quoted = any_quote = true;
+    } else if (c == sep_) {
+      r->fields.emplace_back();
     } else {
-      fields.back() += c;
+      r->fields.back() += c;
     }
   }
-  if (unterminated != nullptr) *unterminated = quoted;
-  return fields;
+  r->unterminated = quoted;
+  r->blank = !any_quote && r->fields.size() == 1 && trim(r->fields[0]).empty();
+  return true;
+}
+
+std::string path_problem(const std::string& name, const std::string& base, bool confine,
+                         const std::string& base_is) {
+  const size_t nul = name.find('\0');
+  if (nul != std::string::npos) {
+    return "the path holds a NUL byte after '" + name.substr(0, nul) +
+           "' (a file name cannot hold one)";
+  }
+  if (!confine || name.empty()) return "";
+  const std::string p = absolute_path(name[0] == '/' ? name : base + "/" + name);
+  if (p.compare(0, base.size(), base) == 0 && (p.size() == base.size() || p[base.size()] == '/')) {
+    return "";
+  }
+  return "the path '" + name + "' leads outside " + base_is + " " + base + " (--confine)";
 }
 
 std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
@@ -224,12 +253,12 @@ SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
   return out;
 }
 
-// The first non-empty line of `text`, split; a UTF-8 byte order mark before it is dropped.
+// The first non-empty record of `text`, split; a UTF-8 byte order mark before it is dropped.
 std::vector<std::string> first_line(const std::string& text, char sep) {
-  std::istringstream in(text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? text.substr(3) : text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!trim(line).empty()) return split_line(line, sep);
+  RecordReader in(text, sep);
+  Record r;
+  while (in.next(&r)) {
+    if (!r.blank) return r.fields;
   }
   return {};
 }
@@ -244,15 +273,19 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
   SourceListing out;
   out.kind = "list";
   out.root = list_path;
-  std::istringstream in(text);
+  RecordReader in(text, sep);
   std::string base = list_path.substr(0, list_path.find_last_of('/'));
   std::vector<std::pair<std::string, std::string>> rows;
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (trim(line).empty()) continue;
-    auto f = split_line(line, sep);
+  Record record;
+  while (in.next(&record)) {
+    if (record.blank) continue;
+    const size_t lineno = record.line;
+    const std::vector<std::string>& f = record.fields;
+    if (record.unterminated) {
+      throw Error(ErrorKind::kInvalidArgument, list_path,
+                  "line " + std::to_string(lineno) +
+                      ": unterminated quote (the quoted field runs to the end of the file)");
+    }
     if (f.size() != 2) {
       throw Error(ErrorKind::kInvalidArgument, list_path,
                   "line " + std::to_string(lineno) + ": expected 2 fields (path" +
@@ -294,6 +327,7 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     e.name = rows[i].first;
     e.path = resolve(e.name);
     e.label = indexes[i];
+    e.bad = path_problem(e.name, base, opt.confine, "the list's folder");
     FileStat st = stat_follow(e.path);
     e.size = st.size;
     e.mtime_ns = st.mtime_ns;
@@ -347,12 +381,13 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
 // an error rather than a silently different cache.
 void check_options_apply(const std::string& source, const SourceOptions& o, bool table) {
   if (!table && (!o.image_column.empty() || !o.label_column.empty() || !o.field_kinds.empty())) {
-    throw Error(ErrorKind::kInvalidArgument, source,
-                "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+    throw SourceOptionError(
+        ErrorKind::kInvalidArgument, source,
+        "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
   }
   if (!o.image_root.empty() || (!o.coco_mask.empty() && o.coco_mask != "none")) {
-    throw Error(ErrorKind::kInvalidArgument, source,
-                "--image-root and --coco-mask apply to COCO instances JSON sources");
+    throw SourceOptionError(ErrorKind::kInvalidArgument, source,
+                            "--image-root and --coco-mask apply to COCO instances JSON sources");
   }
 }
 
@@ -367,11 +402,15 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   FileStat st = stat_follow(root);
   if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
-  if (st.is_file && ends_with(root, ".json") && is_coco_instances(root)) {
+  if (st.is_file && ends_with(root, ".json")) {
+    // A .json source is COCO instances or nothing: one that is not (truncated, NaN, another
+    // structure) gets the parser's reason and position, not a word on options.
+    if (!is_coco_instances(root)) read_coco_instances(root);
     if (!options.image_column.empty() || !options.label_column.empty() ||
         !options.field_kinds.empty()) {
-      throw Error(ErrorKind::kInvalidArgument, source,
-                  "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+      throw SourceOptionError(
+          ErrorKind::kInvalidArgument, source,
+          "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
     }
     return list_coco(root, options);  // its own digest (the JSON's bytes and each image)
   }
@@ -395,6 +434,9 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
   Xxh64 h;
   for (const auto& e : out.entries) hash_entry(h, e);
   if (!out.fields.empty()) hash_fields(h, out);
+  for (const auto& e : out.entries) {  // hash_fields has them; without fields, only bad ones
+    if (out.fields.empty() && !e.bad.empty()) h.update(e.bad.data(), e.bad.size() + 1);
+  }
   out.digest = h.digest();
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "json_parse.h"
 #include "list_internal.h"
 
 namespace dscache::ingest_detail {
@@ -61,17 +62,17 @@ TableCell cell_of_json(const nlohmann::ordered_json& v) {
 Table read_delimited_table(const std::string& path, const std::string& text, char sep) {
   Table t;
   t.path = path;
-  std::istringstream in(text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? text.substr(3) : text);
+  RecordReader in(text, sep);
   std::map<std::string, size_t> index;
-  std::string line;
-  size_t lineno = 0;
+  Record record;
   bool header = true;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (trim(line).empty()) continue;
-    bool unterminated = false;
-    std::vector<std::string> f = split_line(line, sep, &unterminated);
-    if (unterminated) fail(path, lineno, "unterminated quote");
+  while (in.next(&record)) {
+    if (record.blank) continue;
+    const size_t lineno = record.line;
+    const std::vector<std::string>& f = record.fields;
+    if (record.unterminated) {
+      fail(path, lineno, "unterminated quote (the quoted field runs to the end of the file)");
+    }
     if (header) {
       for (const std::string& name : f) add_column(t, index, trim(name), lineno);
       header = false;
@@ -104,13 +105,9 @@ Table read_jsonl_table(const std::string& path) {
   while (std::getline(in, line)) {
     ++lineno;
     if (trim(line).empty()) continue;
-    nlohmann::ordered_json object;
-    try {
-      object = nlohmann::ordered_json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
-      fail(path, lineno, "not JSON: " + what.substr(what.find(']') + 2));
-    }
+    // An integer past uint64 keeps its digits (a label "123...890", not "1.2345678901234568e+29").
+    const auto object = parse_json<nlohmann::ordered_json>(
+        line, JsonOrigin{path, ErrorKind::kInvalidArgument, lineno}, BigIntegers::kAsText);
     if (!object.is_object()) fail(path, lineno, "not a JSON object ({\"image_path\": ...})");
     std::vector<TableCell> row(t.columns.size());
     for (const auto& [key, value] : object.items()) {

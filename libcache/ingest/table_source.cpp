@@ -26,12 +26,12 @@ constexpr EnumName<ColumnKind> kColumnKindList[] = {
     {ColumnKind::kText, "text"}, {ColumnKind::kIgnore, "ignore"}};
 constexpr EnumTable<ColumnKind> kColumnKinds(kColumnKindList);
 
-// Values longer than this are cut in messages.
-constexpr size_t kQuoteChars = 40;
-
 struct FieldColumn {
   size_t column = 0;  // index into Table::columns (its name is the field's)
   ColumnKind kind = ColumnKind::kInfer;
+  std::vector<std::string> classes;  // --field NAME=KIND:CLASSES (mask, multi-hot); empty: none
+  std::set<std::string> class_set;   // the same names, to look up
+  bool inferred = false;             // the kind was typed from the values (no --field)
 };
 
 // Which column is the image, which the class label, which become fields (in column order).
@@ -40,107 +40,6 @@ struct Roles {
   std::optional<size_t> label;
   std::vector<FieldColumn> fields;
 };
-
-std::string quote(const std::string& s) {
-  return "'" + (s.size() > kQuoteChars ? s.substr(0, kQuoteChars) + "..." : s) + "'";
-}
-
-// [+-]?digits in int64 range.
-bool parse_int(const std::string& s, int64_t* out) {
-  const char* b = s.data();
-  const char* e = b + s.size();
-  if (b != e && *b == '+') ++b;
-  if (b == e || *b == '+' || (*b == '-' && s[0] == '+')) return false;
-  auto [p, ec] = std::from_chars(b, e, *out);
-  return ec == std::errc() && p == e;
-}
-
-// A decimal number as people write one: [+-]? (d+ [. d*] | . d+) ([eE] [+-]? d+)? -- not inf,
-// nan or hexadecimal.
-bool is_number_text(const std::string& s) {
-  size_t i = 0, digits = 0;
-  const size_t n = s.size();
-  auto digit = [&](size_t k) { return k < n && s[k] >= '0' && s[k] <= '9'; };
-  if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
-  for (; digit(i); ++i) ++digits;
-  if (i < n && s[i] == '.') {
-    for (++i; digit(i); ++i) ++digits;
-  }
-  if (digits == 0) return false;
-  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
-    if (!digit(i)) return false;
-    while (digit(i)) ++i;
-  }
-  return i == n;
-}
-
-// "" when `s` is a finite float32 (*out), else why not.
-std::string parse_float(const std::string& s, float* out) {
-  if (!is_number_text(s)) return quote(s) + " is not a number";
-  const char* b = s.data() + (s[0] == '+' ? 1 : 0);
-  double d = 0;
-  auto [p, ec] = std::from_chars(b, s.data() + s.size(), d);
-  *out = static_cast<float>(d);
-  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(*out)) {
-    return quote(s) + " is out of range for float32";
-  }
-  return "";
-}
-
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 1;
-    uint32_t cp = c;
-    if (c >= 0x80) {
-      if ((c >> 5) == 0x6) {
-        len = 2;
-        cp = c & 0x1F;
-      } else if ((c >> 4) == 0xE) {
-        len = 3;
-        cp = c & 0x0F;
-      } else if ((c >> 3) == 0x1E) {
-        len = 4;
-        cp = c & 0x07;
-      } else {
-        return false;
-      }
-      if (i + len > s.size()) return false;
-      for (size_t k = 1; k < len; ++k) {
-        const auto d = static_cast<unsigned char>(s[i + k]);
-        if ((d >> 6) != 0x2) return false;
-        cp = (cp << 6) | (d & 0x3F);
-      }
-      const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-      if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
-// A multi-hot cell's names: a JSON array's strings, or the ';'-separated names of its text
-// (trimmed; empty ones dropped).
-std::vector<std::string> multi_hot_names(const TableCell& c) {
-  std::vector<std::string> names;
-  if (c.is_array) {
-    for (const std::string& item : c.items) {
-      if (!item.empty()) names.push_back(item);
-    }
-    return names;
-  }
-  size_t start = 0;
-  while (start <= c.text.size()) {
-    size_t end = c.text.find(';', start);
-    if (end == std::string::npos) end = c.text.size();
-    const std::string name = trim(c.text.substr(start, end - start));
-    if (!name.empty()) names.push_back(name);
-    start = end + 1;
-  }
-  return names;
-}
 
 // Why a value cannot be one of a `kind` field's values ("" = it can).
 std::string value_problem(ColumnKind kind, const TableCell& c) {
@@ -172,6 +71,18 @@ std::string value_problem(ColumnKind kind, const TableCell& c) {
     default:
       return "";
   }
+}
+
+// Why a multi-hot cell cannot be one of field `f`'s values when --field names its classes: a
+// name not among them ("" = none).
+std::string unnamed_class(const FieldColumn& f, const TableCell& c) {
+  if (f.kind != ColumnKind::kMultiHot) return "";
+  for (const std::string& name : multi_hot_names(c)) {
+    if (f.class_set.count(name) == 0) {
+      return quote(name) + " is not one of the classes --field names";
+    }
+  }
+  return "";
 }
 
 // Int when every non-empty value is an integer, float when every one is a number, else text.
@@ -237,7 +148,7 @@ void check_field_name(const std::string& path, const std::string& name) {
 Roles assign_roles(const Table& t, const SourceOptions& opt) {
   auto need = [&](const std::string& name, const std::string& what) {
     if (std::optional<size_t> i = find_column(t, name)) return *i;
-    throw Error(
+    throw SourceOptionError(
         ErrorKind::kInvalidArgument, t.path,
         what + ": the table has no column '" + name + "' (columns: " + column_list(t) + ")");
   };
@@ -252,33 +163,35 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
   if (!opt.label_column.empty()) {
     r.label = need(opt.label_column, "--label-column");
     if (*r.label == r.image) {
-      throw Error(ErrorKind::kInvalidArgument, t.path,
-                  "--label-column '" + opt.label_column + "' is the image column");
+      throw SourceOptionError(ErrorKind::kInvalidArgument, t.path,
+                              "--label-column '" + opt.label_column + "' is the image column");
     }
   } else if (std::optional<size_t> i = find_column(t, "label"); i && *i != r.image) {
     r.label = *i;
   }
   if (!r.label && !opt.class_names.empty()) {
-    throw Error(ErrorKind::kInvalidArgument, t.path,
-                "--classes names the classes of a label column, and the table has none (pass "
-                "--label-column NAME)");
+    throw SourceOptionError(
+        ErrorKind::kInvalidArgument, t.path,
+        "--classes names the classes of a label column, and the table has none (pass "
+        "--label-column NAME)");
   }
   std::map<size_t, ColumnKind> forced;
   for (const auto& [name, kind_text] : opt.field_kinds) {
     const std::string flag = "--field '" + name + "=" + kind_text + "'";
     const std::optional<ColumnKind> kind = kColumnKinds.find(kind_text);
     if (!kind) {
-      throw Error(ErrorKind::kInvalidArgument, t.path,
-                  flag + ": KIND is one of " + kColumnKinds.names());
+      throw SourceOptionError(ErrorKind::kInvalidArgument, t.path,
+                              flag + ": KIND is one of " + kColumnKinds.names());
     }
     const size_t i = need(name, flag);
     if (i == r.image || i == r.label) {
-      throw Error(ErrorKind::kInvalidArgument, t.path,
-                  flag + ": '" + name + "' is the " + (i == r.image ? "image" : "label") +
-                      " column, not a field");
+      throw SourceOptionError(ErrorKind::kInvalidArgument, t.path,
+                              flag + ": '" + name + "' is the " +
+                                  (i == r.image ? "image" : "label") + " column, not a field");
     }
     if (!forced.emplace(i, *kind).second) {
-      throw Error(ErrorKind::kInvalidArgument, t.path, flag + ": column '" + name + "' twice");
+      throw SourceOptionError(ErrorKind::kInvalidArgument, t.path,
+                              flag + ": column '" + name + "' twice");
     }
   }
   for (size_t i = 0; i < t.columns.size(); ++i) {
@@ -287,15 +200,36 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
     const ColumnKind kind = it == forced.end() ? ColumnKind::kInfer : it->second;
     if (kind == ColumnKind::kIgnore) continue;
     check_field_name(t.path, t.columns[i]);
-    r.fields.push_back({i, kind});
+    r.fields.push_back({i, kind, {}, {}});
+  }
+  for (const auto& [name, classes] : opt.field_classes) {
+    auto f = std::find_if(r.fields.begin(), r.fields.end(),
+                          [&](const FieldColumn& c) { return t.columns[c.column] == name; });
+    if (f == r.fields.end() || (f->kind != ColumnKind::kMask && f->kind != ColumnKind::kMultiHot)) {
+      throw SourceOptionError(
+          ErrorKind::kInvalidArgument, t.path,
+          "--field '" + name + "=KIND:CLASSES': class names apply to a mask or multi-hot field");
+    }
+    f->classes = classes;
+    f->class_set.insert(classes.begin(), classes.end());
+    if (classes.empty() || f->class_set.size() != classes.size() || f->class_set.count("") > 0) {
+      throw SourceOptionError(
+          ErrorKind::kInvalidArgument, t.path,
+          "--field '" + name + "=KIND:CLASSES': class names must be non-empty and distinct");
+    }
   }
   return r;
 }
 
 // Each row's reason to be skipped ("" = none): a used column missing, an empty image or label,
-// then (with every inferred kind settled) a value its field cannot hold. The first problem in
-// column order names the row's reason. Types the fields' kinds in place.
-std::vector<std::string> find_bad_rows(const Table& t, Roles& roles) {
+// an image or mask path that cannot be read as given (path_problem: a NUL byte, --confine), then
+// (with every inferred kind settled) a value its field cannot hold. The first problem in column
+// order names the row's reason. Types the fields' kinds in place.
+std::vector<std::string> find_bad_rows(const Table& t, Roles& roles, const SourceOptions& opt) {
+  const std::string base = t.path.substr(0, t.path.find_last_of('/'));
+  auto path_check = [&](const std::string& name) {
+    return path_problem(name, base, opt.confine, "the table's folder");
+  };
   std::vector<std::string> bad(t.rows.size());
   auto mark = [&](size_t r, size_t column, const std::string& reason) {
     if (!bad[r].empty()) return;
@@ -313,15 +247,25 @@ std::vector<std::string> find_bad_rows(const Table& t, Roles& roles) {
       if (c.present && c.text.empty() && (column == roles.image || column == roles.label)) {
         mark(r, column, "empty value");
       }
+      if (c.present && column == roles.image) {
+        const std::string problem = path_check(c.text);
+        if (!problem.empty()) mark(r, column, problem);
+      }
     }
   }
   for (FieldColumn& f : roles.fields) {
-    if (f.kind == ColumnKind::kInfer) f.kind = infer_kind(t, f.column, bad);
+    if (f.kind == ColumnKind::kInfer) {
+      f.kind = infer_kind(t, f.column, bad);
+      f.inferred = true;
+    }
   }
   for (size_t r = 0; r < t.rows.size(); ++r) {
     for (const FieldColumn& f : roles.fields) {
       if (!bad[r].empty()) break;
-      const std::string problem = value_problem(f.kind, t.rows[r][f.column]);
+      const TableCell& c = t.rows[r][f.column];
+      std::string problem = value_problem(f.kind, c);
+      if (problem.empty() && f.kind == ColumnKind::kMask) problem = path_check(c.text);
+      if (problem.empty() && !f.classes.empty()) problem = unnamed_class(f, c);
       if (!problem.empty()) mark(r, f.column, problem);
     }
   }
@@ -340,9 +284,15 @@ FieldSpec field_spec(const Table& t, const FieldColumn& f, const std::vector<std
       break;
     case ColumnKind::kMask:  // the build's decoder settles uint16 for 16-bit masks
       s.kind = FieldKind::kMask, s.dtype = FieldType::kUint8;
+      s.classes = f.classes;  // value v names classes[v] (informational, as the Writer's)
       break;
     case ColumnKind::kMultiHot: {
       s.kind = FieldKind::kArray, s.dtype = FieldType::kUint8;
+      if (!f.classes.empty()) {  // given: their order, every name in the column among them
+        s.classes = f.classes;
+        s.shape = {static_cast<uint32_t>(s.classes.size())};
+        break;
+      }
       std::set<std::string> names;
       for (size_t r = 0; r < t.rows.size(); ++r) {
         if (!bad[r].empty()) continue;
@@ -363,8 +313,9 @@ FieldSpec field_spec(const Table& t, const FieldColumn& f, const std::vector<std
 }
 
 // Appends one good row's value of field `spec` to `out` (the layout FieldColumns promises).
+// `index`: a multi-hot field's class names -> their index.
 void append_value(const FieldSpec& spec, const TableCell& c, const std::string& base,
-                  std::vector<uint8_t>& out) {
+                  const std::map<std::string, size_t>& index, std::vector<uint8_t>& out) {
   auto append = [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
@@ -382,14 +333,50 @@ void append_value(const FieldSpec& spec, const TableCell& c, const std::string& 
     append(path.data(), path.size());
   } else if (spec.kind == FieldKind::kArray) {
     std::vector<uint8_t> hot(spec.classes.size(), 0);
-    for (const std::string& name : multi_hot_names(c)) {
-      auto it = std::lower_bound(spec.classes.begin(), spec.classes.end(), name);
-      hot[it - spec.classes.begin()] = 1;
-    }
+    for (const std::string& name : multi_hot_names(c)) hot[index.at(name)] = 1;  // checked
     append(hot.data(), hot.size());
   } else {
     append(c.text.data(), c.text.size());
   }
+}
+
+// True when `path` ends in an image file extension (any case).
+bool has_image_extension(const std::string& path) {
+  const size_t dot = path.find_last_of("./");
+  if (dot == std::string::npos || path[dot] != '.') return false;
+  std::string ext = path.substr(dot + 1);
+  for (char& ch : ext) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  for (const char* e : {"png", "jpg", "jpeg", "bmp", "tif", "tiff", "webp", "gif", "pgm", "ppm"}) {
+    if (ext == e) return true;
+  }
+  return false;
+}
+
+// A column typed text (from its values, no --field) whose every listed value names an image
+// file that exists is most likely a mask column missing its --field: the notice says which flag.
+std::vector<std::string> mask_notices(const Table& t, const Roles& roles,
+                                      const std::vector<std::string>& bad,
+                                      const std::string& base) {
+  std::vector<std::string> notices;
+  for (const FieldColumn& f : roles.fields) {
+    if (!f.inferred || f.kind != ColumnKind::kText) continue;
+    bool images = false;
+    for (size_t r = 0; r < t.rows.size(); ++r) {
+      if (!bad[r].empty()) continue;
+      const std::string& v = t.rows[r][f.column].text;
+      images = !v.empty() && has_image_extension(v) &&
+               stat_follow(v[0] == '/' ? v : base + "/" + v).is_file;
+      if (!images) break;
+    }
+    if (!images) continue;
+    const std::string& name = t.columns[f.column];
+    notices.push_back("column '" + name +
+                      "' became a text field, but every value names an image file: if they are "
+                      "masks, pass --field '" +
+                      name + "=mask' (with class names: --field '" + name +
+                      "=mask:background,...')");
+  }
+  return notices;
 }
 
 }  // namespace
@@ -405,7 +392,7 @@ bool is_table_header(const std::vector<std::string>& head, const SourceOptions& 
 
 SourceListing list_table(const Table& t, const SourceOptions& opt) {
   Roles roles = assign_roles(t, opt);
-  const std::vector<std::string> bad = find_bad_rows(t, roles);
+  const std::vector<std::string> bad = find_bad_rows(t, roles, opt);
   SourceListing out;
   out.kind = "list";
   out.root = t.path;
@@ -418,7 +405,15 @@ SourceListing list_table(const Table& t, const SourceOptions& opt) {
   if (roles.label) out.classes = label_classes(labels, opt, t.path, &indexes);
   for (const FieldColumn& f : roles.fields) out.fields.push_back(field_spec(t, f, bad));
   validate_fields(out.fields, t.path);
+  out.notices = mask_notices(t, roles, bad, base);
   const size_t nf = out.fields.size();
+  std::vector<std::map<std::string, size_t>> class_index(nf);
+  for (size_t f = 0; f < nf; ++f) {
+    if (out.fields[f].kind != FieldKind::kArray) continue;
+    for (size_t k = 0; k < out.fields[f].classes.size(); ++k) {
+      class_index[f][out.fields[f].classes[k]] = k;
+    }
+  }
   out.columns.values.resize(nf);
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
   size_t next_label = 0;
@@ -436,7 +431,8 @@ SourceListing list_table(const Table& t, const SourceOptions& opt) {
     if (e.bad.empty() && roles.label) e.label = indexes[next_label++];
     for (size_t f = 0; f < nf; ++f) {
       if (e.bad.empty()) {
-        append_value(out.fields[f], t.rows[r][roles.fields[f].column], base, out.columns.values[f]);
+        append_value(out.fields[f], t.rows[r][roles.fields[f].column], base, class_index[f],
+                     out.columns.values[f]);
       }
       out.columns.offsets[f].push_back(out.columns.values[f].size());
     }

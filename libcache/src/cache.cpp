@@ -69,45 +69,26 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
                 "JPEG support (meson feature jpeg)");
   }
 
-  // 1. Every named file: inside the directory (opened through its descriptor), regular,
-  //    exactly the manifest's size. Nothing is mapped before all of them pass, so a short file is
-  //    an error here, never a SIGBUS later.
+  // Every open-time check (docs/FORMAT.md "Opening a cache"), the one CacheDir::check_open that
+  // verify and inspect run too: named files (and their XXH64 with verify_checksums), shard
+  // headers, labels, the checksums' header, the index, field files. Nothing is mapped before the
+  // files' sizes pass, so a short file is an error here, never a SIGBUS later; each shard's
+  // descriptor is closed again, and step 5 reopens it through the same directory descriptor.
   const CacheDir& files = *c.files;
-  files.check_files();
-  if (options.verify_checksums) {
-    for (const FileEntry& f : files.named_files()) {
-      const File file = files.open_file(f.file, f.bytes);
-      const FileEntry got = hash_file(file);
-      if (got.xxh64 != f.xxh64) {
-        throw Error(ErrorKind::kCorruption, file.path(),
-                    "XXH64 is " + hex64(got.xxh64) + ", manifest says " + hex64(f.xxh64));
-      }
-    }
-  }
-
-  // 2. Each shard's own header agrees with the manifest. Its descriptor is closed again (one at
-  //    a time, however many shards); step 5 reopens it through the same directory descriptor,
-  //    so it is still this generation's file.
+  CheckedCache checked =
+      files.check_open(options.verify_checksums,
+                       [&c](size_t k, std::vector<FieldShardFile>* f) { map_fields(c, k, f); });
   c.shards.resize(m.shards.size());
-  std::vector<uint64_t> data_bytes;
   for (size_t k = 0; k < m.shards.size(); ++k) {
     ShardState& s = c.shards[k];
     s.entry = m.shards[k];
     s.path = files.path(s.entry.file);
-    const ShardFile f = files.open_shard(k);
-    s.loc = f.loc;
-    s.data_bytes = f.data_bytes;
-    data_bytes.push_back(s.data_bytes);
+    s.loc = checked.shards[k];
+    s.data_bytes = checked.shard_data_bytes[k];
     c.block = std::max(c.block, s.entry.count);
   }
-
-  // 3. Labels and (raw ragged, JPEG) the index, into memory.
-  c.labels = files.labels();
-  if (byte_shards) c.index = files.index(data_bytes);
-
-  // 3b. Field files: headers and offsets checked, values mapped; a rows_of field's row counts
-  //     equal its boxes'.
-  open_fields(c, files);
+  c.labels = std::move(checked.labels);
+  if (byte_shards) c.index = std::move(checked.index);
 
   // 4. The mode: kAuto compares the shards' bytes with what memory is available.
   c.mode = options.memory;

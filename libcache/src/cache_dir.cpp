@@ -16,6 +16,7 @@
 #include "dscache/error.h"
 #include "dscache/npy.h"
 #include "field_files.h"
+#include "json_parse.h"
 
 namespace dscache {
 
@@ -192,10 +193,7 @@ std::vector<int64_t> CacheDir::labels() const {
 std::vector<uint64_t> CacheDir::checksums() const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.checksums.file, m.checksums.bytes);
-  const std::vector<uint8_t> raw =
-      read_array(f, "<u8",
-                 m.fields.empty() ? std::vector<uint64_t>{m.count}
-                                  : std::vector<uint64_t>{m.count, m.checksum_columns()});
+  const std::vector<uint8_t> raw = read_array(f, "<u8", checksums_shape());
   std::vector<uint64_t> sums(raw.size() / 8);
   if (!raw.empty()) std::memcpy(sums.data(), raw.data(), raw.size());
   return sums;
@@ -213,7 +211,7 @@ std::vector<std::string> CacheDir::sources() const {
   std::vector<std::string> out;
   out.reserve(lines.size());
   for (const std::string& line : lines) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     if (j.is_discarded() || !j.is_string()) {
       throw Error(ErrorKind::kCorruption, f.path(),
                   "line " + std::to_string(out.size() + 1) + " is not a JSON string");
@@ -235,7 +233,7 @@ std::vector<SkipRecord> CacheDir::skips() const {
   std::vector<SkipRecord> out;
   out.reserve(lines.size());
   for (const std::string& line : lines) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     const bool ok = !j.is_discarded() && j.is_object() && j.contains("source") &&
                     j["source"].is_string() && j.contains("reason") && j["reason"].is_string();
     if (!ok) {

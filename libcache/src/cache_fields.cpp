@@ -6,38 +6,25 @@
 
 namespace dscache {
 
-void open_fields(Cache::Impl& c, const CacheDir& files) {
+void map_fields(Cache::Impl& c, size_t k, std::vector<FieldShardFile>* files) {
   const Manifest& m = c.manifest;
-  if (m.fields.empty()) return;
-  for (const FieldSpec& f : m.fields) {
-    c.value_bytes.push_back(detail::fixed_value_bytes(f, m.layout, m.height, m.width));
+  if (c.value_bytes.empty()) {
+    for (const FieldSpec& f : m.fields) {
+      c.value_bytes.push_back(detail::fixed_value_bytes(f, m.layout, m.height, m.width));
+    }
+    c.fields.resize(m.shards.size());
   }
-  c.fields.resize(m.shards.size());
-  for (size_t k = 0; k < m.shards.size(); ++k) {
-    for (size_t f = 0; f < m.fields.size(); ++f) {
-      FieldShardFile file = files.open_field(k, f, c.index.empty() ? nullptr : &c.index);
-      FieldState st;
-      st.offsets = std::move(file.offsets);
-      const uint64_t file_bytes = m.shards[k].fields[f].values.bytes;
-      if (file.data_bytes > 0) {
-        st.mapping = detail::MappedRegion::map_fd(file.values.fd(), file.values.path(), file_bytes);
-        st.mapping.advise(madvice(c.options.hint));
-        st.data = st.mapping.data() + file.data_offset;
-      }
-      c.fields[k].push_back(std::move(st));
+  for (size_t f = 0; f < files->size(); ++f) {
+    FieldShardFile& file = (*files)[f];
+    FieldState st;
+    st.offsets = std::move(file.offsets);
+    const uint64_t file_bytes = m.shards[k].fields[f].values.bytes;
+    if (file.data_bytes > 0) {
+      st.mapping = detail::MappedRegion::map_fd(file.values.fd(), file.values.path(), file_bytes);
+      st.mapping.advise(madvice(c.options.hint));
+      st.data = st.mapping.data() + file.data_offset;
     }
-    for (size_t f = 0; f < m.fields.size(); ++f) {
-      const FieldSpec& spec = m.fields[f];
-      if (spec.rows_of.empty()) continue;
-      for (size_t b = 0; b < m.fields.size(); ++b) {
-        if (m.fields[b].name != spec.rows_of) continue;
-        if (c.fields[k][f].offsets != c.fields[k][b].offsets) {
-          throw Error(ErrorKind::kCorruption, files.path(m.shards[k].fields[f].offsets.file),
-                      "field '" + spec.name + "' has other row counts than its boxes '" +
-                          spec.rows_of + "' (" + m.shards[k].fields[b].offsets.file + ")");
-        }
-      }
-    }
+    c.fields[k].push_back(std::move(st));
   }
 }
 
@@ -74,8 +61,16 @@ void Cache::copy_field(uint64_t i, size_t f, uint8_t* out) const {
   if (v.bytes == 0) return;
   const Impl& c = *impl_;
   const size_t k = static_cast<size_t>(&c.find_shard(i) - c.shards.data());
-  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes),
-                       c.files->path(c.manifest.shards[k].fields[f].values.file));
+  const std::string path = c.files->path(c.manifest.shards[k].fields[f].values.file);
+  detail::guarded_copy(out, v.data, static_cast<size_t>(v.bytes), path);
+  // FORMAT.md: text is UTF-8. A damaged value is the cache's fault: Corruption naming the file
+  // and the sample (Python's Cache.field would otherwise raise a bare UnicodeDecodeError).
+  const FieldSpec& spec = c.manifest.fields[f];
+  if (spec.kind == FieldKind::kText && !detail::valid_utf8(out, v.bytes)) {
+    throw Error(
+        ErrorKind::kCorruption, path,
+        "sample " + std::to_string(i) + ": field '" + spec.name + "': text is not valid UTF-8");
+  }
 }
 
 size_t Cache::field_index(const std::string& name) const {

@@ -136,8 +136,8 @@ struct Cache::Impl {
   }
 };
 
-// Field files: headers and offsets checked (CacheDir::open_field), values mapped; a rows_of
-// field's row counts equal its boxes'. Step 3b of Cache::open.
-void open_fields(Cache::Impl& c, const CacheDir& files);
+// Shard k's field files, checked by CacheDir::check_open: values mapped, offsets kept (the
+// FieldFilesSink of Cache::open).
+void map_fields(Cache::Impl& c, size_t k, std::vector<FieldShardFile>* files);
 
 }  // namespace dscache

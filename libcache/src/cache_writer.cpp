@@ -24,6 +24,8 @@
 #include "dscache/lock.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
+#include "json_parse.h"
+#include "open_files.h"
 #include "partial_dir.h"
 
 namespace dscache {
@@ -134,6 +136,7 @@ void CacheWriter::begin(const CacheWriterOptions& options) {
   Impl& w = *impl_;
   if (w.begun) throw Error(ErrorKind::kInvalidArgument, w.output, "begin() called twice");
   validate(options);
+  check_field_file_budget(options.fields.size(), w.output);
   const bool force = w.opt.force, resume = w.opt.resume;
   w.opt = options;
   w.opt.force = force;  // as claimed
@@ -146,9 +149,9 @@ void CacheWriter::begin(const CacheWriterOptions& options) {
   json fp = default_fingerprint(options);
   if (!options.fingerprint.empty()) {
     try {
-      fp = json::parse(options.fingerprint);
-    } catch (const std::exception& e) {
-      bad_option("fingerprint", std::string("is not JSON: ") + e.what());
+      fp = parse_json(options.fingerprint, JsonOrigin{w.output, ErrorKind::kInvalidArgument});
+    } catch (const Error& e) {
+      bad_option("fingerprint", "is not JSON: " + e.reason());
     }
   }
   if (w.plan.maybe_done) {

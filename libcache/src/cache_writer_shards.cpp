@@ -14,6 +14,7 @@
 #include "dscache/crash_point.h"
 #include "dscache/file.h"
 #include "dscache/npy.h"
+#include "json_parse.h"
 
 namespace dscache {
 namespace {
@@ -142,7 +143,8 @@ void CacheWriter::Impl::adopt_finished() {
     ShardEntry e;
     std::vector<int64_t> rows;
     try {
-      j = json::parse(File::open(side).read_all(uint64_t{1} << 30));  // never a FIFO
+      j = parse_json(File::open(side).read_all(uint64_t{1} << 30),  // never a FIFO
+                     JsonOrigin{side, ErrorKind::kCorruption});
       e.file = j.at("shard").at("file");
       e.first = j.at("shard").at("first");
       e.count = j.at("shard").at("count");

@@ -9,7 +9,6 @@
 
 namespace dscache {
 namespace detail {
-namespace {
 
 // True when [p, p + n) is well-formed UTF-8 (no overlong forms, no surrogates, <= U+10FFFF).
 bool valid_utf8(const uint8_t* p, uint64_t n) {
@@ -42,10 +41,26 @@ bool valid_utf8(const uint8_t* p, uint64_t n) {
   return true;
 }
 
+namespace {
+
 std::string fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
+}
+
+// A float32 field's values must be finite unless the field allows NaN and inf (boxes check
+// theirs with their coordinates).
+template <typename Fail>
+void check_finite(const FieldSpec& f, const uint8_t* p, uint64_t bytes, const Fail& fail) {
+  if (f.dtype != FieldType::kFloat32 || f.allow_nonfinite) return;
+  for (uint64_t k = 0; k < bytes / 4; ++k) {
+    float v;
+    std::memcpy(&v, p + 4 * k, 4);
+    if (std::isfinite(v)) continue;
+    fail("value " + std::to_string(k) + " is " + fmt(v) +
+         "; a float32 field holds finite values unless it allows others (allow_nonfinite)");
+  }
 }
 
 }  // namespace
@@ -91,6 +106,7 @@ uint64_t check_field_value(const FieldSpec& f, const FieldData& v, uint32_t heig
     if (v.bytes != row) {
       fail(std::to_string(v.bytes) + " bytes; one value is " + std::to_string(row) + " bytes");
     }
+    detail::check_finite(f, static_cast<const uint8_t*>(v.data), v.bytes, fail);
     return 1;
   }
   if (v.bytes % row != 0) {
@@ -101,6 +117,7 @@ uint64_t check_field_value(const FieldSpec& f, const FieldData& v, uint32_t heig
   const auto* bytes = static_cast<const uint8_t*>(v.data);
   if (f.kind == FieldKind::kText && !detail::valid_utf8(bytes, v.bytes))
     fail("text is not valid UTF-8");
+  if (f.kind != FieldKind::kBoxes) detail::check_finite(f, bytes, v.bytes, fail);
   if (f.kind == FieldKind::kBoxes) {
     for (uint64_t r = 0; r < rows; ++r) {
       float b[4];

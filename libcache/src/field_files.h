@@ -15,6 +15,10 @@
 namespace dscache {
 namespace detail {
 
+// True when [p, p + n) is well-formed UTF-8 (no overlong forms, no surrogates, <= U+10FFFF):
+// what a text field holds.
+bool valid_utf8(const uint8_t* p, uint64_t n);
+
 // Bytes of one fixed-size value of `f` in a cache of `m`'s layout and shape (a fixed-layout
 // mask: height * width elements); 0 for the kinds stored with offsets.
 uint64_t fixed_value_bytes(const FieldSpec& f, Layout layout, uint32_t height, uint32_t width);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dscache/error.h"
+#include "field_files.h"
 #include "mapped_file.h"
 
 namespace dscache {
@@ -305,6 +306,9 @@ void FieldFill::add(FieldBuffers* b, uint32_t k, uint64_t sample, uint32_t src_h
         if (s.group < 0) {
           f.data.reserve(have + v.bytes, have);
           if (v.bytes > 0) copy_out(f.data.data() + have, v.data, v.bytes, spec, sample);
+          if (spec.kind == FieldKind::kText && !detail::valid_utf8(f.data.data() + have, v.bytes)) {
+            throw corrupt(spec, sample, "text is not valid UTF-8");
+          }
           f.rows += v.rows;
         } else {
           if (v.rows != b->group_rows[s.group]) {

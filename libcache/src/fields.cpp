@@ -107,7 +107,7 @@ uint64_t FieldSpec::row_elements() const {
 
 bool operator==(const FieldSpec& a, const FieldSpec& b) {
   return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape &&
-         a.rows_of == b.rows_of && a.classes == b.classes;
+         a.rows_of == b.rows_of && a.classes == b.classes && a.allow_nonfinite == b.allow_nonfinite;
 }
 
 void validate_field(const FieldSpec& f, const std::string& context) {
@@ -161,6 +161,9 @@ void validate_field(const FieldSpec& f, const std::string& context) {
     fail("kind " + kind + " has shape []");
   }
   if (!f.rows_of.empty() && f.kind != FieldKind::kRows) fail("only kind rows may have rows_of");
+  if (f.allow_nonfinite && (f.dtype != FieldType::kFloat32 || f.kind == FieldKind::kBoxes)) {
+    fail("allow_nonfinite applies to float32 fields other than boxes (which are always finite)");
+  }
 }
 
 void validate_fields(const std::vector<FieldSpec>& specs, const std::string& context) {

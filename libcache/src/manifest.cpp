@@ -16,6 +16,7 @@
 #include "dscache/checksum.h"
 #include "dscache/enum_table.h"
 #include "dscache/error.h"
+#include "json_parse.h"
 #include "manifest_reader.h"
 
 namespace dscache {
@@ -72,6 +73,7 @@ OrderedJson fields_json(const std::vector<FieldSpec>& fields) {
     j["shape"] = f.shape;
     if (!f.rows_of.empty()) j["rows_of"] = f.rows_of;
     if (!f.classes.empty()) j["classes"] = f.classes;
+    if (f.allow_nonfinite) j["allow_nonfinite"] = true;
     a.push_back(std::move(j));
   }
   return a;
@@ -176,11 +178,7 @@ namespace {
 // document into `m`, checking it against what the earlier steps read, and fails naming the field.
 
 Json parse_document(const std::string& text, const std::string& path) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw Error(ErrorKind::kCorruption, path, std::string("not valid JSON: ") + e.what());
-  }
+  return parse_json<Json>(text, JsonOrigin{path, ErrorKind::kCorruption});
 }
 
 // The version first: a newer format may change anything else.
@@ -203,7 +201,13 @@ void read_encoding(const Reader& r, const Json& j, Manifest* m) {
   m->layout = r.choice(j, "", "layout", kLayoutNames);
   m->storage = r.choice(j, "", "storage", kStorageNames);
   if (m->format_version >= 2) m->codec = r.choice(j, "", "codec", kCodecNames);
-  if (m->format_version >= 3) detail::read_fields(r, j, m);
+  if (m->format_version >= 3) {
+    detail::read_fields(r, j, m);
+  } else if (j.contains("fields")) {
+    // Not an unknown key to ignore: a reader of this version would serve the images without
+    // the targets the cache was built for (docs/FORMAT.md: absent below 3).
+    r.fail("fields needs format_version 3, the manifest says " + std::to_string(m->format_version));
+  }
   const int want = format_version_for(m->codec, !m->fields.empty());
   if (m->format_version != want) {
     r.fail("format_version is " + std::to_string(m->format_version) + ", expected " +
@@ -287,7 +291,12 @@ void read_shards(const Reader& r, const Json& j, Manifest* m) {
     e.count = r.u64(s, where, "count");
     e.bytes = r.u64(s, where, "bytes");
     e.xxh64 = r.hex(s, where, "xxh64");
-    if (m->format_version >= 3) detail::read_shard_fields(r, s, where, *m, &e);
+    if (m->format_version >= 3) {
+      detail::read_shard_fields(r, s, where, *m, &e);
+    } else if (s.contains("fields")) {
+      r.fail(where + ".fields needs format_version 3, the manifest says " +
+             std::to_string(m->format_version));
+    }
     if (e.first != next) {
       r.fail(where + ".first is " + std::to_string(e.first) + ", expected " + std::to_string(next));
     }

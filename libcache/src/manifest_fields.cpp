@@ -33,6 +33,9 @@ void read_fields(const Reader& r, const Json& j, Manifest* m) {
       f.shape.push_back(static_cast<uint32_t>(n));
     }
     if (v.contains("rows_of")) f.rows_of = r.str(v, where, "rows_of");
+    if (v.contains("allow_nonfinite")) {
+      f.allow_nonfinite = r.boolean(v, where, "allow_nonfinite");
+    }
     if (v.contains("classes")) {
       const Json& classes = r.array(v, where, "classes");
       for (size_t c = 0; c < classes.size(); ++c) {

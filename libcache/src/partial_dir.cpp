@@ -13,6 +13,7 @@
 #include "dscache/crash_point.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "json_parse.h"
 
 namespace dscache {
 namespace {
@@ -84,7 +85,8 @@ void open_partial(const std::string& partial, const json& fp) {
     json old;
     try {
       // A regular file only: a FIFO planted here would block the resume.
-      old = json::parse(File::open(fp_path).read_all(uint64_t{1} << 24));
+      old = parse_json(File::open(fp_path).read_all(uint64_t{1} << 24),
+                       JsonOrigin{fp_path, ErrorKind::kCorruption});
     } catch (const std::exception&) {
       old = json();
     }

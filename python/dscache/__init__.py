@@ -62,6 +62,8 @@ import pickle
 import numpy as np
 
 from . import _dscache
+from ._checks import (_I64_MAX, _I64_MIN, _U32, _U64, _check_int, _check_ints, _check_path,
+                      _check_str, _sample_index)
 from ._fields import Array, Boxes, Bytes, Field, Mask, Rows, Scalar, Text
 from ._batch import Batch, detection_targets, per_sample
 from ._batch import to_torch as _batch_to_torch  # noqa: F401 (tests use it)
@@ -93,7 +95,7 @@ class _Source:
         (memory="in-process"), where no file can shrink under it."""
         if isinstance(i, slice) or not isinstance(i, (int, np.integer)):
             raise TypeError("dscache caches are indexed by one int")
-        return self._src.get(int(i))
+        return self._src.get(_sample_index(i, len(self)))
 
     def __iter__(self):
         for i in range(len(self)):
@@ -114,7 +116,7 @@ class _Source:
         return np.dtype(np.uint8)
 
     def label(self, i):
-        return self._src.label(int(i))
+        return self._src.label(_sample_index(i, len(self)))
 
     def _identity(self):
         """What identifies these samples, for Loader.state_dict(): a resumed position means the
@@ -123,7 +125,7 @@ class _Source:
 
     def sample_shape(self, i):
         """(H, W, C) of sample i (differs per sample in the ragged layout)."""
-        return tuple(self._src.sample_shape(int(i)))
+        return tuple(self._src.sample_shape(_sample_index(i, len(self))))
 
     @property
     def fields(self):
@@ -150,8 +152,11 @@ class Cache(_Source):
 
     def __init__(self, path, memory="auto", memory_budget=0, hint="random",
                  verify_checksums=False):
-        self._src = _dscache.Cache(str(path), memory, int(memory_budget), hint,
-                                   bool(verify_checksums))
+        path = _check_path("path", path)
+        _check_str("memory", memory)
+        memory_budget = _check_int("memory_budget", memory_budget, 0, _U64)
+        _check_str("hint", hint)
+        self._src = _dscache.Cache(path, memory, memory_budget, hint, bool(verify_checksums))
         # What reopens it in another process (pickle): the directory as opened here.
         self._open_args = (os.path.abspath(str(path)), memory, int(memory_budget), hint,
                            bool(verify_checksums))
@@ -204,7 +209,8 @@ class Cache(_Source):
             f = self._field_at.get(name)
             if f is None:
                 self._src.field_index(str(name))  # raises InvalidArgumentError listing them
-        raw, rows = self._src.field(int(i), f)
+        i = _sample_index(i, len(self))
+        raw, rows = self._src.field(i, f)
         h, w = (self.sample_shape(i)[:2] if self._fields[f].kind == "mask" else (0, 0))
         return _field_from_bytes(self._fields[f], raw, rows, h, w)
 
@@ -249,10 +255,16 @@ class LazyCache(_Source):
     """
 
     def __init__(self, path, count, shape, labels, decode, source_digest=0, verify_hits=True):
-        h, w, c = (int(x) for x in shape)
-        labels = [int(x) for x in labels]
-        self._src = _dscache.LazyCache(str(path), int(count), h, w, c, labels, decode,
-                                       int(source_digest), bool(verify_hits))
+        path = _check_path("path", path)
+        count = _check_int("count", count, 0, _U64)
+        h, w, c = _check_ints("shape", shape, 0, _U32, (3,))
+        labels = [_check_int(f"labels[{k}]", x, _I64_MIN, _I64_MAX) for k, x in enumerate(labels)]
+        if not callable(decode):
+            raise TypeError(f"decode: must be a callable decode(i) -> (H, W, C) uint8 array, "
+                            f"got {decode!r}")
+        source_digest = _check_int("source_digest", source_digest, 0, _U64)
+        self._src = _dscache.LazyCache(path, count, h, w, c, labels, decode, source_digest,
+                                       bool(verify_hits))
         parts = [int(count), h, w, c, int(source_digest), labels]
         self._digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
         self._decode = decode
@@ -298,8 +310,14 @@ def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank
         shuffle = "global"
     elif shuffle is False or shuffle is None:
         shuffle = "none"
-    return _dscache.epoch_order(int(n), shuffle, int(block), int(window_blocks), int(rank),
-                                int(world_size), rank_tail, int(seed), int(epoch))
+    _check_str("shuffle", shuffle)
+    _check_str("rank_tail", rank_tail)
+    u64 = [_check_int(k, v, 0, _U64) for k, v in (("n", n), ("block", block),
+                                                   ("window_blocks", window_blocks),
+                                                   ("seed", seed), ("epoch", epoch))]
+    u32 = [_check_int(k, v, 0, _U32) for k, v in (("rank", rank), ("world_size", world_size))]
+    return _dscache.epoch_order(u64[0], shuffle, u64[1], u64[2], u32[0], u32[1], rank_tail,
+                                u64[3], u64[4])
 
 
 from ._loader import Loader, Transform  # noqa: E402 (after the names it uses)

@@ -29,6 +29,7 @@
 #include "dscache/error.h"
 #include "dscache/fields.h"
 #include "dscache/loader.h"
+#include "dscache/manifest.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
@@ -306,6 +307,23 @@ SamplerOptions sampler_options(const std::string& shuffle, uint64_t block, uint6
   return s;
 }
 
+// dscache.Transform's values as libcache's options (the crop name parsed: an unknown one is
+// InvalidArgument listing the known names).
+TransformOptions transform_options(const std::string& crop, uint32_t height, uint32_t width,
+                                   double scale_min, double scale_max, double ratio_min,
+                                   double ratio_max, bool flip) {
+  TransformOptions t;
+  t.crop = parse_crop(crop);
+  t.height = height;
+  t.width = width;
+  t.scale_min = scale_min;
+  t.scale_max = scale_max;
+  t.ratio_min = ratio_min;
+  t.ratio_max = ratio_max;
+  t.flip = flip;
+  return t;
+}
+
 LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std::string& shuffle,
                                   uint64_t block, uint64_t window_blocks, uint64_t block_bytes,
                                   uint64_t window_bytes, uint32_t rank, uint32_t world_size,
@@ -326,14 +344,8 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   o.sampler.window_bytes = window_bytes;
   o.workers = workers;
   o.prefetch = prefetch;
-  o.transform.crop = parse_crop(crop);
-  o.transform.height = height;
-  o.transform.width = width;
-  o.transform.scale_min = scale_min;
-  o.transform.scale_max = scale_max;
-  o.transform.ratio_min = ratio_min;
-  o.transform.ratio_max = ratio_max;
-  o.transform.flip = flip;
+  o.transform =
+      transform_options(crop, height, width, scale_min, scale_max, ratio_min, ratio_max, flip);
   o.fields = fields;
   o.min_box_visibility = min_box_visibility;
   return o;
@@ -418,6 +430,19 @@ PYBIND11_MODULE(_dscache, m) {
       },
       py::arg("n"), py::arg("shuffle"), py::arg("block"), py::arg("window_blocks"), py::arg("rank"),
       py::arg("world_size"), py::arg("rank_tail"), py::arg("seed"), py::arg("epoch"));
+
+  // dscache.Transform's construction: what libcache's validate() says of these options on
+  // their own (the layout-dependent rules wait for the Loader, which knows the cache).
+  m.def(
+      "validate_transform",
+      [](const std::string& crop, uint32_t height, uint32_t width, double scale_min,
+         double scale_max, double ratio_min, double ratio_max, bool flip) {
+        validate(transform_options(crop, height, width, scale_min, scale_max, ratio_min, ratio_max,
+                                   flip),
+                 Layout::kFixed);
+      },
+      py::arg("crop"), py::arg("height"), py::arg("width"), py::arg("scale_min"),
+      py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip"));
 
   bind_writer(m);
 }

@@ -4,7 +4,7 @@ dscache.Writer(fields=...) takes and dscache.Cache.fields gives back, the conver
 write()'s values to the bytes CacheWriter stores, and the way back for Cache.field()."""
 import numpy as np
 
-from ._checks import _invalid
+from ._checks import _U32, _check_ints, _invalid
 
 DTYPES = ("uint8", "uint16", "int64", "float32")
 
@@ -21,17 +21,23 @@ def _dtype_name(dtype, what):
 
 class Field:
     """One field's spec: kind, dtype, shape (array: one value's; rows: one row's), rows_of,
-    classes, and its name (None until it is given one by Writer(fields={name: spec}) or read
-    from a cache). Make one with Mask, Scalar, Array, Boxes, Rows, Text or Bytes."""
+    classes, allow_nonfinite (float32 Scalar, Array, Rows: NaN and inf are values it may hold;
+    otherwise the Writer refuses them), and its name (None until it is given one by
+    Writer(fields={name: spec}) or read from a cache). Make one with Mask, Scalar, Array, Boxes,
+    Rows, Text or Bytes."""
 
     kind = None
 
-    def __init__(self, dtype, shape=(), rows_of=None, classes=None, name=None):
+    def __init__(self, dtype, shape=(), rows_of=None, classes=None, name=None,
+                 allow_nonfinite=False):
         self.name = name
         self.dtype = _dtype_name(dtype, f"{type(self).__name__}")
-        self.shape = tuple(int(x) for x in shape)
+        # Each dimension a uint32 as the binding takes it; libcache's validate_field checks the
+        # rest (each > 0, at most 4 dimensions, at most 2^32 elements) at Writer(...).
+        self.shape = _check_ints(f"{type(self).__name__} shape", shape, 0, _U32)
         self.rows_of = rows_of or None
         self.classes = None if classes is None else [str(c) for c in classes]
+        self.allow_nonfinite = bool(allow_nonfinite)
 
     @property
     def variable(self):
@@ -41,10 +47,11 @@ class Field:
     def to_dict(self):
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype,
                 "shape": list(self.shape), "rows_of": self.rows_of or "",
-                "classes": list(self.classes or [])}
+                "classes": list(self.classes or []), "allow_nonfinite": self.allow_nonfinite}
 
     def _key(self):
-        return (self.kind, self.dtype, self.shape, self.rows_of, tuple(self.classes or ()))
+        return (self.kind, self.dtype, self.shape, self.rows_of, tuple(self.classes or ()),
+                self.allow_nonfinite)
 
     def __eq__(self, other):
         return isinstance(other, Field) and (self.name, self._key()) == (other.name, other._key())
@@ -60,6 +67,8 @@ class Field:
             args.append(f"rows_of={self.rows_of!r}")
         if self.classes:
             args.append(f"classes={self.classes!r}")
+        if self.allow_nonfinite:
+            args.append("allow_nonfinite=True")
         if self.name is not None:
             args.append(f"name={self.name!r}")
         return f"dscache.{type(self).__name__}({', '.join(args)})"
@@ -75,20 +84,21 @@ class Mask(Field):
 
 
 class Scalar(Field):
-    """One int64 or float32 per sample (a regression target, an id)."""
+    """One int64 or float32 per sample (a regression target, an id). allow_nonfinite=True
+    (float32): NaN and inf are stored (a missing target); by default they are refused."""
     kind = "scalar"
 
-    def __init__(self, dtype, name=None):
-        super().__init__(dtype, (), None, None, name)
+    def __init__(self, dtype, name=None, allow_nonfinite=False):
+        super().__init__(dtype, (), None, None, name, allow_nonfinite)
 
 
 class Array(Field):
     """A fixed shape per sample (a multi-hot vector, a fixed set of keypoints)."""
     kind = "array"
 
-    def __init__(self, dtype, shape, classes=None, name=None):
+    def __init__(self, dtype, shape, classes=None, name=None, allow_nonfinite=False):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
-        super().__init__(dtype, shape, None, classes, name)
+        super().__init__(dtype, shape, None, classes, name, allow_nonfinite)
 
 
 class Boxes(Field):
@@ -105,9 +115,10 @@ class Rows(Field):
     of a Boxes field: one row per box, dropped with its box (a box's class, its crowd flag)."""
     kind = "rows"
 
-    def __init__(self, dtype, shape=(), rows_of=None, classes=None, name=None):
+    def __init__(self, dtype, shape=(), rows_of=None, classes=None, name=None,
+                 allow_nonfinite=False):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
-        super().__init__(dtype, shape, rows_of, classes, name)
+        super().__init__(dtype, shape, rows_of, classes, name, allow_nonfinite)
 
 
 class Text(Field):
@@ -132,7 +143,8 @@ KINDS = {c.kind: c for c in (Mask, Scalar, Array, Boxes, Rows, Text, Bytes)}
 def from_dict(d):
     """The spec of a cache's field (the binding's dict) as its Field class."""
     f = Field.__new__(KINDS[d["kind"]])
-    Field.__init__(f, d["dtype"], d["shape"], d["rows_of"], d["classes"] or None, d["name"])
+    Field.__init__(f, d["dtype"], d["shape"], d["rows_of"], d["classes"] or None, d["name"],
+                   d.get("allow_nonfinite", False))
     return f
 
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from . import STATE_VERSION, _dscache, _Source
 from ._batch import Batch, make_batch as _make_batch, to_torch as _batch_to_torch
-from ._checks import _U32, _U64, _check_int, _invalid
+from ._checks import (_U32, _U64, _check_float, _check_int, _check_ints, _check_str,
+                      _invalid)
 from ._errors import InvalidArgumentError
 
 # Every live Loader, closed (workers stopped and joined) at interpreter exit: a worker still
@@ -46,20 +47,32 @@ class Transform:
     crop: "none" (samples as stored), "center" or "random_resized" (torchvision's
     RandomResizedCrop with scale and ratio); size: (height, width) of the output, or an int;
     flip: mirror horizontally with probability 1/2.
+    Checked when made (libcache's rules; InvalidArgumentError naming the value and the known
+    crops); what depends on the cache (its layout, a "none" crop's size) is checked by the Loader.
     """
 
     def __init__(self, crop="none", size=None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                  flip=False):
+        _check_str("Transform crop", crop)
         if size is None:
             h = w = 0
-        elif isinstance(size, (int, np.integer)):
-            h = w = int(size)
+        elif isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+            h = w = _check_int("Transform size", size, 0, _U32)
         else:
-            h, w = (int(x) for x in size)
+            h, w = _check_ints("Transform size", size, 0, _U32, (2,))
         self.crop, self.height, self.width = crop, h, w
-        self.scale = (float(scale[0]), float(scale[1]))
-        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.scale = self._pair("scale", scale)
+        self.ratio = self._pair("ratio", ratio)
         self.flip = bool(flip)
+        # libcache's own checks of these options (an unknown crop names the known ones); those
+        # that depend on the cache (its layout, a "none" crop's size) wait for the Loader.
+        _dscache.validate_transform(crop, h, w, *self.scale, *self.ratio, self.flip)
+
+    @staticmethod
+    def _pair(name, v):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or len(v) != 2:
+            raise _invalid(f"Transform {name}: must be a (min, max) pair of numbers, got {v!r}")
+        return tuple(_check_float(f"Transform {name}[{k}]", x) for k, x in enumerate(v))
 
     def __repr__(self):
         return (f"dscache.Transform(crop={self.crop!r}, size=({self.height}, {self.width}), "
@@ -76,6 +89,38 @@ def _distributed_defaults():
     except Exception:  # an odd torch build: behave as if not distributed
         pass
     return 0, 1
+
+
+def _check_options(**kw):
+    """Loader's (and CacheDataset's) options among `kw` checked by name and range before the
+    binding sees them, and returned normalized (other keys as given): shuffle as its name,
+    transform a Transform (None: the identity), direct_read as libcache's name,
+    min_box_visibility a float, the ints ints."""
+    o = dict(kw)
+    if "shuffle" in kw:
+        shuffle = kw["shuffle"]
+        o["shuffle"] = "global" if shuffle is True else "none" if shuffle in (False, None) \
+            else _check_str("shuffle", shuffle)
+    if "transform" in kw:
+        t = kw["transform"] if kw["transform"] is not None else Transform()
+        if not isinstance(t, Transform):
+            raise TypeError("transform must be a dscache.Transform or None")
+        for name, v in (("transform height", t.height), ("transform width", t.width)):
+            _check_int(name, v, 0, _U32)  # attributes set after construction
+        o["transform"] = t
+    for names, hi in ((("batch_size", "rank", "world_size", "workers", "prefetch",
+                        "batch_stride", "batch_offset"), _U32),
+                      (("seed", "block", "window_blocks", "block_bytes", "window_bytes"), _U64)):
+        for name in names:
+            if name in kw:
+                o[name] = _check_int(name, kw[name], 0, hi)
+    if "rank_tail" in kw:
+        _check_str("rank_tail", kw["rank_tail"])
+    if "min_box_visibility" in kw:
+        o["min_box_visibility"] = _check_float("min_box_visibility", kw["min_box_visibility"])
+    if "direct_read" in kw:
+        o["direct_read"] = _direct_read_name(kw["direct_read"])
+    return o
 
 
 def _direct_read_name(value):
@@ -148,23 +193,14 @@ class Loader:
             d_rank, d_world = _distributed_defaults()
             rank = d_rank if rank is None else rank
             world_size = d_world if world_size is None else world_size
-        if shuffle is True:
-            shuffle = "global"
-        elif shuffle is False or shuffle is None:
-            shuffle = "none"
-        t = transform if transform is not None else Transform()
-        if not isinstance(t, Transform):
-            raise TypeError("transform must be a dscache.Transform or None")
-        for name, v in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size),
-                        ("workers", workers), ("prefetch", prefetch),
-                        ("batch_stride", batch_stride), ("batch_offset", batch_offset)):
-            _check_int(name, v, 0, _U32)
-        for name, v in (("seed", seed), ("block", block), ("window_blocks", window_blocks),
-                        ("block_bytes", block_bytes), ("window_bytes", window_bytes)):
-            _check_int(name, v, 0, _U64)
-        for name, v in (("transform height", t.height), ("transform width", t.width)):
-            _check_int(name, v, 0, _U32)
-        direct_read = _direct_read_name(direct_read)
+        o = _check_options(batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
+                           world_size=world_size, workers=workers, prefetch=prefetch,
+                           transform=transform, rank_tail=rank_tail, block=block,
+                           window_blocks=window_blocks, block_bytes=block_bytes,
+                           window_bytes=window_bytes, min_box_visibility=min_box_visibility,
+                           batch_stride=batch_stride, batch_offset=batch_offset,
+                           direct_read=direct_read)
+        shuffle, t, direct_read = o["shuffle"], o["transform"], o["direct_read"]
         self.cache = cache
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -181,7 +217,7 @@ class Loader:
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
-            float(min_box_visibility), self.batch_stride, self.batch_offset, self._copy,
+            o["min_box_visibility"], self.batch_stride, self.batch_offset, self._copy,
             direct_read)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished

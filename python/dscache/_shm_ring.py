@@ -13,7 +13,8 @@ torch's way: nothing ever waits on the main process. Better still, the worker's 
 the slots itself (PyLoader.attach_shared_slots): the batch is then sent without any copy.
 
 Files live in /dev/shm as dscache-torch-<main pid>-<worker pid>-<n>: the worker removes its own
-at exit, the main process removes those of workers that died and, at exit, all of its own.
+at exit; the main process removes those of workers that died (killed ones included) whenever it
+meets a new ring or makes or iterates a CacheDataset, and at exit all of its own.
 torch is imported inside functions only (`import dscache` must not load it).
 """
 import atexit
@@ -118,25 +119,58 @@ _maps = {}  # main process: ring file -> its mapping
 _lock = threading.Lock()
 
 
-def _worker_pid(name):
-    return int(os.path.basename(name)[len(_PREFIX):].split("-")[1])
+def _owners(name):
+    """(main pid, worker pid) a ring file is named after."""
+    parts = os.path.basename(name)[len(_PREFIX):].split("-")
+    return int(parts[0]), int(parts[1])
+
+
+def _worker_alive(parent, pid):
+    """Whether worker `pid`, made by process `parent`, still runs: a zombie (exited, not yet
+    waited for) or a process of that number with another parent (the number reused) is not it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        return state not in ("Z", "X") and int(ppid) == parent
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, IndexError):  # no /proc: whether the number is in use
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 def _reap():
-    """Closes and removes the rings of workers that exited (non-persistent workers make new
-    ones every epoch)."""
-    for name in list(_maps):
+    """Closes and removes the rings of workers that exited: those this process mapped, and every
+    file named after this process (a worker killed before its first batch reached this process
+    made one that was never mapped here). Non-persistent workers make new rings every epoch,
+    and a SIGKILLed one cannot remove its own: run whenever this process meets a new ring, and
+    when a CacheDataset is made or iterated here."""
+    mine = glob.glob(os.path.join(_DIR, f"{_PREFIX}{os.getpid()}-*"))
+    for name in set(_maps) | set(mine):
         try:
-            os.kill(_worker_pid(name), 0)
-        except ProcessLookupError:
-            m = _maps.pop(name)
-            _unlink(name)
+            alive = _worker_alive(*_owners(name))
+        except (ValueError, IndexError):  # not a name this module makes
+            continue
+        if alive:
+            continue
+        _unlink(name)
+        m = _maps.pop(name, None)
+        if m is not None:
             try:
                 m.close()
             except BufferError:  # a tensor still holds a slot: unmapped when the last one dies
                 pass
-        except (PermissionError, ValueError, IndexError):
-            pass
+
+
+def reap():
+    """_reap() under the lock the main process's unpickling takes."""
+    with _lock:
+        _reap()
 
 
 def _take(name, size, offset, slot, dtype, shape, in_place=False):

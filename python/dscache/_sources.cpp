@@ -86,6 +86,7 @@ py::dict field_dict(const FieldSpec& f) {
   d["shape"] = f.shape;
   d["rows_of"] = f.rows_of;
   d["classes"] = f.classes;
+  d["allow_nonfinite"] = f.allow_nonfinite;
   return d;
 }
 

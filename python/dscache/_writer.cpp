@@ -22,10 +22,11 @@ namespace py = pybind11;
 namespace dscache {
 namespace {
 
-// One FieldSpec from the (name, kind, dtype, shape, rows_of, classes) tuple _writer.py makes of
-// a dscache.Field; the spelling is checked by validate_fields() at begin(), which names it.
+// One FieldSpec from the (name, kind, dtype, shape, rows_of, classes, allow_nonfinite) tuple
+// _writer.py makes of a dscache.Field; the spelling is checked by validate_fields() at begin(),
+// which names it.
 FieldSpec field_spec(const py::tuple& t) {
-  if (t.size() != 6) throw py::value_error("a field spec is (name, kind, dtype, shape, ...)");
+  if (t.size() != 7) throw py::value_error("a field spec is (name, kind, dtype, shape, ...)");
   FieldSpec f;
   f.name = t[0].cast<std::string>();
   f.kind = kFieldKindNames.parse(t[1].cast<std::string>(), "fields '" + f.name + "' kind");
@@ -33,6 +34,7 @@ FieldSpec field_spec(const py::tuple& t) {
   f.shape = t[3].cast<std::vector<uint32_t>>();
   f.rows_of = t[4].cast<std::string>();
   f.classes = t[5].cast<std::vector<std::string>>();
+  f.allow_nonfinite = t[6].cast<bool>();
   return f;
 }
 

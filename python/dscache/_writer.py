@@ -1,10 +1,9 @@
 """dscache.Writer: writing a cache from Python through libcache's CacheWriter."""
-import os
 
 import numpy as np
 
 from . import _dscache, _fields
-from ._checks import _U32, _U64, _check_int, _invalid
+from ._checks import _U32, _U64, _check_int, _check_ints, _check_path, _check_str, _invalid
 
 
 def build_order(n, seed):
@@ -53,16 +52,23 @@ class Writer:
     def __init__(self, path, shape=None, classes=None, codec="raw", layout="fixed",
                  shard_size=256 << 20, shuffle_seed=None, storage="npy", quality=90,
                  channels=None, max_side=0, force=False, resume=False, fields=None):
-        path = os.fspath(path)
+        path = _check_path("path", path)
         self._fields = _fields.declare(fields)
-        if layout not in ("fixed", "ragged"):
-            raise _invalid(f"layout: {layout!r} is not one of fixed, ragged")
+        _check_str("layout", layout, ("fixed", "ragged"))
+        _check_str("codec", codec)
+        _check_str("storage", storage)
+        if channels is not None:
+            channels = _check_int("channels", channels, 0, _U32)
+        if isinstance(classes, (str, bytes)):
+            raise TypeError(f"classes: must be a list of class names, not a "
+                            f"{type(classes).__name__} (classes=[{classes!r}])")
         height = width = 0
         if layout == "fixed":
-            if shape is None or len(shape) not in (2, 3):
+            if shape is None:
                 raise _invalid("shape: a fixed-layout cache needs (H, W) or (H, W, C)")
-            height, width = int(shape[0]), int(shape[1])
-            c = int(shape[2]) if len(shape) == 3 else (3 if channels is None else int(channels))
+            shape = _check_ints("shape", shape, 0, _U32, (2, 3))
+            height, width = shape[0], shape[1]
+            c = shape[2] if len(shape) == 3 else (3 if channels is None else channels)
             if channels is not None and int(channels) != c:
                 raise _invalid(f"channels={channels} disagrees with shape {tuple(shape)}")
             channels = c
@@ -78,8 +84,8 @@ class Writer:
         self._w = _dscache.Writer(
             path, storage, layout, codec, height, width, channels, int(quality), int(shard_size),
             names, shuffle_seed is not None, int(shuffle_seed or 0), int(max_side),
-            [(f.name, f.kind, f.dtype, list(f.shape), f.rows_of or "", f.classes or [])
-             for f in self._fields], bool(force), bool(resume))
+            [(f.name, f.kind, f.dtype, list(f.shape), f.rows_of or "", f.classes or [],
+              f.allow_nonfinite) for f in self._fields], bool(force), bool(resume))
         self.path = path
         self._channels = channels
 

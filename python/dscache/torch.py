@@ -32,10 +32,10 @@ import torch
 import torch.utils.data
 
 from . import Cache
-from ._checks import _U64, _check_int, _invalid
+from ._checks import _U32, _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
-from ._loader import Loader, Transform, _direct_read_name, _distributed_defaults
-from ._shm_ring import Ring
+from ._loader import Loader, _check_options, _distributed_defaults
+from . import _shm_ring
 
 __all__ = ["CacheDataset", "CacheMapDataset"]
 
@@ -172,27 +172,24 @@ class CacheDataset(torch.utils.data.IterableDataset):
             d_rank, d_world = _distributed_defaults()
             rank = d_rank if rank is None else rank
             world_size = d_world if world_size is None else world_size
-        if transform is not None and not isinstance(transform, Transform):
-            raise TypeError("transform must be a dscache.Transform or None")
         if isinstance(fields, (str, bytes)):
             raise TypeError(f"fields must be a list of field names, not a "
                             f"{type(fields).__name__} (fields=[{fields!r}])")
+        # The Loader's options, checked here: a bad one fails now, not in every worker.
+        self._loader_kwargs = o = _check_options(
+            batch_size=batch_size, shuffle=shuffle, rank=rank, world_size=world_size,
+            drop_last=bool(drop_last), workers=_check_int("threads", threads, 0, _U32),
+            prefetch=prefetch, transform=transform, copy=True, rank_tail=rank_tail, block=block,
+            window_blocks=window_blocks, block_bytes=block_bytes, window_bytes=window_bytes,
+            direct_read=direct_read, fields=None if fields is None else list(fields),
+            min_box_visibility=min_box_visibility)
         self.path = os.fspath(path)
-        self.batch_size = int(batch_size)
-        self.drop_last = bool(drop_last)
-        self.rank, self.world_size = int(rank), int(world_size)
+        self.batch_size, self.drop_last = o["batch_size"], o["drop_last"]
+        self.rank, self.world_size = o["rank"], o["world_size"]
         self.rank_tail = rank_tail
         self.memory = memory
         self.shared_ring = bool(shared_ring)
         self._ring = None  # (pid, Ring or None): this DataLoader worker's handoff ring
-        self._loader_kwargs = dict(
-            batch_size=self.batch_size, shuffle=shuffle, rank=self.rank,
-            world_size=self.world_size, drop_last=self.drop_last, workers=int(threads),
-            prefetch=int(prefetch), transform=transform, copy=True, rank_tail=rank_tail,
-            block=block, window_blocks=window_blocks, block_bytes=block_bytes,
-            window_bytes=window_bytes, fields=None if fields is None else list(fields),
-            min_box_visibility=min_box_visibility,
-            direct_read=_direct_read_name(direct_read))  # a bad value fails here, not in a worker
         self._shared = torch.full((_SLOTS + _SLOT_SIZE * _MAX_WORKERS,), -1, dtype=torch.int64)
         self._shared[_VERSION] = 0
         self._shared[_BASE_EPOCH] = 0
@@ -205,6 +202,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
         # this worker's batches of it served (restored ones included), W, w, its Loader's len].
         self._pass = None
         len(self)  # opens the cache here: a bad path or option fails now, not in a worker
+        _shm_ring.reap()  # rings of an earlier DataLoader's workers that were killed
 
     # ---- per-process Cache and Loader -----------------------------------------------------
 
@@ -248,7 +246,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
                 h, w = t.height, t.width
             slots = self._loader_kwargs["prefetch"] + 1 + _SLOTS_OVER_PREFETCH
             try:
-                ring = Ring(max(1, self.batch_size * h * w * c), slots)
+                ring = _shm_ring.Ring(max(1, self.batch_size * h * w * c), slots)
             except OSError as e:  # no room in /dev/shm: torch's own handoff, which needs less
                 warnings.warn(f"dscache.torch: no shared-memory ring for this worker ({e}); "
                               f"batches go through torch's handoff", RuntimeWarning)
@@ -301,6 +299,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         w, workers = _worker()
+        if torch.utils.data.get_worker_info() is None:
+            _shm_ring.reap()
         if workers > _MAX_WORKERS:
             raise _invalid(f"CacheDataset serves at most {_MAX_WORKERS} DataLoader workers, "
                            f"got num_workers={workers}")

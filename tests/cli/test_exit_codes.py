@@ -8,16 +8,19 @@ needs DSCACHE_TRAIN (dscache-train) and is registered by trainer/meson.build, wh
 """
 
 import fcntl
+import json
 import os
 import resource
+import shutil
 import socket
+import struct
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from cli_helpers import (DSCACHE, TIMEOUT_S, Failure, Skip, build, check, main,
-                         make_simple_folder, write_bytes)
+                         make_simple_folder, write_bytes, xxh64)
 from test_bad_inputs import cut_to_empty
 
 DSCACHE_TRAIN = os.environ.get("DSCACHE_TRAIN", "")
@@ -111,6 +114,15 @@ class Fixtures:
             write_bytes(s / "a" / "broken.png", b"\x89PNG\r\n\x1a\n not a png")
         return s
 
+    def table(self):
+        """A CSV table (image_path, label, n) over the folder source's images."""
+        t = self.tmp / "table.csv"
+        if not t.exists():
+            imgs = sorted(p.relative_to(self.src()) for p in self.src().rglob("*.png"))
+            t.write_text("image_path,label,n\n" +
+                         "".join(f"src/{p},{p.parts[0]},{k}\n" for k, p in enumerate(imgs)))
+        return t
+
     def cache(self, name="cache", src=None, *opts):
         out = self.tmp / name
         if not out.exists():
@@ -166,6 +178,45 @@ class Fixtures:
             build(self.src(), d, "--layout", "ragged", "--max-side", "12")
         return d
 
+    def targets_cache(self):
+        """A CSV table's cache of 16 samples with fields t (int64 0, 1, 2, 0, ...: not all 0/1)
+        and y (float32 3e38, whose squared error overflows: every step's loss is inf)."""
+        d = self.tmp / "targets-cache"
+        if not d.exists():
+            src = self.tmp / "targets-src"
+            rels = make_simple_folder(src, ["a", "b"], 8, (16, 16), seed=6)
+            rows = [f"{r},{r.split('/')[0]},{i % 3},3e38" for i, r in enumerate(rels)]
+            (src / "table.csv").write_text("image_path,label,t,y\n" + "\n".join(rows) + "\n")
+            build(src / "table.csv", d, "--size", "16")
+        return d
+
+    def nan_targets_cache(self):
+        """targets_cache() with y of sample 3 NaN, as a cache written before the Writer refused
+        non-finite values: the field file, its checksums.npy column and the manifest agree."""
+        d = self.tmp / "nan-targets-cache"
+        if not d.exists():
+            shutil.copytree(self.targets_cache(), d)
+            m = json.loads((d / "manifest.json").read_text())
+            columns = 1 + len(m["fields"])
+            j = [f["name"] for f in m["fields"]].index("y")
+            nan = struct.pack("<f", float("nan"))
+            values = m["shards"][0]["fields"]["y"]["values"]
+            values["xxh64"] = npy_patch(d / values["file"], 3 * 4, nan)
+            sums = m["files"]["checksums"]
+            sums["xxh64"] = npy_patch(d / sums["file"], (3 * columns + 1 + j) * 8,
+                                      struct.pack("<Q", xxh64(nan)))
+            (d / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+        return d
+
+
+def npy_patch(path, at, data):
+    """Writes DATA at byte AT of a version 1 .npy file's array; returns its new XXH64 (hex)."""
+    b = bytearray(path.read_bytes())
+    start = 10 + struct.unpack_from("<H", b, 8)[0]
+    b[start + at:start + at + len(data)] = data
+    path.write_bytes(bytes(b))
+    return f"{xxh64(bytes(b)):016x}"
+
 
 def lock_of(out):
     """The lock file of a build or merge of OUT (dscache/lock.h: beside it, not inside)."""
@@ -192,6 +243,18 @@ def case_exit_build(tmp):
         # told from a path starting with '-').
         ("usage: --size needed by the source kind", USAGE, "--size: is required",
          lambda: (["build", f.src(), f.fresh("out")], {})),
+        # An option that does not fit the table, found once it is read: usage too (it exited 1
+        # for a missing column while a misspelled KIND exited 2).
+        ("usage: --field KIND misspelled", USAGE, "--field 'n=msak'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--field", "n=msak"], {})),
+        ("usage: --field naming no column", USAGE, "the table has no column 'mask'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--field", "mask=mask"],
+                  {})),
+        ("usage: --image-column naming no column", USAGE, "the table has no column 'img'",
+         lambda: (["build", f.table(), f.fresh("out"), "--size", "16", "--image-column", "img"],
+                  {})),
+        ("usage: a table option for a folder", USAGE, "apply to .csv/.tsv/.jsonl tables",
+         lambda: (["build", f.src(), f.fresh("out"), "--size", "16", "--field", "n=int"], {})),
         ("not found: SOURCE", ERROR, "no_such_src",
          lambda: (["build", tmp / "no_such_src", f.fresh("out"), "--size", "16"], {})),
         ("I/O: OUTPUT under a regular file", ERROR, "Not a directory",
@@ -363,6 +426,24 @@ def case_exit_train(tmp):
                            "MASTER_PORT": str(free_port())}})),
         ("diverged: inf/NaN steps in a row", DIVERGED, "inf/NaN for 5 consecutive steps",
          lambda: (train(f.cache(), "--epochs", "5", "--lr", "1e12", "--momentum", "0", batch=2),
+                  {})),
+        # issue 38: bad values found once the cache is read are usage (2), as the table says
+        ("usage: --targets naming no field", USAGE, "--targets: field 'nope' does not exist",
+         lambda: (train(f.targets_cache(), "--task", "regress", "--targets", "nope"), {})),
+        ("usage: a multilabel target other than 0/1", USAGE,
+         "; --task multilabel needs targets of 0 or 1",
+         lambda: (train(f.targets_cache(), "--task", "multilabel", "--targets", "t"), {})),
+        ("usage: a non-finite regression target", USAGE,
+         "--targets: field 'y' of sample 3 in --train",
+         lambda: (train(f.nan_targets_cache(), "--task", "regress", "--targets", "y"), {})),
+        ("distributed: MASTER_ADDR does not resolve", DISTRIBUTED,
+         "MASTER_ADDR=no-such-host.invalid does not resolve",
+         lambda: (train(f.cache(), "--dist-timeout", "100"),
+                  {"env": {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "no-such-host.invalid",
+                           "MASTER_PORT": str(free_port())}})),
+        ("diverged: every step skipped (2, fewer than 5 in a row)", DIVERGED,
+         "all 2 optimizer steps were skipped",
+         lambda: (train(f.targets_cache(), "--task", "regress", "--targets", "y", "--precision", "fp32"),
                   {})),
     ]
     check_rows(DSCACHE_TRAIN, rows)

@@ -17,8 +17,8 @@ import cv2
 import numpy as np
 
 from cli_helpers import (
-    build, check, check_eq, compare_caches, imread_rgb, load_manifest, main, partial_dir, run,
-    run_json,
+    build, check, check_eq, compare_caches, file_xxh64, imread_rgb, load_manifest, main,
+    partial_dir, run, run_json,
 )
 from fields_helpers import (
     COCO_IMAGES, RED, RED_ID, field_files, fixed_images, flip, load_fields, load_npy, make_coco,
@@ -139,6 +139,19 @@ def case_merge_fields(tmp):
         for i in range(m1["count"]):
             check(np.array_equal(vm[f["name"]][i], v1[f["name"]][i]),
                   f"merged {f['name']} of sample {i}: {vm[f['name']][i]} vs {v1[f['name']][i]}")
+    # A part whose mask file holds another shape (its manifest entry rewritten to match) is
+    # refused as every reader refuses it (CacheDir::check_open), naming the file: exit 5.
+    name = "mask_path-00000.npy"
+    a = np.load(parts[0] / name)
+    np.save(parts[0] / name, a.reshape(len(a), 8, -1))
+    mp = parts[0] / "manifest.json"
+    m = json.loads(mp.read_text())
+    entry = m["shards"][0]["fields"]["mask_path"]["values"]
+    entry["bytes"], entry["xxh64"] = (parts[0] / name).stat().st_size, file_xxh64(parts[0] / name)
+    mp.write_text(json.dumps(m, indent=2))
+    p = run(["merge"] + parts + [tmp / "merged2"], expect_rc=5)
+    check(name in p.stderr and "shape" in p.stderr, f"merge of a damaged part: {p.stderr!r}")
+    check(not (tmp / "merged2").exists(), "a refused merge left its output")
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Exit 0 = pass, 1 = fail, 2 = unknown case. Fixtures, cache checkers and the runn
 in cli_helpers.py.
 """
 
+import re
 import sys
 
 import cv2
@@ -15,6 +16,7 @@ import numpy as np
 from cli_helpers import (
     build, check, check_cache, check_eq, imread_rgb, main, make_simple_folder, run, run_json,
 )
+from fields_helpers import COCO_IMAGES, make_coco
 
 
 def case_inspect_outputs(tmp):
@@ -79,8 +81,38 @@ def case_inspect_outputs(tmp):
         check(p.stderr.strip(), f"--sample {bad}: no message on stderr")
 
 
+def case_inspect_coco_ragged(tmp):
+    """The summary of COCO caches says what is true: the image root is not "labels", a ragged
+    build did no --resize (it kept each image's aspect), and a mask is as large as its image."""
+    src = tmp / "coco"
+    js = make_coco(src, COCO_IMAGES)
+    fixed, ragged = tmp / "fixed", tmp / "ragged"
+    build(js, fixed, "--image-root", src, "--coco-mask", "semantic", "--size", "32",
+          "--resize", "pad", "--quiet")
+    build(js, ragged, "--image-root", src, "--coco-mask", "semantic", "--layout", "ragged",
+          "--max-side", "24", "--quiet")
+    for out, layout in ((fixed, "fixed"), (ragged, "ragged")):
+        text = run(["inspect", out]).stdout
+        lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip()}
+        check(re.search(r"^images\s+" + re.escape(str(src)) + "$", text, re.M),
+              f"{layout}: the image root is not printed as images:\n{text}")
+        check(not re.search(r"^labels\s", text, re.M), f"{layout}: a labels line:\n{text}")
+        mask = [ln for ln in text.splitlines() if ln.split()[:2] == ["mask", "mask"]]
+        check_eq(len(mask), 1, f"{layout}: the mask field's line in\n{text}")
+        want = "shape [32,32]" if layout == "fixed" else "shape [h,w] (its image's)"
+        check(want in mask[0] and "shape []" not in mask[0], f"{layout}: {mask[0]!r}")
+        check("shape [n,4]" in lines.get("boxes", ""), f"{layout}: boxes line:\n{text}")
+        recipe = lines["recipe"]
+        if layout == "fixed":
+            check("resize pad" in recipe, f"fixed: {recipe!r}")
+        else:
+            check("resize" not in recipe and "at most 24 px (aspect kept)" in recipe,
+                  f"ragged: {recipe!r}")
+
+
 CASES = {
     "inspect_outputs": case_inspect_outputs,
+    "inspect_coco_ragged": case_inspect_coco_ragged,
 }
 
 

@@ -6,7 +6,7 @@ Usage: make_corpus.py BUILDDIR     (a normal build: BUILDDIR/tools/dscache and t
 
 - manifest, npy_header: the files `dscache build` writes for fixed, ragged, JPEG, HDF5 and
   partitioned builds of a few generated images, plus headers NumPy writes (v1, v2, v3).
-- idx, source_list, image_header, jpeg_decode: small files as users have them (OpenCV, PIL,
+- idx, source_list, table, image_header, jpeg_decode: small files as users have them (OpenCV, PIL,
   NumPy, gzip).
 - ragged_index, jpeg_index, lazy_cache, cache_open: the targets mutate caches they write
   themselves; run with DSCACHE_FUZZ_SEEDS=DIR they write those caches' files as seeds.
@@ -134,6 +134,28 @@ def list_seeds():
         put("source_list", f"seed-{name}", text.encode())
 
 
+def table_seeds():
+    """Byte 0: the options (fuzz_table.cpp), then a table; the hostile inputs of issue 38."""
+    deep = "[" * 100000 + "1" + "]" * 100000
+    tables = {
+        "fields.csv": (1, 'image_path,label,n,tags,m,caption\na.png,cat,3,x;y,a.png,"hi, you"\n'
+                          'b.jpg,dog,,y,,\n"c d.png",cat,-1,x,a.png,"two\r\nlines"\n'),
+        "classes.csv": (3, "image_path,tags\na.png,x;y\nb.jpg,y\nc d.png,z\n"),
+        "cr.csv": (0, "image_path,label,n\ra.png,cat,1\rb.jpg,dog,2\r"),
+        "nul.csv": (0, "image_path,label,n\na.png\0x,cat,1\nb.jpg,dog,2\n"),
+        "confine.csv": (5, "image_path,m,n\n../a.png,a.png,1\n/etc/passwd,../m.png,2\n"
+                           "b.jpg,a.png,3\n"),
+        "quotes.tsv": (0, 'image_path\tlabel\tcaption\na.png\t0\t"a\tb ""q"""\n'),
+        "fields.jsonl": (1, '{"image_path": "a.png", "label": 1, "n": 2, "tags": ["x", "y"]}\n'
+                            '{"image_path": "b.jpg\\u0000x", "n": 1.5, "tags": [3], "m": "a.png"}\n'),
+        "bigint.jsonl": (0, '{"image_path": "a.png", "label": 123456789012345678901234567890}\n'
+                            '{"image_path": "b.jpg", "label": -99999999999999999999}\n'),
+        "deep.jsonl": (0, '{"image_path": "a.png"}\n{"image_path": "b.jpg", "s": ' + deep + "}\n"),
+    }
+    for name, (flags, text) in tables.items():
+        put("table", f"seed-{name}", bytes([flags]) + text.encode())
+
+
 def image_header_seeds():
     rng = np.random.default_rng(5)
     px = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
@@ -237,6 +259,7 @@ def main(argv):
     numpy_seeds()
     idx_seeds()
     list_seeds()
+    table_seeds()
     image_header_seeds()
     jpeg_seeds()
     loader_options_seeds()

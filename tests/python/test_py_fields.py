@@ -4,6 +4,7 @@ field kind (docs/FORMAT.md "Fields") passes `dscache verify` and reads back equa
 Cache.field() and through numpy alone (np.load(mmap_mode="r") of the field files the manifest
 lists); ragged masks follow their images' sizes; a SIGKILL mid-write then resume=True gives the
 same field files as an uninterrupted write; bad values are errors naming the field."""
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import textwrap
 import numpy as np
 
 import dscache
-from pyhelpers import main, manifest, verify
+from pyhelpers import DSCACHE, Skip, main, manifest, restamp, verify, xxh64
 
 CLASSES = ["cat", "dog", "emu"]
 
@@ -147,7 +148,8 @@ def test_every_kind_reads_back_through_cache_and_numpy(tmp):
         for k, spec in enumerate(other.fields):
             same(spec, other.field(17, k), expected(spec, written[17][2][spec.name]), (mode, k))
     assert c.manifest["fields"][3] == {"name": "boxes", "kind": "boxes", "dtype": "float32",
-                                       "shape": [4], "rows_of": "", "classes": []}
+                                       "shape": [4], "rows_of": "", "classes": [],
+                                       "allow_nonfinite": False}
     for bad, err in [("nope", dscache.InvalidArgumentError), (99, IndexError)]:
         try:
             c.field(0, bad)
@@ -281,6 +283,8 @@ def test_bad_values_are_named_errors(tmp):
         (dict(tags=[0, 1, 0, 0]), inv, "field 'tags'"),  # 4 of (5,)
         (dict(keypoints=[[70000, 1]]), inv, "field 'keypoints'"),  # into uint16
         (dict(score=1e39), inv, "field 'score'"),  # a finite float32 overflow
+        (dict(score=float("nan")), inv, "allow_nonfinite"),  # refused by CacheWriter
+        (dict(score=np.float32("-inf")), inv, "field 'score'"),
         (dict(score=[1.0, 2.0]), inv, "field 'score'"),
         (dict(score="high"), TypeError, "field 'score'"),
         (dict(caption=b"\xff\xfe"), inv, "caption"),  # not UTF-8 (libcache's check)
@@ -339,6 +343,93 @@ def test_bad_values_are_named_errors(tmp):
             pass
         else:
             raise AssertionError("no error")
+
+
+def test_nonfinite_only_where_declared(tmp):
+    """NaN and inf are stored only in a float32 field declared allow_nonfinite=True, recorded in
+    the manifest (so readers, merge and verify know); others refuse them at write() and at
+    declaration for the kinds they cannot apply to."""
+    path = os.path.join(tmp, "c")
+    fields = {"target": dscache.Scalar("float32", allow_nonfinite=True),
+              "points": dscache.Rows("float32", (2,), allow_nonfinite=True),
+              "strict": dscache.Scalar("float32")}
+    img = np.zeros((4, 4, 3), np.uint8)
+    with dscache.Writer(path, shape=(4, 4, 3), fields=fields) as w:
+        w.write(img, 0, target=float("nan"), points=[[float("inf"), 1]], strict=1.0)
+        w.write(img, 0, target=-np.inf, points=[], strict=2.0)
+        try:
+            w.write(img, 0, target=1.0, points=[], strict=float("nan"))
+        except dscache.InvalidArgumentError as e:
+            assert "field 'strict'" in str(e) and "allow_nonfinite" in str(e), str(e)
+        else:
+            raise AssertionError("NaN in a field without allow_nonfinite was stored")
+    c = dscache.Cache(path)
+    assert len(c) == 2
+    assert np.isnan(c.field(0, "target")) and c.field(1, "target") == -np.inf
+    assert np.isinf(c.field(0, "points")[0, 0])
+    assert [f.allow_nonfinite for f in c.fields] == [True, True, False]
+    assert c.fields == [dscache.Scalar("float32", name="target", allow_nonfinite=True),
+                        dscache.Rows("float32", (2,), name="points", allow_nonfinite=True),
+                        dscache.Scalar("float32", name="strict")]
+    assert [f.get("allow_nonfinite", False) for f in manifest(path)["fields"]] == [
+        True, True, False]
+    verify(path)
+    r = subprocess.run([DSCACHE, "inspect", path, "--json"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert [f["allow_nonfinite"] for f in json.loads(r.stdout)["fields"]] == [True, True, False]
+    r = subprocess.run([DSCACHE, "inspect", path], capture_output=True, text=True, timeout=60,
+                       check=True)
+    assert r.stdout.count("NaN/inf allowed") == 2, r.stdout
+    for spec in (dscache.Scalar("int64", allow_nonfinite=True), dscache.Array(
+            "uint8", 2, allow_nonfinite=True)):
+        try:
+            dscache.Writer(os.path.join(tmp, "bad"), shape=(4, 4, 3), fields={"x": spec})
+        except dscache.InvalidArgumentError as e:
+            assert "allow_nonfinite" in str(e), str(e)
+        else:
+            raise AssertionError(f"{spec} accepted")
+
+
+def test_damaged_text_is_corruption_naming_file_and_sample(tmp):
+    """A text value that is not UTF-8 on disk (its manifest entry and checksum rewritten to
+    match): Cache.field raises CorruptionError naming the file and the sample (not a bare
+    UnicodeDecodeError), the Loader's batch too, and `dscache verify` exits 5 naming both."""
+    if not DSCACHE:
+        raise Skip("DSCACHE not set (run through meson test)")
+    path = os.path.join(tmp, "c")
+    with dscache.Writer(path, shape=(4, 4, 3), fields={"caption": dscache.Text()}) as w:
+        for i in range(3):
+            w.write(np.full((4, 4, 3), i, np.uint8), 0, caption=f"caf\u00e9 {i}")
+    values = os.path.join(path, "caption-00000.npy")
+    a = np.load(values)
+    off = np.load(os.path.join(path, "caption-offsets-00000.npy"))
+    a[off[1] + 3] = 0xFF  # sample 1's "\u00e9" loses its first byte
+    np.save(values, a)
+    sums = np.load(os.path.join(path, "checksums.npy"))
+    sums[1, 1] = xxh64(a[off[1]:off[2]].tobytes())
+    np.save(os.path.join(path, "checksums.npy"), sums)
+    restamp(path)
+    c = dscache.Cache(path)
+    assert c.field(0, "caption") == "caf\u00e9 0"
+    try:
+        c.field(1, "caption")
+    except dscache.CorruptionError as e:
+        assert "caption-00000.npy" in str(e) and "sample 1" in str(e), str(e)
+        assert "UTF-8" in str(e), str(e)
+    else:
+        raise AssertionError("invalid UTF-8 read back without an error")
+    try:
+        for _ in dscache.Loader(c, batch_size=3, shuffle=False):
+            pass
+    except dscache.CorruptionError as e:
+        assert "sample 1" in str(e) and "UTF-8" in str(e), str(e)
+    else:
+        raise AssertionError("the Loader served invalid UTF-8")
+    r = subprocess.run([DSCACHE, "verify", path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
+    assert "caption-00000.npy: sample 1: field 'caption': text is not valid UTF-8" in r.stdout, (
+        r.stdout)
+    assert "checksum" not in r.stdout, r.stdout  # the only problem is the text itself
 
 
 if __name__ == "__main__":

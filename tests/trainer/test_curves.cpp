@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "bitmap_font.h"
 #include "curves.h"
 #include "dscache/error.h"
 
@@ -299,13 +300,15 @@ TEST_SUITE("unit") {
                 {"val_acc", 0.75}});
     const std::vector<CurvePanel> panels = curves.panels();
     REQUIRE(panels.size() == 2);
-    REQUIRE(panels[0].series.size() == 2);
-    CHECK(panels[0].series[0].label == "train loss");
+    REQUIRE(panels[0].series.size() == 3);
+    CHECK(panels[0].series[0].label == "train/50 steps");
     REQUIRE(panels[0].series[0].points.size() == 3);
     CHECK(std::isnan(panels[0].series[0].points[1].y));  // null loss
     CHECK(panels[0].series[0].points[2].x == 150);
-    CHECK(panels[0].series[1].label == "val loss");
+    CHECK(panels[0].series[1].label == "train/epoch");
     CHECK(panels[0].series[1].points.size() == 2);
+    CHECK(panels[0].series[2].label == "val/epoch");
+    CHECK(panels[0].series[2].points.size() == 2);
     REQUIRE(panels[1].series.size() == 2);
     CHECK(panels[1].series[1].label == "val acc");
     CHECK(panels[1].series[1].points[1].y == 0.75);
@@ -335,5 +338,73 @@ TEST_SUITE("unit") {
       CHECK_THROWS_WITH_AS(curves.load(dir.file("none.jsonl")), doctest::Contains("none.jsonl"),
                            Error);
     }
+  }
+
+  TEST_CASE("TrainingCurves: every run draws the same series, each legend says what it averages") {
+    using nlohmann::json;
+    const auto epoch = [](int step, json extra) {
+      json line = {{"kind", "epoch"}, {"epoch", 0}, {"step", step}, {"loss", 1.5}};
+      line.update(extra);
+      return line;
+    };
+    const auto labels = [](const CurvePanel& p) {
+      std::vector<std::string> out;
+      for (const auto& ser : p.series) out.push_back(ser.label);
+      return out;
+    };
+    // --log-every 50: a 48-step run logs no step line, a 60-step run one. Both draw the epoch's
+    // train loss, named so; the 60-step run adds its one step line, named by what it averages.
+    TrainingCurves short_run, long_run;
+    short_run.add(epoch(48, {{"train_acc", 0.5}}));
+    long_run.add({{"kind", "step"}, {"step", 50}, {"loss", 1.7}});
+    long_run.add(epoch(60, {{"train_acc", 0.5}}));
+    const auto s = short_run.panels(), l = long_run.panels();
+    CHECK(labels(s[0]) == std::vector<std::string>{"train/epoch"});
+    CHECK(labels(l[0]) == std::vector<std::string>{"train/50 steps", "train/epoch"});
+    for (const CurvePanel* p : {&s[0], &l[0]}) {
+      const CurveSeries& train = p->series.back();
+      CHECK(train.markers);
+      REQUIRE(train.points.size() == 1);
+      CHECK(train.points[0].y == 1.5);
+    }
+    // The right panel: train and val of one metric, never two metrics side by side.
+    struct Case {
+      json line;
+      std::string title;
+      std::vector<std::string> legend;
+    };
+    const Case cases[] = {
+        {{{"train_pixel_acc", 0.8}, {"val_pixel_acc", 0.7}, {"val_miou", 0.31}},  // segment
+         "pixel accuracy",
+         {"train pixel acc", "val pixel acc"}},
+        {{{"train_acc", 0.5}, {"val_acc", 0.4}, {"val_map", 0.93}},  // multilabel
+         "accuracy",
+         {"train acc", "val acc"}},
+        {{{"train_acc", nullptr}, {"val_acc", nullptr}, {"val_r2", 0.6}}, "R^2", {"val R^2"}},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.title);
+      TrainingCurves curves;
+      curves.add(epoch(10, c.line));
+      const CurvePanel right = curves.panels()[1];
+      CHECK(right.title == c.title);
+      CHECK(labels(right) == c.legend);
+      for (const auto& ser : right.series) CHECK(ser.points[0].y != 0.31);  // no mIoU
+      for (const auto& ser : right.series) CHECK(ser.points[0].y != 0.93);  // no mAP
+    }
+    // Three loss series fit the legend row of a panel (draw_panel leaves out what does not).
+    TrainingCurves wide;
+    wide.add({{"kind", "step"}, {"step", 100000}, {"loss", 1.0}});
+    wide.add(epoch(100000, {{"val_loss", 1.1}}));
+    const ChartOptions o;
+    const PlotArea a = plot_area(o, 2, 0);
+    int width = 0;
+    const std::vector<CurvePanel> wide_panels = wide.panels();
+    for (const auto& ser : wide_panels[0].series) {
+      width += 12 * o.text_scale + 3 * o.text_scale + text_width(ser.label, o.text_scale) +
+               8 * o.text_scale;
+    }
+    CHECK(wide_panels[0].series.size() == 3);
+    CHECK(width - 8 * o.text_scale <= a.right + 12 * o.text_scale - a.left);
   }
 }

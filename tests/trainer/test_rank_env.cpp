@@ -14,6 +14,7 @@ namespace {
 using dscache::train::dist_env_from;
 using dscache::train::DistEnv;
 using dscache::train::expand_hostlist;
+using dscache::train::master_addr_unresolvable;
 using Env = std::map<std::string, std::string>;
 
 DistEnv from(const Env& env) {
@@ -126,5 +127,25 @@ TEST_SUITE("unit") {
       CAPTURE(c.says);
       CHECK_THROWS_WITH_AS(from(c.env), doctest::Contains(c.says), dscache::UsageError);
     }
+  }
+
+  TEST_CASE("rank env: a master host that does not resolve is named with its variable (issue 38)") {
+    // No rendezvous: c10d would retry the name once a second until --dist-timeout.
+    Env env = {{"RANK", "1"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_PORT", "29501"},
+               {"MASTER_ADDR", "no-such-host.invalid"}};
+    const std::string torch = master_addr_unresolvable(from(env));
+    CHECK(torch.find("rendezvous: MASTER_ADDR=no-such-host.invalid does not resolve (") == 0);
+    CHECK(torch.find("set MASTER_ADDR to rank 0's address") != std::string::npos);
+    // A Slurm step's first node: the variable it came from.
+    const std::string slurm = master_addr_unresolvable(from(srun_task(0, "nohost[1-2].invalid")));
+    CHECK(slurm.find("SLURM_STEP_NODELIST's first host 'nohost1.invalid'") != std::string::npos);
+    // What resolves says nothing: an address, and the default.
+    env["MASTER_ADDR"] = "127.0.0.1";
+    CHECK(master_addr_unresolvable(from(env)).empty());
+    env.erase("MASTER_ADDR");
+    CHECK(from(env).master_addr_from.empty());
+    CHECK(master_addr_unresolvable(from(env)).empty());
   }
 }

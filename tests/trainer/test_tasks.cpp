@@ -77,7 +77,7 @@ TEST_SUITE("unit") {
       CAPTURE(c.t.targets[0]);
       CAPTURE(std::string(to_string(c.t.loss)));
       TargetSpec spec = resolve_targets(c.t, *cache, "--train c");
-      if (c.t.target_norm) measure_target_stats(*cache, &spec);
+      if (c.t.target_norm) measure_target_stats(*cache, "--train c", &spec);
       REQUIRE(spec.outputs() == c.outputs);
       torch::manual_seed(3);
       auto model = make_model(ModelKind::kCnn, 3, spec.outputs(), 12, 12);
@@ -97,8 +97,8 @@ TEST_SUITE("unit") {
           const dscache::Batch* b = micro->next();
           if (!b) break;
           micro_loss += forward_backward_targets(*model, conv.images(*b),
-                                                 batch_targets(spec, *b, torch::kCPU), spec,
-                                                 windows[w], fp32, nullptr)
+                                                 batch_targets(spec, *b, torch::kCPU, "--train c"),
+                                                 spec, windows[w], fp32, nullptr)
                             .loss_sum.item<double>();
         }
         const auto accumulated = grads_of(params);
@@ -106,17 +106,18 @@ TEST_SUITE("unit") {
         const dscache::Batch* b = big->next();
         REQUIRE(b != nullptr);
         REQUIRE(static_cast<int64_t>(b->size) == windows[w]);
-        const MicroResult whole_r =
-            forward_backward_targets(*model, conv.images(*b), batch_targets(spec, *b, torch::kCPU),
-                                     spec, b->size, fp32, nullptr);
+        const MicroResult whole_r = forward_backward_targets(
+            *model, conv.images(*b), batch_targets(spec, *b, torch::kCPU, "--train c"), spec,
+            b->size, fp32, nullptr);
         const auto whole = grads_of(params);
         CHECK(rel_diff(accumulated, whole) < 1e-5);
         CHECK(micro_loss == doctest::Approx(whole_r.loss_sum.item<double>()).epsilon(1e-5));
         // Normalising by the nominal 32 instead of the true 21 is visible in the last window.
         if (windows[w] != 32) {
           zero_grads(params);
-          forward_backward_targets(*model, conv.images(*b), batch_targets(spec, *b, torch::kCPU),
-                                   spec, 32, fp32, nullptr);
+          forward_backward_targets(*model, conv.images(*b),
+                                   batch_targets(spec, *b, torch::kCPU, "--train c"), spec, 32,
+                                   fp32, nullptr);
           CHECK(rel_diff(grads_of(params), whole) > 0.3);
         }
       }
@@ -131,14 +132,14 @@ TEST_SUITE("unit") {
     CHECK(spec.array);
     TargetSpec reg =
         resolve_targets(task(TaskKind::kRegress, {"r", "g"}, RegressLoss::kMse, true), *cache, "x");
-    measure_target_stats(*cache, &reg);
+    measure_target_stats(*cache, "--train c", &reg);
     // r = 5 + 10 c/255 with c uniform on [0, 255]: mean near 10, std near 10/sqrt(12).
     CHECK(reg.mean[0] == doctest::Approx(10).epsilon(0.15));
     CHECK(reg.std[0] == doctest::Approx(10 / std::sqrt(12.0)).epsilon(0.2));
     auto loader = fields_loader(cache, 40, reg.fields, dscache::Shuffle::kNone);
     loader->start_epoch(0, 0);
     const dscache::Batch* b = loader->next();
-    const torch::Tensor y = batch_targets(reg, *b, torch::kCPU);
+    const torch::Tensor y = batch_targets(reg, *b, torch::kCPU, "--train c");
     CHECK(y.mean(0)[0].item<double>() == doctest::Approx(0).epsilon(1e-4).scale(1));
     CHECK(y.std(0, false)[1].item<double>() == doctest::Approx(1).epsilon(1e-4));
     // AP as scikit-learn computes it: scores .9 .8 .7 .6 for labels 1 0 1 0 → (1 + 2/3) / 2.
@@ -152,6 +153,7 @@ TEST_SUITE("unit") {
     CHECK(j["val_map"].get<double>() == doctest::Approx(1.0));
     CHECK(j["val_ap"][1].is_null());
     CHECK(j["val_micro_f1"].get<double>() == doctest::Approx(2.0 / 3));  // tp 1, fp 1, fn 0
+    CHECK(j["val_acc"].get<double>() == doctest::Approx(0.5));           // sample 1 has both right
   }
 
   TEST_CASE("tasks: a learnable signal beats a constant predictor (multilabel, regress)") {
@@ -166,7 +168,7 @@ TEST_SUITE("unit") {
                                  task(TaskKind::kRegress, {"r", "g"}, RegressLoss::kMse, true)}) {
       CAPTURE(std::string(to_string(t.kind)));
       TargetSpec spec = resolve_targets(t, *train, "--train");
-      if (t.target_norm) measure_target_stats(*train, &spec);
+      if (t.target_norm) measure_target_stats(*train, "--train c", &spec);
       torch::manual_seed(1);
       auto model = make_model(ModelKind::kCnn, 3, spec.outputs(), 12, 12);
       torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(3e-3));
@@ -176,18 +178,19 @@ TEST_SUITE("unit") {
         loader->start_epoch(0, epoch);
         while (const dscache::Batch* b = loader->next()) {
           opt.zero_grad();
-          forward_backward_targets(*model, conv.images(*b), batch_targets(spec, *b, torch::kCPU),
-                                   spec, b->size, fp32, nullptr);
+          forward_backward_targets(*model, conv.images(*b),
+                                   batch_targets(spec, *b, torch::kCPU, "--train c"), spec, b->size,
+                                   fp32, nullptr);
           opt.step();
         }
       }
-      const TargetEval ev = evaluate_targets(*model, *vloader, conv, fp32, spec);
+      const TargetEval ev = evaluate_targets(*model, *vloader, conv, fp32, spec, "--val v");
       MESSAGE(ev.metrics.dump());
       // The constant predictor: the training mean (a prevalence score for multilabel).
       TargetMetrics constant(spec);
       vloader->start_epoch(0, 0);
       while (const dscache::Batch* b = vloader->next()) {
-        const torch::Tensor y = batch_targets(spec, *b, torch::kCPU);
+        const torch::Tensor y = batch_targets(spec, *b, torch::kCPU, "--train c");
         torch::Tensor c = torch::zeros_like(y);  // normalised mean (regress); logit 0 (p = .5)
         constant.add(c, y);
       }
@@ -240,10 +243,11 @@ TEST_SUITE("unit") {
     loader->start_epoch(0, 0);
     const dscache::Batch* b = loader->next();
     try {
-      batch_targets(ids, *b, torch::kCPU);
+      batch_targets(ids, *b, torch::kCPU, "--train c");
       FAIL("accepted");
-    } catch (const dscache::Error& e) {
-      CHECK(std::string(e.what()).find("field 'id': sample 2 has value 2") != std::string::npos);
+    } catch (const dscache::UsageError& e) {  // a bad value: exit 2
+      CHECK(std::string(e.what()).find("field 'id' of sample 2 in --train c is 2; --task "
+                                       "multilabel needs targets of 0 or 1") != std::string::npos);
     }
     // The checks that need no data.
     struct Plain {
@@ -296,7 +300,7 @@ TEST_SUITE("cli") {
     const Case cases[] = {
         {tmp.path() + "/ml",
          {"--task", "multilabel", "--targets", "a,b,c", "--optimizer", "adamw"},
-         {"val_map", "val_micro_f1", "train_acc"}},
+         {"val_map", "val_micro_f1", "train_acc", "val_acc"}},
         {tmp.path() + "/reg",
          {"--task", "regress", "--targets", "r,g", "--target-norm", "--loss", "l1", "--optimizer",
           "adamw"},

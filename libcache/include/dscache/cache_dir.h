@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,18 @@ struct FieldShardFile {
   uint64_t rows = 0;             // fixed kinds: the shard's samples; variable: the rows it holds
   std::vector<int64_t> offsets;  // kinds with offsets: count + 1 row offsets; empty otherwise
 };
+
+// What CacheDir::check_open() read and checked, for a reader to serve from.
+struct CheckedCache {
+  std::vector<ShardLocation> shards;       // each shard's own header, agreeing with the manifest
+  std::vector<uint64_t> shard_data_bytes;  // each shard's sample bytes (ShardFile::data_bytes)
+  std::vector<int64_t> labels;             // labels.npy, every label in range
+  std::vector<IndexRow> index;             // raw ragged and JPEG caches: every row; else empty
+};
+
+// Receives shard k's field files (manifest field order), checked, before the next shard's are
+// opened (a cache of thousands of shards must not hold all their descriptors at once).
+using FieldFilesSink = std::function<void(size_t k, std::vector<FieldShardFile>* files)>;
 
 // Opens the cache directory once (O_DIRECTORY) and reads every file relative to that
 // descriptor (openat), for as long as the CacheDir lives: when the directory is swapped for a
@@ -102,6 +115,21 @@ class CacheDir {
   // values' rows. With `index` (raw ragged and JPEG caches: index()), a ragged mask's rows per
   // sample must equal its image's h * w. Corruption naming the file (and sample) otherwise.
   FieldShardFile open_field(size_t k, size_t f, const std::vector<IndexRow>* index = nullptr) const;
+
+  // Every open-time check of docs/FORMAT.md "Opening a cache", in its order: each named file
+  // regular, inside and of its manifest size (check_files); with `hash_files`, its XXH64; each
+  // shard's header (open_shard); labels (labels()); checksums.npy's header and size
+  // (check_checksums_header); the index; each field file (open_field) and a rows_of field's row
+  // counts equal to its boxes'. The one validation that Cache::open, `dscache verify`, every
+  // `dscache inspect` mode and Python's dscache.Cache go through, so that they accept and refuse
+  // the same caches. Throws the first failure (Corruption naming the file, the sample where
+  // there is one). `sink`, when given, receives each shard's field files.
+  CheckedCache check_open(bool hash_files = false, const FieldFilesSink& sink = nullptr) const;
+  // checksums.npy's npy shape: (count,), or (count, 1 + fields) for a cache with fields.
+  std::vector<uint64_t> checksums_shape() const;
+  // checksums.npy's header: <u8, C order, checksums_shape(), the file exactly the header's size.
+  // Reads no data (a reader that serves samples does not need the checksums).
+  void check_checksums_header() const;
 
   struct Impl;
 

@@ -57,6 +57,9 @@ struct FieldSpec {
   std::vector<std::string> classes;  // mask, class-valued rows and multi-hot arrays: names of
                                      // the values (informational; inspect uses them); may be
                                      // empty
+  bool allow_nonfinite = false;      // float32 kinds but boxes: NaN and +-inf are values the field
+                                     // may hold (a missing target); false: the writer and verify
+                                     // refuse them
 
   // True for the kinds whose values vary in length (boxes, rows, bytes, text), stored as a flat
   // value array plus per-sample offsets. A mask is stored that way too in the ragged layout,
@@ -89,7 +92,8 @@ struct FieldData {
 
 // Checks one sample's value of `f` (for an image of height x width): its size (fixed kinds
 // exactly one value, a mask height x width elements; variable kinds whole rows), box coordinates
-// (finite, 0 <= x1 < x2 <= width, 0 <= y1 < y2 <= height), text being UTF-8. Returns its rows
+// (finite, 0 <= x1 < x2 <= width, 0 <= y1 < y2 <= height), text being UTF-8, float32 values
+// finite unless the field has allow_nonfinite. Returns its rows
 // (1 for fixed kinds but masks, which count their pixels). Error(kInvalidArgument, source,
 // "field 'boxes': box 2 (...) is not ...") otherwise. What CacheWriter::append and `dscache
 // verify` check.

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dscache/error.h"
+#include "dscache/exit_codes.h"
 #include "dscache/fields.h"
 #include "dscache/ingest/idx.h"
 
@@ -55,9 +57,26 @@ struct SourceOptions {
   // ';'-separated list of names -> uint8 array of the sorted distinct names, the names recorded
   // as the field's classes), "int" (int64 scalar), "float" (float32 scalar), "text", "ignore".
   std::vector<std::pair<std::string, std::string>> field_kinds;
+  // --field NAME=KIND:CLASS,CLASS,...: the class names of a mask or multi-hot column, in order
+  // (a mask value v names classes[v]; a multi-hot vector follows this order and every name in
+  // the column must be one of them). Absent: a mask's classes are unnamed, a multi-hot column's
+  // its sorted distinct names.
+  std::vector<std::pair<std::string, std::vector<std::string>>> field_classes;
   // COCO instances JSON (recognised by its content):
   std::string image_root;  // the folder the images' file_name are relative to (required)
   std::string coco_mask;   // "" / "none": no mask field; "semantic": a uint8 mask field `mask`
+  // --confine: a path a list, table or COCO file names (image or mask) must stay inside the
+  // list's folder (COCO: --image-root); one that leads outside (absolute, or `..` past it) makes
+  // its entry bad. Default false: paths are followed wherever they lead.
+  bool confine = false;
+};
+
+// A source option that does not fit the source as read: --field or --image-column naming no
+// column, --classes for a table without labels, COCO options for another source... Its exit
+// code is usage (2), like any bad option value (dscache/exit_codes.h).
+class SourceOptionError : public Error, public ExitsWith<ExitCode::kUsage> {
+ public:
+  using Error::Error;
 };
 
 // Everything the build needs to know about its input. Owns the idx pixels for idx sources.
@@ -73,6 +92,9 @@ struct SourceListing {
   std::vector<FieldSpec> fields;         // the fields every entry carries; empty: none
   FieldColumns columns;                  // their values, as listed (see FieldColumns)
   std::shared_ptr<const CocoInstances> coco;  // coco only: the parsed annotations
+  // Advice the listing found for the user, one sentence each (a text column whose values all
+  // name image files: probably a mask). The build prints them as notes.
+  std::vector<std::string> notices;
 };
 
 // Lists `source`: a folder of class folders, a CSV/TSV list (`path,label`, or a table with a
