@@ -76,7 +76,11 @@ def check_outcomes(root, outs):
     """What the page says the blocks made."""
     for cache, count in (("pets-train", 24), ("pets-val", 8), ("seg", 12), ("coco-cache", 4)):
         check_eq(load_manifest(root / cache)["count"], count, f"{cache}'s sample count")
-    check("mask" in json.dumps(load_manifest(root / "seg").get("fields")), "seg has no mask field")
+    fields = json.dumps(load_manifest(root / "seg").get("fields"))
+    check('"mask"' in fields and '["background", "person", "car"]' in fields,
+          f"seg's fields lack the mask and its class names: {fields}")
+    check_eq(json.loads((root / "seg-run/model.json").read_text())["classes"],
+             ["background", "person", "car"], "seg-run/model.json's classes")
     for png in ("seg0.png", "coco.png"):
         img = cv2.imread(str(root / png))
         check(img is not None and img.size > 0, f"inspect did not write a readable {png}")
