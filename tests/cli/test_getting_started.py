@@ -76,19 +76,25 @@ def check_outcomes(root, outs):
     """What the page says the blocks made."""
     for cache, count in (("pets-train", 24), ("pets-val", 8), ("seg", 12), ("coco-cache", 4)):
         check_eq(load_manifest(root / cache)["count"], count, f"{cache}'s sample count")
-    check("mask" in json.dumps(load_manifest(root / "seg").get("fields")), "seg has no mask field")
+    fields = json.dumps(load_manifest(root / "seg").get("fields"))
+    check('"mask"' in fields and '["background", "person", "car"]' in fields,
+          f"seg's fields lack the mask and its class names: {fields}")
+    check_eq(json.loads((root / "seg-run/model.json").read_text())["classes"],
+             ["background", "person", "car"], "seg-run/model.json's classes")
     for png in ("seg0.png", "coco.png"):
         img = cv2.imread(str(root / png))
         check(img is not None and img.size > 0, f"inspect did not write a readable {png}")
     for run in ("run", "seg-run"):
         for f in ("model.pt", "model.json", "checkpoint.pt", "metrics.jsonl"):
             check((root / run / f).is_file(), f"dscache-train left no {run}/{f}")
-    epochs = [r["epoch"] for r in read_jsonl(root / "run/metrics.jsonl") if r.get("kind") == "epoch"]
+    lines = read_jsonl(root / "run/metrics.jsonl")
+    epochs = [r["epoch"] for r in lines if r.get("kind") == "epoch"]
     check_eq(epochs, [0, 1, 2], "run/'s epoch lines (0-based) after --resume --epochs 3")
     joined = "\n".join(outs)
     check("torch.Size([8, 3, 56, 56]) torch.int64" in joined,
           f"the Loader example printed no (8, 3, 56, 56) batch:\n{joined}")
-    check("torch.Size([4, 48, 48])" in joined, f"the mask example printed no (4, 48, 48):\n{joined}")
+    check("torch.Size([4, 48, 48])" in joined,
+          f"the mask example printed no (4, 48, 48):\n{joined}")
     check(re.fullmatch(r"\['(cat|dog)'(, '(cat|dog)'){3}\]", outs[-1].strip()),
           f"the inference example (the last block) printed no 4 class names:\n{outs[-1]}")
 

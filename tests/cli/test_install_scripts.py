@@ -20,7 +20,8 @@ SOURCE_ROOT = Path(os.environ.get("DSCACHE_SOURCE_ROOT", Path(__file__).resolve(
 GCC_KILLED = ("c++: fatal error: Killed signal terminated program cc1plus\n"
               "compilation terminated.\nninja: build stopped: subcommand failed.", "exit 1")
 LD_KILLED = ("collect2: fatal error: ld terminated with signal 9 [Killed]", "exit 1")
-BARE_KILLED = ("[240/295] Compiling C++ object tests/test_x.p/test_x.cpp.o\ncc1plus killed", "exit 1")
+BARE_KILLED = ("[240/295] Compiling C++ object tests/test_x.p/test_x.cpp.o\ncc1plus killed",
+               "exit 1")
 SELF_KILLED = ("[12/295] Compiling C++ object libcache/x.cpp.o", "kill -9 $$")
 SYNTAX_ERROR = ("../libcache/src/cache.cpp:12:3: error: expected ';' before '}' token\n"
                 "ninja: build stopped: subcommand failed.", "exit 1")
@@ -45,7 +46,8 @@ OUT
   *) exit 0 ;;
 esac
 """
-    for name, text in (("meson", meson), ("dpkg-query", "#!/bin/sh\necho 'install ok installed'\n")):
+    dpkg_query = "#!/bin/sh\necho 'install ok installed'\n"
+    for name, text in (("meson", meson), ("dpkg-query", dpkg_query)):
         p = bindir / name
         p.write_text(text)
         p.chmod(p.stat().st_mode | stat.S_IXUSR)
@@ -55,7 +57,8 @@ esac
 def run_script(tmp, script, failure, *args):
     bindir, log = fake_tools(tmp, *failure)
     env = dict(os.environ, PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-               DSCACHE_BUILDDIR=str(tmp / "build"), DSCACHE_SANITIZE_BUILDDIR=str(tmp / "build-san"),
+               DSCACHE_BUILDDIR=str(tmp / "build"),
+               DSCACHE_SANITIZE_BUILDDIR=str(tmp / "build-san"),
                DSCACHE_QUICKSTART_OUT=str(tmp / "out"), DSCACHE_JOBS="2")
     p = testrunner.run_cmd([SOURCE_ROOT / "scripts" / script, *args], None, env=env,
                            cwd=SOURCE_ROOT, timeout=120)
