@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dscache/error.h"
@@ -21,6 +22,18 @@
 #include "spatial_fixtures.h"
 
 namespace dscache::test {
+
+// A FieldSpec with the members a test sets (the others at their defaults).
+inline FieldSpec field_spec(const char* name, FieldKind kind, FieldType dtype,
+                            std::vector<uint32_t> shape = {}, const char* rows_of = "") {
+  FieldSpec s;
+  s.name = name;
+  s.kind = kind;
+  s.dtype = dtype;
+  s.shape = std::move(shape);
+  s.rows_of = rows_of;
+  return s;
+}
 
 // Field numbers of FieldSource, in its field order.
 enum FieldSourceField : size_t {
@@ -47,23 +60,13 @@ class FieldSource : public SampleSource {
   };
 
   explicit FieldSource(const Options& o) : o_(o) {
-    auto spec = [](const char* name, FieldKind kind, FieldType dtype,
-                   std::vector<uint32_t> shape = {}, const char* rows_of = "") {
-      FieldSpec s;
-      s.name = name;
-      s.kind = kind;
-      s.dtype = dtype;
-      s.shape = std::move(shape);
-      s.rows_of = rows_of;
-      return s;
-    };
-    specs_ = {spec("mask", FieldKind::kMask, FieldType::kUint8),
-              spec("boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}),
-              spec("box_id", FieldKind::kRows, FieldType::kInt64, {}, "boxes"),
-              spec("score", FieldKind::kScalar, FieldType::kFloat32),
-              spec("hot", FieldKind::kArray, FieldType::kUint8, {3}),
-              spec("caption", FieldKind::kText, FieldType::kUint8),
-              spec("mask16", FieldKind::kMask, FieldType::kUint16)};
+    specs_ = {field_spec("mask", FieldKind::kMask, FieldType::kUint8),
+              field_spec("boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}),
+              field_spec("box_id", FieldKind::kRows, FieldType::kInt64, {}, "boxes"),
+              field_spec("score", FieldKind::kScalar, FieldType::kFloat32),
+              field_spec("hot", FieldKind::kArray, FieldType::kUint8, {3}),
+              field_spec("caption", FieldKind::kText, FieldType::kUint8),
+              field_spec("mask16", FieldKind::kMask, FieldType::kUint16)};
     values_.assign(kFsCount, std::vector<std::vector<uint8_t>>(o.count));
     rows_.assign(kFsCount, std::vector<uint64_t>(o.count, 1));
     for (uint64_t i = 0; i < o.count; ++i) {

@@ -20,6 +20,7 @@
 #include "dscache/fields.h"
 #include "dscache/manifest.h"
 #include "dscache/npy.h"
+#include "field_fixtures.h"
 #include "test_util.h"
 
 using namespace dscache;  // NOLINT(build/namespaces)
@@ -27,23 +28,13 @@ using namespace dscache::test;
 
 namespace {
 
-FieldSpec spec(const char* name, FieldKind kind, FieldType dtype, std::vector<uint32_t> shape = {},
-               const char* rows_of = "") {
-  FieldSpec f;
-  f.name = name;
-  f.kind = kind;
-  f.dtype = dtype;
-  f.shape = std::move(shape);
-  f.rows_of = rows_of;
-  return f;
-}
-
 // score (float32 scalar, NaN allowed), boxes, box_labels (rows_of boxes), caption (text).
 std::vector<FieldSpec> fields() {
-  std::vector<FieldSpec> f = {spec("score", FieldKind::kScalar, FieldType::kFloat32),
-                              spec("boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}),
-                              spec("box_labels", FieldKind::kRows, FieldType::kInt64, {}, "boxes"),
-                              spec("caption", FieldKind::kText, FieldType::kUint8)};
+  std::vector<FieldSpec> f = {
+      field_spec("score", FieldKind::kScalar, FieldType::kFloat32),
+      field_spec("boxes", FieldKind::kBoxes, FieldType::kFloat32, {4}),
+      field_spec("box_labels", FieldKind::kRows, FieldType::kInt64, {}, "boxes"),
+      field_spec("caption", FieldKind::kText, FieldType::kUint8)};
   f[0].allow_nonfinite = true;
   return f;
 }
@@ -107,9 +98,9 @@ TEST_SUITE("fields") {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const float inf = std::numeric_limits<float>::infinity();
     const float row[2] = {1, -inf};
-    for (FieldSpec f : {spec("s", FieldKind::kScalar, FieldType::kFloat32),
-                        spec("a", FieldKind::kArray, FieldType::kFloat32, {2}),
-                        spec("r", FieldKind::kRows, FieldType::kFloat32, {2})}) {
+    for (FieldSpec f : {field_spec("s", FieldKind::kScalar, FieldType::kFloat32),
+                        field_spec("a", FieldKind::kArray, FieldType::kFloat32, {2}),
+                        field_spec("r", FieldKind::kRows, FieldType::kFloat32, {2})}) {
       INFO(f.name);
       const FieldData v{f.kind == FieldKind::kScalar ? &nan : static_cast<const void*>(row),
                         f.kind == FieldKind::kScalar ? 4u : 8u};
@@ -120,9 +111,9 @@ TEST_SUITE("fields") {
       CHECK(check_field_value(f, v, 4, 4, "x.png") == 1);
     }
     // allow_nonfinite applies to float32 kinds other than boxes only.
-    for (FieldSpec f : {spec("i", FieldKind::kScalar, FieldType::kInt64),
-                        spec("b", FieldKind::kBoxes, FieldType::kFloat32, {4}),
-                        spec("m", FieldKind::kMask, FieldType::kUint8)}) {
+    for (FieldSpec f : {field_spec("i", FieldKind::kScalar, FieldType::kInt64),
+                        field_spec("b", FieldKind::kBoxes, FieldType::kFloat32, {4}),
+                        field_spec("m", FieldKind::kMask, FieldType::kUint8)}) {
       f.allow_nonfinite = true;
       CHECK(invalid_argument_message([&] {
               validate_field(f, "fields");
@@ -134,7 +125,7 @@ TEST_SUITE("fields") {
     o.recipe.height = o.recipe.width = 2;
     o.recipe.channels = 1;
     o.recipe.shard_bytes = 1024;
-    o.fields = {spec("target", FieldKind::kScalar, FieldType::kFloat32)};
+    o.fields = {field_spec("target", FieldKind::kScalar, FieldType::kFloat32)};
     auto w = CacheWriter::open(tmp.path() + "/c", o);
     std::vector<uint8_t> px(4);
     const FieldData v{&nan, 4};
