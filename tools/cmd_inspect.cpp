@@ -389,9 +389,11 @@ void show_sample(CacheView& c, const InspectArgs& a) {
     // Text fields are UTF-8 when the build wrote them; a damaged byte shows as U+FFFD.
     std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
-    std::printf("sample %llu: label %lld (%s), source %s, shard %s\n",
-                static_cast<unsigned long long>(i), static_cast<long long>(labels[i]), cls.c_str(),
-                sources[i].c_str(), c.shard_of(i).file.c_str());
+    // An unlabeled cache (classes []) has no name to put beside the label.
+    const std::string named = m.classes.empty() ? "" : " (" + cls + ")";
+    std::printf("sample %llu: label %lld%s, source %s, shard %s\n",
+                static_cast<unsigned long long>(i), static_cast<long long>(labels[i]),
+                named.c_str(), sources[i].c_str(), c.shard_of(i).file.c_str());
     if (!m.fields.empty()) std::printf("fields\n");
     print_sample_fields(m, fields);
     if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());

@@ -336,7 +336,8 @@ def case_bad_labels(tmp):
     (d / "labels.npy").write_bytes(npy_bytes(bad))
     refresh(d, "labels.npy")
     edit_manifest(d, lambda m: (m.__setitem__("classes", []), m.__setitem__("class_counts", [])))
-    expect(["inspect", d, "--sample", "2"], 0, ["label 99"])
+    p = expect(["inspect", d, "--sample", "2"], 0, ["sample 2: label 99, source"])
+    check("(label 99)" not in p.stdout, f"an unlabeled cache's sample names a class:\n{p.stdout}")
     expect(["inspect", d, "--grid", "4", "--out", tmp / "u.png"], 0, ["wrote"])
 
     d = variant(out, tmp, "fortran")
