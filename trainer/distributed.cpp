@@ -36,7 +36,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env, std::chrono::seco
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
+  so.isServer = env.rank == 0 && !env.agent_store;  // else torchrun's agent hosts it
   so.waitWorkers = false;
   so.timeout = timeout;
   c10::intrusive_ptr<c10d::TCPStore> store;
@@ -46,10 +46,10 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env, std::chrono::seco
     const std::string first_line =
         std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
     throw DistributedError(
-        env.rank == 0 ? "rendezvous: cannot host the TCPStore on " + where + ": " + first_line
-                      : "rendezvous: rank " + std::to_string(env.rank) +
-                            " could not reach rank 0's TCPStore at " + where + " within " +
-                            std::to_string(timeout.count()) + " s (--dist-timeout): " + first_line);
+        so.isServer ? "rendezvous: cannot host the TCPStore on " + where + ": " + first_line
+                    : "rendezvous: rank " + std::to_string(env.rank) +
+                          " could not reach rank 0's TCPStore at " + where + " within " +
+                          std::to_string(timeout.count()) + " s (--dist-timeout): " + first_line);
   }
   store->set("dscache/joined/" + std::to_string(env.rank), std::vector<uint8_t>{1});
   if (env.rank != 0) return store;
@@ -170,12 +170,15 @@ std::unique_ptr<Communicator> make_communicator(const DistEnv& env, std::chrono:
   if (env.world_size <= 1) return nullptr;
 #ifdef USE_C10D_GLOO
   const std::string backend = backend_for(device);
+  // A localhost name is the loopback address even where the resolver lacks it (RFC 6761).
+  DistEnv rendezvous = env;
+  rendezvous.master_addr = rendezvous_host(env.master_addr);
   // Before c10d, which retries a name that does not resolve until the timeout, warning each second.
-  if (const std::string bad = master_addr_unresolvable(env); !bad.empty()) {
+  if (const std::string bad = master_addr_unresolvable(rendezvous); !bad.empty()) {
     throw DistributedError(bad);
   }
   try {
-    return std::make_unique<PgCommunicator>(env, timeout, backend == "nccl");
+    return std::make_unique<PgCommunicator>(rendezvous, timeout, backend == "nccl");
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& e) {  // the store's host (rank 0) went away, a peer vanished...

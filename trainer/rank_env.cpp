@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -139,6 +140,8 @@ DistEnv dist_env_from(const Get& get) {
     env_int(get, "RANK", 0, 1 << 20, &e.rank);
     env_int(get, "LOCAL_RANK", 0, 1 << 16, &e.local_rank);
     if (torch) e.source = "torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT)";
+    const char* agent = get("TORCHELASTIC_USE_AGENT_STORE");
+    e.agent_store = torch && agent != nullptr && std::string(agent) == "True";
     if (e.rank >= e.world_size) {
       throw UsageError("RANK=" + std::to_string(e.rank) +
                        " is not below WORLD_SIZE=" + std::to_string(e.world_size));
@@ -157,16 +160,39 @@ DistEnv dist_env_from(const Get& get) {
   return e;
 }
 
-std::string master_addr_unresolvable(const DistEnv& env) {
+namespace {
+
+// getaddrinfo's result for `host` (TCP): 0 when it resolves.
+int resolve(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
-  if (rc == 0) {
-    ::freeaddrinfo(found);
-    return "";
-  }
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc == 0) ::freeaddrinfo(found);
+  return rc;
+}
+
+bool is_localhost_name(std::string host) {
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!host.empty() && host.back() == '.') host.pop_back();  // the root label
+  const std::string suffix = ".localhost";
+  return host == "localhost" ||
+         (host.size() > suffix.size() &&
+          host.compare(host.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
+}  // namespace
+
+bool host_resolves(const std::string& host) { return resolve(host) == 0; }
+
+std::string rendezvous_host(const std::string& host, bool (*resolves)(const std::string&)) {
+  return is_localhost_name(host) && !resolves(host) ? "127.0.0.1" : host;
+}
+
+std::string master_addr_unresolvable(const DistEnv& env) {
+  const int rc = resolve(env.master_addr);
+  if (rc == 0) return "";
   const std::string reason = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
   const std::string what =
       env.master_addr_from == "MASTER_ADDR" ? "MASTER_ADDR=" + env.master_addr

@@ -18,6 +18,10 @@ struct DistEnv {
   // "SLURM_JOB_NODELIST" (its first host); "" for the default.
   std::string master_addr_from;
   int master_port = 29500;  // MASTER_PORT
+  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent already hosts a TCPStore at
+  // MASTER_ADDR:MASTER_PORT (its static rendezvous, --master_addr/--master_port); every rank,
+  // rank 0 included, joins it as a client, as torch.distributed does. Default false.
+  bool agent_store = false;
   // Where these came from, for the start-up line: "" (a single process, nothing set),
   // "torchrun variables", or "Slurm (SLURM_PROCID, ...)".
   std::string source;
@@ -46,6 +50,17 @@ std::vector<std::string> expand_hostlist(const std::string& list, const std::str
 // because c10d's TCPStore retries a name that does not resolve once a second, warning each
 // time, until --dist-timeout (600 s by default) runs out.
 std::string master_addr_unresolvable(const DistEnv& env);
+
+// Whether `host` resolves (getaddrinfo, TCP).
+bool host_resolves(const std::string& host);
+
+// The host the rendezvous uses for `host`: `host` itself, except a localhost name ("localhost",
+// or one ending in ".localhost", any case) that `resolves` says does not resolve, which is
+// 127.0.0.1. RFC 6761 makes such names the loopback address whatever the resolver says, but a
+// minimal system without /etc/hosts (debootstrap --variant=minbase, slim containers) does not
+// resolve them, and c10d's TCPStore then cannot either.
+std::string rendezvous_host(const std::string& host,
+                            bool (*resolves)(const std::string&) = host_resolves);
 
 }  // namespace train
 }  // namespace dscache

@@ -14,7 +14,9 @@ namespace {
 using dscache::train::dist_env_from;
 using dscache::train::DistEnv;
 using dscache::train::expand_hostlist;
+using dscache::train::host_resolves;
 using dscache::train::master_addr_unresolvable;
+using dscache::train::rendezvous_host;
 using Env = std::map<std::string, std::string>;
 
 DistEnv from(const Env& env) {
@@ -147,5 +149,34 @@ TEST_SUITE("unit") {
     env.erase("MASTER_ADDR");
     CHECK(from(env).master_addr_from.empty());
     CHECK(master_addr_unresolvable(from(env)).empty());
+  }
+
+  TEST_CASE("rank env: torchrun's static rendezvous hosts the store in its agent") {
+    Env env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29501"}};
+    CHECK_FALSE(from(env).agent_store);  // --standalone, c10d rendezvous: rank 0 hosts it
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    CHECK(from(env).agent_store);
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    CHECK_FALSE(from(env).agent_store);
+  }
+
+  TEST_CASE("rank env: a localhost name is the loopback address where the resolver lacks it") {
+    // A minimal Debian without /etc/hosts resolves no 'localhost' (seen: the Slurm case failed
+    // there); RFC 6761 makes it 127.0.0.1 all the same.
+    auto never = [](const std::string&) { return false; };
+    auto always = [](const std::string&) { return true; };
+    for (const char* name : {"localhost", "LocalHost", "localhost.", "rank0.localhost"}) {
+      CAPTURE(name);
+      CHECK(rendezvous_host(name, never) == "127.0.0.1");
+      CHECK(rendezvous_host(name, always) == name);  // a resolver that knows it has the say
+    }
+    for (const char* name :
+         {"no-such-host.invalid", "notlocalhost", "localhost.example", "node7"}) {
+      CAPTURE(name);
+      CHECK(rendezvous_host(name, never) == name);  // only localhost names are special
+    }
+    // On this machine, whatever its /etc/hosts: the host the rendezvous gets for localhost
+    // resolves.
+    CHECK(host_resolves(rendezvous_host("localhost")));
   }
 }

@@ -1260,8 +1260,12 @@ TEST_SUITE("cli") {
         dp_args(train, tmp.path() + "/launched", {"--nproc-per-node", "2"}), {}, log);
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
+    // Static rendezvous on 127.0.0.1, not --standalone: that one meets at localhost:29400, which a
+    // minimal Debian without /etc/hosts does not resolve (torchrun then retries until its timeout).
     auto args = dp_args(train, tmp.path() + "/torchrun");
-    args.insert(args.begin(), {torchrun, "--standalone", "--nproc_per_node=2", "--no_python"});
+    args.insert(args.begin(),
+                {torchrun, "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                 "--master_port=" + std::to_string(trainer_test::free_port()), "--no_python"});
     st = trainer_test::run_process(args, {"PET_REDIRECTS=9:0", "PET_TEE=9:0"}, log);
     INFO(trainer_test::read_file(log));
     REQUIRE(WIFEXITED(st));
