@@ -3,6 +3,7 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -173,9 +174,14 @@ int resolve(const std::string& host) {
   return rc;
 }
 
-bool is_localhost_name(std::string host) {
-  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (!host.empty() && host.back() == '.') host.pop_back();  // the root label
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!s.empty() && s.back() == '.') s.pop_back();  // the root label
+  return s;
+}
+
+bool is_localhost_name(const std::string& name) {
+  const std::string host = lower(name);
   const std::string suffix = ".localhost";
   return host == "localhost" ||
          (host.size() > suffix.size() &&
@@ -186,8 +192,18 @@ bool is_localhost_name(std::string host) {
 
 bool host_resolves(const std::string& host) { return resolve(host) == 0; }
 
-std::string rendezvous_host(const std::string& host, bool (*resolves)(const std::string&)) {
-  return is_localhost_name(host) && !resolves(host) ? "127.0.0.1" : host;
+std::string own_hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+std::string rendezvous_host(const std::string& host, bool (*resolves)(const std::string&),
+                            std::string (*own)()) {
+  if (resolves(host)) return host;
+  const std::string me = lower(own()), name = lower(host);
+  const bool mine = !me.empty() && (name == me || name == me.substr(0, me.find('.')));
+  return is_localhost_name(host) || mine ? "127.0.0.1" : host;
 }
 
 std::string master_addr_unresolvable(const DistEnv& env) {

@@ -54,13 +54,19 @@ std::string master_addr_unresolvable(const DistEnv& env);
 // Whether `host` resolves (getaddrinfo, TCP).
 bool host_resolves(const std::string& host);
 
-// The host the rendezvous uses for `host`: `host` itself, except a localhost name ("localhost",
-// or one ending in ".localhost", any case) that `resolves` says does not resolve, which is
-// 127.0.0.1. RFC 6761 makes such names the loopback address whatever the resolver says, but a
-// minimal system without /etc/hosts (debootstrap --variant=minbase, slim containers) does not
-// resolve them, and c10d's TCPStore then cannot either.
+// This machine's host name (gethostname); "" when it has none.
+std::string own_hostname();
+
+// The host the rendezvous uses for `host`: `host` itself, except a name `resolves` says does not
+// resolve that still names this machine, which is 127.0.0.1: a localhost name ("localhost", or
+// one ending in ".localhost", any case: RFC 6761 makes them the loopback address whatever the
+// resolver says), or this machine's own host name `own` (or its first label), as glibc's
+// nss-myhostname answers it. A minimal system without /etc/hosts (debootstrap --variant=minbase,
+// slim containers) resolves neither, and c10d's TCPStore then cannot either; a rank on another
+// machine still needs a name that resolves.
 std::string rendezvous_host(const std::string& host,
-                            bool (*resolves)(const std::string&) = host_resolves);
+                            bool (*resolves)(const std::string&) = host_resolves,
+                            std::string (*own)() = own_hostname);
 
 }  // namespace train
 }  // namespace dscache

@@ -170,10 +170,18 @@ TEST_SUITE("unit") {
       CHECK(rendezvous_host(name, never) == "127.0.0.1");
       CHECK(rendezvous_host(name, always) == name);  // a resolver that knows it has the say
     }
-    for (const char* name :
-         {"no-such-host.invalid", "notlocalhost", "localhost.example", "node7"}) {
+    // This machine's own name (a Slurm node list names it) is this machine, as nss-myhostname
+    // answers; any other name must resolve.
+    auto node7 = []() { return std::string("node7.cluster"); };
+    for (const char* name : {"node7", "NODE7.cluster", "node7.cluster."}) {
       CAPTURE(name);
-      CHECK(rendezvous_host(name, never) == name);  // only localhost names are special
+      CHECK(rendezvous_host(name, never, node7) == "127.0.0.1");
+      CHECK(rendezvous_host(name, always, node7) == name);
+    }
+    for (const char* name : {"no-such-host.invalid", "notlocalhost", "localhost.example", "node8",
+                             "node7.other", "node"}) {
+      CAPTURE(name);
+      CHECK(rendezvous_host(name, never, node7) == name);
     }
     // On this machine, whatever its /etc/hosts: the host the rendezvous gets for localhost
     // resolves.
