@@ -179,12 +179,22 @@ def _take(name, size, offset, slot, dtype, shape, in_place=False):
         taken["in_place" if in_place else "copied"] += 1
         m = _maps.get(name)
         if m is None:
-            _reap()
-            fd = os.open(name, os.O_RDWR)
+            # Mapped before reaping: a worker that died after sending this batch (SIGKILLed, or
+            # a zombie not yet waited for) left it whole in its ring, and the reaping below
+            # would otherwise remove the file under it.
             try:
-                m = _maps[name] = mmap.mmap(fd, size)
+                fd = os.open(name, os.O_RDWR)
+            except FileNotFoundError:
+                _reap()
+                raise RuntimeError(
+                    f"DataLoader worker (pid {_owners(name)[1]}) exited before the main process "
+                    f"took its batch: its shared-memory ring {name} is gone") from None
+            try:
+                m = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
+            _reap()
+            _maps[name] = m
         a = np.frombuffer(m, np.dtype(dtype), int(np.prod(shape)), offset).reshape(shape)
     weakref.finalize(a, _free, m, slot)  # the tensor holds `a`: dies with its last view
     return torch.from_numpy(a)
