@@ -60,6 +60,8 @@ const std::vector<Row>& rows() {
        ExitCode::kError, false},
       {"Error kBusy", [] { throw Error(ErrorKind::kBusy, "/.c.lock", "held"); }, ExitCode::kLocked,
        false},
+      {"Error kRemote", [] { throw Error(ErrorKind::kRemote, "s3://b/c/x.npy", "HTTP 503"); },
+       ExitCode::kRemote, false},
       {"LockedError", [] { throw dscache::LockedError("/.c.lock", "{\"pid\": 1}", "held"); },
        ExitCode::kLocked, false},
       {"IOError ENOSPC",

@@ -20,6 +20,8 @@ const char* to_string(ErrorKind kind) {
       return "Unsupported";
     case ErrorKind::kBusy:
       return "Busy";
+    case ErrorKind::kRemote:
+      return "Remote";
   }
   return "Unknown";
 }

@@ -50,6 +50,8 @@ ExitCode exit_code_for(const std::exception& e) {
         return ExitCode::kCorruption;
       case ErrorKind::kBusy:
         return ExitCode::kLocked;
+      case ErrorKind::kRemote:
+        return ExitCode::kRemote;
       case ErrorKind::kNotFound:
       case ErrorKind::kInvalidArgument:
       case ErrorKind::kIOError:

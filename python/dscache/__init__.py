@@ -52,7 +52,7 @@ dscache.torch.CacheDataset (batches; workers split each epoch, exact resume) and
 dscache.torch.CacheMapDataset (samples) (imports torch; `import dscache` does not).
 
 Errors: dscache.Error and one subclass per kind (CorruptionError, NotFoundError,
-InvalidArgumentError, IOError, UnsupportedError, BusyError) with .kind, .path and .reason.
+InvalidArgumentError, IOError, UnsupportedError, BusyError, RemoteError) with .kind, .path and .reason.
 """
 
 import hashlib
@@ -69,11 +69,11 @@ from ._batch import Batch, detection_targets, per_sample
 from ._batch import to_torch as _batch_to_torch  # noqa: F401 (tests use it)
 from ._fields import from_bytes as _field_from_bytes, from_dict as _field_from_dict
 from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, IOError,  # noqa
-                      NotFoundError, UnsupportedError)
+                      NotFoundError, RemoteError, UnsupportedError)
 
 __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError",
            "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
-           "BusyError", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
+           "BusyError", "RemoteError", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
            "Array", "Boxes", "Rows", "Text", "Bytes", "Batch", "per_sample",
            "detection_targets"]
 __version__ = "0.1.0"

@@ -64,8 +64,14 @@ class BusyError(Error):
     kind = "Busy"
 
 
+class RemoteError(Error, builtins.OSError):
+    """Object storage (s3://, http(s)://) refused a request or failed after its retries; .path is
+    the URL, .reason the HTTP status or the cause (never a credential)."""
+    kind = "Remote"
+
+
 BY_KIND = {c.kind: c for c in (NotFoundError, CorruptionError, InvalidArgumentError, IOError,
-                               UnsupportedError, BusyError)}
+                               UnsupportedError, BusyError, RemoteError)}
 
 
 def from_cpp(kind, path, reason, what):

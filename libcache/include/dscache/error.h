@@ -14,6 +14,8 @@ enum class ErrorKind {
   kIOError,          // the operating system refused a read, write, rename, mmap...
   kUnsupported,      // valid input this build cannot handle (e.g. HDF5 without HDF5 support)
   kBusy,             // another process holds the lock on the path (dscache/lock.h)
+  kRemote,           // object storage (s3://, http(s)://) refused or failed after its retries;
+                     // path() is the URL (never a credential), reason() the HTTP status or cause
 };
 
 const char* to_string(ErrorKind kind);

@@ -22,6 +22,7 @@ enum class ExitCode : int {
   kNoSpace = 7,       // disk full, quota or file size limit; finished work kept for --resume
   kDistributed = 8,   // dscache-train: the data-parallel group could not form or broke
   kDiverged = 9,      // dscache-train: the loss stayed inf/NaN (5 steps in a row, no scaler)
+  kRemote = 10,       // object storage refused a request or failed after its retries
 };
 
 constexpr int to_int(ExitCode code) { return static_cast<int>(code); }
@@ -68,6 +69,7 @@ bool is_out_of_space(const std::exception& e);
 //   HasExitCode                   its own code (UsageError: kUsage, ExitCodeError...)
 //   out of space                  kNoSpace (is_out_of_space)
 //   Error kCorruption / kBusy     kCorruption / kLocked
+//   Error kRemote                 kRemote
 //   Error of another kind         kError (kNotFound, kInvalidArgument, kIOError, kUnsupported)
 //   anything else                 kError (std::bad_alloc, std::system_error, ...)
 ExitCode exit_code_for(const std::exception& e);

@@ -1,0 +1,48 @@
+// Remote locations: caches on object storage (s3://BUCKET/PREFIX) or a web server
+// (http(s)://HOST/PATH), served through a verified local copy (docs/REMOTE.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dscache {
+
+// True for "s3://...", "http://..." and "https://..." (the scheme case-insensitive).
+bool is_remote_location(const std::string& path);
+
+// How this process reaches object storage and where it keeps local copies. Empty / zero fields
+// fall back to the environment, then to the defaults given.
+struct RemoteOptions {
+  // S3 endpoint, e.g. "http://127.0.0.1:7480". Empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
+  // profile's endpoint_url, else https://s3.<region>.amazonaws.com.
+  std::string endpoint;
+  // Empty: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else "us-east-1".
+  std::string region;
+  // Empty: AWS_PROFILE, else "default" (for ~/.aws/credentials and ~/.aws/config).
+  std::string profile;
+  // "path" (https://endpoint/BUCKET/KEY), "virtual" (https://BUCKET.endpoint/KEY) or empty:
+  // AWS_S3_ADDRESSING_STYLE, else path-style for a custom endpoint and virtual on AWS.
+  std::string addressing;
+  // The local cache directory. Empty: DSCACHE_LOCAL_CACHE, $XDG_CACHE_HOME/dscache,
+  // else $HOME/.cache/dscache.
+  std::string local_cache;
+  // Most bytes of local copies kept; 0: DSCACHE_LOCAL_CACHE_SIZE, else 20 GiB.
+  uint64_t local_cache_size = 0;
+  // Concurrent requests while downloading or uploading; 0: 8.
+  unsigned requests_in_flight = 0;
+  // Attempts after the first on a timeout, reset, 429 or 5xx, with capped exponential backoff
+  // and jitter (Retry-After honoured); -1: DSCACHE_REMOTE_RETRIES, else 5.
+  int retries = -1;
+  // Seconds a request may stall (no byte moved) before it counts as timed out; 0: 30.
+  double stall_timeout_s = 0;
+  // Objects at least this large are uploaded in parts of part_bytes; 0: 64 MiB and 16 MiB.
+  uint64_t multipart_threshold = 0;
+  uint64_t part_bytes = 0;
+};
+
+// The process-wide options every remote open uses (the commands' --s3-endpoint, --local-cache,
+// --local-cache-size; Python's dscache.remote_options). Thread-safe.
+void set_remote_options(const RemoteOptions& options);
+RemoteOptions remote_options();
+
+}  // namespace dscache
