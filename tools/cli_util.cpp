@@ -9,6 +9,7 @@
 #include "dscache/byte_count.h"
 #include "dscache/error.h"
 #include "dscache/ingest/source_list.h"
+#include "dscache/remote.h"
 
 namespace dscache {
 namespace {
@@ -36,11 +37,56 @@ bool is_unsigned_option(const boost::program_options::value_semantic* v) {
 
 }  // namespace
 
+const boost::program_options::options_description& remote_options_description() {
+  namespace po = boost::program_options;
+  static const po::options_description desc = [] {
+    po::options_description d(
+        "Remote caches (s3://BUCKET/PREFIX, http(s)://HOST/PATH; docs/OPERATIONS.md); the "
+        "environment's AWS_* and DSCACHE_LOCAL_CACHE* variables apply when these are not given");
+    d.add_options()("s3-endpoint", po::value<std::string>()->value_name("URL"),
+                    "S3 endpoint, e.g. http://127.0.0.1:7480 (default: AWS_ENDPOINT_URL, else "
+                    "AWS's own for the region)")(
+        "local-cache", po::value<std::string>()->value_name("DIR"),
+        "where verified copies of remote caches are kept, shared by every process on the node "
+        "(default: DSCACHE_LOCAL_CACHE, else $XDG_CACHE_HOME/dscache or ~/.cache/dscache)")(
+        "local-cache-size", po::value<std::string>()->value_name("BYTES"),
+        "most bytes of copies kept; the least recently opened copy nobody holds is evicted "
+        "first (default: DSCACHE_LOCAL_CACHE_SIZE, else 20GiB)");
+    return d;
+  }();
+  return desc;
+}
+
+namespace {
+
+// The remote options of the command line, applied process-wide (set_remote_options).
+void apply_remote_options(const boost::program_options::variables_map& vm) {
+  RemoteOptions o = remote_options();
+  if (vm.count("s3-endpoint")) {
+    o.endpoint = vm["s3-endpoint"].as<std::string>();
+    if (o.endpoint.rfind("http://", 0) != 0 && o.endpoint.rfind("https://", 0) != 0) {
+      throw UsageError("--s3-endpoint '" + o.endpoint + "': expected http://HOST[:PORT] or "
+                       "https://HOST[:PORT]");
+    }
+  }
+  if (vm.count("local-cache")) o.local_cache = vm["local-cache"].as<std::string>();
+  if (vm.count("local-cache-size")) {
+    o.local_cache_size = parse_bytes(vm["local-cache-size"].as<std::string>(),
+                                     "--local-cache-size");
+    if (o.local_cache_size == 0) throw UsageError("--local-cache-size '0': expected a size > 0");
+  }
+  set_remote_options(o);
+}
+
+}  // namespace
+
 void parse_command_line(int argc, char** argv,
-                        const boost::program_options::options_description& options,
+                        const boost::program_options::options_description& command_options,
                         const boost::program_options::positional_options_description& positional,
                         boost::program_options::variables_map* vm) {
   namespace po = boost::program_options;
+  po::options_description options;
+  options.add(command_options).add(remote_options_description());
   const po::parsed_options parsed = [&] {
     try {
       return po::command_line_parser(argc, argv).options(options).positional(positional).run();
@@ -65,6 +111,7 @@ void parse_command_line(int argc, char** argv,
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
+  apply_remote_options(*vm);
 }
 
 void parse_size(const std::string& text, const std::string& option, uint32_t* height,
@@ -102,7 +149,7 @@ bool parse_cache_args(int argc, char** argv,
   pos.add("cache", 1);
   parse_command_line(argc, argv, all, pos, vm);
   if (vm->count("help")) {
-    std::cout << desc << "\n";
+    std::cout << desc << "\n" << remote_options_description() << "\n";
     return false;
   }
   if (cache->empty()) throw UsageError("expected CACHE (see dscache " + command + " --help)");

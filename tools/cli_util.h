@@ -21,9 +21,14 @@ bool parse_cache_args(int argc, char** argv,
                       const std::string& command, std::string* cache,
                       boost::program_options::variables_map* vm);
 
+// --s3-endpoint, --local-cache, --local-cache-size: every command accepts them
+// (parse_command_line adds them and applies them with set_remote_options); shown by --help.
+const boost::program_options::options_description& remote_options_description();
+
 // Parses the command line into `vm` (po::store, then po::notify). Throws UsageError for what
 // Boost refuses (its message), and for a negative value of an unsigned option (`--parts -1`,
-// `--batch=-2`), which Boost would read as a huge number, naming the option.
+// `--batch=-2`), which Boost would read as a huge number, naming the option. The remote
+// options are parsed with the command's and applied.
 void parse_command_line(int argc, char** argv,
                         const boost::program_options::options_description& options,
                         const boost::program_options::positional_options_description& positional,

@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dscache/cache_writer.h"
+#include "dscache/remote.h"
 #include "dscache/shard.h"
 
 namespace dscache {
@@ -310,7 +314,7 @@ bool parse_build_command_line(int argc, char** argv, BuildOptions* opt) {
   po::variables_map vm;
   parse_command_line(argc, argv, all, pos, &vm);
   if (vm.count("help")) {
-    std::cout << desc << "\n";
+    std::cout << desc << "\n" << remote_options_description() << "\n";
     return false;
   }
   if (opt->source.empty() || opt->output.empty()) {
@@ -355,6 +359,45 @@ void print_summary(const BuildSummary& s) {
               s.output.c_str());
 }
 
+// `dscache build SRC s3://BUCKET/PREFIX`: builds into a staging directory of the local cache
+// (upload_staging_dir: found again by --resume), then uploads it, manifest last, and removes
+// the staging copy. --resume continues either step: the build from its finished shards, the
+// upload from the objects already in the bucket with the same size and XXH64.
+void build_to_remote(BuildOptions opt) {
+  const std::string remote = opt.output;
+  if (remote.rfind("s3://", 0) != 0) {
+    throw UsageError("OUTPUT " + remote + ": an http(s) location is read-only; build to "
+                     "s3://BUCKET/PREFIX or to a directory the web server serves");
+  }
+  if (opt.part_count != 0) {
+    throw UsageError("--part/--parts with a remote OUTPUT: build the parts into local "
+                     "directories, merge them, then build or upload the merged cache");
+  }
+  if (!opt.force && !opt.resume && remote_cache_exists(remote)) {
+    throw OutputExistsError(ErrorKind::kInvalidArgument, remote,
+                            "holds a cache (manifest.json); use --force to replace it or "
+                            "--resume to finish an interrupted upload");
+  }
+  opt.output = upload_staging_dir(remote);
+  // The staging directory is this command's own: a fresh build replaces what is there.
+  if (!opt.resume) opt.force = true;
+  BuildSummary s = run_build(opt);
+  s.output = remote;
+  if (!opt.quiet) std::fprintf(stderr, "uploading %s to %s\n", opt.output.c_str(), remote.c_str());
+  const UploadStats up = upload_cache(opt.output, remote);
+  print_summary(s);
+  std::printf("uploaded %llu files (%s)%s -> %s\n",
+              static_cast<unsigned long long>(up.files_uploaded),
+              format_bytes(up.bytes_uploaded).c_str(),
+              up.files_kept ? (", kept " + std::to_string(up.files_kept) +
+                               " already there (" + format_bytes(up.bytes_kept) + ")")
+                                  .c_str()
+                            : "",
+              remote.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(opt.output, ec);  // the bucket holds it now
+}
+
 }  // namespace
 
 int cmd_build(int argc, char** argv) {
@@ -365,6 +408,8 @@ int cmd_build(int argc, char** argv) {
         if (!parse_build_command_line(argc, argv, &opt)) return to_int(ExitCode::kOk);
         if (opt.dry_run) {
           dry_run_build(opt);
+        } else if (is_remote_location(opt.output)) {
+          build_to_remote(opt);
         } else {
           print_summary(run_build(opt));
         }

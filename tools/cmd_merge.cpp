@@ -37,7 +37,7 @@ bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* qu
   po::variables_map vm;
   parse_command_line(argc, argv, all, pos, &vm);
   if (vm.count("help")) {
-    std::cout << desc << "\n";
+    std::cout << desc << "\n" << remote_options_description() << "\n";
     return false;
   }
   if (paths.size() < 2) {

@@ -12,6 +12,7 @@
 #include "dscache/cache.h"
 #include "dscache/checksum.h"
 #include "dscache/manifest.h"
+#include "dscache/remote.h"
 #include "lazy_source.h"
 #include "safety.h"
 
@@ -56,6 +57,10 @@ LazySource open_source(const std::string& option, const std::string& path,
     }
     check_regular_if_exists(lazy_file, lazy_option);
     return open_lazy_source({path, lazy_file, o.image_size, o.channels});
+  }
+  if (is_remote_location(path)) {  // its verified local copy (dscache/remote.h)
+    auto cache = Cache::open(path);
+    return {cache, cache->manifest().classes, cache_identity(cache->manifest())};
   }
   check_directory(path, option);
   // TRAINER-LOCAL pre-check until libcache opens its own files this way (another branch).
@@ -124,6 +129,11 @@ void check_val_targets(const TrainOptions& o, const SampleSource& val, const Tar
 
 TrainData open_data(const TrainOptions& o, int rank, int world_size,
                     const BufferAllocator& allocator) {
+  RemoteOptions remote = remote_options();  // --train/--val on object storage
+  if (!o.s3_endpoint.empty()) remote.endpoint = o.s3_endpoint;
+  if (!o.local_cache.empty()) remote.local_cache = o.local_cache;
+  if (o.local_cache_size != 0) remote.local_cache_size = o.local_cache_size;
+  set_remote_options(remote);
   TrainData d;
   LazySource train = open_source("--train", o.train, o.lazy_cache, "--lazy-cache", o);
   d.train = train.source;

@@ -150,14 +150,14 @@ struct OptionWords {
   std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
               window_bytes, task = "classify", targets, loss = "mse", progress = "auto",
-              class_weights;
+              class_weights, local_cache_size;
 };
 
 // Every option, bound to `o` or `words`, in groups by concern: --help lists them so, each once
 // (tests/trainer/test_trainer_cli.cpp checks).
 po::options_description describe_options(TrainOptions& o, OptionWords& words) {
   auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
-         window_bytes, task, targets, loss, progress, class_weights] = words;
+         window_bytes, task, targets, loss, progress, class_weights, local_cache_size] = words;
   po::options_description data_group("Data");
   po::options_description task_group("Task and model");
   po::options_description optimisation_group("Optimisation");
@@ -169,6 +169,9 @@ po::options_description describe_options(TrainOptions& o, OptionWords& words) {
   data_group.add_options()
     ("train", po::value(&o.train), "training cache directory (required)")
     ("val", po::value(&o.val), "validation cache directory")
+    ("s3-endpoint", po::value(&o.s3_endpoint), "URL: S3 endpoint for s3:// caches (default AWS_ENDPOINT_URL)")
+    ("local-cache", po::value(&o.local_cache), "DIR: verified local copies of remote caches, shared on the node (default DSCACHE_LOCAL_CACHE, ~/.cache/dscache)")
+    ("local-cache-size", po::value(&local_cache_size), "most bytes of local copies, e.g. 50G (default 20GiB)")
     ("lazy-cache", po::value(&o.lazy_cache), "FILE: --train is an image folder/list, decoded on first use into FILE")
     ("val-lazy-cache", po::value(&o.val_lazy_cache), "FILE: --val is an image folder/list, decoded on first use into FILE")
     ("channels", po::value(&o.channels), "--lazy-cache, --val-lazy-cache: 3 (RGB, default) or 1 (grey)")
@@ -240,7 +243,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   OptionWords words;
   const po::options_description desc = describe_options(o, words);
   const auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
-               window_bytes, task, targets, loss, progress, class_weights] = words;
+               window_bytes, task, targets, loss, progress, class_weights, local_cache_size] = words;
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
@@ -272,6 +275,15 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("window-bytes")) {
     if (!o.windowed) throw UsageError("--window-bytes: applies to --shuffle windowed only");
     o.window_bytes = byte_count("--window-bytes", window_bytes);
+  }
+  if (vm.count("local-cache-size")) {
+    o.local_cache_size = byte_count("--local-cache-size", local_cache_size);
+    if (o.local_cache_size == 0) throw UsageError("--local-cache-size: must be > 0");
+  }
+  if (!o.s3_endpoint.empty() && o.s3_endpoint.rfind("http://", 0) != 0 &&
+      o.s3_endpoint.rfind("https://", 0) != 0) {
+    throw UsageError("--s3-endpoint '" + o.s3_endpoint + "': expected http://HOST[:PORT] or "
+                     "https://HOST[:PORT]");
   }
   o.model = pick(kModelNames, "model", model);
   o.precision = pick(kPrecisionNames, "precision", precision);

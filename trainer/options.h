@@ -37,6 +37,10 @@ const char* to_string(ProgressMode v);
 struct TrainOptions {
   std::string train;                  // training cache directory (required)
   std::string val;                    // validation cache directory; "" = none
+  // --train/--val on object storage (s3://, http(s)://): applied with set_remote_options
+  std::string s3_endpoint;            // --s3-endpoint; "" = AWS_ENDPOINT_URL or AWS's own
+  std::string local_cache;            // --local-cache; "" = DSCACHE_LOCAL_CACHE or ~/.cache
+  uint64_t local_cache_size = 0;      // --local-cache-size; 0 = DSCACHE_LOCAL_CACHE_SIZE or 20GiB
   ModelKind model = ModelKind::kCnn;  // --model cnn|resnet18|unet-small; default cnn (segment:
                                       // unet-small)
   uint32_t epochs = 1;                // passes over the training cache; default 1

@@ -15,8 +15,10 @@
 
 #include "dscache/error.h"
 #include "dscache/npy.h"
+#include "dscache/remote.h"
 #include "field_files.h"
 #include "json_parse.h"
+#include "remote/mirror.h"
 
 namespace dscache {
 
@@ -81,6 +83,7 @@ struct CacheDir::Impl {
   std::string real;
   int fd = -1;
   Manifest manifest;
+  std::shared_ptr<remote::HeldMirror> held;  // a remote cache: its local copy, held open
 
   ~Impl() {
     if (fd >= 0) ::close(fd);
@@ -90,8 +93,13 @@ struct CacheDir::Impl {
 CacheDir::CacheDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CacheDir::~CacheDir() = default;
 
-std::shared_ptr<const CacheDir> CacheDir::open(const std::string& dir) {
+std::shared_ptr<const CacheDir> CacheDir::open(const std::string& location) {
   auto impl = std::make_unique<Impl>();
+  // A remote cache is served from its verified local copy (remote/mirror.h), held for as long
+  // as this CacheDir lives so that no other process evicts it; every check below then runs on
+  // the copy exactly as on a local cache.
+  if (is_remote_location(location)) impl->held = remote::mirror(location);
+  const std::string dir = impl->held ? impl->held->dir() : location;
   impl->dir = dir;
   do {
     impl->fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -153,8 +161,9 @@ File CacheDir::open_file(const std::string& name, uint64_t expected_bytes) const
   return f;
 }
 
-std::vector<FileEntry> CacheDir::named_files() const {
-  const Manifest& m = impl_->manifest;
+std::vector<FileEntry> CacheDir::named_files() const { return dscache::named_files(impl_->manifest); }
+
+std::vector<FileEntry> named_files(const Manifest& m) {
   std::vector<FileEntry> named;
   for (const ShardEntry& s : m.shards) named.push_back({s.file, s.bytes, s.xxh64});
   for (const FileEntry* f : {&m.labels, &m.checksums, &m.sources, &m.skips}) named.push_back(*f);

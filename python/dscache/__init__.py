@@ -63,7 +63,7 @@ import numpy as np
 
 from . import _dscache
 from ._checks import (_I64_MAX, _I64_MIN, _U32, _U64, _check_int, _check_ints, _check_path,
-                      _check_str, _sample_index)
+                      _check_str, _invalid, _sample_index)
 from ._fields import Array, Boxes, Bytes, Field, Mask, Rows, Scalar, Text
 from ._batch import Batch, detection_targets, per_sample
 from ._batch import to_torch as _batch_to_torch  # noqa: F401 (tests use it)
@@ -73,7 +73,7 @@ from ._errors import (BusyError, CorruptionError, Error, InvalidArgumentError, I
 
 __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError",
            "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
-           "BusyError", "RemoteError", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
+           "BusyError", "RemoteError", "remote_options", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
            "Array", "Boxes", "Rows", "Text", "Bytes", "Batch", "per_sample",
            "detection_targets"]
 __version__ = "0.1.0"
@@ -158,7 +158,10 @@ class Cache(_Source):
         _check_str("hint", hint)
         self._src = _dscache.Cache(path, memory, memory_budget, hint, bool(verify_checksums))
         # What reopens it in another process (pickle): the directory as opened here.
-        self._open_args = (os.path.abspath(str(path)), memory, int(memory_budget), hint,
+        where = str(path)
+        if not where.lower().startswith(("s3://", "http://", "https://")):
+            where = os.path.abspath(where)
+        self._open_args = (where, memory, int(memory_budget), hint,
                            bool(verify_checksums))
         self._manifest = self._src.manifest
         m = self._manifest
@@ -300,6 +303,37 @@ def _reopen(cls, args, identity):
                   f"(digest {mine['digest']}): it changed on disk since it was pickled")
         raise InvalidArgumentError(f"InvalidArgument: {args[0]}: {reason}", args[0], reason)
     return source
+
+
+def remote_options(endpoint=None, local_cache=None, local_cache_size=None,
+                   requests_in_flight=None):
+    """Sets how this process reaches caches on object storage (s3://BUCKET/PREFIX,
+    http(s)://HOST/PATH), as the commands' --s3-endpoint, --local-cache and --local-cache-size
+    do; None leaves the environment's value in force (AWS_ENDPOINT_URL, DSCACHE_LOCAL_CACHE,
+    DSCACHE_LOCAL_CACHE_SIZE; docs/OPERATIONS.md, "Caches on object storage"). Applies to caches
+    opened afterwards, in this process and in DataLoader workers (the values are also set in
+    os.environ, which spawned workers inherit).
+
+    endpoint: "http://HOST:PORT" or "https://HOST"; local_cache: a directory; local_cache_size:
+    bytes (int > 0); requests_in_flight: concurrent downloads (int > 0)."""
+    if endpoint is not None:
+        endpoint = _check_str("endpoint", endpoint)
+        if not endpoint.startswith(("http://", "https://")):
+            raise _invalid(f"endpoint {endpoint!r}: expected http://HOST[:PORT] or "
+                           "https://HOST[:PORT]")
+    local_cache = "" if local_cache is None else _check_path("local_cache", local_cache)
+    size = 0 if local_cache_size is None else _check_int("local_cache_size", local_cache_size,
+                                                         1, _U64)
+    n = 0 if requests_in_flight is None else _check_int("requests_in_flight",
+                                                        requests_in_flight, 1, 1024)
+    _dscache.set_remote_options(endpoint or "", local_cache, size, n)
+    # And in the environment, which spawned DataLoader workers (and any child) inherit.
+    if endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    if local_cache:
+        os.environ["DSCACHE_LOCAL_CACHE"] = local_cache
+    if size:
+        os.environ["DSCACHE_LOCAL_CACHE_SIZE"] = str(size)
 
 
 def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank_tail="pad",

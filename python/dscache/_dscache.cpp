@@ -30,6 +30,7 @@
 #include "dscache/fields.h"
 #include "dscache/loader.h"
 #include "dscache/manifest.h"
+#include "dscache/remote.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
@@ -443,6 +444,21 @@ PYBIND11_MODULE(_dscache, m) {
       },
       py::arg("crop"), py::arg("height"), py::arg("width"), py::arg("scale_min"),
       py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip"));
+
+  // dscache.remote_options(): the process-wide options of remote caches (dscache/remote.h).
+  m.def(
+      "set_remote_options",
+      [](const std::string& endpoint, const std::string& local_cache, uint64_t local_cache_size,
+         unsigned requests_in_flight) {
+        RemoteOptions o = remote_options();
+        o.endpoint = endpoint;
+        o.local_cache = local_cache;
+        o.local_cache_size = local_cache_size;
+        o.requests_in_flight = requests_in_flight;
+        set_remote_options(o);
+      },
+      py::arg("endpoint"), py::arg("local_cache"), py::arg("local_cache_size"),
+      py::arg("requests_in_flight"));
 
   bind_writer(m);
 }

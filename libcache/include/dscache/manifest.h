@@ -168,6 +168,10 @@ std::string to_json(const Manifest& m);
 // Error(kCorruption, path, reason) naming the offending field.
 Manifest manifest_from_json(const std::string& text, const std::string& path);
 
+// Every file the manifest names (shards, labels, checksums, sources, skips, index, then each
+// shard's field files), with its expected size and XXH64, in that order.
+std::vector<FileEntry> named_files(const Manifest& m);
+
 // Reads DIR/manifest.json. Throws NotFound if DIR or the manifest is missing.
 Manifest read_manifest(const std::string& dir);
 

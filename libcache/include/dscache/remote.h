@@ -1,5 +1,6 @@
 // Remote locations: caches on object storage (s3://BUCKET/PREFIX) or a web server
-// (http(s)://HOST/PATH), served through a verified local copy (docs/REMOTE.md).
+// (http(s)://HOST/PATH), served through a verified local copy (docs/OPERATIONS.md, "Caches on
+// object storage").
 #pragma once
 
 #include <cstdint>
@@ -44,5 +45,27 @@ struct RemoteOptions {
 // --local-cache-size; Python's dscache.remote_options). Thread-safe.
 void set_remote_options(const RemoteOptions& options);
 RemoteOptions remote_options();
+
+// Whether `location` holds a cache (its manifest.json exists). Error(kRemote) when the store
+// cannot be asked.
+bool remote_cache_exists(const std::string& location);
+
+// Where `dscache build SRC s3://...` builds before it uploads: a directory of the local cache
+// named after the location, so that --resume finds the interrupted build or upload again.
+std::string upload_staging_dir(const std::string& location);
+
+struct UploadStats {
+  uint64_t files_uploaded = 0;
+  uint64_t bytes_uploaded = 0;
+  uint64_t files_kept = 0;  // already there with the same size and XXH64 (a resumed upload)
+  uint64_t bytes_kept = 0;
+};
+
+// Uploads the cache directory `dir` to `location` (S3 only): the shards and field files, then
+// the other named files, then manifest.json last, so that a reader never sees a half-written
+// cache. An object already there with the file's size and XXH64 (x-amz-meta-xxh64, which every
+// upload sets) is kept, so an interrupted upload continues where it stopped. Each file is
+// checked against the manifest before it is sent. Error(kUnsupported) for http(s) locations.
+UploadStats upload_cache(const std::string& dir, const std::string& location);
 
 }  // namespace dscache

@@ -1,0 +1,73 @@
+// The local cache of remote caches: a verified copy of a remote cache (s3://, http(s)://) in a
+// directory of the local cache, shared by every process on the node, that CacheDir opens like
+// any cache directory (so every reader — Cache::open, verify, inspect, merge, bench, Python,
+// the trainer — serves a remote cache the same way as a local one).
+//
+// Layout: <local cache>/<XXH64 of the location>-<XXH64 of its manifest.json>/ holds the copies,
+// and the file of the same name + ".lock" beside it is the directory's lock. A rebuilt remote
+// cache (another manifest) gets another directory; the old one is evicted when room is needed.
+//
+// Rules (docs/OPERATIONS.md, "Caches on object storage"):
+//  - Copies only: each file is downloaded to a temporary name, checked against the manifest's
+//    size and XXH64, then renamed into place; manifest.json is written last, so a directory
+//    with a manifest is complete. A killed download leaves a temporary file that the next
+//    downloader removes, never a file a reader trusts.
+//  - Shared through the kernel's locks (open file description locks: they die with their
+//    process, and a writer downgrades to a reader atomically): a downloader holds the write
+//    lock, a reader the read lock while the cache is open. N processes opening the same remote
+//    cache download each file once; the others wait for the first and then read its copies.
+//  - A budget (RemoteOptions::local_cache_size) that is checked: room is made by evicting the
+//    least recently opened copies that no process holds; a cache that cannot fit beside the held
+//    ones is an error naming both numbers, before anything is downloaded.
+//  - A remote file whose size or XXH64 disagrees with the manifest is refused (Corruption naming
+//    its URL), never served.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dscache/remote.h"
+
+namespace dscache {
+namespace remote {
+
+// A remote cache's local copy, held (read lock) for as long as this object lives.
+class HeldMirror {
+ public:
+  HeldMirror(std::string location, std::string dir, int lock_fd);
+  ~HeldMirror();
+  HeldMirror(const HeldMirror&) = delete;
+  HeldMirror& operator=(const HeldMirror&) = delete;
+
+  const std::string& location() const { return location_; }  // s3://... as given
+  const std::string& dir() const { return dir_; }             // the local copy
+
+ private:
+  std::string location_;
+  std::string dir_;
+  int lock_fd_;
+};
+
+// What mirror() did, for tests and progress lines.
+struct MirrorStats {
+  uint64_t files_downloaded = 0;
+  uint64_t bytes_downloaded = 0;
+  uint64_t caches_evicted = 0;
+  uint64_t bytes_evicted = 0;
+};
+
+// The local copy of the cache at `location`, complete and verified, held for reading. Options:
+// remote_options(). Throws Error: kNotFound (no manifest.json there), kRemote (requests
+// refused or failed), kCorruption (a remote file that disagrees with its manifest),
+// kInvalidArgument (the budget cannot hold it), kIOError (the local disk).
+std::shared_ptr<HeldMirror> mirror(const std::string& location, MirrorStats* stats = nullptr);
+std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOptions& options,
+                                   MirrorStats* stats = nullptr);
+
+// The local cache directory and budget the options resolve to (RemoteOptions' comments).
+std::string local_cache_dir(const RemoteOptions& options);
+uint64_t local_cache_budget(const RemoteOptions& options);
+
+}  // namespace remote
+}  // namespace dscache

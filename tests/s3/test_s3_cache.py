@@ -1,0 +1,409 @@
+#!/usr/bin/python3
+"""Caches on object storage, end to end against a real S3 server (a private Ceph radosgw that each
+case starts in its temp dir: rgw.py) and a real web server (nginx: nginx.py): `dscache build`
+to s3://, every reader serving it from the verified local copy, byte for byte what the local
+build serves; resume of an interrupted upload; N processes downloading each file once (counted
+in the server's log); eviction under a budget; a server stopped and restarted; a changed object
+refused; wrong credentials; no secret written anywhere.
+
+Environment (tests/s3/meson.build): DSCACHE, PYTHONPATH (the built Python module)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testrunner  # noqa: E402
+from testrunner import Skip  # noqa: E402
+
+from rgw import Rgw  # noqa: E402
+from nginx import Nginx  # noqa: E402
+
+DSCACHE = os.environ.get("DSCACHE", "")
+BUCKET = "dsc"
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def write_pngs(root, classes=3, per_class=20, h=24, w=20, seed=5):
+    import cv2
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        os.makedirs(f"{root}/class{c}", exist_ok=True)
+        for i in range(per_class):
+            img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            assert cv2.imwrite(f"{root}/class{c}/{i:03d}.png", img)
+
+
+def run(args, env=None, timeout=300, check_rc=0):
+    if not DSCACHE:
+        raise Skip("DSCACHE not set (run through meson test)")
+    r = subprocess.run([DSCACHE, *args], capture_output=True, text=True, timeout=timeout,
+                       env=env)
+    if check_rc is not None:
+        check(r.returncode == check_rc,
+              f"dscache {' '.join(args)}: exit {r.returncode}, expected {check_rc}\n"
+              f"stdout: {r.stdout}\nstderr: {r.stderr}")
+    return r
+
+
+def s3_env(s3, tmp, **extra):
+    """A child's environment: the server's credentials and endpoint, a local cache under tmp."""
+    env = dict(os.environ)
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        env.pop(k, None)
+    env.update(s3.env())
+    env["DSCACHE_LOCAL_CACHE"] = str(Path(tmp, "local"))
+    env["HOME"] = str(tmp)  # no ~/.aws of the machine's user
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def use_env(env):
+    """This process's environment for in-process dscache opens (the module reads it then)."""
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION",
+              "DSCACHE_LOCAL_CACHE", "DSCACHE_LOCAL_CACHE_SIZE", "HOME"):
+        if k in env:
+            os.environ[k] = env[k]
+
+
+def samples(cache):
+    return [(np.asarray(cache[i][0]).copy(), cache.label(i)) for i in range(len(cache))]
+
+
+def batches(cache, seed=3):
+    import dscache
+    out = []
+    with dscache.Loader(cache, batch_size=8, seed=seed, workers=2) as loader:
+        for b in loader:
+            out.append((np.asarray(b[0]).copy(), np.asarray(b[1]).copy()))
+    return out
+
+
+def same_batches(a, b, what):
+    check(len(a) == len(b), f"{what}: {len(a)} batches against {len(b)}")
+    for k, (x, y) in enumerate(zip(a, b)):
+        check(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]),
+              f"{what}: batch {k} differs")
+
+
+def build_both(s3, tmp, env, prefix="c", extra=()):
+    """The same source built locally and to s3://BUCKET/prefix; returns (local dir, url, stdout)."""
+    src = Path(tmp, "src")
+    if not src.exists():
+        write_pngs(src)
+    local = Path(tmp, f"local-{prefix}")
+    opts = ["--size", "16", "--shard-size", "2K", *extra]
+    run(["build", str(src), str(local), *opts], env=env)
+    url = f"s3://{BUCKET}/{prefix}"
+    r = run(["build", str(src), url, *opts], env=env)
+    return local, url, r.stdout + r.stderr
+
+
+def objects(s3, prefix):
+    c = s3.client()
+    out = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix) + 1:]] = o["Size"]
+    return out
+
+
+def case_build_serve_exact(tmp):
+    """build to s3:// then every reader: the local build's samples and batches, byte for byte;
+    manifest.json uploaded last; no secret in any output or file."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, out = build_both(s3, tmp, env)
+        check("uploaded" in out, f"build to s3 said nothing of an upload:\n{out}")
+        objs = objects(s3, "c")
+        m = json.loads((local / "manifest.json").read_text())
+        check(len(m["shards"]) >= 3, f"want several shards, got {len(m['shards'])}")
+        for s in m["shards"]:
+            check(objs.get(s["file"]) == s["bytes"], f"{s['file']} in the bucket: {objs}")
+        check("manifest.json" in objs, f"no manifest.json in the bucket: {objs}")
+        # The manifest was the last PUT.
+        puts = [p for (meth, p, st) in s3.requests() if meth == "PUT" and f"/{BUCKET}/c/" in p]
+        check(puts and puts[-1].split("?")[0].endswith("/manifest.json"),
+              f"manifest.json was not the last upload: {puts[-3:]}")
+        # Every file carries its XXH64 (what a resumed upload compares).
+        head = s3.client().head_object(Bucket=BUCKET, Key="c/" + m["shards"][0]["file"])
+        check(head["Metadata"].get("xxh64") == m["shards"][0]["xxh64"],
+              f"x-amz-meta-xxh64 of the first shard: {head['Metadata']}")
+
+        run(["verify", url], env=env)
+        info = json.loads(run(["inspect", url, "--json"], env=env).stdout)
+        check(info["count"] == 60, f"inspect --json count {info['count']}")
+
+        use_env(env)
+        import dscache
+        remote = dscache.Cache(url)
+        here = dscache.Cache(str(local))
+        check(len(remote) == len(here) == 60, f"{len(remote)} samples remote, {len(here)} local")
+        for k, (a, b) in enumerate(zip(samples(remote), samples(here))):
+            check(np.array_equal(a[0], b[0]) and a[1] == b[1], f"sample {k} differs")
+        same_batches(batches(remote), batches(here), "Loader batches from s3 against local")
+
+        secret = s3.secret_key
+        for path in Path(tmp, "local").rglob("*"):
+            if path.is_file():
+                check(secret.encode() not in path.read_bytes(), f"the secret is in {path}")
+        check(secret not in out, "the secret is in the build's output")
+
+
+def case_resume_upload(tmp):
+    """An upload cut short (objects missing, one damaged, no manifest): --resume keeps what the
+    bucket holds with the right size and XXH64, sends the rest, and the cache reads exact. A
+    finished cache is not replaced without --force (exit 4)."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        src = str(Path(tmp, "src"))
+        opts = ["--size", "16", "--shard-size", "2K"]
+        r = run(["build", src, url, *opts], env=env, check_rc=4)
+        check("--resume" in r.stderr and "--force" in r.stderr, r.stderr)
+
+        m = json.loads((local / "manifest.json").read_text())
+        c = s3.client()
+        shards = [s["file"] for s in m["shards"]]
+        c.delete_object(Bucket=BUCKET, Key="c/manifest.json")
+        c.delete_object(Bucket=BUCKET, Key="c/" + shards[0])
+        c.delete_object(Bucket=BUCKET, Key="c/" + shards[1])
+        size = m["shards"][2]["bytes"]
+        c.put_object(Bucket=BUCKET, Key="c/" + shards[2], Body=b"\0" * size)  # same size
+        # A reader meanwhile: no manifest, not a cache (never half of one).
+        r = run(["verify", url], env=env, check_rc=1)
+        check("manifest.json" in r.stderr, r.stderr)
+
+        before = len([1 for (meth, p, st) in s3.requests() if meth == "PUT"])
+        r = run(["build", src, url, *opts, "--resume"], env=env)
+        puts = [p for (meth, p, st) in s3.requests() if meth == "PUT"][before:]
+        sent = sorted(p.split("?")[0].rsplit("/", 1)[1] for p in puts)
+        check(sent == sorted([shards[0], shards[1], shards[2], "manifest.json"]),
+              f"a resumed upload sent {sent}")
+        check("kept" in r.stdout, r.stdout)
+
+        use_env(env)
+        import dscache
+        remote, here = dscache.Cache(url), dscache.Cache(str(local))
+        same_batches(batches(remote), batches(here), "after a resumed upload")
+
+
+OPEN_AND_SUM = """
+import sys, dscache, numpy as np
+c = dscache.Cache(sys.argv[1])
+print(sum(int(np.asarray(c[i][0], dtype=np.int64).sum()) for i in range(len(c))))
+"""
+
+
+def case_shared_download_once(tmp):
+    """Three processes opening one remote cache at once on one node download each file once
+    (the server's log counts the GETs), and all three read the same samples."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        m = json.loads((local / "manifest.json").read_text())
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AND_SUM, url], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(3)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            check(p.returncode == 0, f"a reader failed: {e}")
+        check(len({o for o, _ in outs}) == 1, f"readers disagree: {outs}")
+        names = [s["file"] for s in m["shards"]] + [f["file"] for f in m["files"].values()]
+        for name in names:
+            if any(e["file"] == name and e["bytes"] == 0 for e in m["files"].values()):
+                continue  # an empty file is made, not fetched
+            n = s3.gets(f"/{BUCKET}/c/{name}")
+            check(n == 1, f"{name} was downloaded {n} times by 3 processes on one node")
+        check(s3.gets(f"/{BUCKET}/c/manifest.json") == 3,
+              f"each process reads the manifest: {s3.gets('manifest.json')}")
+
+
+def local_copies(tmp):
+    root = Path(tmp, "local")
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and "-" in p.name
+                  and not p.name.startswith("upload-"))
+
+
+def case_budget_eviction(tmp):
+    """Under a budget that holds one cache: opening a second evicts the first (nobody holds
+    it); while a process holds the first open, the second is refused naming both numbers."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local_a, url_a, _ = build_both(s3, tmp, env, prefix="a")
+        local_b, url_b, _ = build_both(s3, tmp, env, prefix="b")
+        size = max(sum(f.stat().st_size for f in d.iterdir()) for d in (local_a, local_b))
+        budget = str(int(size * 1.5))
+        lim = ["--local-cache-size", budget]
+        run(["verify", url_a, *lim], env=env)
+        first = local_copies(tmp)
+        check(len(first) == 1, f"one copy after opening a: {first}")
+        run(["verify", url_b, *lim], env=env)
+        second = local_copies(tmp)
+        check(len(second) == 1 and second != first, f"a was not evicted for b: {second}")
+
+        # A holds b open; opening a must not evict it.
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, dscache; c = dscache.Cache(sys.argv[1]); print('open', flush=True); "
+             "sys.stdin.read()", url_b],
+            env=dict(env, DSCACHE_LOCAL_CACHE_SIZE=budget), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        try:
+            check(holder.stdout.readline().strip() == "open", "the holder did not open b")
+            r = run(["verify", url_a, *lim], env=env, check_rc=1)
+            check("budget" in r.stderr and budget in r.stderr, f"refusal: {r.stderr}")
+            check(local_copies(tmp) == second, "a held copy was evicted")
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        run(["verify", url_a, *lim], env=env)  # b is free again: evicted now
+        check(len(local_copies(tmp)) == 1, f"copies: {local_copies(tmp)}")
+
+
+def case_server_restart(tmp):
+    """The server stopped while a reader downloads: the reader retries and succeeds once it is
+    back, with exact samples; stopped for good, the reader gives up with exit 10 naming the
+    endpoint."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp, DSCACHE_REMOTE_RETRIES=8)
+        local, url, _ = build_both(s3, tmp, env)
+        s3.stop_rgw()
+        p = subprocess.Popen([DSCACHE, "verify", url], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        check(p.poll() is None, "the reader did not wait for the server")
+        s3.start_rgw()
+        out, err = p.communicate(timeout=300)
+        check(p.returncode == 0, f"after the restart: exit {p.returncode}: {err}")
+        use_env(env)
+        import dscache
+        same_batches(batches(dscache.Cache(url)), batches(dscache.Cache(str(local))),
+                     "after a server restart")
+
+        s3.stop_rgw()
+        env2 = s3_env(s3, tmp, DSCACHE_REMOTE_RETRIES=1, DSCACHE_LOCAL_CACHE=Path(tmp, "l2"))
+        r = run(["verify", url], env=env2, check_rc=10)
+        check(s3.endpoint.split("//")[1] in r.stderr, f"the endpoint is not named: {r.stderr}")
+
+
+def case_changed_object_refused(tmp):
+    """A shard replaced in the bucket under its manifest (same size, other bytes) is refused:
+    exit 5 naming its URL; nothing of it is left in the local cache."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        m = json.loads((local / "manifest.json").read_text())
+        name = m["shards"][1]["file"]
+        data = bytearray((local / name).read_bytes())
+        data[-1] ^= 0xFF
+        s3.client().put_object(Bucket=BUCKET, Key="c/" + name, Body=bytes(data))
+        r = run(["verify", url], env=env, check_rc=5)
+        check(f"s3://{BUCKET}/c/{name}" in r.stderr and "changed" in r.stderr, r.stderr)
+        left = [p.name for p in Path(tmp, "local").rglob(f"*{name}*")]
+        check(not left, f"the refused file stayed in the local cache: {left}")
+        r = run(["inspect", url], env=env, check_rc=5)  # every reader refuses it
+
+
+def case_wrong_credentials(tmp):
+    """A wrong secret: exit 10 naming the S3 error and which key was used, never a secret."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        wrong = "wrong" + s3.secret_key[5:]
+        r = run(["verify", url], env=dict(env, AWS_SECRET_ACCESS_KEY=wrong), check_rc=10)
+        check("SignatureDoesNotMatch" in r.stderr or "403" in r.stderr, r.stderr)
+        check(s3.access_key[-4:] in r.stderr, f"which key was used is not said: {r.stderr}")
+        check(wrong not in r.stderr and s3.secret_key not in r.stderr, "a secret was printed")
+
+
+def case_stale_parts_never_trusted(tmp):
+    """What a download killed with SIGKILL leaves (a temporary file, no manifest in the copy) is
+    never served: the next reader removes it, downloads, and reads exact samples."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        # A real kill: a reader stopped with SIGKILL as soon as its copy directory exists.
+        p = subprocess.Popen([DSCACHE, "verify", url], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        root = Path(tmp, "local")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [d for d in root.glob("*-*") if d.is_dir()]:
+            time.sleep(0.001)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        copies = [d for d in root.glob("*-*") if d.is_dir() and not d.name.startswith("upload")]
+        check(copies, "no copy directory was made")
+        m = json.loads((local / "manifest.json").read_text())
+        name = m["shards"][0]["file"]
+        # And the worst a kill can leave: a half file under a temporary name, no manifest.
+        (copies[0] / "manifest.json").unlink(missing_ok=True)
+        (copies[0] / f".{name}.part-99999-0").write_bytes(b"half")
+        run(["verify", url], env=env)
+        check(not list(copies[0].glob(".*.part-*")), "a temporary file stayed")
+        use_env(env)
+        import dscache
+        same_batches(batches(dscache.Cache(url)), batches(dscache.Cache(str(local))),
+                     "after a killed download")
+
+
+def case_http_nginx(tmp):
+    """An http:// location: a cache directory served by nginx reads exactly as the local one."""
+    src = Path(tmp, "src")
+    write_pngs(src)
+    www = Path(tmp, "www")
+    www.mkdir()
+    run(["build", str(src), str(www / "c"), "--size", "16", "--shard-size", "2K"])
+    with Nginx(www, tmp / "nginx") as web:
+        env = dict(os.environ, DSCACHE_LOCAL_CACHE=str(Path(tmp, "local")), HOME=str(tmp))
+        url = f"{web.url}/c"
+        run(["verify", url], env=env)
+        info = json.loads(run(["inspect", url, "--json"], env=env).stdout)
+        check(info["count"] == 60, f"count {info['count']}")
+        check(web.gets("/c/manifest.json") == 2, f"manifest GETs: {web.gets('/c/manifest.json')}")
+        check(web.gets("/c/labels.npy") == 1, "the copy was downloaded again")
+        use_env(env)
+        import dscache
+        same_batches(batches(dscache.Cache(url)), batches(dscache.Cache(str(www / "c"))),
+                     "http:// against local")
+        r = run(["build", str(src), url, "--size", "16"], env=env, check_rc=2)
+        check("read-only" in r.stderr, r.stderr)
+
+
+CASES = {
+    "build_serve_exact": case_build_serve_exact,
+    "resume_upload": case_resume_upload,
+    "shared_download_once": case_shared_download_once,
+    "budget_eviction": case_budget_eviction,
+    "server_restart": case_server_restart,
+    "changed_object_refused": case_changed_object_refused,
+    "wrong_credentials": case_wrong_credentials,
+    "stale_parts_never_trusted": case_stale_parts_never_trusted,
+    "http_nginx": case_http_nginx,
+}
+
+
+def stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # meson's timeout: unwind so that `with Rgw` stops daemons
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-s3-"))
