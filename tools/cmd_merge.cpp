@@ -7,6 +7,7 @@
 #include "build_pipeline.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dscache/remote.h"
 #include "merge.h"
 
 namespace dscache {
@@ -44,6 +45,10 @@ bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* qu
     throw UsageError("expected PART_DIR... OUTPUT (see dscache merge --help)");
   }
   opt->output = paths.back();
+  if (is_remote_location(opt->output)) {
+    throw UsageError("OUTPUT " + opt->output + ": merge writes a local directory (the parts may "
+                     "be remote); build to s3:// from a local source to upload a cache");
+  }
   paths.pop_back();
   opt->parts = paths;
   opt->force = vm.count("force") > 0;
