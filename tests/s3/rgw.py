@@ -285,6 +285,8 @@ log to stderr = false
 err to stderr = true
 mon data = {r / 'mon'}
 osd data = {r / 'osd'}
+# Unused by memstore, but named in the OSD's start line: not the default under /var/lib/ceph.
+osd journal = {r / 'osd'}/journal
 osd objectstore = memstore
 memstore device bytes = {self.memstore_bytes}
 # One OSD: pools of one copy, placed on this host's only OSD, few PGs.
