@@ -9,6 +9,8 @@ Cases (one meson test each, `s3_<case>`):
                   no daemon of the cluster outlives the `with` block;
   server_restart  stop_rgw() makes requests fail to connect; start_rgw() serves again on the same
                   port with the data intact, and the request log spans both runs;
+  server_killed   a test process that dies holding a cluster (SIGTERM as meson's timeout sends it,
+                  or SIGKILL, where no Python code runs) leaves no daemon behind;
   nginx_range     nginx serves a directory read-only: a Range GET is 206 with the right bytes,
                   a PUT is refused, the access log counts the requests.
 
@@ -19,6 +21,7 @@ missing or cannot start.
 import hashlib
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -173,6 +176,47 @@ def case_server_restart(tmp):
     check_eq(processes_under(tmp), [], "processes naming the cluster's dir after the block")
 
 
+HOLDER = """
+import signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from rgw import Rgw
+from nginx import Nginx
+def stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+signal.signal(signal.SIGTERM, stop_on_sigterm)
+with Rgw(sys.argv[2]) as s3, Nginx(sys.argv[2], sys.argv[2]) as web:
+    print("up", flush=True)
+    time.sleep(300)
+"""
+
+
+def case_server_killed(tmp):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        d = tmp / sig.name
+        d.mkdir()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(HERE), str(d)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = holder.stdout.readline()
+            if line != "up\n":
+                holder.wait(timeout=60)
+                if holder.returncode == 77 or "Skip" in holder.stderr.read():
+                    raise testrunner.Skip("the holder could not start the servers")
+                raise Failure(f"the holder printed {line!r}, exit {holder.returncode}")
+            daemons = [p for p in processes_under(d) if p != holder.pid]
+            check_eq(len(daemons), 4, f"daemons (mon, osd, radosgw, nginx) under {d}")
+            holder.send_signal(sig)
+            holder.wait(timeout=60)
+            deadline = time.monotonic() + 10
+            while [p for p in daemons if alive(p)] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            check_eq([p for p in daemons if alive(p)], [], f"daemons alive after {sig.name}")
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+
+
 def case_nginx_range(tmp):
     www = tmp / "www"
     (www / "cache").mkdir(parents=True)
@@ -213,6 +257,7 @@ def case_nginx_range(tmp):
 CASES = {
     "server_sigv4": case_server_sigv4,
     "server_restart": case_server_restart,
+    "server_killed": case_server_killed,
     "nginx_range": case_nginx_range,
 }
 
