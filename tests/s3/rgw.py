@@ -51,6 +51,9 @@ REGION = "us-east-1"  # radosgw's default zonegroup accepts SigV4 scoped to any 
 RGW_USER = "dscache"
 # The beast frontend's access line (rgw_asio_frontend.cc, logged at debug rgw >= 1).
 BEAST_LINE = re.compile(r' beast: \S+ \S+ - \S* \[[^\]]*\] "(\S+) (\S+) [^"]*" (\d{3}) ')
+# Logged at debug rgw = 1 as a request starts (rgw_process.cc), and once as radosgw starts.
+REQ_START = "====== starting new request"
+START_LINE = "process radosgw, pid"
 PR_SET_PDEATHSIG = 1
 # What start_rgw() asks to see radosgw up: a bucket that never exists (404); not in requests().
 PROBE = "/dscache-rgw-ready-probe"
@@ -182,7 +185,12 @@ class Rgw:
 
     def stop_rgw(self):
         """Kills radosgw alone (SIGKILL, as a crash would): requests then fail to connect. The
-        mon and the OSD keep the data; start_rgw() brings it back on the same port."""
+        mon and the OSD keep the data; start_rgw() brings it back on the same port.
+        radosgw writes its log from a thread: what it still holds dies with it, so the log is
+        flushed and settled first (requests() before the kill). Every request answered before
+        stop_rgw() stays counted; one still in flight at the kill may or may not be."""
+        if "radosgw" in self.procs and self.procs["radosgw"].poll() is None:
+            self.requests()
         self._kill("radosgw")
 
     def start_rgw(self):
@@ -228,16 +236,15 @@ class Rgw:
         """[(method, target, http_status)] of every request radosgw served since start (across
         restarts), in order, but for start_rgw()'s own probes; target is the request line's URI,
         path and query as sent. Call it once the clients are done: radosgw logs a request just
-        after answering it, so this flushes the log and reads until two reads agree."""
-        prev = None
-        for _ in range(50):
+        after answering it, from a logging thread, so this flushes the log (admin socket) until
+        the running radosgw has logged as many requests done as it logged started."""
+        deadline = time.monotonic() + 10
+        while True:
             self._flush_log()
-            cur = self._parse_log()
-            if cur == prev:
-                return cur
-            prev = cur
-            time.sleep(0.1)
-        return prev
+            reqs, settled = self._parse_log()
+            if settled or time.monotonic() > deadline:
+                return reqs
+            time.sleep(0.02)
 
     def gets(self, substring):
         """How many GET requests had a target containing `substring`."""
@@ -406,9 +413,15 @@ debug rgw = 1
             pass  # radosgw killed since: its log is already complete
 
     def _parse_log(self):
+        """(requests, settled): the beast lines as requests() returns them, and whether the
+        running radosgw (the log since its last start line) has ended every request it started:
+        one it was killed in the middle of never gets its line."""
         try:
             text = (self.log_dir / "client.rgw.log").read_text(errors="replace")
         except FileNotFoundError:
-            return []
-        return [(m.group(1), m.group(2), int(m.group(3))) for m in BEAST_LINE.finditer(text)
+            return [], True
+        reqs = [(m.group(1), m.group(2), int(m.group(3))) for m in BEAST_LINE.finditer(text)
                 if m.group(2) != PROBE]
+        last = text[text.rfind(START_LINE):] if START_LINE in text else text
+        settled = last.count(REQ_START) == len(BEAST_LINE.findall(last))
+        return reqs, settled
