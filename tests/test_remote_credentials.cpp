@@ -22,9 +22,7 @@ using dscache::test::TempDir;
 const char kSecret[] = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 const char kFileSecret[] = "fileSECRETfileSECRETfileSECRETfileSECRET";
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // Every AWS variable cleared and HOME a fresh directory with an empty ~/.aws: the machine's own
 // configuration must not leak into a case.
@@ -34,9 +32,9 @@ struct CleanAwsEnv {
   ScopedEnv e1{"AWS_ACCESS_KEY_ID", nullptr}, e2{"AWS_SECRET_ACCESS_KEY", nullptr},
       e3{"AWS_SESSION_TOKEN", nullptr}, e4{"AWS_PROFILE", nullptr},
       e5{"AWS_SHARED_CREDENTIALS_FILE", nullptr}, e6{"AWS_CONFIG_FILE", nullptr},
-      e7{"AWS_REGION", nullptr}, e8{"AWS_DEFAULT_REGION", nullptr},
-      e9{"AWS_ENDPOINT_URL", nullptr}, e10{"AWS_ENDPOINT_URL_S3", nullptr},
-      e11{"AWS_S3_ADDRESSING_STYLE", nullptr}, e12{"DSCACHE_REMOTE_RETRIES", nullptr};
+      e7{"AWS_REGION", nullptr}, e8{"AWS_DEFAULT_REGION", nullptr}, e9{"AWS_ENDPOINT_URL", nullptr},
+      e10{"AWS_ENDPOINT_URL_S3", nullptr}, e11{"AWS_S3_ADDRESSING_STYLE", nullptr},
+      e12{"DSCACHE_REMOTE_RETRIES", nullptr};
   CleanAwsEnv() { std::filesystem::create_directories(home.path() + "/.aws"); }
   std::string aws(const std::string& name) const { return home.path() + "/.aws/" + name; }
 };
@@ -85,9 +83,11 @@ TEST_CASE("the default profile from ~/.aws/credentials and ~/.aws/config") {
   CleanAwsEnv env;
   write(env.aws("credentials"),
         "# comment\n[default]\naws_access_key_id = DEFAULTKEY0001\n"
-        "aws_secret_access_key = " + std::string(kFileSecret) + "\n\n"
-        "[ci]\naws_access_key_id=CIKEY00000000002\naws_secret_access_key=cisecret-cisecret\n"
-        "aws_session_token = citoken\n");
+        "aws_secret_access_key = " +
+            std::string(kFileSecret) +
+            "\n\n"
+            "[ci]\naws_access_key_id=CIKEY00000000002\naws_secret_access_key=cisecret-cisecret\n"
+            "aws_session_token = citoken\n");
   write(env.aws("config"),
         "[default]\nregion = eu-west-3\n"
         "[profile ci]\nregion=ap-south-1\nendpoint_url = http://127.0.0.1:7480\n"

@@ -59,10 +59,8 @@ TEST_CASE("s3 locations: bucket and prefix") {
     const char* prefix;
   };
   const Case cases[] = {
-      {"s3://my-bucket", "my-bucket", ""},
-      {"s3://my-bucket/", "my-bucket", ""},
-      {"s3://my-bucket/a/b/", "my-bucket", "a/b"},
-      {"S3://b.c.d/cache", "b.c.d", "cache"},
+      {"s3://my-bucket", "my-bucket", ""},         {"s3://my-bucket/", "my-bucket", ""},
+      {"s3://my-bucket/a/b/", "my-bucket", "a/b"}, {"S3://b.c.d/cache", "b.c.d", "cache"},
       {"s3://abc/x y+z", "abc", "x y+z"},
   };
   for (const Case& c : cases) {
@@ -134,7 +132,6 @@ TEST_CASE("canonical_query: sorted by encoded name, values encoded, '/' too, emp
   CHECK(canonical_query({{"uploads", ""}}) == "uploads=");
   // Upper-case sorts before lower-case (byte order), as SigV4 wants.
   CHECK(canonical_query({{"b", "1"}, {"B", "2"}, {"a", "3"}}) == "B=2&a=3&b=1");
-  CHECK(canonical_query({{"continuation-token", "1/2=="}, {"list-type", "2"},
-                         {"prefix", ""}}) ==
+  CHECK(canonical_query({{"continuation-token", "1/2=="}, {"list-type", "2"}, {"prefix", ""}}) ==
         "continuation-token=1%2F2%3D%3D&list-type=2&prefix=");
 }

@@ -29,8 +29,8 @@ servers are missing or cannot start.
 import hashlib
 import os
 import signal
+import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -106,7 +106,8 @@ def case_multipart(tmp):
         c = s3.client()
         head = c.head_object(Bucket=BUCKET, Key="caches/c1/big.bin")
         check_eq(head["ContentLength"], len(data), "size")
-        check(head["ETag"].strip('"').endswith("-9"), f"not a 9-part upload: ETag {head['ETag']}")
+        check(head["ETag"].strip('"').endswith("-9"),
+              f"not a 9-part upload: ETag {head['ETag']}")
         check_eq(head["Metadata"].get("xxh64"), "feedfacecafebeef", "xxh64 of a multipart upload")
         body = c.get_object(Bucket=BUCKET, Key="caches/c1/big.bin")["Body"].read()
         check(body == data, f"boto3 read {len(body)} other bytes")
@@ -183,24 +184,26 @@ def case_restart(tmp):
         data = os.urandom(100000)
         s3.client().put_object(Bucket=BUCKET, Key="caches/c1/k", Body=data)
         s3.stop_rgw()
-        errors = []
-
-        def restart():
-            try:
-                time.sleep(2)
-                s3.start_rgw()
-            except BaseException as e:  # noqa: BLE001 - reported by the main thread
-                errors.append(e)
-
-        t = threading.Thread(target=restart)
+        # The probe runs in the background and radosgw restarts from this thread: rgw.py's
+        # daemons die with the thread that started them (PR_SET_PDEATHSIG), so not from another.
+        cmd = [os.environ["S3_PROBE"], "get", LOCATION, "k", tmp / "out", "--retries", "8"]
         t0 = time.monotonic()
-        t.start()
-        probe(s3, ["get", LOCATION, "k", tmp / "out", "--retries", "8"], timeout=120)
+        proc = subprocess.Popen([str(a) for a in cmd], env=s3.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(2)
+            check(proc.poll() is None, "the GET ended while radosgw was down")
+            s3.start_rgw()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         took = time.monotonic() - t0
-        t.join()
-        check(not errors, f"start_rgw failed: {errors}")
+        check_eq(proc.returncode, 0, f"s3_probe get (stderr: {err})")
         check((tmp / "out").read_bytes() == data, "bytes after the restart")
         check(took >= 2, f"the GET took {took:.1f} s: radosgw cannot have been down")
+        check_eq(s3.gets("/caches/c1/k"), 1, "GETs radosgw served (the one that succeeded)")
 
 
 def case_down(tmp):

@@ -57,7 +57,7 @@ struct Profile {
   bool named = false;  // chosen explicitly: its absence is an error, not anonymous access
   std::string credentials_path, config_path;
   const std::map<std::string, std::string>* credentials = nullptr;  // [NAME] in credentials
-  const std::map<std::string, std::string>* config = nullptr;  // [profile NAME] in config
+  const std::map<std::string, std::string>* config = nullptr;       // [profile NAME] in config
   std::optional<IniFile> credentials_file, config_file;
 };
 
@@ -84,8 +84,8 @@ Credentials credentials_from(const Profile& p) {
     return c;
   }
   // The credentials file first; the AWS CLI also accepts keys in the config file's profile.
-  for (auto [sec, path] : {std::pair{p.credentials, &p.credentials_path},
-                           std::pair{p.config, &p.config_path}}) {
+  for (auto [sec, path] :
+       {std::pair{p.credentials, &p.credentials_path}, std::pair{p.config, &p.config_path}}) {
     if (value(sec, "aws_access_key_id").empty()) continue;
     c.access_key_id = value(sec, "aws_access_key_id");
     c.secret_access_key = value(sec, "aws_secret_access_key");
@@ -125,8 +125,9 @@ bool virtual_addressing(const RemoteOptions& options, bool custom_endpoint,
   if (style == "virtual") return true;
   if (!style.empty() && style != "auto") {
     throw Error(ErrorKind::kInvalidArgument, location,
-                "addressing '" + style + "' (RemoteOptions::addressing or "
-                "AWS_S3_ADDRESSING_STYLE) is none of path, virtual, auto");
+                "addressing '" + style +
+                    "' (RemoteOptions::addressing or "
+                    "AWS_S3_ADDRESSING_STYLE) is none of path, virtual, auto");
   }
   // A dotted bucket name would not match the endpoint's TLS certificate as a host name.
   return !custom_endpoint && bucket.find('.') == std::string::npos;

@@ -26,8 +26,8 @@ struct Credentials {
 
 struct S3Settings {
   Credentials credentials;
-  std::string region;    // for the signature's scope
-  std::string endpoint;  // "scheme://host[:port]" without a trailing '/'
+  std::string region;         // for the signature's scope
+  std::string endpoint;       // "scheme://host[:port]" without a trailing '/'
   bool virtual_host = false;  // https://BUCKET.host/KEY rather than https://host/BUCKET/KEY
 };
 

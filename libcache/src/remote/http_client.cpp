@@ -126,7 +126,7 @@ bool retryable_code(CURLcode code) {
 }
 
 std::string describe_code(CURLcode code, const char* errbuf) {
-  std::string what = code == CURLE_COULDNT_CONNECT ? "connection refused or unreachable"
+  std::string what = code == CURLE_COULDNT_CONNECT      ? "connection refused or unreachable"
                      : code == CURLE_OPERATION_TIMEDOUT ? "timed out (stalled)"
                      : code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR ||
                              code == CURLE_GOT_NOTHING || code == CURLE_PARTIAL_FILE
@@ -234,12 +234,12 @@ HttpResponse HttpClient::send(const HttpRequest& request, const std::string& wha
       throw_remote(what, describe_code(code, a.errbuf) + " from " + settings_.endpoint);
     }
     if (attempt >= attempts || (a.sink_used && !request.restart)) {
-      std::string cause =
-          retry_status ? "HTTP " + std::to_string(a.response.status) +
-                             (parse_error_body(a.response.body).code.empty()
-                                  ? ""
-                                  : " (" + parse_error_body(a.response.body).code + ")")
-                       : describe_code(code, a.errbuf);
+      std::string cause = retry_status
+                              ? "HTTP " + std::to_string(a.response.status) +
+                                    (parse_error_body(a.response.body).code.empty()
+                                         ? ""
+                                         : " (" + parse_error_body(a.response.body).code + ")")
+                              : describe_code(code, a.errbuf);
       throw_remote(what, cause + " from " + settings_.endpoint + " after " +
                              std::to_string(attempt) + " attempts");
     }

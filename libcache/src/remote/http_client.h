@@ -15,9 +15,9 @@ namespace dscache {
 namespace remote {
 
 struct HttpRequest {
-  std::string method = "GET";  // GET, HEAD, PUT, POST, DELETE
-  std::string url;             // percent-encoded, with its canonical query (location.h)
-  std::vector<std::string> headers;  // "Name: value"
+  std::string method = "GET";         // GET, HEAD, PUT, POST, DELETE
+  std::string url;                    // percent-encoded, with its canonical query (location.h)
+  std::vector<std::string> headers;   // "Name: value"
   const std::string* body = nullptr;  // PUT/POST payload; must outlive send()
   // Where a 2xx response's body goes instead of HttpResponse::body (get_to_fd). It may throw;
   // the exception ends the request and is rethrown by send().
@@ -30,16 +30,16 @@ struct HttpRequest {
 struct HttpResponse {
   long status = 0;
   std::map<std::string, std::string> headers;  // names lower-case
-  std::string body;  // error bodies are kept up to 64 KiB
+  std::string body;                            // error bodies are kept up to 64 KiB
   std::string header(const std::string& lower_name) const;
 };
 
 struct HttpSettings {
-  std::string endpoint;      // for messages: where requests go, no credential
-  int retries = 5;           // attempts after the first
+  std::string endpoint;  // for messages: where requests go, no credential
+  int retries = 5;       // attempts after the first
   double stall_timeout_s = 30;
-  std::string region;        // SigV4 scope when credentials are present
-  Credentials credentials;   // empty: unsigned requests
+  std::string region;             // SigV4 scope when credentials are present
+  Credentials credentials;        // empty: unsigned requests
   bool follow_redirects = false;  // plain HTTP(S) only: a signed request never follows one
 };
 

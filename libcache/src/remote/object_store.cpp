@@ -40,9 +40,9 @@ Limits resolve_limits(const RemoteOptions& options, const std::string& location)
   if (options.multipart_threshold != 0) l.multipart_threshold = options.multipart_threshold;
   if (options.part_bytes != 0) l.part_bytes = options.part_bytes;
   if (l.part_bytes < (5ull << 20)) {
-    throw Error(ErrorKind::kInvalidArgument, location,
-                "part_bytes " + std::to_string(l.part_bytes) +
-                    " is below S3's least part size of 5 MiB");
+    throw Error(
+        ErrorKind::kInvalidArgument, location,
+        "part_bytes " + std::to_string(l.part_bytes) + " is below S3's least part size of 5 MiB");
   }
   return l;
 }
@@ -60,11 +60,11 @@ ObjectInfo info_from_headers(const std::string& key, const HttpResponse& respons
   return info;
 }
 
-void check_range_response(const HttpClient& client, const std::string& what,
-                          const HttpResponse& r, uint64_t offset, uint64_t length) {
+void check_range_response(const HttpClient& client, const std::string& what, const HttpResponse& r,
+                          uint64_t offset, uint64_t length) {
   if (r.status < 200 || r.status >= 300) client.fail(what, r);
-  const std::string range = "bytes " + std::to_string(offset) + "-" +
-                            std::to_string(offset + length - 1) + "/";
+  const std::string range =
+      "bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) + "/";
   std::string got = r.header("content-range");
   std::string problem;
   if (r.status != 206) {
@@ -72,13 +72,13 @@ void check_range_response(const HttpClient& client, const std::string& what,
   } else if (got.compare(0, range.size(), range) != 0) {
     problem = "Content-Range '" + got + "' where '" + range + "...' was asked";
   } else if (r.body.size() != length) {
-    problem = std::to_string(r.body.size()) + " bytes where " + std::to_string(length) +
-              " were asked";
+    problem =
+        std::to_string(r.body.size()) + " bytes where " + std::to_string(length) + " were asked";
   }
   if (!problem.empty()) {
     throw Error(ErrorKind::kRemote, what,
-                "bytes " + std::to_string(offset) + "+" + std::to_string(length) + ": " +
-                    problem + " from " + client.settings().endpoint);
+                "bytes " + std::to_string(offset) + "+" + std::to_string(length) + ": " + problem +
+                    " from " + client.settings().endpoint);
   }
 }
 

@@ -11,8 +11,7 @@ std::unique_ptr<ObjectStore> ObjectStore::open(const std::string& location) {
   return open(location, remote_options());
 }
 
-std::unique_ptr<ObjectStore> ObjectStore::open(const std::string& location,
-                                               const RemoteOptions&) {
+std::unique_ptr<ObjectStore> ObjectStore::open(const std::string& location, const RemoteOptions&) {
   parse_location(location);  // a malformed location is still InvalidArgument, as with libcurl
   throw Error(ErrorKind::kUnsupported, location,
               "this build of libcache has no object storage support (meson feature remote: "

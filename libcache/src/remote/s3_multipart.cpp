@@ -24,8 +24,7 @@ std::string read_part(int fd, uint64_t offset, uint64_t length, const std::strin
   std::string bytes(length, '\0');
   uint64_t done = 0;
   while (done < length) {
-    ssize_t n = ::pread(fd, bytes.data() + done, length - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n = ::pread(fd, bytes.data() + done, length - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw_errno(path, "read");
     if (n == 0) throw Error(ErrorKind::kIOError, path, "file shrank while being uploaded");
@@ -51,8 +50,8 @@ std::string S3Store::create_upload(const std::string& key, const std::string& xx
   return id;
 }
 
-std::string S3Store::upload_part(const std::string& key, const std::string& upload_id,
-                                 int number, const std::string& bytes) {
+std::string S3Store::upload_part(const std::string& key, const std::string& upload_id, int number,
+                                 const std::string& bytes) {
   HttpRequest req;
   req.method = "PUT";
   req.url = request_url(
@@ -79,9 +78,9 @@ void S3Store::complete_upload(const std::string& key, const std::string& upload_
   // S3 may answer 200 and still fail: the error is then in the body.
   S3ErrorBody e = parse_error_body(r.body);
   if (!e.code.empty()) {
-    throw Error(ErrorKind::kRemote, url(key),
-                "CompleteMultipartUpload failed: " + e.code + " from " + endpoint() + ": " +
-                    e.message);
+    throw Error(
+        ErrorKind::kRemote, url(key),
+        "CompleteMultipartUpload failed: " + e.code + " from " + endpoint() + ": " + e.message);
   }
 }
 
@@ -96,8 +95,8 @@ void S3Store::abort_upload(const std::string& key, const std::string& upload_id)
   }
 }
 
-void S3Store::put_multipart(const std::string& key, int fd, uint64_t size,
-                            const std::string& path, const std::string& xxh64) {
+void S3Store::put_multipart(const std::string& key, int fd, uint64_t size, const std::string& path,
+                            const std::string& xxh64) {
   uint64_t part = std::max(limits_.part_bytes, (size + kMaxParts - 1) / kMaxParts);
   const uint64_t count = (size + part - 1) / part;
   const std::string upload_id = create_upload(key, xxh64);

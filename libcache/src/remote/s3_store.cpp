@@ -77,15 +77,14 @@ void S3Store::put(const std::string& key, const std::string& bytes, const std::s
   checked(std::move(req), url(key));
 }
 
-void S3Store::put_file(const std::string& key, const std::string& path,
-                       const std::string& xxh64) {
+void S3Store::put_file(const std::string& key, const std::string& path, const std::string& xxh64) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_errno(path, "open");
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) throw_errno(path, "fstat");
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < limits_.multipart_threshold) {
@@ -103,8 +102,7 @@ std::vector<ObjectInfo> S3Store::list(const std::string& prefix) {
   const std::string strip = prefix_.empty() ? "" : prefix_ + "/";
   std::string token;
   do {
-    std::vector<std::pair<std::string, std::string>> q = {{"list-type", "2"},
-                                                          {"prefix", listed}};
+    std::vector<std::pair<std::string, std::string>> q = {{"list-type", "2"}, {"prefix", listed}};
     if (!token.empty()) q.push_back({"continuation-token", token});
     HttpRequest req;
     req.url = list_base_ + "?" + canonical_query(q);
@@ -114,8 +112,8 @@ std::vector<ObjectInfo> S3Store::list(const std::string& prefix) {
       page = parse_list_page(r.body);
     } catch (const std::exception& e) {
       throw Error(ErrorKind::kRemote, "s3://" + bucket_ + "/" + listed,
-                  std::string("unreadable ListObjectsV2 answer from ") + client_.settings().endpoint +
-                      ": " + e.what());
+                  std::string("unreadable ListObjectsV2 answer from ") +
+                      client_.settings().endpoint + ": " + e.what());
     }
     for (ListedObject& o : page.objects) {
       if (o.key.compare(0, strip.size(), strip) != 0) continue;  // outside the location

@@ -18,8 +18,7 @@ class S3Store : public ReadingStore {
   std::string url(const std::string& key) const override;
   bool writable() const override { return true; }
   void put(const std::string& key, const std::string& bytes, const std::string& xxh64) override;
-  void put_file(const std::string& key, const std::string& path,
-                const std::string& xxh64) override;
+  void put_file(const std::string& key, const std::string& path, const std::string& xxh64) override;
   std::vector<ObjectInfo> list(const std::string& prefix) override;
   void remove(const std::string& key) override;
 

@@ -106,12 +106,23 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -154,8 +165,7 @@ ListPage parse_list_page(const std::string& xml) {
   ListPage page;
   size_t from = 0;
   while (auto span = find_element(xml, "Contents", from)) {
-    std::string contents =
-        xml.substr(span->content_begin, span->content_end - span->content_begin);
+    std::string contents = xml.substr(span->content_begin, span->content_end - span->content_begin);
     from = span->after;
     ListedObject o;
     auto key = xml_first(contents, "Key");

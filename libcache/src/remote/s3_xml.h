@@ -43,7 +43,7 @@ struct ListPage {
 ListPage parse_list_page(const std::string& xml);
 
 struct S3ErrorBody {
-  std::string code;     // "SignatureDoesNotMatch", "NoSuchKey", ... ("" when not an S3 error)
+  std::string code;  // "SignatureDoesNotMatch", "NoSuchKey", ... ("" when not an S3 error)
   std::string message;
 };
 S3ErrorBody parse_error_body(const std::string& xml);
