@@ -20,6 +20,9 @@ Cases (one meson test each, `s3_client_<case>`; the list is tests/s3/client_case
   restart        radosgw down when the GET starts and back within the retry window: the GET
                  succeeds, after failed attempts
   down           radosgw down for good: exit 10 naming the endpoint, the cause and the attempts
+  stall          radosgw stopped (SIGSTOP: connections accepted, nothing answered): each attempt
+                 times out after --stall seconds and the retries are spent (exit 10, "timed
+                 out"); resumed (SIGCONT) within the retry window, the GET succeeds
   http_range     an http:// location on nginx: get, head and a ranged GET; put is Unsupported
 
 Usage: test_s3_client.py CASE   (env S3_PROBE: the s3_probe binary). SKIP (77) only where the
@@ -220,6 +223,35 @@ def case_down(tmp):
         check(0.7 <= took < 10, f"the retries took {took:.1f} s")
 
 
+def case_stall(tmp):
+    with Rgw(tmp) as s3:
+        s3.make_bucket(BUCKET)
+        data = os.urandom(1000)
+        s3.client().put_object(Bucket=BUCKET, Key="caches/c1/k", Body=data)
+        rgw_pid = s3.procs["radosgw"].pid
+        # SIGSTOP: the kernel still accepts connections, but no byte comes back: a stall.
+        os.kill(rgw_pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            p = probe(s3, ["get", LOCATION, "k", tmp / "out", "--stall", "1", "--retries", "1"],
+                      expect_rc=10)
+            took = time.monotonic() - t0
+            check("timed out (stalled)" in p.stderr and "after 2 attempts" in p.stderr,
+                  f"stderr: {p.stderr}")
+            check(2 <= took < 8, f"two 1 s stalls and a retry took {took:.1f} s")
+            cmd = [os.environ["S3_PROBE"], "get", LOCATION, "k", tmp / "out", "--stall", "1",
+                   "--retries", "6"]
+            proc = subprocess.Popen([str(a) for a in cmd], env=s3.env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            time.sleep(2.5)
+            check(proc.poll() is None, "the GET ended while radosgw was stopped")
+        finally:
+            os.kill(rgw_pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+        check_eq(proc.returncode, 0, f"s3_probe get after SIGCONT (stderr: {err})")
+        check((tmp / "out").read_bytes() == data, "bytes after the stall")
+
+
 def case_http_range(tmp):
     from nginx import Nginx
     www = tmp / "www"
@@ -251,6 +283,7 @@ CASES = {
     "wrong_secret": case_wrong_secret,
     "restart": case_restart,
     "down": case_down,
+    "stall": case_stall,
     "http_range": case_http_range,
 }
 
