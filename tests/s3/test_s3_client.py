@@ -100,7 +100,7 @@ def case_roundtrip(tmp):
 
 
 def case_multipart(tmp):
-    with Rgw(tmp, memstore_bytes=2 << 30) as s3:
+    with Rgw(tmp) as s3:
         s3.make_bucket(BUCKET)
         data = random_file(tmp / "big.bin", 40 * MiB + 12345)
         probe(s3, ["put", LOCATION, "big.bin", tmp / "big.bin", "--xxh64", "feedfacecafebeef",
