@@ -15,10 +15,10 @@ namespace dscache {
 namespace remote {
 
 struct ObjectInfo {
-  std::string key;   // relative to the store's location (no leading '/')
+  std::string key;  // relative to the store's location (no leading '/')
   uint64_t size = 0;
-  std::string etag;  // as the server sends it, quotes removed
-  std::string xxh64; // x-amz-meta-xxh64 when the object carries it (dscache uploads), else ""
+  std::string etag;   // as the server sends it, quotes removed
+  std::string xxh64;  // x-amz-meta-xxh64 when the object carries it (dscache uploads), else ""
 };
 
 // Thread-safe: every method may be called from any number of threads at once.
