@@ -82,9 +82,9 @@ def samples(cache):
 def batches(cache, seed=3):
     import dscache
     out = []
-    with dscache.Loader(cache, batch_size=8, seed=seed, workers=2) as loader:
-        for b in loader:
-            out.append((np.asarray(b[0]).copy(), np.asarray(b[1]).copy()))
+    loader = dscache.Loader(cache, batch_size=8, shuffle=True, seed=seed, workers=2)
+    for b in loader:
+        out.append((np.asarray(b[0]).copy(), np.asarray(b[1]).copy()))
     return out
 
 

@@ -362,7 +362,6 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
     fd = open_locked(lock, F_WRLCK, true);
     try {
       if (!same_manifest(mpath, text)) {
-        if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno(dir, "mkdir");
         for (const std::string& e : entries(dir)) {  // killed downloads: never trusted
           if (e.find(kPartTag) != std::string::npos) ::unlink((dir + "/" + e).c_str());
         }
@@ -379,6 +378,7 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
         const int budget_fd = open_locked(local + "/.budget.lock", F_WRLCK, true);
         try {
           make_room(local, name, local_cache_budget(options), need, dir_bytes(dir), stats);
+          if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno(dir, "mkdir");
           fetch_all(*store, dir, missing,
                     options.requests_in_flight ? options.requests_in_flight : kDefaultInFlight,
                     stats);
