@@ -358,6 +358,16 @@ def case_stale_parts_never_trusted(tmp):
         (copies[0] / f".{name}.part-99999-0").write_bytes(b"half")
         run(["verify", url], env=env)
         check(not list(copies[0].glob(".*.part-*")), "a temporary file stayed")
+        # A copy from an earlier boot of the machine (a crash may have lost unwritten pages):
+        # its files are hashed again, and one that lost its bytes is downloaded again.
+        shard = copies[0] / name
+        good = shard.read_bytes()
+        shard.write_bytes(b"\0" * len(good))
+        (copies[0] / ".boot").write_text("an-earlier-boot")
+        run(["verify", url], env=env)
+        check(shard.read_bytes() == good, "a copy from an earlier boot was trusted unchecked")
+        check((copies[0] / ".boot").read_text() != "an-earlier-boot", ".boot not renewed")
+        check(s3.gets(f"/{BUCKET}/c/{name}") >= 2, "the damaged file was not fetched again")
         use_env(env)
         import dscache
         same_batches(batches(dscache.Cache(url)), batches(dscache.Cache(str(local))),

@@ -34,6 +34,7 @@ constexpr uint64_t kDefaultBudget = uint64_t{20} << 30;  // 20 GiB
 constexpr unsigned kDefaultInFlight = 8;
 constexpr const char* kLockSuffix = ".lock";
 constexpr const char* kPartTag = ".part-";
+constexpr const char* kBootFile = ".boot";  // the boot in which the copy's files were checked
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -211,7 +212,7 @@ uint64_t hash_file(int fd, const std::string& path) {
 }
 
 // Downloads one named file into `dir`: a temporary name, checked, then renamed into place.
-void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f,
+void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f, bool sync,
                 std::atomic<uint64_t>* bytes) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = dir + "/." + f.file + kPartTag + std::to_string(::getpid()) + "-" +
@@ -231,7 +232,10 @@ void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f,
                       ", the manifest says " + std::to_string(f.bytes) + " bytes with XXH64 " +
                       hex64(f.xxh64) + " (etag " + got.etag + "); refusing to serve it");
     }
-    if (::fdatasync(fd) != 0) throw_errno(tmp, "fdatasync");
+    // Not forced to disk where the boot can be told (see boot_id): a kill leaves the page
+    // cache intact, and a crash of the machine shows as a new boot, after which the copy is
+    // checked again before it is trusted. Without a boot id, every file is synced.
+    if (sync && ::fdatasync(fd) != 0) throw_errno(tmp, "fdatasync");
     ::close(fd);
     fd = -1;
     if (::rename(tmp.c_str(), (dir + "/" + f.file).c_str()) != 0) {
@@ -248,7 +252,7 @@ void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f,
 // Downloads `files` into `dir` with up to `in_flight` requests at once; the first failure is
 // rethrown once every request in flight has ended.
 void fetch_all(ObjectStore& store, const std::string& dir, const std::vector<FileEntry>& files,
-               unsigned in_flight, MirrorStats* stats) {
+               bool sync,                unsigned in_flight, MirrorStats* stats) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> bytes{0};
@@ -259,7 +263,7 @@ void fetch_all(ObjectStore& store, const std::string& dir, const std::vector<Fil
       const size_t i = next++;
       if (i >= files.size() || failed) return;
       try {
-        fetch_file(store, dir, files[i], &bytes);
+        fetch_file(store, dir, files[i], sync, &bytes);
       } catch (...) {
         std::lock_guard<std::mutex> g(mu);
         if (!first) first = std::current_exception();
@@ -277,6 +281,29 @@ void fetch_all(ObjectStore& store, const std::string& dir, const std::vector<Fil
     stats->files_downloaded += files.size();
     stats->bytes_downloaded += bytes;
   }
+}
+
+// This boot of the machine (/proc/sys/kernel/random/boot_id), "" where it cannot be read.
+std::string boot_id() {
+  const int fd = ::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[64];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return "";
+  std::string id(buf, static_cast<size_t>(n));
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+// A small file's bytes, "" when it cannot be read.
+std::string small_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 bool same_manifest(const std::string& path, const std::string& text) {
@@ -354,22 +381,40 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
   const std::string lock = dir + kLockSuffix;
   const std::string mpath = dir + "/manifest.json";
 
+  // The files of a copy were checked in the boot its .boot file names: the same boot means
+  // they are as checked (downloads are not synced), another means they are checked again.
+  const std::string boot = boot_id();
+  const std::string bpath = dir + "/" + kBootFile;
+  auto same_boot = [&] {
+    if (boot.empty()) return true;  // every file was synced before it was renamed
+    const std::string at = small_file(bpath);
+    return at == boot;
+  };
   // A complete copy (its manifest is written last): read it.
   int fd = open_locked(lock, F_RDLCK, true);
-  if (!same_manifest(mpath, text)) {
+  if (!same_manifest(mpath, text) || !same_boot()) {
     // Download, holding the write lock: other processes wanting this copy wait, then read it.
     ::close(fd);
     fd = open_locked(lock, F_WRLCK, true);
     try {
-      if (!same_manifest(mpath, text)) {
+      if (!same_manifest(mpath, text) || !same_boot()) {
         for (const std::string& e : entries(dir)) {  // killed downloads: never trusted
           if (e.find(kPartTag) != std::string::npos) ::unlink((dir + "/" + e).c_str());
         }
+        const bool trusted = same_boot();
         std::vector<FileEntry> missing;
         uint64_t need = text.size();
         for (const FileEntry& f : named_files(m)) {
+          const std::string path = dir + "/" + f.file;
           uint64_t size = 0;
-          if (exists(dir + "/" + f.file, &size) && size == f.bytes) continue;  // verified earlier
+          if (exists(path, &size) && size == f.bytes) {
+            if (trusted) continue;  // checked in this boot before it was renamed into place
+            const int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+            const bool good = in >= 0 && hash_file(in, path) == f.xxh64;
+            if (in >= 0) ::close(in);
+            if (good) continue;
+            ::unlink(path.c_str());
+          }
           missing.push_back(f);
           need += f.bytes;
         }
@@ -379,7 +424,8 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
         try {
           make_room(local, name, local_cache_budget(options), need, dir_bytes(dir), stats);
           if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno(dir, "mkdir");
-          fetch_all(*store, dir, missing,
+          if (!boot.empty()) write_file_atomic(bpath, boot.data(), boot.size());
+          fetch_all(*store, dir, missing, boot.empty(),
                     options.requests_in_flight ? options.requests_in_flight : kDefaultInFlight,
                     stats);
           write_file_atomic(mpath, text.data(), text.size());

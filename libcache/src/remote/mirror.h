@@ -11,7 +11,9 @@
 //  - Copies only: each file is downloaded to a temporary name, checked against the manifest's
 //    size and XXH64, then renamed into place; manifest.json is written last, so a directory
 //    with a manifest is complete. A killed download leaves a temporary file that the next
-//    downloader removes, never a file a reader trusts.
+//    downloader removes, never a file a reader trusts. Downloads are not forced to disk: the
+//    copy's .boot names the boot of the machine its files were checked in, and a copy from an
+//    earlier boot (a machine crash may have lost unwritten pages) is hashed again before use.
 //  - Shared through the kernel's locks (open file description locks: they die with their
 //    process, and a writer downgrades to a reader atomically): a downloader holds the write
 //    lock, a reader the read lock while the cache is open. N processes opening the same remote
