@@ -65,14 +65,15 @@ void apply_remote_options(const boost::program_options::variables_map& vm) {
   if (vm.count("s3-endpoint")) {
     o.endpoint = vm["s3-endpoint"].as<std::string>();
     if (o.endpoint.rfind("http://", 0) != 0 && o.endpoint.rfind("https://", 0) != 0) {
-      throw UsageError("--s3-endpoint '" + o.endpoint + "': expected http://HOST[:PORT] or "
+      throw UsageError("--s3-endpoint '" + o.endpoint +
+                       "': expected http://HOST[:PORT] or "
                        "https://HOST[:PORT]");
     }
   }
   if (vm.count("local-cache")) o.local_cache = vm["local-cache"].as<std::string>();
   if (vm.count("local-cache-size")) {
-    o.local_cache_size = parse_bytes(vm["local-cache-size"].as<std::string>(),
-                                     "--local-cache-size");
+    o.local_cache_size =
+        parse_bytes(vm["local-cache-size"].as<std::string>(), "--local-cache-size");
     if (o.local_cache_size == 0) throw UsageError("--local-cache-size '0': expected a size > 0");
   }
   set_remote_options(o);

@@ -366,12 +366,14 @@ void print_summary(const BuildSummary& s) {
 void build_to_remote(BuildOptions opt) {
   const std::string remote = opt.output;
   if (remote.rfind("s3://", 0) != 0) {
-    throw UsageError("OUTPUT " + remote + ": an http(s) location is read-only; build to "
+    throw UsageError("OUTPUT " + remote +
+                     ": an http(s) location is read-only; build to "
                      "s3://BUCKET/PREFIX or to a directory the web server serves");
   }
   if (opt.part_count != 0) {
-    throw UsageError("--part/--parts with a remote OUTPUT: build the parts into local "
-                     "directories, merge them, then build or upload the merged cache");
+    throw UsageError(
+        "--part/--parts with a remote OUTPUT: build the parts into local "
+        "directories, merge them, then build or upload the merged cache");
   }
   if (!opt.force && !opt.resume && remote_cache_exists(remote)) {
     throw OutputExistsError(ErrorKind::kInvalidArgument, remote,
@@ -389,8 +391,8 @@ void build_to_remote(BuildOptions opt) {
   std::printf("uploaded %llu files (%s)%s -> %s\n",
               static_cast<unsigned long long>(up.files_uploaded),
               format_bytes(up.bytes_uploaded).c_str(),
-              up.files_kept ? (", kept " + std::to_string(up.files_kept) +
-                               " already there (" + format_bytes(up.bytes_kept) + ")")
+              up.files_kept ? (", kept " + std::to_string(up.files_kept) + " already there (" +
+                               format_bytes(up.bytes_kept) + ")")
                                   .c_str()
                             : "",
               remote.c_str());

@@ -46,7 +46,8 @@ bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* qu
   }
   opt->output = paths.back();
   if (is_remote_location(opt->output)) {
-    throw UsageError("OUTPUT " + opt->output + ": merge writes a local directory (the parts may "
+    throw UsageError("OUTPUT " + opt->output +
+                     ": merge writes a local directory (the parts may "
                      "be remote); build to s3:// from a local source to upload a cache");
   }
   paths.pop_back();

@@ -243,7 +243,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   OptionWords words;
   const po::options_description desc = describe_options(o, words);
   const auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
-               window_bytes, task, targets, loss, progress, class_weights, local_cache_size] = words;
+               window_bytes, task, targets, loss, progress, class_weights, local_cache_size] =
+      words;
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
@@ -282,7 +283,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   }
   if (!o.s3_endpoint.empty() && o.s3_endpoint.rfind("http://", 0) != 0 &&
       o.s3_endpoint.rfind("https://", 0) != 0) {
-    throw UsageError("--s3-endpoint '" + o.s3_endpoint + "': expected http://HOST[:PORT] or "
+    throw UsageError("--s3-endpoint '" + o.s3_endpoint +
+                     "': expected http://HOST[:PORT] or "
                      "https://HOST[:PORT]");
   }
   o.model = pick(kModelNames, "model", model);

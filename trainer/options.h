@@ -35,8 +35,8 @@ const char* to_string(ProgressMode v);
 
 // Everything one training run needs. Defaults are what `dscache-train --train DIR` does.
 struct TrainOptions {
-  std::string train;                  // training cache directory (required)
-  std::string val;                    // validation cache directory; "" = none
+  std::string train;  // training cache directory (required)
+  std::string val;    // validation cache directory; "" = none
   // --train/--val on object storage (s3://, http(s)://): applied with set_remote_options
   std::string s3_endpoint;            // --s3-endpoint; "" = AWS_ENDPOINT_URL or AWS's own
   std::string local_cache;            // --local-cache; "" = DSCACHE_LOCAL_CACHE or ~/.cache

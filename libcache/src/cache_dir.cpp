@@ -161,7 +161,9 @@ File CacheDir::open_file(const std::string& name, uint64_t expected_bytes) const
   return f;
 }
 
-std::vector<FileEntry> CacheDir::named_files() const { return dscache::named_files(impl_->manifest); }
+std::vector<FileEntry> CacheDir::named_files() const {
+  return dscache::named_files(impl_->manifest);
+}
 
 std::vector<FileEntry> named_files(const Manifest& m) {
   std::vector<FileEntry> named;

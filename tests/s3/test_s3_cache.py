@@ -397,6 +397,59 @@ def case_http_nginx(tmp):
         check("read-only" in r.stderr, r.stderr)
 
 
+def case_torch_dataloader(tmp):
+    """dscache.torch.CacheDataset over s3:// in a DataLoader with 2 workers (fork): the local
+    cache's batches; the workers read the copy the main process made (no second download)."""
+    try:
+        import torch
+    except ImportError:
+        raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        use_env(env)
+        from dscache.torch import CacheDataset
+
+        def epoch(where):
+            dl = torch.utils.data.DataLoader(CacheDataset(where, batch_size=8, seed=1),
+                                             batch_size=None, num_workers=2)
+            return sorted((b[0].numpy().tobytes(), b[1].numpy().tobytes()) for b in dl)
+        check(epoch(url) == epoch(str(local)), "DataLoader batches from s3 differ from local")
+        m = json.loads((local / "manifest.json").read_text())
+        for s in m["shards"]:
+            n = s3.gets(f"/{BUCKET}/c/{s['file']}")
+            check(n == 1, f"{s['file']} downloaded {n} times by a DataLoader and its workers")
+
+
+def case_train_two_ranks(tmp):
+    """dscache-train --nproc-per-node 2 --train s3://...: the model the same run trains from the
+    local cache, byte for byte; the two ranks on this node download each shard once; no secret
+    in the run's files."""
+    train = os.environ.get("DSCACHE_TRAIN", "")
+    if not train:
+        raise Skip("dscache-train is not built (meson feature trainer)")
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        flags = ["--nproc-per-node", "2", "--threads", "1", "--batch", "8", "--max-steps", "4",
+                 "--precision", "fp32", "--seed", "3", "--no-progress"]
+        for where, out in ((str(local), "ref"), (url, "s3")):
+            r = subprocess.run([train, "--train", where, "--output", str(tmp / out), *flags],
+                               env=env, capture_output=True, text=True, timeout=600)
+            check(r.returncode == 0, f"dscache-train --train {where}: {r.returncode}\n{r.stderr}")
+        check((tmp / "s3" / "model.pt").read_bytes() == (tmp / "ref" / "model.pt").read_bytes(),
+              "the model trained from s3:// differs from the one trained from the local cache")
+        m = json.loads((local / "manifest.json").read_text())
+        for s in m["shards"]:
+            n = s3.gets(f"/{BUCKET}/c/{s['file']}")
+            check(n == 1, f"{s['file']} downloaded {n} times by 2 ranks on one node")
+        for path in (tmp / "s3").rglob("*"):
+            if path.is_file():
+                check(s3.secret_key.encode() not in path.read_bytes(), f"the secret is in {path}")
+
+
 CASES = {
     "build_serve_exact": case_build_serve_exact,
     "resume_upload": case_resume_upload,
@@ -407,6 +460,8 @@ CASES = {
     "wrong_credentials": case_wrong_credentials,
     "stale_parts_never_trusted": case_stale_parts_never_trusted,
     "http_nginx": case_http_nginx,
+    "torch_dataloader": case_torch_dataloader,
+    "train_two_ranks": case_train_two_ranks,
 }
 
 

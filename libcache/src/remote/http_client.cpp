@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -31,19 +32,26 @@ void init_curl() {
 }
 
 // One easy handle per thread, reset before each request: requests of a thread reuse its
-// connections, and no handle is ever shared between threads (curl forbids that).
+// connections, and no handle is ever shared between threads (curl forbids that) or between
+// processes: a process forked from one that made requests (a DataLoader worker) inherits the
+// handle's open connection, and two processes reading one socket get each other's responses.
+// The child abandons the inherited handle unclosed (a close could send a TLS alert on the
+// parent's connection) and makes its own.
 CURL* thread_handle() {
   struct Holder {
     CURL* handle = nullptr;
+    pid_t pid = 0;
     ~Holder() {
-      if (handle) curl_easy_cleanup(handle);
+      if (handle && pid == ::getpid()) curl_easy_cleanup(handle);
     }
   };
   thread_local Holder holder;
+  if (holder.handle != nullptr && holder.pid != ::getpid()) holder.handle = nullptr;
   if (holder.handle == nullptr) {
     init_curl();
     holder.handle = curl_easy_init();
     if (holder.handle == nullptr) throw std::bad_alloc();
+    holder.pid = ::getpid();
   } else {
     curl_easy_reset(holder.handle);
   }

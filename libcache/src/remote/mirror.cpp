@@ -70,7 +70,8 @@ int open_locked(const std::string& path, short type, bool wait) {
       ::close(fd);
       return -1;
     }
-    struct stat held {}, now {};
+    struct stat held {
+    }, now{};
     if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
         held.st_dev == now.st_dev) {
       return fd;
@@ -215,8 +216,8 @@ uint64_t hash_file(int fd, const std::string& path) {
 void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f, bool sync,
                 std::atomic<uint64_t>* bytes) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = dir + "/." + f.file + kPartTag + std::to_string(::getpid()) + "-" +
-                          std::to_string(counter++);
+  const std::string tmp =
+      dir + "/." + f.file + kPartTag + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw_errno(tmp, "create");
   try {
@@ -252,7 +253,7 @@ void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f, 
 // Downloads `files` into `dir` with up to `in_flight` requests at once; the first failure is
 // rethrown once every request in flight has ended.
 void fetch_all(ObjectStore& store, const std::string& dir, const std::vector<FileEntry>& files,
-               bool sync,                unsigned in_flight, MirrorStats* stats) {
+               bool sync, unsigned in_flight, MirrorStats* stats) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> bytes{0};

@@ -43,7 +43,7 @@ class HeldMirror {
   HeldMirror& operator=(const HeldMirror&) = delete;
 
   const std::string& location() const { return location_; }  // s3://... as given
-  const std::string& dir() const { return dir_; }             // the local copy
+  const std::string& dir() const { return dir_; }            // the local copy
 
  private:
   std::string location_;

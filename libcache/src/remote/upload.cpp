@@ -90,8 +90,8 @@ UploadStats upload_cache(const std::string& dir, const std::string& location) {
 
   UploadStats stats;
   std::mutex mu;
-  const unsigned threads = options.requests_in_flight ? options.requests_in_flight
-                                                      : kDefaultInFlight;
+  const unsigned threads =
+      options.requests_in_flight ? options.requests_in_flight : kDefaultInFlight;
   // Each file is uploaded by one request (a large one in parallel parts), so at most
   // `threads` files at once.
   parallel_for(named.size(), threads, [&](size_t i) {
