@@ -11,6 +11,7 @@
 
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "dscache/remote.h"
 
 namespace dscache {
 
@@ -63,11 +64,36 @@ bool unchanged_since_listing(const std::string& path, const SourceEntry& e, size
   return true;
 }
 
+// A source on object storage: the object's bytes, if it is still what the listing saw (its size
+// and ETag; verify --source has no listing); a missing object is a skip like a missing file, and
+// so is one that changed. Any
+// other failure (refused, the server gone after the retries) stops the build: skipping every
+// image of an unreachable bucket would publish an empty cache.
+const std::vector<uint8_t>* read_listed_object(const std::string& url, const SourceEntry* e,
+                                               std::string* reason) {
+  thread_local std::vector<uint8_t> bytes;
+  std::string etag;
+  try {
+    etag = read_remote(url, &bytes);
+  } catch (const Error& err) {
+    if (err.kind() != ErrorKind::kNotFound) throw;
+    *reason = "vanished while the build ran (HTTP 404)";
+    return nullptr;
+  }
+  if (e != nullptr && (bytes.size() != e->size || etag != e->etag)) {
+    *reason = "changed while the build ran (listed " + std::to_string(e->size) + " bytes, ETag " +
+              e->etag + "; read " + std::to_string(bytes.size()) + " bytes, ETag " + etag + ")";
+    return nullptr;
+  }
+  return &bytes;
+}
+
 // The file's bytes, in a buffer of the calling thread's (grows to the largest file it has read),
 // or null with *reason.
 const std::vector<uint8_t>* read_listed_file(const std::string& path, const SourceEntry* listed,
                                              std::string* reason) {
   thread_local std::vector<uint8_t> bytes;
+  if (is_remote_location(path)) return read_listed_object(path, listed, reason);
   if (!read_whole_file(path, bytes, *reason)) return nullptr;
   if (listed != nullptr && !unchanged_since_listing(path, *listed, bytes.size(), reason)) {
     return nullptr;

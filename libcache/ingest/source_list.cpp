@@ -15,6 +15,7 @@
 #include "dscache/error.h"
 #include "dscache/file.h"
 #include "dscache/ingest/coco.h"
+#include "dscache/remote.h"
 #include "list_internal.h"
 
 namespace dscache {
@@ -210,6 +211,50 @@ void hash_entry(Xxh64& h, const SourceEntry& e) {
   h.update("\0", 1);
   h.update(&e.size, sizeof e.size);
   h.update(&e.mtime_ns, sizeof e.mtime_ns);
+  if (!e.etag.empty()) h.update(e.etag.data(), e.etag.size() + 1);  // remote: what changes
+}
+
+// A folder of class folders on object storage (s3://BUCKET/PREFIX), listed with ListObjectsV2
+// under the rules of a local folder: the first path component is the class, every object below
+// it a sample (keys in byte order), names starting with '.' skipped, objects directly under the
+// prefix (no class) and "folder" markers (keys ending in '/') skipped.
+SourceListing list_remote_folder(const std::string& root, const SourceOptions& opt) {
+  SourceListing out;
+  out.kind = "folder";
+  out.root = root;
+  std::vector<RemoteObject> objects = list_remote(root);
+  std::sort(objects.begin(), objects.end(),
+            [](const RemoteObject& a, const RemoteObject& b) { return a.key < b.key; });
+  std::map<std::string, int64_t> label_of;
+  for (const RemoteObject& o : objects) {
+    const size_t slash = o.key.find('/');
+    if (slash == std::string::npos || o.key.back() == '/') continue;
+    bool hidden = o.key[0] == '.';
+    for (size_t i = o.key.find('/'); i != std::string::npos; i = o.key.find('/', i + 1)) {
+      if (i + 1 < o.key.size() && o.key[i + 1] == '.') hidden = true;
+    }
+    if (hidden) continue;
+    const std::string cls = o.key.substr(0, slash);
+    auto [it, added] = label_of.emplace(cls, static_cast<int64_t>(out.classes.size()));
+    if (added) out.classes.push_back(cls);
+    SourceEntry e;
+    e.path = root + "/" + o.key;
+    e.name = o.key;
+    e.label = it->second;
+    e.size = o.size;
+    e.etag = o.etag;
+    out.entries.push_back(std::move(e));
+  }
+  if (out.classes.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, root,
+                "no class folders: expected one key prefix per class (CLASS/NAME.jpg)");
+  }
+  if (!opt.class_names.empty()) {
+    throw Error(
+        ErrorKind::kInvalidArgument, root,
+        "--classes applies to list and idx sources; a folder's classes are its sub-folders");
+  }
+  return out;
 }
 
 SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
@@ -398,6 +443,21 @@ std::string absolute_path(const std::string& path) {
 }
 
 SourceListing list_source(const std::string& source, const SourceOptions& options) {
+  if (is_remote_location(source)) {
+    if (source.rfind("s3://", 0) != 0) {
+      throw SourceOptionError(ErrorKind::kInvalidArgument, source,
+                              "an http(s) location cannot be listed: a SOURCE on object storage "
+                              "is a folder of class folders at s3://BUCKET/PREFIX");
+    }
+    check_options_apply(source, options, false);
+    std::string root = source;
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    SourceListing out = list_remote_folder(root, options);
+    Xxh64 h;
+    for (const auto& e : out.entries) hash_entry(h, e);
+    out.digest = h.digest();
+    return out;
+  }
   std::string root = absolute_path(source);
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   FileStat st = stat_follow(root);

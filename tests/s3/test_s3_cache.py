@@ -450,6 +450,46 @@ def case_train_two_ranks(tmp):
                 check(s3.secret_key.encode() not in path.read_bytes(), f"the secret is in {path}")
 
 
+def case_build_from_s3_source(tmp):
+    """dscache build s3://BUCKET/raw OUT: class folders listed with ListObjectsV2 (one listing
+    request for the whole tree), each image GET once; the cache equals the one built from the
+    same tree on disk, sample for sample, with the same classes and source names. Hidden
+    objects, objects outside any class and folder markers are not samples, as on disk."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        src = Path(tmp, "src")
+        write_pngs(src, classes=3, per_class=7)
+        c = s3.client()
+        for f in sorted(src.rglob("*.png")):
+            c.upload_file(str(f), BUCKET, "raw/" + str(f.relative_to(src)))
+        c.put_object(Bucket=BUCKET, Key="raw/README.txt", Body=b"no class")
+        c.put_object(Bucket=BUCKET, Key="raw/class1/.DS_Store", Body=b"hidden")
+        c.put_object(Bucket=BUCKET, Key="raw/class2/", Body=b"")
+        opts = ["--size", "16", "--shard-size", "2K"]
+        run(["build", str(src), str(tmp / "here"), *opts], env=env)
+        r = run(["build", f"s3://{BUCKET}/raw", str(tmp / "there"), *opts], env=env)
+        check("built 21 samples" in r.stdout, r.stdout)
+        lists = [p for (m, p, st) in s3.requests() if m == "GET" and "list-type=2" in p]
+        check(len(lists) == 1, f"listing requests: {lists}")
+        for f in sorted(src.rglob("*.png")):
+            key = f"/{BUCKET}/raw/{f.relative_to(src)}"
+            check(s3.gets(key) == 1, f"{key} read {s3.gets(key)} times")
+        mh = json.loads((tmp / "here" / "manifest.json").read_text())
+        mt = json.loads((tmp / "there" / "manifest.json").read_text())
+        check(mh["classes"] == mt["classes"], f"classes {mh['classes']} / {mt['classes']}")
+        check(mt["source"]["root"] == f"s3://{BUCKET}/raw", f"source root {mt['source']}")
+        check((tmp / "here" / "sources.jsonl").read_text() ==
+              (tmp / "there" / "sources.jsonl").read_text(), "source names differ")
+        r = run(["verify", str(tmp / "there"), "--source"], env=env)  # re-decodes from s3
+        check("OK" in r.stdout, r.stdout)
+        use_env(env)
+        import dscache
+        a, b = dscache.Cache(str(tmp / "here")), dscache.Cache(str(tmp / "there"))
+        for k, (x, y) in enumerate(zip(samples(a), samples(b))):
+            check(np.array_equal(x[0], y[0]) and x[1] == y[1], f"sample {k} differs")
+
+
 CASES = {
     "build_serve_exact": case_build_serve_exact,
     "resume_upload": case_resume_upload,
@@ -462,6 +502,7 @@ CASES = {
     "http_nginx": case_http_nginx,
     "torch_dataloader": case_torch_dataloader,
     "train_two_ranks": case_train_two_ranks,
+    "build_from_s3_source": case_build_from_s3_source,
 }
 
 

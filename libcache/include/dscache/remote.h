@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dscache {
 
@@ -49,6 +50,20 @@ RemoteOptions remote_options();
 // Whether `location` holds a cache (its manifest.json exists). Error(kRemote) when the store
 // cannot be asked.
 bool remote_cache_exists(const std::string& location);
+
+// One object under a remote location (list_remote).
+struct RemoteObject {
+  std::string key;  // relative to the location
+  uint64_t size = 0;
+  std::string etag;  // as the server sent it, quotes removed
+};
+
+// Every object under `location` (s3:// only: ListObjectsV2, page by page), in key order.
+std::vector<RemoteObject> list_remote(const std::string& location);
+
+// The whole object at `url` (s3://BUCKET/KEY, http(s)://HOST/PATH) into *out; returns its ETag.
+// Connections and credentials are shared by all calls for one bucket or host. Thread-safe.
+std::string read_remote(const std::string& url, std::vector<uint8_t>* out);
 
 // Where `dscache build SRC s3://...` builds before it uploads: a directory of the local cache
 // named after the location, so that --resume finds the interrupted build or upload again.

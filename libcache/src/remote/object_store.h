@@ -50,6 +50,9 @@ class ObjectStore {
   virtual std::optional<ObjectInfo> head(const std::string& key) = 0;
   // The whole object in memory (manifests, small side files).
   virtual std::string get(const std::string& key) = 0;
+  // The same, with what the response said of the object (size, ETag): one request, so the ETag
+  // is that of the bytes received (a build compares it with its listing's).
+  virtual ObjectInfo get(const std::string& key, std::string* bytes) = 0;
   // Bytes [offset, offset + length) of the object (206 Partial Content).
   virtual std::string get_range(const std::string& key, uint64_t offset, uint64_t length) = 0;
   // Streams the whole object into `fd` from its current position; returns what was received

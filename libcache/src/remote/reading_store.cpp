@@ -20,11 +20,20 @@ std::optional<ObjectInfo> ReadingStore::head(const std::string& key) {
 }
 
 std::string ReadingStore::get(const std::string& key) {
+  std::string bytes;
+  get(key, &bytes);
+  return bytes;
+}
+
+ObjectInfo ReadingStore::get(const std::string& key, std::string* bytes) {
   HttpRequest req;
   req.url = request_url(key, "");
   HttpResponse r = client_.send(req, url(key));
   if (r.status < 200 || r.status >= 300) client_.fail(url(key), r);
-  return std::move(r.body);
+  ObjectInfo info = info_from_headers(key, r);
+  info.size = r.body.size();
+  *bytes = std::move(r.body);
+  return info;
 }
 
 std::string ReadingStore::get_range(const std::string& key, uint64_t offset, uint64_t length) {

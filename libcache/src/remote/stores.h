@@ -35,6 +35,7 @@ class ReadingStore : public ObjectStore {
   }
   std::optional<ObjectInfo> head(const std::string& key) override;
   std::string get(const std::string& key) override;
+  ObjectInfo get(const std::string& key, std::string* bytes) override;
   std::string get_range(const std::string& key, uint64_t offset, uint64_t length) override;
   ObjectInfo get_to_fd(const std::string& key, int fd, const std::string& fd_path) override;
 

@@ -20,6 +20,7 @@ struct SourceEntry {
   int64_t label = 0;     // class index
   uint64_t size = 0;     // file size at listing time (0 when missing)
   int64_t mtime_ns = 0;  // modification time at listing time (0 when missing)
+  std::string etag;      // a folder on object storage (path s3://...): the object's ETag
   // Why this entry cannot become a sample although it was listed (a table row with a missing
   // column, a non-numeric value in a numeric field, a COCO annotation naming no category...):
   // the build records it as a skip with this reason (a --strict build stops on it). "" = fine.
