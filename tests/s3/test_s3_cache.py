@@ -490,6 +490,25 @@ def case_build_from_s3_source(tmp):
             check(np.array_equal(x[0], y[0]) and x[1] == y[1], f"sample {k} differs")
 
 
+def case_local_disk_full(tmp):
+    """A local cache on a disk too small for the copy: exit 7 (out of space) naming the file,
+    and nothing half-written left that a later reader could trust."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+    from test_faults import small_tmpfs
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        total = sum(f.stat().st_size for f in local.iterdir())
+        check(total > 40 * 1024, f"fixture: the cache ({total} B) fits in the 32k tmpfs")
+        with small_tmpfs(tmp / "mnt", "32k") as mnt:
+            r = run(["verify", url, "--local-cache", str(mnt)], env=env, check_rc=7)
+            check(str(mnt) in r.stderr and "No space left" in r.stderr, r.stderr)
+            left = [p.name for p in mnt.rglob("*") if ".part-" in p.name or
+                    p.name == "manifest.json"]
+            check(not left, f"a half-written copy stayed: {left}")
+
+
 CASES = {
     "build_serve_exact": case_build_serve_exact,
     "resume_upload": case_resume_upload,
@@ -503,6 +522,7 @@ CASES = {
     "torch_dataloader": case_torch_dataloader,
     "train_two_ranks": case_train_two_ranks,
     "build_from_s3_source": case_build_from_s3_source,
+    "local_disk_full": case_local_disk_full,
 }
 
 
