@@ -193,7 +193,23 @@ def test_errors_keep_kind_file_reason(tmp):
     e2 = pickle.loads(pickle.dumps(dscache.CorruptionError("Corruption: f: r", "f", "r")))
     assert type(e2) is dscache.CorruptionError and e2.path == "f" and e2.reason == "r"
     assert set(dscache._errors.BY_KIND) == {"NotFound", "Corruption", "InvalidArgument",
-                                            "IOError", "Unsupported", "Busy"}
+                                            "IOError", "Unsupported", "Busy", "Remote"}
+    # Object storage that does not answer (a port nothing listens on): RemoteError (an OSError)
+    # naming the URL, after the retries (none here).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", DSCACHE_REMOTE_RETRIES="0",
+                      AWS_ACCESS_KEY_ID="AKIDEXAMPLEKEY12", AWS_SECRET_ACCESS_KEY="s3cr3t-never",
+                      DSCACHE_LOCAL_CACHE=os.path.join(tmp, "local"))
+    try:
+        dscache.Cache("s3://bucket/cache")
+        raise AssertionError("a cache on an unreachable endpoint opened")
+    except dscache.RemoteError as e:
+        assert isinstance(e, OSError) and e.kind == "Remote", repr(e)
+        assert "s3://bucket/cache/manifest.json" in e.path, e.path
+        assert "s3cr3t-never" not in str(e), str(e)
 
 
 def test_lazy_cache(tmp):
