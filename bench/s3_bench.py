@@ -156,8 +156,10 @@ def main():
               f"(open {rows['cold']['open_seconds']:.2f} s + epoch "
               f"{rows['cold']['epoch_seconds']:.2f} s)  {ratios['cold_vs_curl']:.2f}x curl "
               f"(goal >= 0.7)")
-        print(f"server GETs of the cache's keys in the whole run: {gets} (curl: "
-              f"{2 * len(names)}, dscache cold: {len(names)} + one manifest per open)")
+        print(f"server GETs of the cache's keys in the whole run: {gets} (expected "
+              f"{2 * len(names) + len(names) - 1 + 2}: curl 2 x {len(names)} files, dscache each "
+              f"of the {len(names) - 1} files the manifest names once, and manifest.json at each "
+              f"of its 2 opens)")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"host": host_info(), "args": vars(a), "bytes": total, "rows": rows,
