@@ -12,9 +12,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +21,7 @@
 #include "dscache/error.h"
 #include "dscache/manifest.h"
 #include "remote/object_store.h"
+#include "remote/parallel.h"
 
 namespace dscache {
 namespace remote {
@@ -250,34 +248,12 @@ void fetch_file(ObjectStore& store, const std::string& dir, const FileEntry& f, 
   }
 }
 
-// Downloads `files` into `dir` with up to `in_flight` requests at once; the first failure is
-// rethrown once every request in flight has ended.
+// Downloads `files` into `dir` with up to `in_flight` requests at once.
 void fetch_all(ObjectStore& store, const std::string& dir, const std::vector<FileEntry>& files,
                bool sync, unsigned in_flight, MirrorStats* stats) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
   std::atomic<uint64_t> bytes{0};
-  std::exception_ptr first;
-  std::mutex mu;
-  auto work = [&] {
-    for (;;) {
-      const size_t i = next++;
-      if (i >= files.size() || failed) return;
-      try {
-        fetch_file(store, dir, files[i], sync, &bytes);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu);
-        if (!first) first = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const unsigned n = static_cast<unsigned>(std::min<size_t>(in_flight, files.size()));
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  parallel_for(files.size(), in_flight,
+               [&](size_t i) { fetch_file(store, dir, files[i], sync, &bytes); });
   if (stats != nullptr) {
     stats->files_downloaded += files.size();
     stats->bytes_downloaded += bytes;

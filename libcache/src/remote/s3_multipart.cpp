@@ -4,12 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "dscache/error.h"
+#include "remote/parallel.h"
 #include "remote/s3_store.h"
 #include "remote/s3_xml.h"
 
@@ -101,31 +98,13 @@ void S3Store::put_multipart(const std::string& key, int fd, uint64_t size, const
   const uint64_t count = (size + part - 1) / part;
   const std::string upload_id = create_upload(key, xxh64);
   std::vector<std::pair<int, std::string>> parts(count);
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (uint64_t i = next++; i < count && !failed; i = next++) {
-      try {
-        uint64_t offset = i * part;
-        std::string bytes = read_part(fd, offset, std::min(part, size - offset), path);
-        int number = static_cast<int>(i + 1);
-        parts[i] = {number, upload_part(key, upload_id, number, bytes)};
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  uint64_t n = std::min<uint64_t>(limits_.requests_in_flight, count);
-  for (uint64_t t = 1; t < n; ++t) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
   try {
-    if (error) std::rethrow_exception(error);
+    parallel_for(static_cast<size_t>(count), limits_.requests_in_flight, [&](size_t i) {
+      const uint64_t offset = i * part;
+      std::string bytes = read_part(fd, offset, std::min(part, size - offset), path);
+      const int number = static_cast<int>(i + 1);
+      parts[i] = {number, upload_part(key, upload_id, number, bytes)};
+    });
     complete_upload(key, upload_id, parts);
   } catch (...) {
     abort_upload(key, upload_id);

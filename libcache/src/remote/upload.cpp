@@ -1,10 +1,7 @@
 // Uploading a cache to object storage (dscache/remote.h: upload_cache): data first, manifest
 // last; objects already there with the same size and XXH64 are kept (resume).
-#include <atomic>
-#include <exception>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "dscache/atomic_file.h"
@@ -16,6 +13,7 @@
 #include "dscache/remote.h"
 #include "remote/mirror.h"
 #include "remote/object_store.h"
+#include "remote/parallel.h"
 
 namespace dscache {
 
@@ -26,35 +24,6 @@ constexpr unsigned kDefaultInFlight = 8;
 std::string trimmed(std::string location) {
   while (location.size() > 1 && location.back() == '/') location.pop_back();
   return location;
-}
-
-// Runs job(i) for i in [0, n) on up to `threads` threads; the first failure is rethrown after
-// every job in flight has ended, and no new job starts after it.
-template <typename Job>
-void parallel_for(size_t n, unsigned threads, const Job& job) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr first;
-  std::mutex mu;
-  auto work = [&] {
-    for (;;) {
-      const size_t i = next++;
-      if (i >= n || failed) return;
-      try {
-        job(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu);
-        if (!first) first = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  const size_t t = std::min<size_t>(threads, n);
-  for (size_t k = 1; k < t; ++k) pool.emplace_back(work);
-  work();
-  for (std::thread& th : pool) th.join();
-  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace
@@ -94,7 +63,7 @@ UploadStats upload_cache(const std::string& dir, const std::string& location) {
       options.requests_in_flight ? options.requests_in_flight : kDefaultInFlight;
   // Each file is uploaded by one request (a large one in parallel parts), so at most
   // `threads` files at once.
-  parallel_for(named.size(), threads, [&](size_t i) {
+  remote::parallel_for(named.size(), threads, [&](size_t i) {
     const FileEntry& f = named[i];
     const std::string sum = hex64(f.xxh64);
     auto it = listed.find(f.file);
