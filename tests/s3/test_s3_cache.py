@@ -231,6 +231,60 @@ def case_shared_download_once(tmp):
               f"each process reads the manifest: {s3.gets('manifest.json')}")
 
 
+OPEN_AND_HOLD = """
+import os, sys, time, dscache
+c = dscache.Cache(sys.argv[1])
+open(os.path.join(sys.argv[2], str(os.getpid())), "w").close()
+deadline = time.monotonic() + 60
+while len(os.listdir(sys.argv[2])) < int(sys.argv[3]):  # every process has it open
+    if time.monotonic() > deadline:
+        sys.exit(3)
+    time.sleep(0.01)
+print(len(c))
+"""
+
+
+def case_open_together_held(tmp):
+    """Processes that open one remote cache at the same moment and keep it open until all have
+    it (as the ranks of a job do) all get it: the one that downloads never makes the others wait
+    for it to close the copy. Several rounds, each with an empty local cache, so that the
+    processes race for the download."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        local, url, _ = build_both(s3, tmp, env)
+        # Deterministic first: one process holds the copy open; a second one finds it incomplete
+        # (its manifest removed) and must finish it without waiting for the first to close it.
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, dscache; c = dscache.Cache(sys.argv[1]); print('open', flush=True); "
+             "sys.stdin.read()", url], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        try:
+            check(holder.stdout.readline().strip() == "open", "the holder did not open the cache")
+            (tmp / "local" / local_copies(tmp)[0] / "manifest.json").unlink()
+            r = run(["verify", url], env=env, timeout=120)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        for r in range(4):
+            barrier = tmp / f"barrier{r}"
+            barrier.mkdir()
+            env_r = dict(env, DSCACHE_LOCAL_CACHE=str(tmp / f"local{r}"))
+            procs = [subprocess.Popen([sys.executable, "-c", OPEN_AND_HOLD, url, str(barrier),
+                                       "3"], env=env_r, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for _ in range(3)]
+            try:
+                outs = [p.communicate(timeout=120) for p in procs]
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                raise AssertionError(f"round {r}: a process never got the copy (deadlock)")
+            for p, (o, e) in zip(procs, outs):
+                check(p.returncode == 0 and o.strip() == "60",
+                      f"round {r}: exit {p.returncode}, {o!r}, {e}")
+
+
 def local_copies(tmp):
     root = Path(tmp, "local")
     return sorted(p.name for p in root.iterdir() if p.is_dir() and "-" in p.name
@@ -523,6 +577,7 @@ CASES = {
     "train_two_ranks": case_train_two_ranks,
     "build_from_s3_source": case_build_from_s3_source,
     "local_disk_full": case_local_disk_full,
+    "open_together_held": case_open_together_held,
 }
 
 

@@ -40,15 +40,21 @@ std::string env(const char* name) {
 }
 
 // Open file description locks (F_OFD_*): like flock they belong to the open file and die with
-// it (a killed holder never blocks anyone), and unlike flock a write lock converts to a read
-// lock atomically, so a downloader that finished becomes a reader without a gap in which an
-// evictor could take the copy away.
-bool ofd_lock(int fd, short type, bool wait, const std::string& path) {
+// it (a killed holder never blocks anyone), and unlike flock they lock byte ranges, so one lock
+// file holds two locks. Byte kUseByte: readers (and downloaders) hold it shared while the copy
+// is open, an evictor takes it exclusive without waiting. Byte kFetchByte: one downloader at a
+// time holds it exclusive. A process waiting to download therefore never waits on the readers:
+// two ranks that open a copy at once, one downloading while the other waits, must not end with
+// the second waiting for the first to close the copy (it would not: the ranks wait on each other).
+constexpr off_t kUseByte = 0;
+constexpr off_t kFetchByte = 1;
+
+bool ofd_lock(int fd, short type, bool wait, const std::string& path, off_t byte = kUseByte) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 0;
+  fl.l_start = byte;
+  fl.l_len = 1;
   for (;;) {
     if (::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0) return true;
     if (errno == EINTR) continue;
@@ -367,13 +373,12 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
     const std::string at = small_file(bpath);
     return at == boot;
   };
-  // A complete copy (its manifest is written last): read it.
-  int fd = open_locked(lock, F_RDLCK, true);
-  if (!same_manifest(mpath, text) || !same_boot()) {
-    // Download, holding the write lock: other processes wanting this copy wait, then read it.
-    ::close(fd);
-    fd = open_locked(lock, F_WRLCK, true);
+  // In use from here on: no evictor removes the copy while this process holds it.
+  const int fd = open_locked(lock, F_RDLCK, true);
+  if (!same_manifest(mpath, text) || !same_boot()) {  // complete: its manifest is written last
+    // Download, one process at a time: the others wait here, then find it complete.
     try {
+      ofd_lock(fd, F_WRLCK, true, lock, kFetchByte);
       if (!same_manifest(mpath, text) || !same_boot()) {
         for (const std::string& e : entries(dir)) {  // killed downloads: never trusted
           if (e.find(kPartTag) != std::string::npos) ::unlink((dir + "/" + e).c_str());
@@ -412,7 +417,7 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
         }
         ::close(budget_fd);
       }
-      ofd_lock(fd, F_RDLCK, true, lock);  // atomic downgrade: no gap for an evictor
+      ofd_lock(fd, F_UNLCK, true, lock, kFetchByte);
     } catch (...) {
       ::close(fd);
       throw;

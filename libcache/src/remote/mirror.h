@@ -15,9 +15,10 @@
 //    copy's .boot names the boot of the machine its files were checked in, and a copy from an
 //    earlier boot (a machine crash may have lost unwritten pages) is hashed again before use.
 //  - Shared through the kernel's locks (open file description locks: they die with their
-//    process, and a writer downgrades to a reader atomically): a downloader holds the write
-//    lock, a reader the read lock while the cache is open. N processes opening the same remote
-//    cache download each file once; the others wait for the first and then read its copies.
+//    process): every process holds a shared lock on the copy while it is open (an evictor needs
+//    the exclusive one), and a downloader also holds a second, exclusive lock. N processes
+//    opening the same remote cache download each file once; the others wait for the first and
+//    then read its copies.
 //  - A budget (RemoteOptions::local_cache_size) that is checked: room is made by evicting the
 //    least recently opened copies that no process holds; a cache that cannot fit beside the held
 //    ones is an error naming both numbers, before anything is downloaded.
