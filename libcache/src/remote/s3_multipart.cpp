@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "dscache/error.h"
+#include "io_util.h"
 #include "remote/parallel.h"
 #include "remote/s3_store.h"
 #include "remote/s3_xml.h"
@@ -19,14 +20,7 @@ constexpr uint64_t kMaxParts = 10000;  // S3's limit on a multipart upload
 
 std::string read_part(int fd, uint64_t offset, uint64_t length, const std::string& path) {
   std::string bytes(length, '\0');
-  uint64_t done = 0;
-  while (done < length) {
-    ssize_t n = ::pread(fd, bytes.data() + done, length - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno(path, "read");
-    if (n == 0) throw Error(ErrorKind::kIOError, path, "file shrank while being uploaded");
-    done += static_cast<uint64_t>(n);
-  }
+  detail::pread_all(fd, bytes.data(), length, offset, path, ErrorKind::kIOError);
   return bytes;
 }
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "dscache/error.h"
+#include "io_util.h"
 #include "remote/s3_xml.h"
 
 namespace dscache {
@@ -23,14 +24,7 @@ std::string virtual_host_base(const std::string& endpoint, const std::string& bu
 
 std::string read_whole(int fd, uint64_t size, const std::string& path) {
   std::string bytes(size, '\0');
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t n = ::pread(fd, bytes.data() + done, size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno(path, "read");
-    if (n == 0) throw Error(ErrorKind::kIOError, path, "file shrank while being uploaded");
-    done += static_cast<uint64_t>(n);
-  }
+  detail::pread_all(fd, bytes.data(), size, 0, path, ErrorKind::kIOError);
   return bytes;
 }
 
