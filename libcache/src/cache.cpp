@@ -24,6 +24,7 @@
 #include "field_files.h"
 #include "io_util.h"
 #include "mapped_file.h"
+#include "remote/mirror.h"
 #include "shard_impl.h"
 
 namespace dscache {
@@ -57,7 +58,9 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
   Impl& c = *impl;
   c.dir = dir;
   c.options = options;
-  c.files = CacheDir::open(dir);  // NotFound / Corruption / Unsupported
+  // A remote cache larger than the local cache's budget is streamed: its shards come as reads
+  // need them (remote/streamed_shards.h).
+  c.files = CacheDir::open(dir, true);  // NotFound / Corruption / Unsupported
   c.manifest = c.files->manifest();
   const Manifest& m = c.manifest;
   const bool ragged = m.layout == Layout::kRagged;
@@ -83,12 +86,19 @@ std::shared_ptr<Cache> Cache::open(const std::string& dir, const CacheOptions& o
     ShardState& s = c.shards[k];
     s.entry = m.shards[k];
     s.path = files.path(s.entry.file);
-    s.loc = checked.shards[k];
+    if (!checked.shards.empty()) s.loc = checked.shards[k];
     s.data_bytes = checked.shard_data_bytes[k];
     c.block = std::max(c.block, s.entry.count);
   }
   c.labels = std::move(checked.labels);
   if (byte_shards) c.index = std::move(checked.index);
+  if (files.streamed()) {
+    // Every shard is read into the caller's buffer (nothing mapped that eviction could pull
+    // away), once it is acquired and its header checked.
+    c.mode = MemoryMode::kPread;
+    c.stream = std::make_unique<detail::StreamedShards>(c, files.remote_copy());
+    return std::shared_ptr<Cache>(new Cache(std::move(impl)));
+  }
 
   // 4. The mode: kAuto compares the shards' bytes with what memory is available.
   c.mode = options.memory;
@@ -156,6 +166,9 @@ const Manifest& Cache::manifest() const { return impl_->manifest; }
 const std::string& Cache::dir() const { return impl_->dir; }
 uint64_t Cache::resident_bytes() const { return impl_->resident; }
 MemoryMode Cache::memory_mode() const { return impl_->mode; }
+uint64_t Cache::streaming_budget() const {
+  return impl_->stream ? std::max<uint64_t>(1, impl_->files->remote_copy()->shard_room()) : 0;
+}
 uint64_t Cache::size() const { return impl_->manifest.count; }
 Layout Cache::layout() const { return impl_->manifest.layout; }
 SampleShape Cache::shape() const { return impl_->shape; }
@@ -264,6 +277,7 @@ void Cache::copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
     return;
   }
   for_each_piece(c, first, count, [&](const ShardState& s, uint64_t i, uint64_t k) {
+    const detail::StreamedShards::Pin held = c.pin(s);
     // A shard's samples lie back to back, so a piece is one run of bytes.
     const uint64_t offset = c.data_offset(s, i);
     const uint64_t bytes =
@@ -287,7 +301,8 @@ void Cache::copy_samples(uint64_t first, uint64_t count, uint8_t* out) const {
 std::vector<Cache::StoredRun> Cache::stored_runs(uint64_t first, uint64_t count) const {
   const Impl& c = *impl_;
   std::vector<StoredRun> runs;
-  const bool plain = c.mode == MemoryMode::kPread && !c.jpeg() && c.index.empty();
+  // Not for a streamed cache: its shards' descriptors live only while they are held.
+  const bool plain = c.mode == MemoryMode::kPread && !c.jpeg() && c.index.empty() && !c.stream;
   for_each_piece(c, first, count, [&](const ShardState& s, uint64_t i, uint64_t k) {
     if (!plain || !s.pread) return;
     runs.push_back(StoredRun{s.fd, s.path, s.loc.data_offset + c.data_offset(s, i),
@@ -305,6 +320,20 @@ void Cache::advise(uint64_t first, uint64_t count, Advice advice) const {
   const Impl& c = *impl_;
   if (c.mode != MemoryMode::kPread) {
     for_each_piece(c, first, count, [](const ShardState&, uint64_t, uint64_t) {});  // range check
+    return;
+  }
+  if (c.stream) {  // fetch the shards ahead, or let them go
+    size_t last = c.shards.size();
+    for_each_piece(c, first, count, [&](const ShardState& s, uint64_t, uint64_t) {
+      const size_t k = static_cast<size_t>(&s - c.shards.data());
+      if (k == last) return;
+      last = k;
+      if (advice == Advice::kWillNeed) {
+        c.stream->will_need(k);
+      } else {
+        c.stream->dont_need(k);
+      }
+    });
     return;
   }
   const int how = advice == Advice::kWillNeed ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED;

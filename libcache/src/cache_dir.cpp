@@ -93,12 +93,15 @@ struct CacheDir::Impl {
 CacheDir::CacheDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CacheDir::~CacheDir() = default;
 
-std::shared_ptr<const CacheDir> CacheDir::open(const std::string& location) {
+std::shared_ptr<const CacheDir> CacheDir::open(const std::string& location,
+                                               bool allow_streaming) {
   auto impl = std::make_unique<Impl>();
   // A remote cache is served from its verified local copy (remote/mirror.h), held for as long
   // as this CacheDir lives so that no other process evicts it; every check below then runs on
   // the copy exactly as on a local cache.
-  if (is_remote_location(location)) impl->held = remote::mirror(location);
+  if (is_remote_location(location)) {
+    impl->held = remote::mirror(location, remote_options(), nullptr, allow_streaming);
+  }
   const std::string dir = impl->held ? impl->held->dir() : location;
   impl->dir = dir;
   do {
@@ -139,6 +142,8 @@ const Manifest& CacheDir::manifest() const { return impl_->manifest; }
 const std::string& CacheDir::dir() const { return impl_->dir; }
 const std::string& CacheDir::real_path() const { return impl_->real; }
 int CacheDir::fd() const { return impl_->fd; }
+const std::shared_ptr<remote::HeldMirror>& CacheDir::remote_copy() const { return impl_->held; }
+bool CacheDir::streamed() const { return impl_->held && impl_->held->streamed(); }
 std::string CacheDir::path(const std::string& name) const { return impl_->dir + "/" + name; }
 
 File CacheDir::open_file(const std::string& name) const {
@@ -321,7 +326,9 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
   const int64_t max_side = jpeg ? 65500 : std::numeric_limits<uint32_t>::max();
   for (size_t k = 0; k < m.shards.size(); ++k) {
     const ShardEntry& s = m.shards[k];
-    const uint64_t data_bytes = shard_data_bytes[k];
+    const bool known = shard_data_bytes[k] != kUnknownDataBytes;
+    // Unknown (a streamed shard): every row must still fit in 64 bits.
+    const uint64_t data_bytes = known ? shard_data_bytes[k] : kUnknownDataBytes - 1;
     uint64_t next = 0;  // where the next sample of this shard must start
     for (uint64_t i = s.first; i < s.first + s.count; ++i) {
       const int64_t* r = &raw[cols * i];
@@ -367,7 +374,7 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
       index[static_cast<size_t>(i)] =
           IndexRow{off, n, static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
     }
-    if (next != data_bytes) {
+    if (known && next != data_bytes) {
       throw Error(ErrorKind::kCorruption, path,
                   "the rows of " + s.file + " cover " + std::to_string(next) +
                       " bytes, the shard holds " + std::to_string(data_bytes));

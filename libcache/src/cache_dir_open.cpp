@@ -71,12 +71,17 @@ void CacheDir::check_checksums_header() const {
 CheckedCache CacheDir::check_open(bool hash_files, const FieldFilesSink& sink) const {
   const Manifest& m = manifest();
   CheckedCache out;
+  // A streamed copy has no shards yet (named_files() lists them first): the steps on them are
+  // the acquiring reader's.
+  const bool streamed = this->streamed();
+  std::vector<FileEntry> named = named_files();
+  if (streamed) named.erase(named.begin(), named.begin() + static_cast<long>(m.shards.size()));
   // 2. Every named file: inside the directory, regular, exactly the manifest's size; nothing
   //    is mapped before all of them pass, so a short file is an error, never a SIGBUS later.
-  check_files();
+  for (const FileEntry& e : named) open_file(e.file, e.bytes);
   // 3. Their XXH64, when asked.
   if (hash_files) {
-    for (const FileEntry& e : named_files()) {
+    for (const FileEntry& e : named) {
       const File file = open_file(e.file, e.bytes);
       const FileEntry got = hash_file(file);
       if (got.xxh64 != e.xxh64) {
@@ -85,8 +90,15 @@ CheckedCache CacheDir::check_open(bool hash_files, const FieldFilesSink& sink) c
       }
     }
   }
-  // 4. Each shard's own header (one descriptor at a time, however many shards).
+  // 4. Each shard's own header (one descriptor at a time, however many shards); streamed: the
+  //    data bytes the manifest implies (fixed), or unknown until the index says (byte shards).
+  const uint64_t sample_bytes = uint64_t{m.height} * m.width * m.channels;
   for (size_t k = 0; k < m.shards.size(); ++k) {
+    if (streamed) {
+      out.shard_data_bytes.push_back(m.has_index() ? kUnknownDataBytes
+                                                   : m.shards[k].count * sample_bytes);
+      continue;
+    }
     const ShardFile s = open_shard(k);
     out.shards.push_back(s.loc);
     out.shard_data_bytes.push_back(s.data_bytes);
@@ -94,7 +106,14 @@ CheckedCache CacheDir::check_open(bool hash_files, const FieldFilesSink& sink) c
   // 5. Labels, checksums (header and size), the index.
   out.labels = labels();
   check_checksums_header();
-  if (m.has_index()) out.index = index(out.shard_data_bytes);
+  if (m.has_index()) {
+    out.index = index(out.shard_data_bytes);
+    for (size_t k = 0; k < m.shards.size() && streamed; ++k) {  // where its rows end
+      const ShardEntry& s = m.shards[k];
+      const IndexRow* last = s.count == 0 ? nullptr : &out.index[s.first + s.count - 1];
+      out.shard_data_bytes[k] = last == nullptr ? 0 : last->offset + last->length;
+    }
+  }
   // Fields: each file's size, header and offsets; ragged masks against the index; rows_of.
   std::vector<FieldShardFile> files;
   for (size_t k = 0; k < m.shards.size() && !m.fields.empty(); ++k) {

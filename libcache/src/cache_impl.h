@@ -17,6 +17,7 @@
 #include "dscache/shard.h"
 #include "io_util.h"
 #include "mapped_file.h"
+#include "remote/streamed_shards.h"
 
 namespace dscache {
 
@@ -67,6 +68,15 @@ struct Cache::Impl {
   uint64_t resident = 0;                        // bytes copied into private memory
   uint64_t block = 1;                           // locality_block()
   MemoryMode mode = MemoryMode::kPageCache;     // in force (kAuto resolved)
+  // A streamed remote cache (CacheDir::streamed()): its shards, acquired as reads need them
+  // (mode kPread); null otherwise. Last: it closes its shards before the rest goes.
+  std::unique_ptr<detail::StreamedShards> stream;
+
+  // Shard s at hand for a read (streamed: held until the Pin goes; else nothing to do).
+  detail::StreamedShards::Pin pin(const ShardState& s) const {
+    if (!stream) return {};
+    return stream->pin(static_cast<size_t>(&s - shards.data()));
+  }
 
   void check_index(uint64_t i) const {
     if (i >= manifest.count) {
@@ -105,6 +115,7 @@ struct Cache::Impl {
 
   // Copies sample i's stored bytes from shard s into `out` (any mode).
   void read_stored(const ShardState& s, uint64_t i, uint8_t* out) const {
+    const detail::StreamedShards::Pin held = pin(s);
     if (s.pread) {
       detail::pread_all(s.fd, out, static_cast<size_t>(stored_bytes(i)),
                         s.loc.data_offset + data_offset(s, i), s.path, ErrorKind::kCorruption);

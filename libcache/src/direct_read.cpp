@@ -65,6 +65,8 @@ DirectReadDecision choose_direct_read(const SampleSource& source, const LoaderOp
     missing = "the windowed shuffle";
   } else if (cache == nullptr || cache->memory_mode() != MemoryMode::kPread) {
     missing = "a Cache open in pread memory mode";
+  } else if (cache->streaming_budget() != 0) {
+    missing = "a cache on local disk (this one streams from object storage)";
   } else if (!plain_copy || source.encoded()) {
     missing = "the raw fixed layout and crop none";
   }

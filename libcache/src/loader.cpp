@@ -185,7 +185,9 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   const uint64_t n = source_->size();
   validate(options_.sampler, n);
   // Windowed shuffle without an explicit block: block and window sized in stored bytes.
-  options_.sampler = detail::resolve_window_for(*source_, options_.sampler);
+  options_.sampler = detail::resolve_window_for(
+      *source_, options_.sampler,
+      (uint64_t{options_.prefetch} + 1) * options_.batch_size * options_.sampler.world_size);
   layout_ = source_->layout();
   encoded_ = source_->encoded();
   validate(options_.transform, layout_);

@@ -12,8 +12,13 @@ namespace dscache {
 namespace detail {
 
 // resolve_window() for `source`: its stored bytes per sample, and available_memory_bytes()
-// when the window is auto-sized (read only then).
-SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptions& options);
+// when the window is auto-sized (read only then). A streamed Cache (Cache::streaming_budget):
+// a block is a shard, and an auto window the larger of a third of the room the shards may take
+// and `in_flight_samples` (the samples of the batches a Loader fills at once, so that they draw
+// from at most two windows); Error(kInvalidArgument) naming the numbers when two windows do
+// not fit in that room (the window being read and the next one, fetched ahead).
+SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptions& options,
+                                  uint64_t in_flight_samples = 0);
 
 // One rank's epoch cut into the windows of a kWindowed order, each with the batches that touch
 // it. advance() tells the source (SampleSource::advise) kWillNeed for a window as soon as the

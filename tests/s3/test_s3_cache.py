@@ -95,13 +95,13 @@ def same_batches(a, b, what):
               f"{what}: batch {k} differs")
 
 
-def build_both(s3, tmp, env, prefix="c", extra=()):
+def build_both(s3, tmp, env, prefix="c", extra=(), shard_size="2K"):
     """The same source built locally and to s3://BUCKET/prefix; returns (local dir, url, stdout)."""
     src = Path(tmp, "src")
     if not src.exists():
         write_pngs(src)
     local = Path(tmp, f"local-{prefix}")
-    opts = ["--size", "16", "--shard-size", "2K", *extra]
+    opts = ["--size", "16", "--shard-size", shard_size, *extra]
     run(["build", str(src), str(local), *opts], env=env)
     url = f"s3://{BUCKET}/{prefix}"
     r = run(["build", str(src), url, *opts], env=env)
@@ -326,6 +326,124 @@ def case_budget_eviction(tmp):
             holder.wait(timeout=60)
         run(["verify", url_a, *lim], env=env)  # b is free again: evicted now
         check(len(local_copies(tmp)) == 1, f"copies: {local_copies(tmp)}")
+
+
+STREAM_EPOCHS = """
+import json, sys, numpy as np, dscache
+url, out, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+c = dscache.Cache(url)
+res = {"n": len(c), "epochs": []}
+for epoch in range(3):
+    opts = dict(batch_size=8, shuffle="windowed", seed=11, workers=2, prefetch=1,
+                return_indices=True)
+    opts.update(kw)
+    loader = dscache.Loader(c, **opts)
+    loader.set_epoch(epoch)
+    idx, images, labels = [], [], []
+    for b in loader:
+        images.append(np.asarray(b[0]).copy())
+        labels.append(np.asarray(b[1]).copy())
+        idx.append(np.asarray(b[2]).copy())
+    np.savez(f"{out}-{epoch}.npz", images=np.concatenate(images), labels=np.concatenate(labels),
+             idx=np.concatenate(idx))
+print("done")
+"""
+
+
+def local_bytes(root):
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except FileNotFoundError:
+                pass  # evicted or renamed while counted
+    return total
+
+
+def case_stream_under_budget(tmp):
+    """A remote cache twice as large as the local cache's budget is streamed shard by shard:
+    every epoch of a windowed Loader is exact (each sample once, the bytes and labels of the
+    local build's), the local cache never holds more than the budget (sampled while it runs),
+    shards are evicted and fetched again across epochs (the server's log), and the same explicit
+    window geometry gives the local build's batches byte for byte. A budget too small for the
+    Loader's windows is refused at once, naming the numbers."""
+    import threading
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        write_pngs(tmp / "src", per_class=40)
+        local, url, _ = build_both(s3, tmp, env, shard_size="6K")  # 8 samples a shard
+        m = json.loads((local / "manifest.json").read_text())
+        shards = [s["file"] for s in m["shards"]]
+        check(len(shards) >= 12, f"the cache needs many shards to stream: {len(shards)}")
+        total = sum(f.stat().st_size for f in local.iterdir())
+        shard_bytes = [(local / name).stat().st_size for name in shards]
+        # The other files and seven shards: three windows of two shards, and one to spare.
+        budget = total - sum(shard_bytes) + 7 * max(shard_bytes)
+        check(budget < total * 2 // 3, f"budget {budget} of {total}: not streamed")
+        env = dict(env, DSCACHE_LOCAL_CACHE_SIZE=str(budget))
+        import dscache
+        ref = dscache.Cache(str(local))
+        n = len(ref)
+        most = [0]
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                most[0] = max(most[0], local_bytes(tmp / "local"))
+                time.sleep(0.005)
+
+        t = threading.Thread(target=watch)
+        t.start()
+        try:
+            for name, kw in (("auto", {}), ("explicit", {"block": 8, "window_blocks": 2})):
+                p = subprocess.run([sys.executable, "-c", STREAM_EPOCHS, url, str(tmp / name),
+                                    json.dumps(kw)], env=env, capture_output=True, text=True,
+                                   timeout=240)
+                check(p.returncode == 0, f"{name}: streaming reader failed: {p.stderr}")
+        finally:
+            done.set()
+            t.join()
+        check(0 < most[0] <= budget,
+              f"the local cache held {most[0]} bytes, over its budget of {budget}")
+        # Too small for the Loader's windows: refused when the Loader is made, not mid-epoch.
+        p = subprocess.run([sys.executable, "-c", STREAM_EPOCHS, url, str(tmp / "big"),
+                            json.dumps({"batch_size": 64})], env=env, capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode != 0 and "InvalidArgument" in p.stderr and "budget" in p.stderr,
+              f"a Loader whose windows cannot fit: {p.returncode} {p.stderr}")
+        for name in ("auto", "explicit"):
+            for epoch in range(3):
+                got = np.load(tmp / f"{name}-{epoch}.npz")
+                idx = got["idx"]
+                check(sorted(idx.tolist()) == list(range(n)),
+                      f"{name} epoch {epoch}: not every sample once")
+                for k, i in enumerate(idx.tolist()):
+                    image, label = ref[i]
+                    check(np.array_equal(got["images"][k], np.asarray(image)) and
+                          int(got["labels"][k]) == label,
+                          f"{name} epoch {epoch}: sample {i} differs from the local build's")
+        # The explicit geometry: the local build's batches, order included.
+        for epoch in range(3):
+            loader = dscache.Loader(ref, batch_size=8, shuffle="windowed", seed=11, workers=2,
+                                    prefetch=1, return_indices=True, block=8, window_blocks=2)
+            loader.set_epoch(epoch)
+            want = np.concatenate([np.asarray(b[2]).copy() for b in loader])
+            got = np.load(tmp / f"explicit-{epoch}.npz")["idx"]
+            check(np.array_equal(want, got), f"epoch {epoch}: the order differs from local")
+        gets = {name: s3.gets(f"/{BUCKET}/c/{name}") for name in shards}
+        check(all(g >= 1 for g in gets.values()), f"a shard never fetched: {gets}")
+        check(sum(gets.values()) > len(shards),
+              f"no shard was fetched again after eviction ({sum(gets.values())} GETs of "
+              f"{len(shards)} shards): the cache was not streamed")
+        copy = [d for d in (tmp / "local").iterdir() if d.is_dir()]
+        check(len(copy) == 1, f"local copies: {copy}")
+        present = [name for name in shards if (copy[0] / name).exists()]
+        check(len(present) < len(shards), "every shard is local: nothing was evicted")
+        # A whole-copy reader (verify) of a cache larger than the budget is refused clearly.
+        r = run(["verify", url], env=env, check_rc=1)
+        check("budget" in r.stderr and str(budget) in r.stderr, f"verify: {r.stderr}")
 
 
 def case_server_restart(tmp):
@@ -578,6 +696,7 @@ CASES = {
     "build_from_s3_source": case_build_from_s3_source,
     "local_disk_full": case_local_disk_full,
     "open_together_held": case_open_together_held,
+    "stream_under_budget": case_stream_under_budget,
 }
 
 

@@ -61,8 +61,14 @@ class Cache : public SampleSource {
   const std::string& dir() const;
   // Bytes of sample data copied into this process (kInProcess, or compressed HDF5 shards).
   uint64_t resident_bytes() const;
-  // The mode in force: options.memory, with kAuto resolved at open.
+  // The mode in force: options.memory, with kAuto resolved at open (kPread when streamed).
   MemoryMode memory_mode() const;
+  // A remote cache larger than the local cache's budget is streamed: each shard is downloaded
+  // (once per node, checked) when a read needs it or the Loader's windowed shuffle advises it
+  // (advise: fetched ahead in the epoch's order, let go behind), and evicted from the local
+  // cache when room is needed and nobody reads it. The bytes of the budget its shards may take
+  // then (the budget less its other files); 0 for every other cache. view() is Unsupported on it (copy_sample reads).
+  uint64_t streaming_budget() const;
 
   uint64_t size() const override;
   Layout layout() const override;

@@ -15,6 +15,10 @@
 
 namespace dscache {
 
+namespace remote {
+class HeldMirror;
+}
+
 // One line of skipped.jsonl.
 struct SkipRecord {
   std::string source;  // the source entry as recorded
@@ -48,10 +52,14 @@ struct FieldShardFile {
 // What CacheDir::check_open() read and checked, for a reader to serve from.
 struct CheckedCache {
   std::vector<ShardLocation> shards;       // each shard's own header, agreeing with the manifest
+                                           // (empty for a streamed copy)
   std::vector<uint64_t> shard_data_bytes;  // each shard's sample bytes (ShardFile::data_bytes)
   std::vector<int64_t> labels;             // labels.npy, every label in range
   std::vector<IndexRow> index;             // raw ragged and JPEG caches: every row; else empty
 };
+
+// CacheDir::index's data size of a shard that is not at hand.
+constexpr uint64_t kUnknownDataBytes = ~uint64_t{0};
 
 // Receives shard k's field files (manifest field order), checked, before the next shard's are
 // opened (a cache of thousands of shards must not hold all their descriptors at once).
@@ -68,14 +76,22 @@ using FieldFilesSink = std::function<void(size_t k, std::vector<FieldShardFile>*
 // methods are thread-safe (except for HDF5 shards, which the shard functions serialize).
 class CacheDir {
  public:
-  // NotFound when DIR or DIR/manifest.json is missing; Corruption for a bad manifest.
-  static std::shared_ptr<const CacheDir> open(const std::string& dir);
+  // NotFound when DIR or DIR/manifest.json is missing; Corruption for a bad manifest. DIR may
+  // be remote (s3://, http(s)://): its verified local copy is opened (remote/mirror.h), whole,
+  // or — with `allow_streaming` and a cache larger than the local cache's budget — without its
+  // shards, which the reader then takes one by one (remote_copy()->acquire_shard; Cache::open).
+  static std::shared_ptr<const CacheDir> open(const std::string& dir,
+                                              bool allow_streaming = false);
   ~CacheDir();
 
   const Manifest& manifest() const;
   const std::string& dir() const;                   // as given
   const std::string& real_path() const;             // resolved when it was opened
   int fd() const;                                   // the directory descriptor (owned)
+  // A remote cache's local copy (null for a local directory).
+  const std::shared_ptr<remote::HeldMirror>& remote_copy() const;
+  // True when the copy holds no shards until they are acquired (see open()).
+  bool streamed() const;
   std::string path(const std::string& name) const;  // DIR/name, for messages
 
   // NAME inside the directory (see the class comment).
@@ -105,7 +121,9 @@ class CacheDir {
   ShardFile open_shard(size_t k) const;
   // The index (manifests with has_index()), every row checked against its shard whose data
   // holds `shard_data_bytes[k]` bytes: inside it, sides in (0, 2^32), h*w*C without overflow,
-  // rows of a shard back to back covering its data exactly.
+  // rows of a shard back to back covering its data exactly. kUnknownDataBytes for a shard not
+  // at hand (streamed): its rows must still be back to back from 0, and where they end is what
+  // its data must hold when it arrives.
   std::vector<IndexRow> index(const std::vector<uint64_t>& shard_data_bytes) const;
   // The same, opening every shard to learn its data bytes.
   std::vector<IndexRow> index() const;
@@ -123,7 +141,10 @@ class CacheDir {
   // counts equal to its boxes'. The one validation that Cache::open, `dscache verify`, every
   // `dscache inspect` mode and Python's dscache.Cache go through, so that they accept and refuse
   // the same caches. Throws the first failure (Corruption naming the file, the sample where
-  // there is one). `sink`, when given, receives each shard's field files.
+  // there is one). `sink`, when given, receives each shard's field files. On a streamed copy
+  // (streamed()) the shards are not there: every step but those on shard files runs, `shards`
+  // is empty, and shard_data_bytes holds what each shard's data must measure (from the manifest
+  // and the index), which the reader that acquires a shard checks with open_shard().
   CheckedCache check_open(bool hash_files = false, const FieldFilesSink& sink = nullptr) const;
   // checksums.npy's npy shape: (count,), or (count, 1 + fields) for a cache with fields.
   std::vector<uint64_t> checksums_shape() const;

@@ -26,16 +26,25 @@
 //    its URL), never served.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "dscache/manifest.h"
 #include "dscache/remote.h"
 
 namespace dscache {
 namespace remote {
 
-// A remote cache's local copy, held (read lock) for as long as this object lives.
+class ObjectStore;
+struct MirrorStats;
+
+// A remote cache's local copy, held (read lock) for as long as this object lives. A streamed
+// copy (see mirror()) holds every named file but the shards, which acquire_shard() brings in
+// one at a time under the local cache's budget.
 class HeldMirror {
  public:
   HeldMirror(std::string location, std::string dir, int lock_fd);
@@ -45,11 +54,43 @@ class HeldMirror {
 
   const std::string& location() const { return location_; }  // s3://... as given
   const std::string& dir() const { return dir_; }            // the local copy
+  bool streamed() const { return store_ != nullptr; }
+
+  // Streamed copies: shard k (manifest order) in the copy, complete and checked against the
+  // manifest's size and XXH64, downloaded first when it is not there (one process or thread at
+  // a time per shard; the others wait and use its copy). Returns a read-only descriptor that
+  // holds the shard's shared lock: no evictor removes the file until it is closed (close() is
+  // the release). Making room evicts the least recently used shard files and copies that
+  // nobody holds; when the budget is held by others, waits for them (a while), then fails with
+  // Error(kInvalidArgument) naming the budget and what is held. Thread-safe.
+  int acquire_shard(size_t k);
+  // Called (on the acquiring thread) when there is no room: the owner should close the shards
+  // it holds but is not reading, and return whether it closed any.
+  void set_release_hook(std::function<bool()> hook) { release_hook_ = std::move(hook); }
+  uint64_t budget() const { return budget_; }
+  // What the shards may take of the budget: the budget less this copy's other files.
+  uint64_t shard_room() const { return shard_room_; }
+  unsigned requests_in_flight() const { return in_flight_; }
+  // Shards this object downloaded (its own requests, not other processes').
+  uint64_t shards_downloaded() const { return shards_downloaded_; }
 
  private:
+  friend std::shared_ptr<HeldMirror> mirror(const std::string&, const RemoteOptions&,
+                                            MirrorStats*, bool);
+  int open_present(size_t k);
   std::string location_;
   std::string dir_;
   int lock_fd_;
+  // Streaming (null store_: a whole copy).
+  std::shared_ptr<ObjectStore> store_;
+  std::vector<FileEntry> shards_;
+  std::string local_;  // the local cache directory
+  uint64_t budget_ = 0;
+  uint64_t shard_room_ = 0;
+  unsigned in_flight_ = 0;
+  bool sync_ = false;  // fdatasync each download (no boot id to tell a crash by)
+  std::function<bool()> release_hook_;
+  std::atomic<uint64_t> shards_downloaded_{0};
 };
 
 // What mirror() did, for tests and progress lines.
@@ -61,12 +102,14 @@ struct MirrorStats {
 };
 
 // The local copy of the cache at `location`, complete and verified, held for reading. Options:
-// remote_options(). Throws Error: kNotFound (no manifest.json there), kRemote (requests
-// refused or failed), kCorruption (a remote file that disagrees with its manifest),
+// remote_options(). With `allow_streaming` and a cache larger than the whole budget, the copy
+// is streamed instead: everything but the shards, which the reader acquires one by one
+// (HeldMirror::acquire_shard). Throws Error: kNotFound (no manifest.json there), kRemote
+// (requests refused or failed), kCorruption (a remote file that disagrees with its manifest),
 // kInvalidArgument (the budget cannot hold it), kIOError (the local disk).
 std::shared_ptr<HeldMirror> mirror(const std::string& location, MirrorStats* stats = nullptr);
 std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOptions& options,
-                                   MirrorStats* stats = nullptr);
+                                   MirrorStats* stats = nullptr, bool allow_streaming = false);
 
 // The local cache directory and budget the options resolve to (RemoteOptions' comments).
 std::string local_cache_dir(const RemoteOptions& options);
