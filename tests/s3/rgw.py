@@ -108,13 +108,19 @@ class Rgw:
     """One ceph-mon, one memstore ceph-osd and one radosgw serving S3 on 127.0.0.1.
 
     Public: endpoint ("http://127.0.0.1:PORT"), access_key, secret_key, region, env(),
-    client(), make_bucket(name), stop_rgw(), start_rgw(), requests(), gets(substring).
+    client(), make_bucket(name), stop_rgw(), start_rgw(), requests(), gets(substring),
+    session_credentials() (sts=True).
     Owns the daemons it starts and everything under `root/ceph`. Not thread-safe; one Rgw per
     test."""
 
-    def __init__(self, root, memstore_bytes=1 << 30):
+    def __init__(self, root, memstore_bytes=1 << 30, dns_name=None, sts=False):
         self.root = Path(root) / "ceph"
         self.memstore_bytes = memstore_bytes  # the OSD's RAM cap: what the tests may store
+        # rgw_dns_name: requests whose Host is BUCKET.dns_name[:port] address BUCKET
+        # (virtual-host style); path-style requests to any other Host still work.
+        self.dns_name = dns_name
+        # STS (GetSessionToken): temporary credentials for the user (session_credentials()).
+        self.sts = sts
         self.procs = {}  # daemon name -> Popen
         self.conf = self.root / "ceph.conf"
         self.log_dir = self.root / "log"
@@ -174,6 +180,10 @@ class Rgw:
         self._run(["radosgw-admin", "-c", self.conf, "-n", "client.admin", "user", "create",
                    "--uid", RGW_USER, "--display-name", RGW_USER, "--access-key",
                    self.access_key, "--secret", self.secret_key], "radosgw-admin user create")
+        if self.sts:
+            # Attaching a user policy (session_credentials()) takes the user-policy cap.
+            self._run(["radosgw-admin", "-c", self.conf, "-n", "client.admin", "caps", "add",
+                       "--uid", RGW_USER, "--caps", "user-policy=*"], "radosgw-admin caps add")
 
     def stop(self):
         """Ends every daemon by pid with SIGKILL and waits for it: nothing is left running."""
@@ -228,6 +238,23 @@ class Rgw:
             aws_secret_access_key=secret_key if secret_key is not None else self.secret_key,
             config=Config(s3={"addressing_style": "path"}, signature_version="s3v4",
                           retries={"max_attempts": 1}, connect_timeout=5, read_timeout=60))
+
+    def session_credentials(self, seconds=900):
+        """Temporary credentials of the user from radosgw's STS (GetSessionToken, Rgw(sts=True)):
+        {"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}. First attaches the
+        policy Ceph's STS Lite documentation gives (a user may call GetSessionToken with its
+        permanent keys); S3 requests with the temporary ones act as the user."""
+        import boto3
+        if not self.sts:
+            raise Failure("session_credentials() needs Rgw(..., sts=True)")
+        kw = dict(endpoint_url=self.endpoint, region_name=self.region,
+                  aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+        policy = json.dumps({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "sts:GetSessionToken", "Resource": "*"}]})
+        boto3.client("iam", **kw).put_user_policy(UserName=RGW_USER, PolicyName="sts",
+                                                  PolicyDocument=policy)
+        got = boto3.client("sts", **kw).get_session_token(DurationSeconds=seconds)
+        return got["Credentials"]
 
     def make_bucket(self, name):
         self.client().create_bucket(Bucket=name)
@@ -316,6 +343,12 @@ rgw data = {r / 'rgw'}
 # One `beast:` line a request: method, URI, status (requests()).
 debug rgw = 1
 """)
+        with open(self.conf, "a") as f:
+            if self.dns_name:
+                f.write(f"rgw dns name = {self.dns_name}\n")
+            if self.sts:
+                # The key that encrypts session tokens: 16 characters (Ceph's STS Lite docs).
+                f.write(f"rgw s3 auth use sts = true\nrgw sts key = {os.urandom(8).hex()}\n")
 
     def _popen(self, args, **kw):
         return subprocess.Popen([str(a) for a in args], env=self._env(), cwd=self.root,

@@ -249,7 +249,7 @@ HttpResponse HttpClient::send(const HttpRequest& request, const std::string& wha
                                          : " (" + parse_error_body(a.response.body).code + ")")
                               : describe_code(code, a.errbuf);
       throw_remote(what, cause + " from " + settings_.endpoint + " after " +
-                             std::to_string(attempt) + " attempts");
+                             std::to_string(attempt) + (attempt == 1 ? " attempt" : " attempts"));
     }
     double delay = backoff_delay_s(attempt - 1, unit_random());
     if (auto ra = parse_retry_after(a.response.header("retry-after"), now_s())) {
