@@ -524,3 +524,45 @@ TEST_SUITE("source list") {
     CHECK(d != dscache::list_source(tmp.file("t.csv"), mask).digest);
   }
 }
+
+TEST_SUITE("source list: paths") {
+  TEST_CASE("a listed path resolves beside its list, on disk or on object storage") {
+    struct Case {
+      const char* kind;
+      const char* root;
+      const char* name;
+      const char* path;
+    };
+    const Case cases[] = {
+        {"list", "/data/t.csv", "img/a.jpg", "/data/img/a.jpg"},
+        {"list", "/data/t.csv", "/abs/a.jpg", "/abs/a.jpg"},
+        {"list", "/data/t.csv", "s3://b/k/a.jpg", "s3://b/k/a.jpg"},
+        {"list", "s3://b/dir/t.csv", "img/a.jpg", "s3://b/dir/img/a.jpg"},
+        {"list", "s3://b/dir/t.csv", "./img/../x/a.jpg", "s3://b/dir/x/a.jpg"},
+        {"list", "s3://b/dir/t.csv", "../../../a.jpg", "s3://b/a.jpg"},  // no higher than b
+        {"list", "s3://b/dir/t.csv", "/top/a.jpg", "s3://b/top/a.jpg"},  // from the bucket
+        {"list", "s3://b/dir/t.csv", "s3://c/a.jpg", "s3://c/a.jpg"},
+        {"list", "s3://b/t.csv", "a.jpg", "s3://b/a.jpg"},
+        {"list", "https://h:8080/d/t.tsv", "i//a.jpg", "https://h:8080/d/i//a.jpg"},  // S3 keeps //
+        {"coco", "s3://b/images", "val/1.jpg", "s3://b/images/val/1.jpg"},
+        {"coco", "/images", "/elsewhere/1.jpg", "/elsewhere/1.jpg"},
+        {"folder", "s3://b/raw", "cat/1.jpg", "s3://b/raw/cat/1.jpg"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.root);
+      CAPTURE(c.name);
+      CHECK(dscache::source_entry_path(c.kind, c.root, c.name) == c.path);
+    }
+    CHECK(dscache::absolute_path("s3://b/images/") == "s3://b/images");
+    CHECK(dscache::absolute_path("https://h/d") == "https://h/d");
+  }
+
+  TEST_CASE("a remote SOURCE that cannot be listed is refused before any request") {
+    using dscache::ErrorKind;
+    using dscache::test::expect_error;
+    expect_error([] { dscache::list_source("http://127.0.0.1:9/raw", {}); },
+                 ErrorKind::kInvalidArgument, {"http://127.0.0.1:9/raw", "cannot be listed"});
+    expect_error([] { dscache::list_source("s3://bucket/train-images-idx3-ubyte.gz", {}); },
+                 ErrorKind::kUnsupported, {"idx files are not read from object storage"});
+  }
+}

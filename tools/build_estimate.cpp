@@ -14,6 +14,7 @@
 #include "dscache/file.h"
 #include "dscache/ingest/image_decode.h"
 #include "dscache/npy.h"
+#include "dscache/remote.h"
 #include "dscache/sampler.h"
 #include "dscache/shard.h"
 
@@ -47,8 +48,10 @@ enum class Header { kDims, kNoDims, kNotImage };
 
 // The header dims of a source image file: kNotImage for what the build will skip whatever its
 // bytes (no such file, not a regular file, empty, no image format's magic), kNoDims for an image
-// whose header says no size (its size is then guessed).
+// whose header says no size, or an object on object storage, whose header would cost a request
+// per image before the build reads it (its size is then guessed).
 Header header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
+  if (is_remote_location(path)) return Header::kNoDims;
   try {
     const File f = File::open(path);  // a FIFO or device is refused, never read
     for (uint64_t n = kHeaderRead;; n = std::min(kHeaderMost, n * 4)) {

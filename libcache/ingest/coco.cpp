@@ -2,8 +2,6 @@
 // entries with fields. Masks (RLE strings, rasterising, mask images): coco_mask.cpp.
 #include "dscache/ingest/coco.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -338,18 +336,6 @@ class CocoSniffer : public nlohmann::json_sax<json> {
   std::string key_;
 };
 
-struct Stat {
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-};
-
-Stat stat_or_zero(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  return {static_cast<uint64_t>(st.st_size),
-          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
-}
-
 template <typename T>
 void append_le(std::vector<uint8_t>& out, T v) {
   static_assert(sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8, "element size");
@@ -384,14 +370,20 @@ bool is_coco_instances(const std::string& path) {
 
 CocoInstances read_coco_instances(const std::string& path) {
   const std::string abs = absolute_path(path);
-  return parse_coco(File::open(abs).read_all(kMaxJsonBytes), abs);
+  return parse_coco(ingest_detail::read_listed_text(abs, kMaxJsonBytes), abs);
 }
 
 SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   const std::string abs = absolute_path(path);
-  const std::string text = File::open(abs).read_all(kMaxJsonBytes);
+  return ingest_detail::list_coco_text(abs, ingest_detail::read_listed_text(abs, kMaxJsonBytes),
+                                       options);
+}
+
+SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::string& text,
+                                            const SourceOptions& options) {
   auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
   // The file first: a broken one is named as such whatever the options.
+  ingest_detail::check_options_apply(abs, options, false, true);
   if (options.image_root.empty()) {
     throw SourceOptionError(
         ErrorKind::kInvalidArgument, abs,
@@ -432,13 +424,22 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   Xxh64 h;
   h.update(text.data(), text.size());
   out.entries.reserve(coco->images.size());
+  std::vector<std::string> paths;
+  paths.reserve(coco->images.size());
   for (const CocoImage& img : coco->images) {
+    paths.push_back(ingest_detail::resolve_listed_path(root, img.file_name));
+  }
+  std::vector<ingest_detail::FileStat> stats = ingest_detail::stat_listed(paths);
+  for (size_t k = 0; k < coco->images.size(); ++k) {
+    const CocoImage& img = coco->images[k];
     SourceEntry e;
     e.name = img.file_name;
-    e.path = img.file_name[0] == '/' ? img.file_name : root + "/" + img.file_name;
-    const Stat st = stat_or_zero(e.path);
-    e.size = st.size;
-    e.mtime_ns = st.mtime_ns;
+    e.path = paths[k];
+    if (stats[k].is_file) {
+      e.size = stats[k].size;
+      e.mtime_ns = stats[k].mtime_ns;
+      e.etag = std::move(stats[k].etag);
+    }
     e.bad = img.bad.empty()
                 ? ingest_detail::path_problem(img.file_name, root, options.confine, "--image-root")
                 : img.bad;
@@ -456,6 +457,7 @@ SourceListing list_coco(const std::string& path, const SourceOptions& options) {
     h.update("\0", 1);
     h.update(&e.size, sizeof e.size);
     h.update(&e.mtime_ns, sizeof e.mtime_ns);
+    if (!e.etag.empty()) h.update(e.etag.data(), e.etag.size() + 1);  // remote: what changes
     out.entries.push_back(std::move(e));
   }
   out.digest = h.digest();

@@ -21,10 +21,28 @@ struct FileStat {
   int64_t mtime_ns = 0;
   dev_t dev = 0;
   ino_t ino = 0;
+  std::string etag;  // an object on object storage (stat_listed): its ETag; mtime_ns stays 0
 };
 
 // stat(2), following symlinks; exists = false when it fails.
 FileStat stat_follow(const std::string& path);
+
+// The stats of the files a list, table or COCO file names, in order: local paths by stat_follow,
+// URLs by stat_remote (dscache/remote.h: one ListObjectsV2 listing per bucket) as regular files
+// with their size and ETag. An empty path, or an object that does not exist, is !exists.
+std::vector<FileStat> stat_listed(const std::vector<std::string>& paths);
+
+// Where a path a list, table or COCO file names leads, given `base`, the folder of the list file
+// (or COCO's image root): `name` itself when it is a URL (s3://, http(s)://) or, under a local
+// base, an absolute path; else base + "/" + name. Under a URL base, a name starting with '/'
+// starts at the bucket or host, and '.' and '..' components are resolved as in a file system
+// (no higher than the bucket or host), since an object store has no folders to resolve them.
+std::string resolve_listed_path(const std::string& base, const std::string& name);
+
+// The whole text of a list, table or COCO file: a local file (never a FIFO, which would block,
+// or a device), or an object read with one GET (read_remote). Error(kCorruption) when it holds
+// more than `max_bytes`; the read's own errors (kNotFound, kRemote) name the path or URL.
+std::string read_listed_text(const std::string& path, uint64_t max_bytes);
 
 // `s` without leading and trailing spaces, tabs and CRs.
 std::string trim(const std::string& s);
@@ -63,6 +81,11 @@ class RecordReader {
 // what base is in the message ("the table's folder", "--image-root").
 std::string path_problem(const std::string& name, const std::string& base, bool confine,
                          const std::string& base_is);
+
+// Table options (--image-column, --label-column, --field) given for a source that is not a
+// `table`, COCO options (--image-root, --coco-mask) for one that is not `coco`: an error rather
+// than a silently different cache (SourceOptionError naming `source` and the options).
+void check_options_apply(const std::string& source, const SourceOptions& o, bool table, bool coco);
 
 // The classes of integer labels 0..max_label: --classes when given (max_label must be in range),
 // else "0".."max_label". Error(kInvalidArgument, path) naming the label otherwise.
@@ -108,9 +131,10 @@ struct Table {
 // unterminated quote, or a header with an empty or repeated name.
 Table read_delimited_table(const std::string& path, const std::string& text, char sep);
 
-// Reads a JSONL table: one JSON object per non-empty line, the columns the keys in order of
-// first appearance. Error(kInvalidArgument, path, "line N: ...") for a line that is not an object.
-Table read_jsonl_table(const std::string& path);
+// Reads a JSONL table whose whole file is `text`: one JSON object per non-empty line, the columns
+// the keys in order of first appearance. Error(kInvalidArgument, path, "line N: ...") for a line
+// that is not an object.
+Table read_jsonl_table(const std::string& path, const std::string& text);
 
 // The values of table cells (table_values.cpp):
 // `s` in single quotes, cut after 40 characters with "...", for messages.
@@ -133,6 +157,10 @@ std::vector<std::string> multi_hot_names(const TableCell& c);
 // cannot be listed (no image column, a --field naming no column, a column name that is not a
 // valid field name, ...).
 SourceListing list_table(const Table& table, const SourceOptions& opt);
+
+// list_coco of the COCO file at `path` (local, or a URL) whose whole text is `text`.
+SourceListing list_coco_text(const std::string& path, const std::string& text,
+                             const SourceOptions& options);
 
 // Folds the fields of a listing (specs, every entry's values and bad reason, and each mask
 // file's size and mtime) into `h`, after the entries' names and stats.

@@ -16,6 +16,16 @@
 namespace dscache {
 
 bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason) {
+  if (is_remote_location(path)) {
+    try {
+      read_remote(path, &buf);
+      return true;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotFound) throw;
+      reason = "no such object (HTTP 404)";
+      return false;
+    }
+  }
   File file;
   try {
     file = File::open(path);  // never blocks on a FIFO; refuses devices (/dev/zero never ends)
@@ -65,8 +75,8 @@ bool unchanged_since_listing(const std::string& path, const SourceEntry& e, size
 }
 
 // A source on object storage: the object's bytes, if it is still what the listing saw (its size
-// and ETag; verify --source has no listing); a missing object is a skip like a missing file, and
-// so is one that changed. Any
+// and ETag, none when the listing found no such object; verify --source has no listing); a
+// missing object is a skip like a missing file, and so is one that changed. Any
 // other failure (refused, the server gone after the retries) stops the build: skipping every
 // image of an unreachable bucket would publish an empty cache.
 const std::vector<uint8_t>* read_listed_object(const std::string& url, const SourceEntry* e,
@@ -77,7 +87,9 @@ const std::vector<uint8_t>* read_listed_object(const std::string& url, const Sou
     etag = read_remote(url, &bytes);
   } catch (const Error& err) {
     if (err.kind() != ErrorKind::kNotFound) throw;
-    *reason = "vanished while the build ran (HTTP 404)";
+    // An object the listing saw has an ETag; one a table names that was not there has none.
+    *reason = e != nullptr && !e->etag.empty() ? "vanished while the build ran (HTTP 404)"
+                                               : "no such object (HTTP 404)";
     return nullptr;
   }
   if (e != nullptr && (bytes.size() != e->size || etag != e->etag)) {

@@ -14,7 +14,6 @@
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
-#include "dscache/ingest/coco.h"
 #include "dscache/remote.h"
 #include "list_internal.h"
 
@@ -23,6 +22,19 @@ namespace ingest_detail {
 
 // The most classes integer labels may imply without --classes (ImageNet-21k has ~21,800).
 constexpr int64_t kMaxNumberedClasses = int64_t{1} << 20;
+// The most bytes a list or table file may hold.
+constexpr uint64_t kMaxListBytes = uint64_t{1} << 32;
+
+namespace {
+
+// Whether a URL names an object: a bucket or host, then a key or path ("s3://bucket" does not).
+bool names_object(const std::string& url) {
+  const size_t host = url.find("://");
+  const size_t slash = host == std::string::npos ? host : url.find('/', host + 3);
+  return slash != std::string::npos && slash > host + 3 && slash + 1 < url.size();
+}
+
+}  // namespace
 
 FileStat stat_follow(const std::string& path) {
   FileStat s;
@@ -36,6 +48,74 @@ FileStat stat_follow(const std::string& path) {
   s.dev = st.st_dev;
   s.ino = st.st_ino;
   return s;
+}
+
+std::vector<FileStat> stat_listed(const std::vector<std::string>& paths) {
+  std::vector<FileStat> out(paths.size());
+  std::vector<std::string> urls;
+  std::vector<size_t> url_at;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty()) continue;
+    if (is_remote_location(paths[i])) {
+      if (!names_object(paths[i])) continue;  // path_problem makes its entry bad
+      urls.push_back(paths[i]);
+      url_at.push_back(i);
+    } else {
+      out[i] = stat_follow(paths[i]);
+    }
+  }
+  if (urls.empty()) return out;
+  std::vector<std::optional<RemoteObject>> objects = stat_remote(urls);
+  for (size_t k = 0; k < urls.size(); ++k) {
+    if (!objects[k]) continue;
+    FileStat& st = out[url_at[k]];
+    st.exists = st.is_file = true;
+    st.size = objects[k]->size;
+    st.etag = std::move(objects[k]->etag);
+  }
+  return out;
+}
+
+std::string resolve_listed_path(const std::string& base, const std::string& name) {
+  if (is_remote_location(name)) return name;
+  if (!is_remote_location(base)) return !name.empty() && name[0] == '/' ? name : base + "/" + name;
+  const size_t host = base.find("://") + 3;
+  const size_t slash = base.find('/', host);
+  const std::string root = base.substr(0, slash);  // s3://BUCKET or http(s)://HOST[:PORT]
+  std::string path = name;
+  if (!name.empty() && name[0] == '/') {
+    path.erase(0, 1);
+  } else if (slash != std::string::npos) {
+    path = base.substr(slash + 1) + "/" + name;
+  }
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = path.find('/', begin);
+    const std::string part = path.substr(begin, end - begin);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (part != ".") {
+      parts.push_back(part);  // "" too: a key may hold "//", and S3 keeps it
+    }
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  std::string out = root;
+  for (const std::string& part : parts) out += "/" + part;
+  return out;
+}
+
+std::string read_listed_text(const std::string& path, uint64_t max_bytes) {
+  if (!is_remote_location(path)) return File::open(path).read_all(max_bytes);
+  std::vector<uint8_t> bytes;
+  read_remote(path, &bytes);
+  if (bytes.size() > max_bytes) {
+    throw Error(ErrorKind::kCorruption, path,
+                "object holds " + std::to_string(bytes.size()) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " allowed");
+  }
+  return std::string(bytes.begin(), bytes.end());
 }
 
 std::string trim(const std::string& s) {
@@ -103,12 +183,28 @@ std::string path_problem(const std::string& name, const std::string& base, bool 
     return "the path holds a NUL byte after '" + name.substr(0, nul) +
            "' (a file name cannot hold one)";
   }
+  if (is_remote_location(name) && !names_object(name)) {
+    return "the URL '" + name +
+           "' names no object (expected s3://BUCKET/KEY or http(s)://HOST/PATH)";
+  }
   if (!confine || name.empty()) return "";
-  const std::string p = absolute_path(name[0] == '/' ? name : base + "/" + name);
+  const std::string p = absolute_path(resolve_listed_path(base, name));
   if (p.compare(0, base.size(), base) == 0 && (p.size() == base.size() || p[base.size()] == '/')) {
     return "";
   }
   return "the path '" + name + "' leads outside " + base_is + " " + base + " (--confine)";
+}
+
+void check_options_apply(const std::string& source, const SourceOptions& o, bool table, bool coco) {
+  if (!table && (!o.image_column.empty() || !o.label_column.empty() || !o.field_kinds.empty())) {
+    throw SourceOptionError(
+        ErrorKind::kInvalidArgument, source,
+        "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+  }
+  if (!coco && (!o.image_root.empty() || (!o.coco_mask.empty() && o.coco_mask != "none"))) {
+    throw SourceOptionError(ErrorKind::kInvalidArgument, source,
+                            "--image-root and --coco-mask apply to COCO instances JSON sources");
+  }
 }
 
 std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions& opt,
@@ -310,8 +406,7 @@ std::vector<std::string> first_line(const std::string& text, char sep) {
 
 SourceListing list_file(const std::string& list_path, const SourceOptions& opt) {
   char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
-  // A regular file (never a FIFO, which would block, or a device), read whole.
-  const std::string text = File::open(list_path).read_all(uint64_t{1} << 32);
+  const std::string text = read_listed_text(list_path, kMaxListBytes);
   if (is_table_header(first_line(text, sep), opt)) {
     return list_table(read_delimited_table(list_path, text, sep), opt);
   }
@@ -345,15 +440,15 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
     }
     rows.emplace_back(p, l);
   }
-  auto resolve = [&](const std::string& p) {
-    return (!p.empty() && p[0] == '/') ? p : base + "/" + p;
-  };
+  std::vector<std::string> paths;
+  for (const auto& r : rows) paths.push_back(resolve_listed_path(base, r.first));
+  std::vector<FileStat> stats = stat_listed(paths);
   // A header row under another name than `path,label` (pandas writes its column names, such as
   // `image_path,label` or `file,class`): the first row, when its path names no file and its label
   // is not an integer while every other row's is, or is the label of no other row. Such a row
   // is not a sample (it would be a skip and a phantom class, and its non-integer label would turn
   // integer labels into class names sorted as strings). docs/BUILD.md "Sources".
-  if (!rows.empty() && !stat_follow(resolve(rows[0].first)).exists) {
+  if (!rows.empty() && !stats[0].exists) {
     int64_t v;
     const std::string& head = rows[0].second;
     bool others_numeric = rows.size() > 1, head_elsewhere = false;
@@ -361,7 +456,11 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
       if (!parse_index(rows[i].second, &v)) others_numeric = false;
       if (rows[i].second == head) head_elsewhere = true;
     }
-    if (!parse_index(head, &v) && (others_numeric || !head_elsewhere)) rows.erase(rows.begin());
+    if (!parse_index(head, &v) && (others_numeric || !head_elsewhere)) {
+      rows.erase(rows.begin());
+      paths.erase(paths.begin());
+      stats.erase(stats.begin());
+    }
   }
   std::vector<std::string> labels;
   for (auto& r : rows) labels.push_back(r.second);
@@ -370,12 +469,12 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
   for (size_t i = 0; i < rows.size(); ++i) {
     SourceEntry e;
     e.name = rows[i].first;
-    e.path = resolve(e.name);
+    e.path = paths[i];
     e.label = indexes[i];
     e.bad = path_problem(e.name, base, opt.confine, "the list's folder");
-    FileStat st = stat_follow(e.path);
-    e.size = st.size;
-    e.mtime_ns = st.mtime_ns;
+    e.size = stats[i].size;
+    e.mtime_ns = stats[i].mtime_ns;
+    e.etag = std::move(stats[i].etag);
     out.entries.push_back(std::move(e));
   }
   return out;
@@ -422,68 +521,63 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
   return out;
 }
 
-// Table options given for a source that is not a table, COCO options for one that is not COCO:
-// an error rather than a silently different cache.
-void check_options_apply(const std::string& source, const SourceOptions& o, bool table) {
-  if (!table && (!o.image_column.empty() || !o.label_column.empty() || !o.field_kinds.empty())) {
-    throw SourceOptionError(
-        ErrorKind::kInvalidArgument, source,
-        "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
-  }
-  if (!o.image_root.empty() || (!o.coco_mask.empty() && o.coco_mask != "none")) {
-    throw SourceOptionError(ErrorKind::kInvalidArgument, source,
-                            "--image-root and --coco-mask apply to COCO instances JSON sources");
-  }
-}
-
 }  // namespace
 
 std::string absolute_path(const std::string& path) {
+  if (is_remote_location(path)) {  // already absolute; a folder's URL without its trailing '/'
+    std::string url = path;
+    while (url.size() > 1 && url.back() == '/' && url.compare(url.size() - 3, 3, "://") != 0) {
+      url.pop_back();
+    }
+    return url;
+  }
   return fs::absolute(fs::path(path)).lexically_normal().string();
 }
 
 SourceListing list_source(const std::string& source, const SourceOptions& options) {
-  if (is_remote_location(source)) {
-    if (source.rfind("s3://", 0) != 0) {
-      throw SourceOptionError(ErrorKind::kInvalidArgument, source,
-                              "an http(s) location cannot be listed: a SOURCE on object storage "
-                              "is a folder of class folders at s3://BUCKET/PREFIX");
-    }
-    check_options_apply(source, options, false);
-    std::string root = source;
-    while (root.size() > 1 && root.back() == '/') root.pop_back();
-    SourceListing out = list_remote_folder(root, options);
-    Xxh64 h;
-    for (const auto& e : out.entries) hash_entry(h, e);
-    out.digest = h.digest();
-    return out;
-  }
   std::string root = absolute_path(source);
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  FileStat st = stat_follow(root);
-  if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
-  if (st.is_file && ends_with(root, ".json")) {
-    // A .json source is COCO instances or nothing: one that is not (truncated, NaN, another
-    // structure) gets the parser's reason and position, not a word on options.
-    if (!is_coco_instances(root)) read_coco_instances(root);
-    if (!options.image_column.empty() || !options.label_column.empty() ||
-        !options.field_kinds.empty()) {
-      throw SourceOptionError(
-          ErrorKind::kInvalidArgument, source,
-          "--image-column, --label-column and --field apply to .csv/.tsv/.jsonl tables");
+  const bool json = ends_with(root, ".json");
+  const bool table =
+      ends_with(root, ".csv") || ends_with(root, ".tsv") || ends_with(root, ".jsonl");
+  FileStat st;
+  if (is_remote_location(root)) {
+    // Object storage has no file types: a table's or COCO file's name says what it is, and
+    // anything else is a folder of class folders, which only S3 can list.
+    if (ends_with(root, "idx3-ubyte") || ends_with(root, "idx3-ubyte.gz")) {
+      throw Error(ErrorKind::kUnsupported, source,
+                  "idx files are not read from object storage: copy the images and labels files "
+                  "to a local disk");
     }
-    return list_coco(root, options);  // its own digest (the JSON's bytes and each image)
+    st.exists = true;
+    st.is_file = json || table;
+    st.is_dir = !st.is_file;
+    if (st.is_dir && root.rfind("s3://", 0) != 0) {
+      throw SourceOptionError(ErrorKind::kInvalidArgument, source,
+                              "an http(s) location cannot be listed: a SOURCE on a web server is "
+                              "a .csv/.tsv/.jsonl table or a COCO .json file; a folder of class "
+                              "folders on object storage is at s3://BUCKET/PREFIX");
+    }
+  } else {
+    st = stat_follow(root);
   }
-  const bool table = st.is_file && (ends_with(root, ".csv") || ends_with(root, ".tsv") ||
-                                    ends_with(root, ".jsonl"));
-  check_options_apply(source, options, table);
+  if (!st.exists) throw Error(ErrorKind::kNotFound, source, "no such file or directory");
+  if (st.is_file && json) {
+    // A .json source is COCO instances or nothing: one that is not (truncated, NaN, another
+    // structure) gets the parser's reason and position, not a word on options. Its own digest
+    // (the JSON's bytes and each image).
+    return list_coco_text(root, read_listed_text(root, kMaxListBytes), options);
+  }
+  check_options_apply(source, options, st.is_file && table, false);
   SourceListing out;
-  if (st.is_dir) {
+  if (st.is_dir && is_remote_location(root)) {
+    out = list_remote_folder(root, options);
+  } else if (st.is_dir) {
     out = list_folder(root, options);
   } else if (ends_with(root, ".csv") || ends_with(root, ".tsv")) {
     out = list_file(root, options);
   } else if (ends_with(root, ".jsonl")) {
-    out = list_table(read_jsonl_table(root), options);
+    out = list_table(read_jsonl_table(root, read_listed_text(root, kMaxListBytes)), options);
   } else if (is_idx_images_file(root)) {
     return list_idx(root, options);
   } else {
@@ -503,10 +597,10 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
 
 std::string source_entry_path(const std::string& kind, const std::string& root,
                               const std::string& name) {
-  if (kind == "folder" || kind == "coco") return root + "/" + name;  // coco: the image root
+  if (kind == "folder") return root + "/" + name;
+  if (kind == "coco") return ingest_detail::resolve_listed_path(root, name);  // the image root
   if (kind == "list") {
-    if (!name.empty() && name[0] == '/') return name;
-    return root.substr(0, root.find_last_of('/')) + "/" + name;
+    return ingest_detail::resolve_listed_path(root.substr(0, root.find_last_of('/')), name);
   }
   return root;  // idx: the images file itself
 }

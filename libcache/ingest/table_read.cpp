@@ -8,15 +8,11 @@
 #include <vector>
 
 #include "dscache/error.h"
-#include "dscache/file.h"
 #include "json_parse.h"
 #include "list_internal.h"
 
 namespace dscache::ingest_detail {
 namespace {
-
-// The most bytes a list file may hold (as a path,label list).
-constexpr uint64_t kMaxListBytes = uint64_t{1} << 32;
 
 [[noreturn]] void fail(const std::string& path, size_t line, const std::string& reason) {
   throw Error(ErrorKind::kInvalidArgument, path, "line " + std::to_string(line) + ": " + reason);
@@ -94,11 +90,10 @@ Table read_delimited_table(const std::string& path, const std::string& text, cha
   return t;
 }
 
-Table read_jsonl_table(const std::string& path) {
+Table read_jsonl_table(const std::string& path, const std::string& text) {
   Table t;
   t.path = path;
-  // A regular file (never a FIFO, which would block, or a device), read whole.
-  std::istringstream in(File::open(path).read_all(kMaxListBytes));
+  std::istringstream in(text);
   std::map<std::string, size_t> index;
   std::string line;
   size_t lineno = 0;

@@ -329,7 +329,7 @@ void append_value(const FieldSpec& spec, const TableCell& c, const std::string& 
     parse_float(c.text, &v);
     append(&v, sizeof v);
   } else if (spec.kind == FieldKind::kMask) {
-    const std::string path = c.text[0] == '/' ? c.text : base + "/" + c.text;
+    const std::string path = resolve_listed_path(base, c.text);
     append(path.data(), path.size());
   } else if (spec.kind == FieldKind::kArray) {
     std::vector<uint8_t> hot(spec.classes.size(), 0);
@@ -364,8 +364,8 @@ std::vector<std::string> mask_notices(const Table& t, const Roles& roles,
     for (size_t r = 0; r < t.rows.size(); ++r) {
       if (!bad[r].empty()) continue;
       const std::string& v = t.rows[r][f.column].text;
-      images = !v.empty() && has_image_extension(v) &&
-               stat_follow(v[0] == '/' ? v : base + "/" + v).is_file;
+      images =
+          !v.empty() && has_image_extension(v) && stat_follow(resolve_listed_path(base, v)).is_file;
       if (!images) break;
     }
     if (!images) continue;
@@ -416,17 +416,20 @@ SourceListing list_table(const Table& t, const SourceOptions& opt) {
   }
   out.columns.values.resize(nf);
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
+  std::vector<std::string> paths(t.rows.size());
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    const std::string& name = t.rows[r][roles.image].text;
+    if (!name.empty()) paths[r] = resolve_listed_path(base, name);
+  }
+  std::vector<FileStat> stats = stat_listed(paths);
   size_t next_label = 0;
   for (size_t r = 0; r < t.rows.size(); ++r) {
     SourceEntry e;
-    const TableCell& image = t.rows[r][roles.image];
-    e.name = image.text;
-    if (!e.name.empty()) {
-      e.path = e.name[0] == '/' ? e.name : base + "/" + e.name;
-      const FileStat st = stat_follow(e.path);
-      e.size = st.size;
-      e.mtime_ns = st.mtime_ns;
-    }
+    e.name = t.rows[r][roles.image].text;
+    e.path = paths[r];
+    e.size = stats[r].size;
+    e.mtime_ns = stats[r].mtime_ns;
+    e.etag = std::move(stats[r].etag);
     e.bad = bad[r];
     if (e.bad.empty() && roles.label) e.label = indexes[next_label++];
     for (size_t f = 0; f < nf; ++f) {
@@ -457,15 +460,21 @@ void hash_fields(Xxh64& h, const SourceListing& l) {
     text(f.rows_of);
   }
   for (size_t f = 0; f < l.fields.size(); ++f) {
+    const bool mask = l.fields[f].kind == FieldKind::kMask;
+    std::vector<std::string> masks(mask ? l.entries.size() : 0);  // a changed mask file, too
+    for (size_t e = 0; e < masks.size(); ++e) {
+      const FieldData v = l.columns.get(f, e);
+      masks[e].assign(static_cast<const char*>(v.data), static_cast<size_t>(v.bytes));
+    }
+    const std::vector<FileStat> stats = stat_listed(masks);
     for (size_t e = 0; e < l.entries.size(); ++e) {
       const FieldData v = l.columns.get(f, e);
       h.update(&v.bytes, sizeof v.bytes);
       if (v.bytes) h.update(v.data, v.bytes);
-      if (l.fields[f].kind == FieldKind::kMask && v.bytes) {  // a changed mask file, too
-        const FileStat st = stat_follow(
-            std::string(static_cast<const char*>(v.data), static_cast<size_t>(v.bytes)));
-        h.update(&st.size, sizeof st.size);
-        h.update(&st.mtime_ns, sizeof st.mtime_ns);
+      if (mask && v.bytes) {
+        h.update(&stats[e].size, sizeof stats[e].size);
+        h.update(&stats[e].mtime_ns, sizeof stats[e].mtime_ns);
+        if (!stats[e].etag.empty()) h.update(stats[e].etag.data(), stats[e].etag.size() + 1);
       }
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,14 @@ struct RemoteObject {
 
 // Every object under `location` (s3:// only: ListObjectsV2, page by page), in key order.
 std::vector<RemoteObject> list_remote(const std::string& location);
+
+// What object storage holds at each of `urls` (s3://BUCKET/KEY, http(s)://HOST/PATH), in order:
+// the object (key: the URL's key in its bucket, or its path on its host), or nullopt where there
+// is none. The s3:// URLs of one bucket are looked up in one ListObjectsV2 listing of the longest
+// folder prefix their keys share (a table naming a million images costs a thousand pages, not a
+// million requests); http(s):// ones, which cannot be listed, with a HEAD each,
+// RemoteOptions::requests_in_flight at a time. Error(kRemote, ...) when a store cannot be asked.
+std::vector<std::optional<RemoteObject>> stat_remote(const std::vector<std::string>& urls);
 
 // The whole object at `url` (s3://BUCKET/KEY, http(s)://HOST/PATH) into *out; returns its ETag.
 // Connections and credentials are shared by all calls for one bucket or host. Thread-safe.

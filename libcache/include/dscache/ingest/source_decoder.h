@@ -16,6 +16,10 @@
 namespace dscache {
 
 // Reads a whole file into `buf` (reused across calls). Returns false with a reason on failure.
+// A URL (s3://, http(s)://; a mask a table on object storage names) is read with one GET: a
+// missing object is false with a reason; any other failure (refused, the server gone after the
+// retries) throws Error(kRemote), since skipping everything an unreachable server holds would
+// build an empty cache.
 bool read_whole_file(const std::string& path, std::vector<uint8_t>& buf, std::string& reason);
 
 // Decodes source images with one recipe: reads a file, checks it is the file the listing saw
