@@ -93,8 +93,7 @@ struct CacheDir::Impl {
 CacheDir::CacheDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CacheDir::~CacheDir() = default;
 
-std::shared_ptr<const CacheDir> CacheDir::open(const std::string& location,
-                                               bool allow_streaming) {
+std::shared_ptr<const CacheDir> CacheDir::open(const std::string& location, bool allow_streaming) {
   auto impl = std::make_unique<Impl>();
   // A remote cache is served from its verified local copy (remote/mirror.h), held for as long
   // as this CacheDir lives so that no other process evicts it; every check below then runs on

@@ -32,8 +32,10 @@ SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptio
     if (window > room / 2) {
       throw Error(ErrorKind::kInvalidArgument, "loader",
                   "the cache streams through a local cache whose budget leaves " +
-                      std::to_string(room) + " bytes for its shards, and the windowed shuffle "
-                      "needs two windows of " + std::to_string(window) +
+                      std::to_string(room) +
+                      " bytes for its shards, and the windowed shuffle "
+                      "needs two windows of " +
+                      std::to_string(window) +
                       " bytes (each at least a shard, and the samples of the batches filled at "
                       "once: (prefetch + 1) x batch_size x world_size) at hand together; raise "
                       "--local-cache-size, or lower batch_size or prefetch");

@@ -67,7 +67,8 @@ class Cache : public SampleSource {
   // (once per node, checked) when a read needs it or the Loader's windowed shuffle advises it
   // (advise: fetched ahead in the epoch's order, let go behind), and evicted from the local
   // cache when room is needed and nobody reads it. The bytes of the budget its shards may take
-  // then (the budget less its other files); 0 for every other cache. view() is Unsupported on it (copy_sample reads).
+  // then (the budget less its other files); 0 for every other cache. view() is Unsupported on it
+  // (copy_sample reads).
   uint64_t streaming_budget() const;
 
   uint64_t size() const override;

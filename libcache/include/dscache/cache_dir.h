@@ -80,14 +80,13 @@ class CacheDir {
   // be remote (s3://, http(s)://): its verified local copy is opened (remote/mirror.h), whole,
   // or — with `allow_streaming` and a cache larger than the local cache's budget — without its
   // shards, which the reader then takes one by one (remote_copy()->acquire_shard; Cache::open).
-  static std::shared_ptr<const CacheDir> open(const std::string& dir,
-                                              bool allow_streaming = false);
+  static std::shared_ptr<const CacheDir> open(const std::string& dir, bool allow_streaming = false);
   ~CacheDir();
 
   const Manifest& manifest() const;
-  const std::string& dir() const;                   // as given
-  const std::string& real_path() const;             // resolved when it was opened
-  int fd() const;                                   // the directory descriptor (owned)
+  const std::string& dir() const;        // as given
+  const std::string& real_path() const;  // resolved when it was opened
+  int fd() const;                        // the directory descriptor (owned)
   // A remote cache's local copy (null for a local directory).
   const std::shared_ptr<remote::HeldMirror>& remote_copy() const;
   // True when the copy holds no shards until they are acquired (see open()).

@@ -208,8 +208,8 @@ bool is_copy_name(const std::string& name) {
 // What make_room may evict: a whole copy nobody holds, or one shard file of a copy whose
 // readers take shards one by one (nobody holds it whole), which nobody holds either.
 struct Unit {
-  std::string copy;   // the copy directory's name
-  std::string file;   // a shard file in it; "" for the whole copy
+  std::string copy;  // the copy directory's name
+  std::string file;  // a shard file in it; "" for the whole copy
   uint64_t bytes = 0;
   int64_t used = 0;  // last opened (a copy: its lock file's mtime; a shard: its own), seconds
 };
@@ -577,7 +577,7 @@ std::shared_ptr<HeldMirror> mirror(const std::string& location, const RemoteOpti
           const bool shard = i < m.shards.size();
           uint64_t size = 0;
           if (exists(path, &size) && size == f.bytes) {
-            if (trusted) continue;  // checked in this boot before it was renamed into place
+            if (trusted) continue;    // checked in this boot before it was renamed into place
             if (shard && streamed) {  // from an earlier boot: fetched again when needed
               ::unlink(path.c_str());
               continue;
@@ -705,7 +705,8 @@ int HeldMirror::acquire_shard(size_t k) {
                           " (a streamed cache needs room for the shards being read at once: "
                           "the windowed shuffle's window and the next)");
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50u << std::min(attempt, 4u), 500u)));
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::min(50u << std::min(attempt, 4u), 500u)));
       }
       fd = fetch_into(*store_, dir_, f, sync_, tmp, part, true);
       ++shards_downloaded_;

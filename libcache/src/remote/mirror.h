@@ -75,8 +75,8 @@ class HeldMirror {
   uint64_t shards_downloaded() const { return shards_downloaded_; }
 
  private:
-  friend std::shared_ptr<HeldMirror> mirror(const std::string&, const RemoteOptions&,
-                                            MirrorStats*, bool);
+  friend std::shared_ptr<HeldMirror> mirror(const std::string&, const RemoteOptions&, MirrorStats*,
+                                            bool);
   int open_present(size_t k);
   std::string location_;
   std::string dir_;

@@ -70,9 +70,9 @@ class StreamedShards {
   static bool idle(const Slot& s) { return s.open && s.pins == 0 && !s.wanted; }
   void unpin(size_t k);
   void load(std::unique_lock<std::mutex>& lock, size_t k);  // !open, !loading; lock held
-  void close_slot(size_t k);                                 // mu_ held
-  void close_idle(uint64_t keep_bytes);                      // mu_ held
-  bool release_idle();  // HeldMirror's release hook
+  void close_slot(size_t k);                                // mu_ held
+  void close_idle(uint64_t keep_bytes);                     // mu_ held
+  bool release_idle();                                      // HeldMirror's release hook
   void work();
 
   Cache::Impl& c_;
