@@ -20,8 +20,11 @@
 //    opening the same remote cache download each file once; the others wait for the first and
 //    then read its copies.
 //  - A budget (RemoteOptions::local_cache_size) that is checked: room is made by evicting the
-//    least recently opened copies that no process holds; a cache that cannot fit beside the held
-//    ones is an error naming both numbers, before anything is downloaded.
+//    least recently used copies, and shard files of streamed copies, that no process holds; a
+//    cache that cannot fit beside the held ones is an error naming both numbers, before
+//    anything is downloaded. A cache larger than the whole budget may be streamed instead
+//    (mirror's allow_streaming): its shards come one by one (acquire_shard), each locked while
+//    a reader holds it; temporary files count at their final size.
 //  - A remote file whose size or XXH64 disagrees with the manifest is refused (Corruption naming
 //    its URL), never served.
 #pragma once
