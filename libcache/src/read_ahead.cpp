@@ -12,38 +12,47 @@ namespace detail {
 
 SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptions& options,
                                   uint64_t in_flight_samples) {
-  if (options.shuffle != Shuffle::kWindowed || options.block != 0) return options;
+  if (options.shuffle != Shuffle::kWindowed) return options;
   const uint64_t n = source.size();
   const uint64_t stored = source.stored_bytes();
   const uint64_t per_sample = n == 0 || stored == 0 ? 1 : std::max<uint64_t>(1, stored / n);
   const auto* cache = dynamic_cast<const Cache*>(&source);
   const uint64_t room = cache == nullptr ? 0 : cache->streaming_budget();
-  if (room != 0) {
-    // A streamed cache: a block is a shard (what is downloaded at once); the window being read
-    // and the next one, being fetched, must fit in the room together (the default leaves a
-    // third of it to spare).
-    SamplerOptions o = options;
-    if (o.block_bytes == 0) o.block_bytes = source.locality_block() * per_sample;
+  if (room == 0) {
+    if (options.block != 0) return options;
+    const uint64_t available = options.window_bytes == 0 ? available_memory_bytes() : 0;
+    return resolve_window(options, n, per_sample, available);
+  }
+  // A streamed cache: a block is a shard (what is downloaded at once). At hand together: the
+  // windows the batches being filled draw from (one more than they span: they may straddle),
+  // the next one, being fetched, and a shard a block straddles.
+  const uint64_t shard = source.locality_block() * per_sample;
+  SamplerOptions o = options;
+  if (o.block == 0) {
+    if (o.block_bytes == 0) o.block_bytes = shard;
     if (o.window_bytes == 0) {
-      o.window_bytes = std::max(room / 3, in_flight_samples * per_sample);
+      o.window_bytes = std::max((room > shard ? room - shard : 0) / 3,
+                                in_flight_samples * per_sample);
     }
     o = resolve_window(o, n, per_sample, 0);
-    const uint64_t window = o.block * o.window_blocks * per_sample;
-    if (window > room / 2) {
-      throw Error(ErrorKind::kInvalidArgument, "loader",
-                  "the cache streams through a local cache whose budget leaves " +
-                      std::to_string(room) +
-                      " bytes for its shards, and the windowed shuffle "
-                      "needs two windows of " +
-                      std::to_string(window) +
-                      " bytes (each at least a shard, and the samples of the batches filled at "
-                      "once: (prefetch + 1) x batch_size x world_size) at hand together; raise "
-                      "--local-cache-size, or lower batch_size or prefetch");
-    }
-    return o;
   }
-  const uint64_t available = options.window_bytes == 0 ? available_memory_bytes() : 0;
-  return resolve_window(options, n, per_sample, available);
+  const uint64_t window = std::min(o.block * o.window_blocks, std::max<uint64_t>(n, 1));
+  const uint64_t windows = std::min((in_flight_samples + window - 1) / window + 2,
+                                    (n + window - 1) / window);
+  const uint64_t need = windows * window * per_sample + shard;
+  if (need > room) {
+    throw Error(ErrorKind::kInvalidArgument, "loader",
+                "the cache streams through a local cache whose budget leaves " +
+                    std::to_string(room) + " bytes for its shards, and this Loader needs " +
+                    std::to_string(need) + " at hand together (" + std::to_string(windows) +
+                    " windows of " + std::to_string(window) + " samples, " +
+                    std::to_string(per_sample) +
+                    " bytes each, and a shard: the windows that the batches filled at once, "
+                    "(prefetch + 1) x batch_size x world_size samples, draw from, and the next "
+                    "one, fetched ahead); raise --local-cache-size, or lower batch_size, "
+                    "prefetch or the window");
+  }
+  return o;
 }
 
 ReadAhead::ReadAhead(const SamplerOptions& options, uint64_t n, uint64_t seed, uint64_t epoch,

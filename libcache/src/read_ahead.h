@@ -14,9 +14,10 @@ namespace detail {
 // resolve_window() for `source`: its stored bytes per sample, and available_memory_bytes()
 // when the window is auto-sized (read only then). A streamed Cache (Cache::streaming_budget):
 // a block is a shard, and an auto window the larger of a third of the room the shards may take
-// and `in_flight_samples` (the samples of the batches a Loader fills at once, so that they draw
-// from at most two windows); Error(kInvalidArgument) naming the numbers when two windows do
-// not fit in that room (the window being read and the next one, fetched ahead).
+// and `in_flight_samples` (the global positions of the batches a Loader fills at once);
+// Error(kInvalidArgument) naming the numbers when the windows at hand together (those the
+// batches being filled draw from, and the next one, fetched ahead) and a shard do not fit in
+// that room, for an auto or an explicit window alike.
 SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptions& options,
                                   uint64_t in_flight_samples = 0);
 

@@ -329,8 +329,9 @@ def case_budget_eviction(tmp):
 
 
 STREAM_EPOCHS = """
-import json, sys, numpy as np, dscache
+import json, os, sys, time, numpy as np, dscache
 url, out, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+gate = kw.pop("gate", None)  # after epoch 0, wait for this file
 c = dscache.Cache(url)
 res = {"n": len(c), "epochs": []}
 for epoch in range(3):
@@ -346,6 +347,8 @@ for epoch in range(3):
         idx.append(np.asarray(b[2]).copy())
     np.savez(f"{out}-{epoch}.npz", images=np.concatenate(images), labels=np.concatenate(labels),
              idx=np.concatenate(idx))
+    while gate and not os.path.exists(gate):
+        time.sleep(0.01)
 print("done")
 """
 
@@ -444,6 +447,112 @@ def case_stream_under_budget(tmp):
         # A whole-copy reader (verify) of a cache larger than the budget is refused clearly.
         r = run(["verify", url], env=env, check_rc=1)
         check("budget" in r.stderr and str(budget) in r.stderr, f"verify: {r.stderr}")
+
+
+def stream_setup(s3, tmp, env, spare=7, per_class=40):
+    """A cache of 3 * per_class / 8 shards (8 samples each) built locally and to s3://, and a
+    budget that holds its other files and `spare` shards; returns (local, url, shard names,
+    budget)."""
+    write_pngs(tmp / "src", per_class=per_class)
+    local, url, _ = build_both(s3, tmp, env, shard_size="6K")
+    m = json.loads((local / "manifest.json").read_text())
+    shards = [s["file"] for s in m["shards"]]
+    total = sum(f.stat().st_size for f in local.iterdir())
+    shard_bytes = [(local / name).stat().st_size for name in shards]
+    return local, url, shards, total - sum(shard_bytes) + spare * max(shard_bytes)
+
+
+def shard_gets(s3, shards):
+    """GETs of these shards of s3://BUCKET/c that the server answered (one read of its log)."""
+    targets = {f"/{BUCKET}/c/{name}" for name in shards}
+    return sum(1 for m, t, _ in s3.requests() if m == "GET" and t.split("?")[0] in targets)
+
+
+def check_stream_epochs(ref, out, epochs, **kw):
+    """Each saved epoch of STREAM_EPOCHS equals the local cache's Loader with the same options,
+    batch by batch (indices, images, labels)."""
+    import dscache
+    for epoch in range(epochs):
+        opts = dict(batch_size=8, shuffle="windowed", seed=11, workers=2, prefetch=1,
+                    return_indices=True, block=8, window_blocks=2)
+        opts.update(kw)
+        loader = dscache.Loader(ref, **opts)
+        loader.set_epoch(epoch)
+        want = [tuple(np.asarray(x).copy() for x in b) for b in loader]
+        got = np.load(f"{out}-{epoch}.npz")
+        check(np.array_equal(np.concatenate([w[2] for w in want]), got["idx"]),
+              f"{out} epoch {epoch}: the order differs from the local cache's")
+        check(np.array_equal(np.concatenate([w[0] for w in want]), got["images"]) and
+              np.array_equal(np.concatenate([w[1] for w in want]), got["labels"]),
+              f"{out} epoch {epoch}: the images or labels differ from the local cache's")
+
+
+def case_stream_two_ranks(tmp):
+    """Two ranks (two processes, world_size 2) stream one cache through one local cache at half
+    its size, at the same time: each rank's batches equal the local cache's for that rank, and
+    the ranks share the downloads (they read the same windows): fewer GETs than two ranks with
+    a local cache each would need at the least."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp)
+        # Each rank's windows at hand (4 of 2 shards, with batches of 16 global positions
+        # filled two at a time) and a shard, twice: the ranks are not kept in step by a
+        # collective here, so each may be anywhere in its window.
+        local, url, shards, budget = stream_setup(s3, tmp, env, spare=18, per_class=80)
+        check(len(shards) >= 28, f"shards: {len(shards)}")
+        env = dict(env, DSCACHE_LOCAL_CACHE_SIZE=str(budget))
+        procs = [subprocess.Popen(
+            [sys.executable, "-c", STREAM_EPOCHS, url, str(tmp / f"rank{r}"),
+             json.dumps({"block": 8, "window_blocks": 2, "rank": r, "world_size": 2})],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(2)]
+        outs = [p.communicate(timeout=240) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            check(p.returncode == 0, f"a rank failed: {e}")
+        import dscache
+        ref = dscache.Cache(str(local))
+        for r in range(2):
+            check_stream_epochs(ref, tmp / f"rank{r}", 3, rank=r, world_size=2)
+        gets = shard_gets(s3, shards)
+        print(f"stream_two_ranks: {gets} shard GETs for {len(shards)} shards x 3 epochs x 2 ranks")
+        # Unshared, each rank would fetch every shard in epoch 0 and, with at most 18 of them
+        # kept, at least the other S - 18 in each later epoch.
+        unshared = 2 * (len(shards) + 2 * (len(shards) - 18))
+        check(len(shards) <= gets < unshared,
+              f"{gets} shard GETs for {len(shards)} shards, 3 epochs, 2 ranks (unshared: at "
+              f"least {unshared}): the ranks did not share the downloads")
+
+
+def case_stream_server_restart(tmp):
+    """The server stopped for a while in the middle of a streamed run (shards still to fetch):
+    the reader retries and the run completes with exact batches."""
+    with Rgw(tmp / "rgw") as s3:
+        s3.make_bucket(BUCKET)
+        env = s3_env(s3, tmp, DSCACHE_REMOTE_RETRIES=8)
+        local, url, shards, budget = stream_setup(s3, tmp, env)
+        env = dict(env, DSCACHE_LOCAL_CACHE_SIZE=str(budget))
+        out = tmp / "run"
+        gate = tmp / "go"
+        p = subprocess.Popen([sys.executable, "-c", STREAM_EPOCHS, url, str(out),
+                              json.dumps({"block": 8, "window_blocks": 2, "gate": str(gate)})],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not Path(f"{out}-0.npz").exists() and p.poll() is None:
+            check(time.monotonic() < deadline, "the first epoch never finished")
+            time.sleep(0.01)
+        if p.poll() is not None:
+            raise AssertionError(f"the reader stopped after epoch 0: {p.communicate()}")
+        before = shard_gets(s3, shards)
+        s3.stop_rgw()
+        gate.touch()  # epoch 1 starts with the server down: 7 of the 15 shards are kept
+        time.sleep(2)
+        s3.start_rgw()
+        o, e = p.communicate(timeout=240)
+        check(p.returncode == 0, f"after the restart: exit {p.returncode}: {e}")
+        after = shard_gets(s3, shards)
+        check(after > before, "no shard was fetched after the restart: nothing was tested")
+        import dscache
+        check_stream_epochs(dscache.Cache(str(local)), out, 3)
 
 
 def case_server_restart(tmp):
@@ -697,6 +806,8 @@ CASES = {
     "local_disk_full": case_local_disk_full,
     "open_together_held": case_open_together_held,
     "stream_under_budget": case_stream_under_budget,
+    "stream_two_ranks": case_stream_two_ranks,
+    "stream_server_restart": case_stream_server_restart,
 }
 
 
