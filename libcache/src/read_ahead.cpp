@@ -31,14 +31,14 @@ SamplerOptions resolve_window_for(const SampleSource& source, const SamplerOptio
   if (o.block == 0) {
     if (o.block_bytes == 0) o.block_bytes = shard;
     if (o.window_bytes == 0) {
-      o.window_bytes = std::max((room > shard ? room - shard : 0) / 3,
-                                in_flight_samples * per_sample);
+      o.window_bytes =
+          std::max((room > shard ? room - shard : 0) / 3, in_flight_samples * per_sample);
     }
     o = resolve_window(o, n, per_sample, 0);
   }
   const uint64_t window = std::min(o.block * o.window_blocks, std::max<uint64_t>(n, 1));
-  const uint64_t windows = std::min((in_flight_samples + window - 1) / window + 2,
-                                    (n + window - 1) / window);
+  const uint64_t windows =
+      std::min((in_flight_samples + window - 1) / window + 2, (n + window - 1) / window);
   const uint64_t need = windows * window * per_sample + shard;
   if (need > room) {
     throw Error(ErrorKind::kInvalidArgument, "loader",
