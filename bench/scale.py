@@ -27,10 +27,11 @@ os.wait4's rusage:
   train_first    dscache-train --train OUT --max-steps 1 (start-up, one step, exit)
 
 plus the manifest's and side files' sizes (every file of the cache but its image shards).
-Optionally (--coco-images/--coco-annotations > 0) a COCO instances file with those counts (80
-categories with COCO's ids, ~1% crowd annotations as RLE, half with COCO's compressed string
-counts and half as count lists, the rest polygons of 4..24 points) over small JPEGs, and its
-listing (--dry-run) and build. train2017's counts are 118,287 images and 860,001 annotations.
+Optionally (--coco-images I[,I2..] --coco-annotations A[,A2..]) COCO instances files with those
+counts (80 categories with COCO's ids, ~1% crowd annotations as RLE, half with COCO's compressed
+string counts and half as count lists, the rest polygons of 4..24 points) over small JPEGs
+(40..64 px), and their listing (--dry-run) and build; with two or more, the largest's peak RSS is extrapolated
+linearly to train2017's counts, 118,287 images and 860,001 annotations (printed as such).
 
 Every process's figures: wall seconds; maxrss, the kernel's peak RSS of the process or of its
 largest waited-for descendant (ru_maxrss from wait4: file-backed pages of a mapped cache count);
@@ -54,7 +55,7 @@ maxrss against N, log-log, one line per phase, its slope in the legend.
 
 Usage: scale.py [--sizes 10000,100000] [--work DIR] [--size 32] [--threads 0]
                 [--dscache build/tools/dscache] [--train build/trainer/dscache-train]
-                [--pythonpath build/python] [--coco-images 0] [--coco-annotations 0]
+                [--pythonpath build/python] [--coco-images I,..] [--coco-annotations A,..]
                 [--phases a,b,...] [--rounds 1] [--keep] [--json F] [--chart F|none]
                 [--replot JSON]
 Run with Debian's /usr/bin/python3 (numpy, opencv; torch for dl_first; matplotlib for the chart).
@@ -338,6 +339,8 @@ def rounds(a, cmd, env=None, before=None):
     r = Run(med([x.wall for x in runs]), int(med([x.maxrss_kib for x in runs])),
             int(med([x.anon_kib for x in runs])), 0, runs[-1].out, runs[-1].err)
     r.walls = [round(x.wall, 4) for x in runs]
+    r.maxrss_runs = [x.maxrss_kib for x in runs]
+    r.anon_runs = [x.anon_kib for x in runs]
     r.outs = [x.out for x in runs]
     return r
 
@@ -346,6 +349,8 @@ def row(r, **extra):
     d = {"wall_s": round(r.wall, 4), "maxrss_kib": r.maxrss_kib, "anon_kib": r.anon_kib}
     if len(getattr(r, "walls", ())) > 1:
         d["walls"] = r.walls
+        d["maxrss_kib_runs"] = r.maxrss_runs
+        d["anon_kib_runs"] = r.anon_runs
     d.update(extra)
     return d
 
@@ -448,7 +453,9 @@ def run_size(a, n, res):
 
     def note(name, d):
         P[name] = d
-        extra = {k: v for k, v in d.items() if k not in ("wall_s", "maxrss_kib", "anon_kib")}
+        extra = {k: v for k, v in d.items()
+                 if k not in ("wall_s", "maxrss_kib", "anon_kib", "maxrss_kib_runs",
+                              "anon_kib_runs")}
         print(f"[{n}] {name:13s} {d['wall_s']:9.3f} s  maxrss {d['maxrss_kib'] / 1024:8.1f} MiB"
               f"  anon {d['anon_kib'] / 1024:8.1f} MiB  {json.dumps(extra) if extra else ''}",
               flush=True)
@@ -507,7 +514,8 @@ def run_size(a, n, res):
         note("py_open", row(r, open_s=round(j["open_s"], 4), import_s=round(j["import_s"], 4)))
     if "loader_first" in phases:
         r, j = py_child(a, PY_LOADER, cache, "first")
-        note("loader_first", row(r, first_batch_s=round(j["first_batch_s"], 4)))
+        note("loader_first", row(r, first_batch_s=round(j["first_batch_s"], 4),
+                                 import_open_s=round(j["import_open_s"], 4)))
     if "loader_epoch" in phases:
         r, j = py_child(a, PY_LOADER, cache, "epoch")
         assert j["samples"] == n, j
@@ -516,6 +524,7 @@ def run_size(a, n, res):
     if "dl_first" in phases:
         r, j = py_child(a, PY_DATALOADER, cache)
         note("dl_first", row(r, first_batch_s=round(j["first_batch_s"], 4),
+                             import_s=round(j["import_s"], 4),
                              shutdown_s=round(j["shutdown_s"], 4)))
     if "train_first" in phases and a.train:
         tout = os.path.join(out, "train")
@@ -534,8 +543,8 @@ def run_size(a, n, res):
         shutil.rmtree(out)
 
 
-def run_coco(a, res):
-    d, gen_s, reused = make_coco(a.work, a.coco_images, a.coco_annotations, a.procs)
+def run_coco(a, res, images, annotations):
+    d, gen_s, reused = make_coco(a.work, images, annotations, a.procs)
     js = os.path.join(d, "instances.json")
     res["generate"] = {"seconds": round(gen_s, 2), "reused": reused}
     res["json_bytes"] = os.path.getsize(js)
@@ -641,11 +650,18 @@ def print_goals(results, sizes, summary, coco):
             notes.append(f"merge / cp -r = {d['merge_over_copy']:.2f} at N={top} (goal <= 2 at "
                          f"1.28M)")
         print(f"  {k:13s} " + "; ".join(notes))
-    if coco:
-        for k, d in coco["phases"].items():
-            gib = d["maxrss_kib"] / 1024 / 1024
-            print(f"  {k:13s} {gib * 1024:.0f} MiB peak at {coco['images']} images / "
-                  f"{coco['annotations']} annotations (goal <= 1 GB at 118,287 / 860,001)")
+    for c in coco or ():
+        for k, d in c["phases"].items():
+            print(f"  {k:13s} {d['maxrss_kib'] / 1024:.0f} MiB peak at {c['images']} images / "
+                  f"{c['annotations']} annotations (goal <= 1 GB at 118,287 / 860,001)")
+    if coco and len(coco) >= 2:
+        lo, hi = coco[0], coco[-1]
+        for k in hi["phases"]:
+            a_, b_ = lo["phases"][k]["maxrss_kib"], hi["phases"][k]["maxrss_kib"]
+            per = (b_ - a_) / (hi["annotations"] - lo["annotations"])
+            est = b_ + per * (860001 - hi["annotations"])
+            print(f"  {k:13s} linear extrapolation (not measured) to 860,001 annotations: "
+                  f"~{est / 1024:.0f} MiB ({per * 1024:.0f} B per annotation, images in step)")
 
 
 def chart(path, results, sizes, names, summary, two_points):
@@ -696,8 +712,10 @@ def main():
     ap.add_argument("--dscache", default=os.path.join(REPO, "build", "tools", "dscache"))
     ap.add_argument("--train", default=os.path.join(REPO, "build", "trainer", "dscache-train"))
     ap.add_argument("--pythonpath", default=os.path.join(REPO, "build", "python"))
-    ap.add_argument("--coco-images", type=int, default=0)
-    ap.add_argument("--coco-annotations", type=int, default=0)
+    ap.add_argument("--coco-images", default="",
+                    help="COCO sources' image counts, comma-separated (train2017: 118287)")
+    ap.add_argument("--coco-annotations", default="",
+                    help="their annotation counts, one per image count (train2017: 860001)")
     ap.add_argument("--phases", default=",".join(ALL_PHASES))
     ap.add_argument("--sample-ms", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1,
@@ -715,11 +733,16 @@ def main():
         sizes = doc["args"]["sizes"]
         names, summary = summarize(doc["results"], sizes)
         print_table(doc["results"], sizes, names, summary)
-        print_goals(doc["results"], sizes, summary, doc.get("coco"))
+        coco = doc.get("coco") or []
+        print_goals(doc["results"], sizes, summary, [coco] if isinstance(coco, dict) else coco)
         if a.chart and a.chart != "none":
             chart(a.chart, doc["results"], sizes, names, summary, len(sizes) == 2)
         return
     a.sizes = sorted(int(s) for s in a.sizes.split(","))
+    a.coco_images = [int(v) for v in a.coco_images.split(",") if v.strip()]
+    a.coco_annotations = [int(v) for v in a.coco_annotations.split(",") if v.strip()]
+    if len(a.coco_images) != len(a.coco_annotations):
+        sys.exit("scale.py: --coco-images and --coco-annotations need as many counts each")
     a.phases = set(a.phases.split(","))
     unknown = a.phases - set(ALL_PHASES)
     if unknown:
@@ -735,18 +758,18 @@ def main():
     for n in a.sizes:
         results[str(n)] = {}
         run_size(a, n, results[str(n)])
-    coco = None
-    if a.coco_images > 0:
-        coco = {"images": a.coco_images, "annotations": a.coco_annotations}
-        run_coco(a, coco)
+    coco = []
+    for ci, ca in zip(a.coco_images, a.coco_annotations):
+        coco.append({"images": ci, "annotations": ca})
+        run_coco(a, coco[-1], ci, ca)
     names, summary = summarize(results, a.sizes)
     print()
     print_table(results, a.sizes, names, summary)
-    if coco:
-        for k, d in coco["phases"].items():
-            print(f"{k:13s} {coco['images']} images, {coco['annotations']} annotations: "
-                  f"{d['wall_s']:.3f} s, maxrss {d['maxrss_kib'] / 1024:.1f} MiB, "
-                  f"anon {d['anon_kib'] / 1024:.1f} MiB")
+    for c in coco:
+        for k, d in c["phases"].items():
+            print(f"{k:13s} {c['images']} images, {c['annotations']} annotations "
+                  f"({c['json_bytes'] / 1e6:.1f} MB JSON): {d['wall_s']:.3f} s, maxrss "
+                  f"{d['maxrss_kib'] / 1024:.1f} MiB, anon {d['anon_kib'] / 1024:.1f} MiB")
     if len(a.sizes) == 2:
         print("slopes are from 2 points: the slope between the two sizes")
     print_goals(results, a.sizes, summary, coco)
