@@ -30,8 +30,9 @@ plus the manifest's and side files' sizes (every file of the cache but its image
 Optionally (--coco-images I[,I2..] --coco-annotations A[,A2..]) COCO instances files with those
 counts (80 categories with COCO's ids, ~1% crowd annotations as RLE, half with COCO's compressed
 string counts and half as count lists, the rest polygons of 4..24 points) over small JPEGs
-(40..64 px), and their listing (--dry-run) and build; with two or more, the largest's peak RSS is extrapolated
-linearly to train2017's counts, 118,287 images and 860,001 annotations (printed as such).
+(40..64 px), and their listing (--dry-run) and build; with two or more, the largest's peak RSS
+is extrapolated linearly to train2017's counts, 118,287 images and 860,001 annotations (printed
+as such).
 
 Every process's figures: wall seconds; maxrss, the kernel's peak RSS of the process or of its
 largest waited-for descendant (ru_maxrss from wait4: file-backed pages of a mapped cache count);
