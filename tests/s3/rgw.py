@@ -42,6 +42,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testrunner.py
+import testrunner  # noqa: E402
 from testrunner import Failure, Skip  # noqa: E402
 
 DAEMONS = ["ceph-mon", "ceph-osd", "radosgw"]
@@ -79,6 +80,16 @@ def tail(path, lines=25):
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except OSError as e:
         return f"({path}: {e.strerror})"
+
+
+def run_cases(cases, argv, prefix):
+    """testrunner.main for a file of cases that start daemons: meson's timeout sends SIGTERM,
+    which unwinds (SystemExit) so that the `with Rgw(...)`/`with Nginx(...)` blocks stop them."""
+    def unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    return testrunner.main(cases, argv, prefix=prefix)
 
 
 def die_with_parent():

@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # testrunner.py
 
 import testrunner  # noqa: E402
-from rgw import Rgw  # noqa: E402
+from rgw import Rgw, run_cases  # noqa: E402
 from testrunner import Failure, run_cmd  # noqa: E402
 
 BUCKET = "dscache-client"
@@ -288,11 +288,5 @@ CASES = {
 }
 
 
-def stop_on_sigterm(signum, frame):
-    # meson's timeout sends SIGTERM: unwind, so that the `with` blocks stop the daemons.
-    raise SystemExit(128 + signum)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
-    sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-s3-client-"))
+    sys.exit(run_cases(CASES, sys.argv, prefix="dscache-s3-client-"))

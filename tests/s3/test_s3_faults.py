@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE.parent))  # testrunner.py
 
 import testrunner  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
-from rgw import Rgw  # noqa: E402
+from rgw import Rgw, run_cases  # noqa: E402
 from testrunner import Failure, Skip, run_cmd  # noqa: E402
 
 BUCKET = "dscache-faults"
@@ -459,11 +459,5 @@ CASES = {
 }
 
 
-def stop_on_sigterm(signum, frame):
-    # meson's timeout sends SIGTERM: unwind, so that the `with` blocks stop the daemons.
-    raise SystemExit(128 + signum)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
-    sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-s3-faults-"))
+    sys.exit(run_cases(CASES, sys.argv, prefix="dscache-s3-faults-"))

@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parent))  # testrunner.py
 
 import testrunner  # noqa: E402
 from nginx import Nginx  # noqa: E402
-from rgw import Rgw  # noqa: E402
+from rgw import Rgw, run_cases  # noqa: E402
 from testrunner import Failure  # noqa: E402
 
 
@@ -262,11 +262,5 @@ CASES = {
 }
 
 
-def stop_on_sigterm(signum, frame):
-    # meson's timeout sends SIGTERM: unwind, so that the `with` blocks stop the daemons.
-    raise SystemExit(128 + signum)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
-    sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-s3-"))
+    sys.exit(run_cases(CASES, sys.argv, prefix="dscache-s3-"))

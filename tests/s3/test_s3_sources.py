@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import testrunner  # noqa: E402
 
 from nginx import Nginx  # noqa: E402
-from rgw import Rgw  # noqa: E402
+from rgw import Rgw, run_cases  # noqa: E402
 from test_s3_cache import BUCKET, check, run, s3_env, samples, use_env, write_pngs  # noqa: E402
 
 OPTS = ["--size", "16", "--shard-size", "2K"]
@@ -337,10 +337,5 @@ CASES = {
 }
 
 
-def stop_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)  # meson's timeout: unwind so that `with Rgw` stops daemons
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
-    sys.exit(testrunner.main(CASES, sys.argv, prefix="dscache-s3-"))
+    sys.exit(run_cases(CASES, sys.argv, prefix="dscache-s3-"))
