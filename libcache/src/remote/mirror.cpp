@@ -312,7 +312,9 @@ bool make_room(const std::string& local, const std::string& whole_self, uint64_t
     Held& h = lock_of(u.copy);
     if (h.gone) continue;
     const std::string dir = local + "/" + u.copy;
-    if (u.file.empty()) {
+    // A copy nobody holds goes whole, whichever of its units comes first: its shards one by
+    // one only while another process reads it.
+    if (u.file.empty() || h.whole) {
       if (!h.whole) continue;
       const uint64_t bytes = dir_bytes(dir);
       remove_dir(dir);
