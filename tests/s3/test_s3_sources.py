@@ -255,17 +255,25 @@ def s3_env_free(tmp):
     return env
 
 
+def class_table(tmp, extra_row=None):
+    """tmp/src: 2 class folders of 3 PNGs and table.csv listing them (image_path,label), with
+    `extra_row` (position, line) inserted; returns the folder."""
+    src = Path(tmp, "src")
+    write_pngs(src, classes=2, per_class=3)
+    rows = ["image_path,label"] + [f"{f.relative_to(src)},{f.parent.name}"
+                                   for f in sorted(src.rglob("*.png"))]
+    if extra_row is not None:
+        rows.insert(*extra_row)
+    Path(src, "table.csv").write_text("\n".join(rows) + "\n")
+    return src
+
+
 def case_missing_object(tmp):
     """A table naming an object that is not there: the build skips it with a reason naming its
     URL, as a missing file on disk is; --strict stops on it (exit 3) naming the URL; a table,
     COCO file or image root that is not there is an error naming the URL. Nothing hangs: every
     command is given 60 s."""
-    src = Path(tmp, "src")
-    write_pngs(src, classes=2, per_class=3)
-    rows = ["image_path,label"] + [f"{f.relative_to(src)},{f.parent.name}"
-                                   for f in sorted(src.rglob("*.png"))]
-    rows.insert(3, "class0/gone.png,class0")
-    Path(src, "table.csv").write_text("\n".join(rows) + "\n")
+    src = class_table(tmp, extra_row=(3, "class0/gone.png,class0"))
     with Rgw(tmp / "rgw") as s3:
         s3.make_bucket(BUCKET)
         env = s3_env(s3, tmp)
@@ -302,11 +310,7 @@ def case_changed_object(tmp):
     """An object a table names, rewritten after the build: the listing's ETag is in the source
     digest (a --resume of the old build would refuse the new listing), and verify --source on
     the cache reports the sample, naming its URL."""
-    src = Path(tmp, "src")
-    write_pngs(src, classes=2, per_class=3)
-    rows = ["image_path,label"] + [f"{f.relative_to(src)},{f.parent.name}"
-                                   for f in sorted(src.rglob("*.png"))]
-    Path(src, "table.csv").write_text("\n".join(rows) + "\n")
+    src = class_table(tmp)
     with Rgw(tmp / "rgw") as s3:
         s3.make_bucket(BUCKET)
         env = s3_env(s3, tmp)
