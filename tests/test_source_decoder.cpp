@@ -74,13 +74,14 @@ TEST_SUITE("source decoder") {
     std::vector<uint8_t> got;
     uint32_t h = 0, w = 0;
     std::string reason;
-    REQUIRE(fixed.decode_file(l.entries[0].path, &l.entries[0], &got, &h, &w, &reason));
+    const dscache::SourceEntry first = l.entries[0];
+    REQUIRE(fixed.decode_file(first.path, &first, &got, &h, &w, &reason));
     CHECK(reason.empty());
     CHECK(h == 4);
     CHECK(w == 4);
     CHECK(got == want);
     std::vector<uint8_t> slot(fixed.fixed_bytes());
-    REQUIRE(fixed.decode_file(l.entries[0].path, &l.entries[0], slot.data(), &reason));
+    REQUIRE(fixed.decode_file(first.path, &first, slot.data(), &reason));
     CHECK(slot == want);
 
     // Ragged: shorter side 6 -> 3, aspect kept.
@@ -89,14 +90,13 @@ TEST_SUITE("source decoder") {
     o.height = o.width = 1;
     uint32_t wh = 0, ww = 0;
     REQUIRE(dscache::decode_image_ragged(bytes, image.size(), o, 3, &want, &wh, &ww).ok);
-    REQUIRE(ragged.decode_file(l.entries[0].path, &l.entries[0], &got, &h, &w, &reason));
+    REQUIRE(ragged.decode_file(first.path, &first, &got, &h, &w, &reason));
     CHECK(h == 3);
     CHECK(w == 4);
     CHECK(h == wh);
     CHECK(w == ww);
     CHECK(got == want);
-    CHECK_THROWS_AS(ragged.decode_file(l.entries[0].path, nullptr, slot.data(), &reason),
-                    dscache::Error);
+    CHECK_THROWS_AS(ragged.decode_file(first.path, nullptr, slot.data(), &reason), dscache::Error);
   }
 
   TEST_CASE("a file changed since it was listed is refused, saying how") {

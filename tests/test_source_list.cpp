@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -564,5 +566,74 @@ TEST_SUITE("source list: paths") {
                  ErrorKind::kInvalidArgument, {"http://127.0.0.1:9/raw", "cannot be listed"});
     expect_error([] { dscache::list_source("s3://bucket/train-images-idx3-ubyte.gz", {}); },
                  ErrorKind::kUnsupported, {"idx files are not read from object storage"});
+  }
+
+  TEST_CASE("SourceEntries gives back every member as appended, storing a prefixed path once") {
+    dscache::SourceEntries es;
+    es.set_path_prefix("/data/train/");
+    const std::string long_name(3000, 'x');  // several fill a block: names cross into new ones
+    std::vector<dscache::SourceEntry> want;
+    for (int i = 0; i < 2000; ++i) {
+      dscache::SourceEntry e;
+      e.name = i % 7 == 0 ? long_name + std::to_string(i)
+                          : "c" + std::to_string(i % 10) + "/" + std::to_string(i) + ".jpg";
+      // Most paths are the prefix + name; some are elsewhere (an absolute path in a list, a URL),
+      // some empty (idx entries).
+      e.path = i % 5 == 1 ? "s3://bucket/" + e.name : i % 5 == 2 ? "" : "/data/train/" + e.name;
+      e.label = i % 3 == 0 ? -1 : i * 1000;
+      e.size = uint64_t{1} << (i % 40);
+      e.mtime_ns = -int64_t{i} * 1000000007;
+      if (i % 11 == 0) e.etag = "\"etag" + std::to_string(i) + "\"";
+      if (i % 13 == 0) e.bad = "line " + std::to_string(i) + ": missing";
+      es.push_back(e);
+      want.push_back(e);
+    }
+    es.set_bad(4, "now bad");
+    want[4].bad = "now bad";
+    es.set_bad(13, "changed");
+    want[13].bad = "changed";
+    REQUIRE(es.size() == want.size());
+    size_t i = 0;
+    for (const dscache::SourceEntry& got : es) {
+      const dscache::SourceEntry& w = want[i];
+      INFO("entry " << i);
+      CHECK(got.name == w.name);
+      CHECK(got.path == w.path);
+      CHECK(es.name(i) == w.name);
+      CHECK(es.path(i) == w.path);
+      CHECK(got.label == w.label);
+      CHECK(es.label(i) == w.label);
+      CHECK(got.size == w.size);
+      CHECK(got.mtime_ns == w.mtime_ns);
+      CHECK(got.etag == w.etag);
+      CHECK(got.bad == w.bad);
+      CHECK(es.bad(i) == w.bad);
+      ++i;
+    }
+    CHECK(i == want.size());
+    // A label past int32 is no class index: refused rather than cut.
+    dscache::SourceEntry big;
+    big.label = int64_t{1} << 40;
+    CHECK_THROWS_AS(es.push_back(big), std::length_error);
+    CHECK(es.size() == want.size());
+  }
+
+  TEST_CASE("a folder's listing holds ~40 bytes an entry beside its names") {
+    TempDir dir;
+    const int n = 3000;
+    std::string names;
+    for (int c = 0; c < 3; ++c)
+      std::filesystem::create_directory(dir.path() + "/c" + std::to_string(c));
+    for (int i = 0; i < n; ++i) {
+      const std::string name = "c" + std::to_string(i % 3) + "/" + std::to_string(i) + ".png";
+      write_all(dir.path() + "/" + name, "not read by the listing");
+      names += name;
+    }
+    const dscache::SourceListing l = dscache::list_source(dir.path(), {});
+    REQUIRE(l.entries.size() == static_cast<size_t>(n));
+    CHECK(l.entries.path(7) == dir.path() + "/" + std::string(l.entries.name(7)));
+    // 40-byte records, the names once (their paths are the root + name: not stored), and one
+    // 1 MiB block of text. A std::vector<SourceEntry> held ~370 bytes an entry.
+    CHECK(l.entries.bytes_held() <= uint64_t{40} * n + names.size() + (uint64_t{1} << 20) + 512);
   }
 }

@@ -35,11 +35,11 @@ namespace {
 // the same on every run and rank. A file that passes and fails to decode later is still an error
 // naming it (its pixels cannot be made up).
 void skip_non_images(SourceListing* listing) {
-  std::vector<SourceEntry> kept;
-  kept.reserve(listing->entries.size());
+  SourceEntries kept;
+  kept.set_path_prefix(listing->entries.path_prefix());
   std::vector<std::string> why;
   uint64_t skipped = 0;
-  for (auto& e : listing->entries) {
+  for (const SourceEntry& e : listing->entries) {
     std::string reason;
     struct stat st {};
     if (!e.bad.empty()) {  // a table row the listing could not make a sample of
@@ -65,7 +65,7 @@ void skip_non_images(SourceListing* listing) {
       }
     }
     if (reason.empty()) {
-      kept.push_back(std::move(e));
+      kept.push_back(e);
       continue;
     }
     if (why.size() < 3) why.push_back(e.path + ": " + reason);
@@ -105,8 +105,8 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
   made.resize = ResizePolicy::kCrop;
   made.max_pixels = DecodeOptions{}.max_pixels;
   const RecipeDecoder decoder(made, Layout::kFixed);
-  std::vector<int64_t> labels;
-  for (const auto& e : listing->entries) labels.push_back(e.label);
+  std::vector<int64_t> labels(listing->entries.size());
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = listing->entries.label(i);
   const uint64_t recipe[3] = {o.size, o.channels, 1 /* crop */};
   LazyCacheOptions lo;
   lo.source_digest = listing->digest ^ xxh64(recipe, sizeof recipe);
@@ -114,7 +114,7 @@ LazySource open_lazy_source(const LazySourceOptions& o) {
     // The ingest library's reader: regular files only (a FIFO is an error, not a hang), and
     // one buffer per thread instead of one allocation per sample. Not checked against the
     // listing's size and mtime (nullptr), unlike a build's reads.
-    const std::string& path = listing->entries[i].path;
+    const std::string path = listing->entries.path(i);
     std::string why;
     if (decoder.decode_file(path, nullptr, out, &why)) return true;
     *reason = path + ": " + why;

@@ -423,6 +423,7 @@ SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::s
 
   Xxh64 h;
   h.update(text.data(), text.size());
+  out.entries.set_path_prefix(root + "/");
   out.entries.reserve(coco->images.size());
   std::vector<std::string> paths;
   paths.reserve(coco->images.size());

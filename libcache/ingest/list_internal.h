@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dscache/checksum.h"
@@ -97,7 +98,7 @@ std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions
 // distinct set (or --classes, which fixes the order and must hold every label). Returns the
 // classes and sets (*indexes)[i] to labels[i]'s class. Error(kInvalidArgument, path) naming the
 // offending label.
-std::vector<std::string> label_classes(const std::vector<std::string>& labels,
+std::vector<std::string> label_classes(const std::vector<std::string_view>& labels,
                                        const SourceOptions& opt, const std::string& path,
                                        std::vector<int64_t>* indexes);
 
@@ -107,7 +108,7 @@ std::vector<std::string> label_classes(const std::vector<std::string>& labels,
 // the one column `image_path` or `path`. Two columns stay a list, as before tables existed.
 bool is_table_header(const std::vector<std::string>& head, const SourceOptions& opt);
 
-// One cell of a table row.
+// One cell of a table row, as Table::cell gives it.
 struct TableCell {
   bool present = false;            // false: the row lacks the column (short row, absent key)
   std::string text;                // the value (CSV: trimmed; JSON: a string as is, null as "",
@@ -117,12 +118,45 @@ struct TableCell {
   bool non_string_item = false;    // ... and holds something else too
 };
 
-// A table as read, before any typing: a header and rows of cells, one per column.
-struct Table {
-  std::string path;                          // the list file, absolute
-  std::vector<std::string> columns;          // the header's names, in order; unique, non-empty
-  std::vector<std::vector<TableCell>> rows;  // each holds columns.size() cells
-  std::vector<size_t> lines;                 // each row's line number in the file (1-based)
+// A table as read, before any typing: a header and rows of cells, one per column. The cells'
+// texts are kept in one arena and each cell is a 16-byte reference into it: a vector of
+// TableCell rows took ~320 bytes a row of four columns (issue 33).
+class Table {
+ public:
+  std::string path;                  // the list file, absolute
+  std::vector<std::string> columns;  // the header's names, in order; unique, non-empty
+  std::vector<size_t> lines;         // each row's line number in the file (1-based)
+
+  size_t row_count() const { return lines.size(); }
+  // Row r's cell of `column` (not present when the row lacks it). A JSON array's items are
+  // parsed from its text.
+  TableCell cell(size_t r, size_t column) const;
+  // Its text alone, without copying (empty when not present).
+  std::string_view text(size_t r, size_t column) const;
+
+  // Reading: a new row (of no cells yet) from `line`, then its cells left to right (columns
+  // past the last set one are not present).
+  void start_row(size_t line);
+  void set_cell(size_t column, std::string_view text, bool is_array = false,
+                bool non_string_item = false);
+  void reserve_text(size_t bytes) { arena_.reserve(bytes); }
+  void reserve_rows(size_t rows) {  // of columns.size() cells
+    lines.reserve(rows);
+    row_end_.reserve(rows);
+    cells_.reserve(rows * columns.size());
+  }
+
+ private:
+  enum : uint8_t { kPresent = 1, kArray = 2, kNonString = 4 };
+  struct Cell {
+    uint64_t offset = 0;
+    uint32_t length = 0;
+    uint8_t flags = 0;
+  };
+  const Cell* find(size_t r, size_t column) const;
+  std::string arena_;
+  std::vector<Cell> cells_;        // every row's cells, row after row
+  std::vector<uint64_t> row_end_;  // where row r's cells end in cells_
 };
 
 // Reads a CSV/TSV table whose whole file is `text`: the first non-empty line is the header (a

@@ -230,29 +230,30 @@ std::vector<std::string> numbered_classes(int64_t max_label, const SourceOptions
   return classes;
 }
 
-std::vector<std::string> label_classes(const std::vector<std::string>& labels,
+std::vector<std::string> label_classes(const std::vector<std::string_view>& labels,
                                        const SourceOptions& opt, const std::string& path,
                                        std::vector<int64_t>* indexes) {
   indexes->assign(labels.size(), 0);
   bool numeric = true;
   int64_t max_label = -1;
   for (size_t i = 0; i < labels.size() && numeric; ++i) {
-    numeric = parse_index(labels[i], &(*indexes)[i]);
+    numeric = parse_index(std::string(labels[i]), &(*indexes)[i]);
     max_label = std::max(max_label, (*indexes)[i]);
   }
   if (numeric) return numbered_classes(max_label, opt, path);
   std::vector<std::string> classes = opt.class_names;  // names given: they fix the order
   if (classes.empty()) {
-    std::set<std::string> names(labels.begin(), labels.end());
+    std::set<std::string, std::less<>> names;
+    for (std::string_view l : labels) names.emplace(l);
     classes.assign(names.begin(), names.end());
   }
-  std::map<std::string, int64_t> by_name;
+  std::map<std::string, int64_t, std::less<>> by_name;
   for (size_t i = 0; i < classes.size(); ++i) by_name[classes[i]] = static_cast<int64_t>(i);
   for (size_t i = 0; i < labels.size(); ++i) {
     auto it = by_name.find(labels[i]);
     if (it == by_name.end()) {
       throw Error(ErrorKind::kInvalidArgument, path,
-                  "label '" + labels[i] + "' is not in --classes");
+                  "label '" + std::string(labels[i]) + "' is not in --classes");
     }
     (*indexes)[i] = it->second;
   }
@@ -302,12 +303,13 @@ void walk(const std::string& dir, const std::string& rel, std::set<std::pair<dev
   }
 }
 
-void hash_entry(Xxh64& h, const SourceEntry& e) {
-  h.update(e.name.data(), e.name.size());
+void hash_entry(Xxh64& h, std::string_view name, uint64_t size, int64_t mtime_ns,
+                const std::string& etag) {
+  h.update(name.data(), name.size());
   h.update("\0", 1);
-  h.update(&e.size, sizeof e.size);
-  h.update(&e.mtime_ns, sizeof e.mtime_ns);
-  if (!e.etag.empty()) h.update(e.etag.data(), e.etag.size() + 1);  // remote: what changes
+  h.update(&size, sizeof size);
+  h.update(&mtime_ns, sizeof mtime_ns);
+  if (!etag.empty()) h.update(etag.data(), etag.size() + 1);  // remote: what changes
 }
 
 // A folder of class folders on object storage (s3://BUCKET/PREFIX), listed with ListObjectsV2
@@ -318,6 +320,7 @@ SourceListing list_remote_folder(const std::string& root, const SourceOptions& o
   SourceListing out;
   out.kind = "folder";
   out.root = root;
+  out.entries.set_path_prefix(root + "/");
   std::vector<RemoteObject> objects = list_remote(root);
   std::sort(objects.begin(), objects.end(),
             [](const RemoteObject& a, const RemoteObject& b) { return a.key < b.key; });
@@ -357,6 +360,7 @@ SourceListing list_folder(const std::string& root, const SourceOptions& opt) {
   SourceListing out;
   out.kind = "folder";
   out.root = root;
+  out.entries.set_path_prefix(root + "/");
   std::set<std::pair<dev_t, ino_t>> seen;
   FileStat rs = stat_follow(root);
   seen.insert({rs.dev, rs.ino});
@@ -406,15 +410,18 @@ std::vector<std::string> first_line(const std::string& text, char sep) {
 
 SourceListing list_file(const std::string& list_path, const SourceOptions& opt) {
   char sep = ends_with(list_path, ".tsv") ? '\t' : ',';
-  const std::string text = read_listed_text(list_path, kMaxListBytes);
+  std::string text = read_listed_text(list_path, kMaxListBytes);
   if (is_table_header(first_line(text, sep), opt)) {
-    return list_table(read_delimited_table(list_path, text, sep), opt);
+    const Table table = read_delimited_table(list_path, text, sep);
+    std::string().swap(text);  // the table holds its cells: the file's text goes before listing
+    return list_table(table, opt);
   }
   SourceListing out;
   out.kind = "list";
   out.root = list_path;
   RecordReader in(text, sep);
   std::string base = list_path.substr(0, list_path.find_last_of('/'));
+  out.entries.set_path_prefix(base + "/");
   std::vector<std::pair<std::string, std::string>> rows;
   Record record;
   while (in.next(&record)) {
@@ -462,7 +469,7 @@ SourceListing list_file(const std::string& list_path, const SourceOptions& opt) 
       stats.erase(stats.begin());
     }
   }
-  std::vector<std::string> labels;
+  std::vector<std::string_view> labels;
   for (auto& r : rows) labels.push_back(r.second);
   std::vector<int64_t> indexes;
   out.classes = label_classes(labels, opt, list_path, &indexes);
@@ -511,11 +518,9 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
     out.entries.push_back(std::move(e));
   }
   // The digest covers both files once rather than every entry's (identical) stat.
-  SourceEntry whole{images_path, base, 0, is.size, is.mtime_ns, ""};
-  SourceEntry lab{out.labels_path, out.labels_path, 0, ls.size, ls.mtime_ns, ""};
   Xxh64 h;
-  hash_entry(h, whole);
-  hash_entry(h, lab);
+  hash_entry(h, base, is.size, is.mtime_ns, "");
+  hash_entry(h, out.labels_path, ls.size, ls.mtime_ns, "");
   out.digest = h.digest();
   out.idx = std::move(images);
   return out;
@@ -586,10 +591,14 @@ SourceListing list_source(const std::string& source, const SourceOptions& option
                 "an idx3 images file");
   }
   Xxh64 h;
-  for (const auto& e : out.entries) hash_entry(h, e);
+  const SourceEntries& es = out.entries;
+  for (size_t i = 0; i < es.size(); ++i) {
+    hash_entry(h, es.name(i), es.file_size(i), es.mtime_ns(i), es.etag(i));
+  }
   if (!out.fields.empty()) hash_fields(h, out);
-  for (const auto& e : out.entries) {  // hash_fields has them; without fields, only bad ones
-    if (out.fields.empty() && !e.bad.empty()) h.update(e.bad.data(), e.bad.size() + 1);
+  for (size_t i = 0; i < es.size(); ++i) {  // hash_fields has them; without fields, bad ones
+    const std::string& bad = es.bad(i);
+    if (out.fields.empty() && !bad.empty()) h.update(bad.data(), bad.size() + 1);
   }
   out.digest = h.digest();
   return out;

@@ -8,11 +8,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "dscache/enum_table.h"
 #include "dscache/error.h"
 #include "dscache/fields.h"
+#include "dscache/remote.h"
 #include "list_internal.h"
 
 namespace dscache::ingest_detail {
@@ -85,12 +88,27 @@ std::string unnamed_class(const FieldColumn& f, const TableCell& c) {
   return "";
 }
 
+// Why rows cannot become samples (a reason naming the line and the column), by row. Few rows
+// have one, so only theirs are kept: a reason per row took 32 bytes a row (issue 33).
+class BadRows {
+ public:
+  const std::string& operator[](size_t r) const {
+    const auto it = reasons_.find(r);
+    return it == reasons_.end() ? none_ : it->second;
+  }
+  void set(size_t r, std::string why) { reasons_[r] = std::move(why); }
+
+ private:
+  std::unordered_map<size_t, std::string> reasons_;
+  std::string none_;
+};
+
 // Int when every non-empty value is an integer, float when every one is a number, else text.
 // Rows already bad do not vote; a column of empty values is text.
-ColumnKind infer_kind(const Table& t, size_t column, const std::vector<std::string>& bad) {
+ColumnKind infer_kind(const Table& t, size_t column, const BadRows& bad) {
   bool ints = true, numbers = true, any = false;
-  for (size_t r = 0; r < t.rows.size(); ++r) {
-    const std::string& v = t.rows[r][column].text;
+  for (size_t r = 0; r < t.row_count(); ++r) {
+    const std::string v(t.text(r, column));
     if (!bad[r].empty() || v.empty()) continue;
     any = true;
     int64_t i;
@@ -225,24 +243,24 @@ Roles assign_roles(const Table& t, const SourceOptions& opt) {
 // an image or mask path that cannot be read as given (path_problem: a NUL byte, --confine), then
 // (with every inferred kind settled) a value its field cannot hold. The first problem in column
 // order names the row's reason. Types the fields' kinds in place.
-std::vector<std::string> find_bad_rows(const Table& t, Roles& roles, const SourceOptions& opt) {
+BadRows find_bad_rows(const Table& t, Roles& roles, const SourceOptions& opt) {
   const std::string base = t.path.substr(0, t.path.find_last_of('/'));
   auto path_check = [&](const std::string& name) {
     return path_problem(name, base, opt.confine, "the table's folder");
   };
-  std::vector<std::string> bad(t.rows.size());
+  BadRows bad;
   auto mark = [&](size_t r, size_t column, const std::string& reason) {
     if (!bad[r].empty()) return;
-    bad[r] =
-        "line " + std::to_string(t.lines[r]) + ": column '" + t.columns[column] + "': " + reason;
+    bad.set(r, "line " + std::to_string(t.lines[r]) + ": column '" + t.columns[column] +
+                   "': " + reason);
   };
   std::vector<size_t> used = {roles.image};
   if (roles.label) used.push_back(*roles.label);
   for (const FieldColumn& f : roles.fields) used.push_back(f.column);
   std::sort(used.begin(), used.end());
-  for (size_t r = 0; r < t.rows.size(); ++r) {
+  for (size_t r = 0; r < t.row_count(); ++r) {
     for (size_t column : used) {
-      const TableCell& c = t.rows[r][column];
+      const TableCell c = t.cell(r, column);
       if (!c.present) mark(r, column, "missing");
       if (c.present && c.text.empty() && (column == roles.image || column == roles.label)) {
         mark(r, column, "empty value");
@@ -259,10 +277,10 @@ std::vector<std::string> find_bad_rows(const Table& t, Roles& roles, const Sourc
       f.inferred = true;
     }
   }
-  for (size_t r = 0; r < t.rows.size(); ++r) {
+  for (size_t r = 0; r < t.row_count(); ++r) {
     for (const FieldColumn& f : roles.fields) {
       if (!bad[r].empty()) break;
-      const TableCell& c = t.rows[r][f.column];
+      const TableCell c = t.cell(r, f.column);
       std::string problem = value_problem(f.kind, c);
       if (problem.empty() && f.kind == ColumnKind::kMask) problem = path_check(c.text);
       if (problem.empty() && !f.classes.empty()) problem = unnamed_class(f, c);
@@ -272,7 +290,7 @@ std::vector<std::string> find_bad_rows(const Table& t, Roles& roles, const Sourc
   return bad;
 }
 
-FieldSpec field_spec(const Table& t, const FieldColumn& f, const std::vector<std::string>& bad) {
+FieldSpec field_spec(const Table& t, const FieldColumn& f, const BadRows& bad) {
   FieldSpec s;
   s.name = t.columns[f.column];
   switch (f.kind) {
@@ -294,9 +312,9 @@ FieldSpec field_spec(const Table& t, const FieldColumn& f, const std::vector<std
         break;
       }
       std::set<std::string> names;
-      for (size_t r = 0; r < t.rows.size(); ++r) {
+      for (size_t r = 0; r < t.row_count(); ++r) {
         if (!bad[r].empty()) continue;
-        for (std::string& name : multi_hot_names(t.rows[r][f.column])) names.insert(name);
+        for (std::string& name : multi_hot_names(t.cell(r, f.column))) names.insert(name);
       }
       if (names.empty()) {
         throw Error(ErrorKind::kInvalidArgument, t.path,
@@ -354,16 +372,15 @@ bool has_image_extension(const std::string& path) {
 
 // A column typed text (from its values, no --field) whose every listed value names an image
 // file that exists is most likely a mask column missing its --field: the notice says which flag.
-std::vector<std::string> mask_notices(const Table& t, const Roles& roles,
-                                      const std::vector<std::string>& bad,
+std::vector<std::string> mask_notices(const Table& t, const Roles& roles, const BadRows& bad,
                                       const std::string& base) {
   std::vector<std::string> notices;
   for (const FieldColumn& f : roles.fields) {
     if (!f.inferred || f.kind != ColumnKind::kText) continue;
     bool images = false;
-    for (size_t r = 0; r < t.rows.size(); ++r) {
+    for (size_t r = 0; r < t.row_count(); ++r) {
       if (!bad[r].empty()) continue;
-      const std::string& v = t.rows[r][f.column].text;
+      const std::string v(t.text(r, f.column));
       images =
           !v.empty() && has_image_extension(v) && stat_follow(resolve_listed_path(base, v)).is_file;
       if (!images) break;
@@ -392,14 +409,16 @@ bool is_table_header(const std::vector<std::string>& head, const SourceOptions& 
 
 SourceListing list_table(const Table& t, const SourceOptions& opt) {
   Roles roles = assign_roles(t, opt);
-  const std::vector<std::string> bad = find_bad_rows(t, roles, opt);
+  const BadRows bad = find_bad_rows(t, roles, opt);
   SourceListing out;
   out.kind = "list";
   out.root = t.path;
   const std::string base = t.path.substr(0, t.path.find_last_of('/'));
-  std::vector<std::string> labels;
-  for (size_t r = 0; r < t.rows.size(); ++r) {
-    if (bad[r].empty() && roles.label) labels.push_back(t.rows[r][*roles.label].text);
+  out.entries.set_path_prefix(base + "/");
+  std::vector<std::string_view> labels;
+  if (roles.label) labels.reserve(t.row_count());
+  for (size_t r = 0; r < t.row_count(); ++r) {
+    if (bad[r].empty() && roles.label) labels.push_back(t.text(r, *roles.label));
   }
   std::vector<int64_t> indexes;
   if (roles.label) out.classes = label_classes(labels, opt, t.path, &indexes);
@@ -414,32 +433,48 @@ SourceListing list_table(const Table& t, const SourceOptions& opt) {
       class_index[f][out.fields[f].classes[k]] = k;
     }
   }
+  const size_t rows = t.row_count();
   out.columns.values.resize(nf);
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
-  std::vector<std::string> paths(t.rows.size());
-  for (size_t r = 0; r < t.rows.size(); ++r) {
-    const std::string& name = t.rows[r][roles.image].text;
-    if (!name.empty()) paths[r] = resolve_listed_path(base, name);
+  for (size_t f = 0; f < nf; ++f) {
+    out.columns.offsets[f].reserve(rows + 1);
+    if (!out.fields[f].variable()) out.columns.values[f].reserve(rows * out.fields[f].row_bytes());
   }
-  std::vector<FileStat> stats = stat_listed(paths);
+  // Files are stat'ed a chunk of rows at a time, so that the paths and stats of 1.28M rows are
+  // never held at once; object storage is listed once per bucket, so a table naming any URL is
+  // one chunk.
+  bool remote = is_remote_location(base);
+  for (size_t r = 0; r < rows && !remote; ++r) {
+    remote = is_remote_location(std::string(t.text(r, roles.image)));
+  }
+  const size_t chunk = remote ? std::max<size_t>(rows, 1) : size_t{4096};
   size_t next_label = 0;
-  for (size_t r = 0; r < t.rows.size(); ++r) {
-    SourceEntry e;
-    e.name = t.rows[r][roles.image].text;
-    e.path = paths[r];
-    e.size = stats[r].size;
-    e.mtime_ns = stats[r].mtime_ns;
-    e.etag = std::move(stats[r].etag);
-    e.bad = bad[r];
-    if (e.bad.empty() && roles.label) e.label = indexes[next_label++];
-    for (size_t f = 0; f < nf; ++f) {
-      if (e.bad.empty()) {
-        append_value(out.fields[f], t.rows[r][roles.fields[f].column], base, class_index[f],
-                     out.columns.values[f]);
-      }
-      out.columns.offsets[f].push_back(out.columns.values[f].size());
+  for (size_t first = 0; first < rows; first += chunk) {
+    const size_t end = std::min(rows, first + chunk);
+    std::vector<std::string> paths(end - first);
+    for (size_t r = first; r < end; ++r) {
+      const std::string name(t.text(r, roles.image));
+      if (!name.empty()) paths[r - first] = resolve_listed_path(base, name);
     }
-    out.entries.push_back(std::move(e));
+    std::vector<FileStat> stats = stat_listed(paths);
+    for (size_t r = first; r < end; ++r) {
+      SourceEntry e;
+      e.name = std::string(t.text(r, roles.image));
+      e.path = std::move(paths[r - first]);
+      e.size = stats[r - first].size;
+      e.mtime_ns = stats[r - first].mtime_ns;
+      e.etag = std::move(stats[r - first].etag);
+      e.bad = bad[r];
+      if (e.bad.empty() && roles.label) e.label = indexes[next_label++];
+      for (size_t f = 0; f < nf; ++f) {
+        if (e.bad.empty()) {
+          append_value(out.fields[f], t.cell(r, roles.fields[f].column), base, class_index[f],
+                       out.columns.values[f]);
+        }
+        out.columns.offsets[f].push_back(out.columns.values[f].size());
+      }
+      out.entries.push_back(e);
+    }
   }
   return out;
 }
@@ -478,7 +513,7 @@ void hash_fields(Xxh64& h, const SourceListing& l) {
       }
     }
   }
-  for (const SourceEntry& e : l.entries) text(e.bad);
+  for (size_t e = 0; e < l.entries.size(); ++e) text(l.entries.bad(e));
 }
 
 }  // namespace dscache::ingest_detail
