@@ -33,11 +33,28 @@ constexpr uint64_t kSidecarPerIndex = 12;     // an index value
 constexpr uint64_t kFingerprintBytes = 2048;  // .build.json
 
 // One position of the range: the sample it should become (or a skip).
+// 12 bytes a position: at 1.28M samples the plan is 15 MB (issue 33), so what every position
+// shares or can recompute (its entry: order[first + i]; its bytes: height x width x channels,
+// times the JPEG ratio) is not stored.
 struct Planned {
-  uint64_t entry = 0;
   uint32_t height = 0, width = 0;  // the stored sample's size; 0 x 0 = a skip
-  uint64_t image = 0;              // stored image bytes
-  std::string reason;              // a skip's reason
+  uint32_t reason = 0;             // a skip's reason: an index into Plan::reasons (0: none)
+};
+
+// The positions first..end of the build order, in order, and what their samples will be.
+struct Plan {
+  Plan(const std::vector<uint64_t>& o, uint64_t f) : order(o), first(f) {}
+  const std::vector<uint64_t>& order;
+  uint64_t first = 0;
+  std::vector<Planned> samples;
+  std::vector<std::string> reasons{""};  // [0]: no reason
+  double ratio = 1;                      // stored / raw bytes (JPEG: measured on a few)
+  uint64_t entry(size_t i) const { return order[first + i]; }
+  uint32_t add_reason(std::string why) {
+    if (why.empty()) return 0;
+    reasons.push_back(std::move(why));
+    return static_cast<uint32_t>(reasons.size() - 1);
+  }
 };
 
 uint64_t npy_header_bytes(const char* descr, std::vector<uint64_t> shape) {
@@ -75,17 +92,17 @@ Header header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
 // The sizes of the samples at positions [first, end); ragged samples from their headers. Returns
 // how many sizes had to be guessed (no readable header: the mean of the others).
 uint64_t plan_samples(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r,
-                      const std::vector<uint64_t>& order, uint64_t first, uint64_t end,
-                      std::vector<Planned>* plan) {
+                      uint64_t end, Plan* plan) {
   const bool ragged = opt.layout == Layout::kRagged;
   std::vector<size_t> guessed;
   uint64_t known_pixels = 0, known = 0;
-  for (uint64_t k = first; k < end; ++k) {
+  plan->samples.reserve(end - plan->first);
+  for (uint64_t k = plan->first; k < end; ++k) {
     Planned p;
-    p.entry = order[k];
-    const SourceEntry& e = src.entries[p.entry];
-    if (!e.bad.empty()) {
-      p.reason = e.bad;
+    const uint64_t entry = plan->order[k];
+    const std::string& bad = src.entries.bad(entry);
+    if (!bad.empty()) {
+      p.reason = plan->add_reason(bad);
     } else if (!ragged) {
       p.height = r.height;
       p.width = r.width;
@@ -95,45 +112,46 @@ uint64_t plan_samples(const BuildOptions& opt, const SourceListing& src, const B
         h = src.idx->rows;
         w = src.idx->cols;
       } else {
-        const Header got = header_dims(e.path, &h, &w);
-        if (got == Header::kNoDims) guessed.push_back(plan->size());
-        if (got == Header::kNotImage) p.reason = "not an image (empty, unreadable or no format)";
+        const Header got = header_dims(src.entries.path(entry), &h, &w);
+        if (got == Header::kNoDims) guessed.push_back(plan->samples.size());
+        if (got == Header::kNotImage) {
+          p.reason = plan->add_reason("not an image (empty, unreadable or no format)");
+        }
       }
-      if (!p.reason.empty()) {
+      if (p.reason != 0) {
         // a skip
       } else if (h != 0 && r.max_pixels != 0 && uint64_t{h} * w > r.max_pixels) {
-        p.reason = "image too large: its header claims more than --max-pixels";
+        p.reason = plan->add_reason("image too large: its header claims more than --max-pixels");
       } else if (h != 0) {
         ragged_size(h, w, r.max_side, &p.height, &p.width);
         known_pixels += uint64_t{p.height} * p.width;
         ++known;
       }
     }
-    plan->push_back(p);
+    plan->samples.push_back(p);
   }
   const uint64_t mean = known ? known_pixels / known : uint64_t{r.max_side} * r.max_side;
   for (size_t i : guessed) {
-    (*plan)[i].height = 1;
-    (*plan)[i].width = static_cast<uint32_t>(std::max<uint64_t>(1, mean));
+    plan->samples[i].height = 1;
+    plan->samples[i].width = static_cast<uint32_t>(std::max<uint64_t>(1, mean));
   }
-  for (Planned& p : *plan) p.image = uint64_t{p.height} * p.width * r.channels;
   return guessed.size();
 }
 
 // JPEG: the stored/raw byte ratio of up to kJpegSampleCount samples spread over the plan,
 // decoded and encoded as the build does. Returns how many were encoded (0: ratio unknown).
 uint64_t jpeg_ratio(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r,
-                    const std::vector<Planned>& plan, double* ratio) {
+                    const Plan& plan, double* ratio) {
   std::vector<size_t> good;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    if (plan[i].height != 0) good.push_back(i);
+  for (size_t i = 0; i < plan.samples.size(); ++i) {
+    if (plan.samples[i].height != 0) good.push_back(i);
   }
   const uint64_t want = std::min<uint64_t>(kJpegSampleCount, good.size());
   const SampleDecoder decoder(src, r, opt.layout == Layout::kRagged, Codec::kJpeg);
   uint64_t raw = 0, stored = 0, done = 0;
   for (uint64_t s = 0; s < want; ++s) {
     Token t;
-    t.entry = plan[good[s * good.size() / want]].entry;
+    t.entry = plan.entry(good[s * good.size() / want]);
     t.pixels.resize(decoder.fixed_bytes());
     decoder.decode(&t);
     if (!t.ok) continue;
@@ -146,12 +164,12 @@ uint64_t jpeg_ratio(const BuildOptions& opt, const SourceListing& src, const Bui
 }
 
 // A field's stored bytes for one sample (its values; offsets are counted per shard).
-uint64_t field_value_bytes(const FieldSpec& f, const SourceListing& src, const Planned& p,
-                           size_t field) {
+uint64_t field_value_bytes(const FieldSpec& f, const SourceListing& src, uint64_t entry,
+                           const Planned& p, size_t field) {
   if (f.kind == FieldKind::kMask) return uint64_t{p.height} * p.width * element_bytes(f.dtype);
   if (!f.variable()) return f.row_bytes();
   // Variable kinds as listed (boxes in source pixels: a box the crop removes is not dropped here).
-  return src.columns.get(field, p.entry).bytes;
+  return src.columns.get(field, entry).bytes;
 }
 
 std::vector<uint64_t> field_header_shape(const FieldSpec& f, const BuildRecipe& r, Layout layout) {
@@ -214,32 +232,40 @@ class Tally {
     est_.transient.push_back(kFingerprintBytes);
   }
 
-  void add(const Planned& p) {
-    const SourceEntry& e = src_.entries[p.entry];
+  // Position i of `plan`.
+  void add(const Plan& plan, size_t i) {
+    const Planned& p = plan.samples[i];
+    const uint64_t entry = plan.entry(i);
+    const std::string_view name = src_.entries.name(entry);
     if (p.height == 0) {
       const uint64_t line =
-          nlohmann::json{{"source", e.name}, {"reason", p.reason}}.dump().size() + 1;
+          nlohmann::json{{"source", name}, {"reason", plan.reasons[p.reason]}}.dump().size() + 1;
       skips_bytes_ += line;
       sidecar_ += line;
       ++est_.skips;
       return;
     }
-    if (byte_shards_) {
-      if (count_ > 0 && data_ + p.image > r_.shard_bytes) close_shard();
-      if (count_ == 0) capacity_ = std::max(r_.shard_bytes, p.image);
+    uint64_t image = uint64_t{p.height} * p.width * r_.channels;
+    if (plan.ratio != 1) {
+      image = std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(image) * plan.ratio));
     }
-    data_ += p.image;
+    if (byte_shards_) {
+      if (count_ > 0 && data_ + image > r_.shard_bytes) close_shard();
+      if (count_ == 0) capacity_ = std::max(r_.shard_bytes, image);
+    }
+    data_ += image;
     ++count_;
     for (size_t f = 0; f < shard_fields_.size(); ++f) {
-      shard_fields_[f] += field_value_bytes(src_.fields[f], src_, p, f);
+      shard_fields_[f] += field_value_bytes(src_.fields[f], src_, entry, p, f);
     }
-    est_.image_bytes += p.image;
-    const uint64_t name = nlohmann::json(e.name).dump().size() + 1;
-    sources_bytes_ += name;
-    sidecar_ += name + kSidecarPerSample + kSidecarPerColumn * (1 + shard_fields_.size()) +
+    est_.image_bytes += image;
+    const uint64_t source = nlohmann::json(name).dump().size() + 1;
+    sources_bytes_ += source;
+    sidecar_ += source + kSidecarPerSample + kSidecarPerColumn * (1 + shard_fields_.size()) +
                 kSidecarPerIndex * index_cols_;
-    if (e.label >= 0 && static_cast<size_t>(e.label) < m_.class_counts.size()) {
-      ++m_.class_counts[static_cast<size_t>(e.label)];
+    const int64_t label = src_.entries.label(entry);
+    if (label >= 0 && static_cast<size_t>(label) < m_.class_counts.size()) {
+      ++m_.class_counts[static_cast<size_t>(label)];
     }
     ++est_.samples;
     if (!byte_shards_ && count_ == per_shard_) close_shard();
@@ -358,8 +384,8 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
   }
   BuildEstimate est;
   est.entries = end - first;
-  std::vector<Planned> plan;
-  const uint64_t guessed = plan_samples(opt, src, r, order, first, end, &plan);
+  Plan plan(order, first);
+  const uint64_t guessed = plan_samples(opt, src, r, end, &plan);
   est.basis = opt.layout == Layout::kRagged && src.kind != "idx"
                   ? "from the image headers of the sources"
                   : "exact (every sample's size is known)";
@@ -368,20 +394,15 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
                         " sources have no readable image header: counted at the mean size");
   }
   if (opt.codec == Codec::kJpeg) {
-    double ratio = 1;
-    const uint64_t encoded = jpeg_ratio(opt, src, r, plan, &ratio);
+    const uint64_t encoded = jpeg_ratio(opt, src, r, plan, &plan.ratio);
     uint64_t m = 0;
-    for (Planned& p : plan) {
-      if (p.height == 0) continue;
-      p.image = std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(p.image) * ratio));
-      ++m;
-    }
+    for (const Planned& p : plan.samples) m += p.height != 0;
     est.basis = "estimate from " + std::to_string(encoded) + " of " + std::to_string(m) +
                 " sources encoded at quality " + std::to_string(r.quality);
     if (encoded == 0) est.basis += " (none decoded: counted as raw pixels)";
   }
   Tally tally(opt, src, r, manifest_skeleton(opt, src, r, first, end), &est);
-  for (const Planned& p : plan) tally.add(p);
+  for (size_t i = 0; i < plan.samples.size(); ++i) tally.add(plan, i);
   tally.finish();
   for (const FieldSpec& f : src.fields) {
     if (f.kind == FieldKind::kBoxes) {
