@@ -336,7 +336,7 @@ bool CacheWriter::add_shard(const CacheDir& from, size_t k, const ShardRecords& 
   crash_point("shard-placed");
   w.labels.insert(w.labels.end(), rec.labels.begin(), rec.labels.end());
   w.checksums.insert(w.checksums.end(), rec.checksums.begin(), rec.checksums.end());
-  for (const std::string& source : rec.sources) w.sources.push_back(source);
+  w.sources.insert(w.sources.end(), rec.sources.begin(), rec.sources.end());
   w.index.insert(w.index.end(), rec.index.begin(), rec.index.end());
   w.transparent += w.pending_transparent;
   w.pending_transparent = 0;

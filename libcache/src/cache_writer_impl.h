@@ -18,17 +18,6 @@
 
 namespace dscache {
 
-// The samples' sources as the lines of sources.jsonl (each a JSON string and '\n'), and where
-// each line ends: ~30 bytes a sample where a std::vector<std::string> held ~64, and the file's
-// text needs no second copy when it is written (issue 33).
-struct SourceLines {
-  std::string text;
-  std::vector<uint64_t> ends;
-  void push_back(const std::string& source);
-  size_t size() const { return ends.size(); }
-  uint64_t begin_of(size_t i) const { return i == 0 ? 0 : ends[i - 1]; }
-};
-
 // The sidecar of committed shard `shard` in the partial directory: ".shard-00003.json".
 inline std::string sidecar_name(uint64_t shard) {
   char buf[48];
@@ -81,7 +70,7 @@ struct CacheWriter::Impl {
   std::vector<ShardEntry> shards;
   std::vector<int64_t> labels;
   std::vector<uint64_t> checksums;  // checksum_columns() per sample
-  SourceLines sources;
+  std::vector<std::string> sources;
   std::vector<SkipRecord> skips;
   std::vector<int64_t> index;    // byte shards: (offset, [length,] height, width) per sample
   std::vector<uint8_t> encoded;  // append() with codec kJpeg: the stream

@@ -232,29 +232,6 @@ void CacheWriter::Impl::commit_shard() {
   record_shard(e);
 }
 
-namespace {
-
-// Appends ,"NAME":[v[from], v[from + 1], ...] to a JSON object's text.
-template <typename T>
-void append_array(std::string* text, const char* name, const std::vector<T>& v, size_t from) {
-  *text += ",\"";
-  *text += name;
-  *text += "\":[";
-  for (size_t i = from; i < v.size(); ++i) {
-    if (i > from) *text += ',';
-    *text += std::to_string(v[i]);
-  }
-  *text += ']';
-}
-
-}  // namespace
-
-void SourceLines::push_back(const std::string& source) {
-  text += nlohmann::json(source).dump();
-  text += '\n';
-  ends.push_back(text.size());
-}
-
 void CacheWriter::Impl::record_shard(ShardEntry e) {
   e.file = shard_file_name(opt.storage, shard_index);
   e.first = next_first;
@@ -278,30 +255,22 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
   }
   side["fields"] = std::move(fields);
   side["src_end"] = position;
+  side["labels"] = std::vector<int64_t>(labels.begin() + shard_sample_begin, labels.end());
+  side["checksums"] = std::vector<uint64_t>(
+      checksums.begin() + static_cast<ptrdiff_t>(checksum_columns() * shard_sample_begin),
+      checksums.end());
+  side["sources"] = std::vector<std::string>(sources.begin() + shard_sample_begin, sources.end());
   json skipped = json::array();
   for (size_t i = shard_skip_begin; i < skips.size(); ++i) {
     skipped.push_back({{"source", skips[i].source}, {"reason", skips[i].reason}});
   }
   side["skips"] = std::move(skipped);
   side["transparent"] = transparent - shard_transparent_begin;
-  // The per-sample arrays go in as text: a DOM of them took ~200 bytes a sample of the shard.
-  std::string text = side.dump();
-  text.pop_back();  // '}'
-  text += ",\"sources\":[";
-  const uint64_t from = sources.begin_of(shard_sample_begin);
-  for (uint64_t i = from; i < sources.text.size(); ++i) {
-    const char c = sources.text[i];
-    if (c != '\n') {
-      text += c;
-    } else if (i + 1 < sources.text.size()) {
-      text += ',';
-    }
+  if (byte_shards(opt)) {
+    side["index"] = std::vector<int64_t>(
+        index.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin), index.end());
   }
-  text += ']';
-  append_array(&text, "labels", labels, shard_sample_begin);
-  append_array(&text, "checksums", checksums, checksum_columns() * shard_sample_begin);
-  if (byte_shards(opt)) append_array(&text, "index", index, index_columns() * shard_sample_begin);
-  text += '}';
+  const std::string text = side.dump();
   write_file_atomic(path(sidecar_name(shard_index)), text.data(), text.size());
   crash_point("sidecar-written");
   shards.push_back(e);
@@ -364,8 +333,10 @@ Manifest CacheWriter::Impl::write_side_files() {
     m.index = write_npy(partial, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
                         "<i8", index, {m.count, index_columns()});
   }
-  m.sources = write_text(partial, "sources.jsonl", sources.text);
   std::string text;
+  for (const auto& s : sources) text += json(s).dump() + "\n";
+  m.sources = write_text(partial, "sources.jsonl", text);
+  text.clear();
   for (const auto& s : skips)
     text += json{{"source", s.source}, {"reason", s.reason}}.dump() + "\n";
   m.skips = write_text(partial, "skipped.jsonl", text);
