@@ -265,22 +265,33 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
   }
   side["fields"] = std::move(fields);
   side["src_end"] = position;
-  side["labels"] = std::vector<int64_t>(labels.begin() + shard_sample_begin, labels.end());
-  side["checksums"] = std::vector<uint64_t>(
-      checksums.begin() + static_cast<ptrdiff_t>(checksum_columns() * shard_sample_begin),
-      checksums.end());
-  side["sources"] = sources;  // the shard's own: the committed ones are in sources_file
   json skipped = json::array();
   for (size_t i = shard_skip_begin; i < skips.size(); ++i) {
     skipped.push_back({{"source", skips[i].source}, {"reason", skips[i].reason}});
   }
   side["skips"] = std::move(skipped);
   side["transparent"] = transparent - shard_transparent_begin;
-  if (byte_shards(opt)) {
-    side["index"] = std::vector<int64_t>(
-        index.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin), index.end());
+  // The per-sample arrays go into the text directly, not through json values (a node per
+  // value, several times the text): a shard may hold millions of samples.
+  std::string text = side.dump();
+  text.pop_back();  // the object's '}'
+  auto numbers = [&](const char* key, const auto& values, size_t from) {
+    text += std::string(",\"") + key + "\":[";
+    for (size_t i = from; i < values.size(); ++i) {
+      if (i > from) text += ',';
+      text += std::to_string(values[i]);
+    }
+    text += ']';
+  };
+  numbers("labels", labels, shard_sample_begin);
+  numbers("checksums", checksums, checksum_columns() * shard_sample_begin);
+  if (byte_shards(opt)) numbers("index", index, index_columns() * shard_sample_begin);
+  text += ",\"sources\":[";  // the shard's own: the committed ones are in sources_file
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (i > 0) text += ',';
+    text += json(sources[i]).dump();
   }
-  const std::string text = side.dump();
+  text += "]}";
   write_file_atomic(path(sidecar_name(shard_index)), text.data(), text.size());
   crash_point("sidecar-written");
   write_sources(sources);  // a crash before it: a resume writes them again from the sidecar

@@ -97,8 +97,8 @@ def case_memory_merge(tmp):
     # a vector briefly holds its old and new buffers while it grows: at most 3 x 8 B for the one
     # growing), the part being merged's labels and checksums (16 B per sample of the part: 2 B per
     # sample of the cache with 8 parts), and one shard's sources and sidecar text (a part is one
-    # shard here: ~200 B per sample of the part, 25 B/sample of the cache). 8 + 24 + 2 + 25 = 59:
-    # 64. The old merge held every source string twice (the parts' and the writer's).
+    # shard here: ~120 B per sample of the part, 15 B/sample of the cache). 8 + 24 + 2 + 15 = 49:
+    # bound 64. The old merge held every source string twice (the parts' and the writer's).
     kib = {}
     for n in SIZES:
         src = make_idx(tmp / f"src{n}", n, 8)
