@@ -167,11 +167,12 @@ File checked_file(const Part& p, const FileEntry& f) {
   return file;
 }
 
-// What a part contributes to the side files, read through CacheDir's validated accessors.
+// What a part contributes to the side files, read through CacheDir's validated accessors:
+// compact arrays (8 bytes a label or checksum, 24 or 32 an index row); its sources are streamed
+// (for_each_source), never held for the whole part.
 struct PartRecords {
   std::vector<int64_t> labels;
   std::vector<uint64_t> checksums;
-  std::vector<std::string> sources;
   std::vector<SkipRecord> skips;
   std::vector<int64_t> index;  // rows as the index file holds them (3 or 4 columns)
 };
@@ -182,12 +183,14 @@ PartRecords read_records(const Part& p) {
   PartRecords r;
   r.labels = p.files->labels();
   r.checksums = p.files->checksums();
-  r.sources = p.files->sources();
+  p.files->for_each_source([](uint64_t, std::string&&) {});  // checked: read again when merged
   r.skips = p.files->skips();
   if (m.has_index()) {
     checked_file(p, m.index);
     const bool jpeg = m.codec == Codec::kJpeg;
-    for (const IndexRow& row : p.files->index()) {
+    const std::vector<IndexRow> rows = p.files->index();
+    r.index.reserve(rows.size() * (jpeg ? 4 : 3));
+    for (const IndexRow& row : rows) {
       r.index.push_back(static_cast<int64_t>(row.offset));
       if (jpeg) r.index.push_back(static_cast<int64_t>(row.length));
       r.index.push_back(row.height);
@@ -197,7 +200,7 @@ PartRecords read_records(const Part& p) {
   return r;
 }
 
-// The side-file rows of shard `k` of a part.
+// The side-file rows of shard `k` of a part, but its sources.
 ShardRecords shard_records(const Manifest& m, const PartRecords& r, size_t k) {
   const ShardEntry& e = m.shards[k];
   const size_t columns = m.has_index() ? (m.codec == Codec::kJpeg ? 4 : 3) : 0;
@@ -206,8 +209,45 @@ ShardRecords shard_records(const Manifest& m, const PartRecords& r, size_t k) {
     return V(v.begin() + static_cast<ptrdiff_t>(e.first * width),
              v.begin() + static_cast<ptrdiff_t>((e.first + e.count) * width));
   };
-  return ShardRecords{slice(r.labels, 1), slice(r.checksums, m.checksum_columns()),
-                      slice(r.sources, 1), slice(r.index, columns)};
+  return ShardRecords{
+      slice(r.labels, 1), slice(r.checksums, m.checksum_columns()), {}, slice(r.index, columns)};
+}
+
+// Part `p`'s shards, then its skips, to the writer, one record each (`next`: the records so
+// far; a resumed merge has position() of them already). Its records are read (and checked)
+// again here, one part at a time, and its sources streamed, a shard's worth at a time: what
+// the merge holds grows with the largest part's compact arrays and shard, not with the cache.
+void add_part(CacheWriter& writer, const Part& p, uint64_t* next, MergeSummary* sum) {
+  const Manifest& m = p.m;
+  const PartRecords records = read_records(p);
+  size_t k = 0;
+  std::vector<std::string> sources;  // of shard k
+  // Adds shard k once its sources are all read (an empty shard at once), and any empty ones
+  // after it.
+  auto add_ready = [&] {
+    while (k < m.shards.size() && sources.size() == m.shards[k].count) {
+      if ((*next)++ >= writer.position()) {
+        // The part's count goes with its first shard (and stays with it on a resume).
+        if (k == 0) writer.note_transparent(m.transparent);
+        ShardRecords r = shard_records(m, records, k);
+        r.sources = std::move(sources);
+        const bool copied = writer.add_shard(*p.files, k, r);
+        sum->linked += !copied;
+        sum->copied += copied;
+      }
+      sources.clear();
+      ++k;
+    }
+  };
+  add_ready();
+  p.files->for_each_source([&](uint64_t, std::string&& s) {
+    sources.push_back(std::move(s));
+    add_ready();
+  });
+  for (const SkipRecord& s : records.skips) {
+    if ((*next)++ < writer.position()) continue;
+    writer.skip(s.source, s.reason);
+  }
 }
 
 // `have` (an existing OUTPUT's manifest) is the merge `want` describes: the same listing,
@@ -331,34 +371,18 @@ MergeSummary run_merge(const MergeOptions& opt) {
   // refused merge leaves nothing behind (a later merge needs no --force): each part's shards
   // (regular files inside it, of their manifest's size and header) and side files (size, XXH64
   // and content).
-  std::vector<PartRecords> records;
   for (const Part& p : parts) {
     for (size_t k = 0; k < p.m.shards.size(); ++k) {
       p.files->open_shard(k);
       for (size_t f = 0; f < p.m.fields.size(); ++f) p.files->open_field(k, f);
     }
-    records.push_back(read_records(p));
+    read_records(p);  // checked, then let go: add_part reads each part again when it merges it
   }
   writer->begin(writer_options(opt, parts, want));
   if (!writer->complete() && !writer->finished()) {
-    // Records in order: each part's shards, then its skips. A resumed merge has position()
-    // records already (the finished shards the writer kept).
+    // Records in order: each part's shards, then its skips.
     uint64_t next = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      for (size_t k = 0; k < parts[i].m.shards.size(); ++k) {
-        if (next++ < writer->position()) continue;
-        // The part's count goes with its first shard (and stays with it on a resume).
-        if (k == 0) writer->note_transparent(parts[i].m.transparent);
-        const bool copied =
-            writer->add_shard(*parts[i].files, k, shard_records(parts[i].m, records[i], k));
-        sum.linked += !copied;
-        sum.copied += copied;
-      }
-      for (const SkipRecord& s : records[i].skips) {
-        if (next++ < writer->position()) continue;
-        writer->skip(s.source, s.reason);
-      }
-    }
+    for (const Part& p : parts) add_part(*writer, p, &next, &sum);
   }
   const Manifest m = writer->publish();  // the fingerprint goes last (cache_writer.h)
   sum.count = m.count;

@@ -90,7 +90,9 @@ Normalization measure_normalization(const SampleSource& cache, NormalizeKind kin
     // Any layout and codec: ragged samples have their own size; JPEG ones are decoded.
     const SampleShape s = cache.sample_shape(i);
     buf.resize(s.bytes());
-    cache.copy_sample(i, buf.data());
+    // Read, not touched through a mapping: the pages around every sample read would count in
+    // the trainer's RSS, i.e. most of the cache (8192 samples spread over it).
+    cache.copy_sample_unmapped(i, buf.data());
     const uint64_t px = uint64_t{s.height} * s.width;
     for (uint64_t p = 0; p < px; ++p) {
       for (uint32_t ch = 0; ch < c; ++ch) {

@@ -195,6 +195,23 @@ void Cache::copy_sample(uint64_t i, uint8_t* out) const {
   c.read_stored(c.find_shard(i), i, out);
 }
 
+void Cache::copy_sample_unmapped(uint64_t i, uint8_t* out) const {
+  const Impl& c = *impl_;
+  c.check_index(i);
+  const ShardState& s = c.find_shard(i);
+  if (s.mapping.data() == nullptr) {  // pread, resident or HDF5: no mapping to spare
+    copy_sample(i, out);
+    return;
+  }
+  const File file = c.files->open_file(s.entry.file, s.entry.bytes);
+  if (c.jpeg()) {
+    const SampleShape shape = c.sample_shape(i);
+    c.decode(i, nullptr, shape.height, shape.width, out, &file);
+    return;
+  }
+  file.read_at(s.loc.data_offset + c.data_offset(s, i), c.stored_bytes(i), out);
+}
+
 bool Cache::encoded() const { return impl_->jpeg(); }
 
 void Cache::decode_crop(uint64_t i, const CropBox& box, uint32_t out_h, uint32_t out_w,
@@ -213,14 +230,19 @@ void Cache::stored_sample(uint64_t i, std::vector<uint8_t>* out) const {
 }
 
 void Cache::Impl::decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w,
-                         uint8_t* out) const {
+                         uint8_t* out, const File* from) const {
   // One decoder and read buffer per thread, reused by every sample it serves. The stream is
   // always copied out first (guarded_copy when mapped): libjpeg reading the mapping itself would
   // die of SIGBUS on a shard truncated under the reader. The copy is of compressed bytes only.
   static thread_local JpegScratch scratch;
   static thread_local std::vector<uint8_t> buffer;
   buffer.resize(static_cast<size_t>(stored_bytes(i)));
-  read_stored(find_shard(i), i, buffer.data());
+  if (from != nullptr) {
+    from->read_at(find_shard(i).loc.data_offset + data_offset(find_shard(i), i), buffer.size(),
+                  buffer.data());
+  } else {
+    read_stored(find_shard(i), i, buffer.data());
+  }
   const uint8_t* data = buffer.data();
   const SampleShape s = sample_shape(i);
   try {

@@ -6,9 +6,9 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -47,9 +47,9 @@ auto renamed(const std::string& used, const std::string& shown, F f) -> decltype
   }
 }
 
-// A whole npy array whose header must say `descr`, C order and `shape`; returns its data bytes.
-std::vector<uint8_t> read_array(const File& f, const char* descr,
-                                const std::vector<uint64_t>& shape) {
+// The header of an npy array that must say `descr`, C order and `shape`, its file size checked
+// against it (check_npy_size): its data can then be read in pieces.
+NpyHeader check_array(const File& f, const char* descr, const std::vector<uint64_t>& shape) {
   const NpyHeader h = read_npy_header(f);
   if (h.descr != descr) {
     throw Error(ErrorKind::kCorruption, f.path(),
@@ -60,19 +60,49 @@ std::vector<uint8_t> read_array(const File& f, const char* descr,
     throw Error(ErrorKind::kCorruption, f.path(),
                 "shape is " + shape_text(h.shape) + ", expected " + shape_text(shape));
   }
-  return read_npy_data(f, h);  // size checked before allocating
+  check_npy_size(h, f.size(), f.path());  // before allocating what the header claims
+  return h;
 }
 
-// Splits jsonl text into lines; a last line without '\n' counts, an empty last piece does not.
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) nl = text.size();
-    lines.push_back(text.substr(at, nl - at));
-    at = nl + 1;
+// A whole npy array of 8-byte elements (check_array), read straight into its typed vector: no
+// byte copy beside it, so a reader holds 8 bytes per element, not 16.
+template <typename T>
+std::vector<T> read_array(const File& f, const char* descr, const std::vector<uint64_t>& shape) {
+  static_assert(sizeof(T) == 8, "npy arrays of 8-byte elements");
+  const NpyHeader h = check_array(f, descr, shape);
+  std::vector<T> out(static_cast<size_t>((f.size() - h.data_offset) / sizeof(T)));
+  if (!out.empty()) f.read_at(h.data_offset, out.size() * sizeof(T), out.data());
+  return out;
+}
+
+// Calls each(line) for every line of a jsonl file, read in pieces (memory: one piece and the
+// longest line, whatever the file's size). Lines as a split of the whole text on '\n' gives
+// them: a last line without '\n' counts, an empty last piece does not.
+template <typename F>
+void for_each_line(const File& f, F each) {
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
+  const uint64_t size = f.size();
+  std::string piece, line;
+  for (uint64_t at = 0; at < size;) {
+    const uint64_t n = std::min(kPiece, size - at);
+    piece.resize(static_cast<size_t>(n));
+    f.read_at(at, n, piece.data());
+    at += n;
+    size_t from = 0;
+    for (size_t nl; (nl = piece.find('\n', from)) != std::string::npos; from = nl + 1) {
+      line.append(piece, from, nl - from);
+      each(line);
+      line.clear();
+    }
+    line.append(piece, from, std::string::npos);
   }
+  if (!line.empty()) each(line);
+}
+
+// The number of lines for_each_line() gives, counted without keeping any.
+uint64_t count_lines(const File& f) {
+  uint64_t lines = 0;
+  for_each_line(f, [&](const std::string&) { ++lines; });
   return lines;
 }
 
@@ -190,9 +220,7 @@ void CacheDir::check_files() const {
 std::vector<int64_t> CacheDir::labels() const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.labels.file, m.labels.bytes);
-  const std::vector<uint8_t> raw = read_array(f, "<i8", {m.count});
-  std::vector<int64_t> labels(static_cast<size_t>(m.count));
-  if (!raw.empty()) std::memcpy(labels.data(), raw.data(), raw.size());
+  std::vector<int64_t> labels = read_array<int64_t>(f, "<i8", {m.count});
   if (m.classes.empty()) return labels;
   const int64_t classes = static_cast<int64_t>(m.classes.size());
   for (size_t i = 0; i < labels.size(); ++i) {
@@ -208,56 +236,64 @@ std::vector<int64_t> CacheDir::labels() const {
 std::vector<uint64_t> CacheDir::checksums() const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.checksums.file, m.checksums.bytes);
-  const std::vector<uint8_t> raw = read_array(f, "<u8", checksums_shape());
-  std::vector<uint64_t> sums(raw.size() / 8);
-  if (!raw.empty()) std::memcpy(sums.data(), raw.data(), raw.size());
-  return sums;
+  return read_array<uint64_t>(f, "<u8", checksums_shape());
 }
 
-std::vector<std::string> CacheDir::sources() const {
+void CacheDir::for_each_source(
+    const std::function<void(uint64_t i, std::string&& source)>& each) const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.sources.file, m.sources.bytes);
-  const std::vector<std::string> lines = split_lines(f.read_all(f.size()));
-  if (lines.size() != m.count) {
+  const uint64_t lines = count_lines(f);  // the count first, as a whole read would
+  if (lines != m.count) {
     throw Error(ErrorKind::kCorruption, f.path(),
-                "holds " + std::to_string(lines.size()) + " lines, manifest says " +
+                "holds " + std::to_string(lines) + " lines, manifest says " +
                     std::to_string(m.count) + " samples");
   }
-  std::vector<std::string> out;
-  out.reserve(lines.size());
-  for (const std::string& line : lines) {
+  uint64_t i = 0;
+  for_each_line(f, [&](const std::string& line) {
     const auto j = parse_json_or_discarded(line);
     if (j.is_discarded() || !j.is_string()) {
       throw Error(ErrorKind::kCorruption, f.path(),
-                  "line " + std::to_string(out.size() + 1) + " is not a JSON string");
+                  "line " + std::to_string(i + 1) + " is not a JSON string");
     }
-    out.push_back(j.get<std::string>());
-  }
+    each(i++, j.get<std::string>());
+  });
+}
+
+std::vector<std::string> CacheDir::sources() const {
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(impl_->manifest.count));
+  for_each_source([&](uint64_t, std::string&& s) { out.push_back(std::move(s)); });
   return out;
 }
 
-std::vector<SkipRecord> CacheDir::skips() const {
+void CacheDir::for_each_skip(const std::function<void(SkipRecord&& skip)>& each) const {
   const Manifest& m = impl_->manifest;
   const File f = open_file(m.skips.file, m.skips.bytes);
-  const std::vector<std::string> lines = split_lines(f.read_all(f.size()));
-  if (lines.size() != m.skipped) {
+  const uint64_t lines = count_lines(f);
+  if (lines != m.skipped) {
     throw Error(ErrorKind::kCorruption, f.path(),
-                "holds " + std::to_string(lines.size()) + " lines, manifest says " +
+                "holds " + std::to_string(lines) + " lines, manifest says " +
                     std::to_string(m.skipped) + " skipped entries");
   }
-  std::vector<SkipRecord> out;
-  out.reserve(lines.size());
-  for (const std::string& line : lines) {
+  uint64_t i = 0;
+  for_each_line(f, [&](const std::string& line) {
     const auto j = parse_json_or_discarded(line);
     const bool ok = !j.is_discarded() && j.is_object() && j.contains("source") &&
                     j["source"].is_string() && j.contains("reason") && j["reason"].is_string();
     if (!ok) {
       throw Error(ErrorKind::kCorruption, f.path(),
-                  "line " + std::to_string(out.size() + 1) +
+                  "line " + std::to_string(i + 1) +
                       " is not a skip record {\"source\": string, \"reason\": string}");
     }
-    out.push_back({j["source"].get<std::string>(), j["reason"].get<std::string>()});
-  }
+    ++i;
+    each({j["source"].get<std::string>(), j["reason"].get<std::string>()});
+  });
+}
+
+std::vector<SkipRecord> CacheDir::skips() const {
+  std::vector<SkipRecord> out;
+  for_each_skip([&](SkipRecord&& s) { out.push_back(std::move(s)); });
   return out;
 }
 
@@ -314,9 +350,21 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
   const std::string& path = f.path();
   const bool jpeg = m.codec == Codec::kJpeg;
   const uint64_t cols = jpeg ? 4 : 3;
-  const std::vector<uint8_t> bytes = read_array(f, "<i8", {m.count, cols});
-  std::vector<int64_t> raw(bytes.size() / 8);
-  if (!raw.empty()) std::memcpy(raw.data(), bytes.data(), bytes.size());
+  const NpyHeader header = check_array(f, "<i8", {m.count, cols});
+  // The rows are read a block at a time (in sample order): the file is not held beside the
+  // rows made of it.
+  constexpr uint64_t kBlockRows = 8192;
+  std::vector<int64_t> block;
+  uint64_t block_first = 0, block_rows = 0;
+  auto row_at = [&](uint64_t i) -> const int64_t* {
+    if (i < block_first || i >= block_first + block_rows) {
+      block_first = i;
+      block_rows = std::min(kBlockRows, m.count - i);
+      block.resize(static_cast<size_t>(block_rows * cols));
+      f.read_at(header.data_offset + i * cols * 8, block_rows * cols * 8, block.data());
+    }
+    return &block[static_cast<size_t>((i - block_first) * cols)];
+  };
   std::vector<IndexRow> index(static_cast<size_t>(m.count));
   const uint64_t channels = m.channels;
   // A JPEG frame header holds each side in 16 bits, and libjpeg refuses sides above 65500
@@ -330,7 +378,7 @@ std::vector<IndexRow> CacheDir::index(const std::vector<uint64_t>& shard_data_by
     const uint64_t data_bytes = known ? shard_data_bytes[k] : kUnknownDataBytes - 1;
     uint64_t next = 0;  // where the next sample of this shard must start
     for (uint64_t i = s.first; i < s.first + s.count; ++i) {
-      const int64_t* r = &raw[cols * i];
+      const int64_t* r = row_at(i);
       const int64_t offset = r[0], length = jpeg ? r[1] : 0, h = r[cols - 2], w = r[cols - 1];
       const std::string row = "row " + std::to_string(i) + " (" + s.file + ")";
       if (offset < 0 || (jpeg && length <= 0) || h <= 0 || w <= 0 || h > max_side || w > max_side) {
@@ -408,9 +456,7 @@ FieldShardFile CacheDir::open_field(size_t k, size_t f, const std::vector<IndexR
     out.rows = s.count;
   } else {
     const File of = open_file(files.offsets.file, files.offsets.bytes);
-    const std::vector<uint8_t> raw = read_array(of, "<i8", {s.count + 1});
-    out.offsets.resize(raw.size() / 8);
-    std::memcpy(out.offsets.data(), raw.data(), raw.size());
+    out.offsets = read_array<int64_t>(of, "<i8", {s.count + 1});
     for (size_t i = 0; i < out.offsets.size(); ++i) {
       const int64_t prev = i == 0 ? 0 : out.offsets[i - 1];
       if (out.offsets[i] < prev || (i == 0 && out.offsets[0] != 0)) {

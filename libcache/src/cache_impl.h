@@ -128,8 +128,10 @@ struct Cache::Impl {
   }
 
   // Decodes JPEG sample i (crop `box`, or the whole image when box is null) into `out`; a bad
-  // stream is Corruption naming the shard and the sample.
-  void decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w, uint8_t* out) const;
+  // stream is Corruption naming the shard and the sample. With `from` (its shard, open), the
+  // stream is pread from it rather than read as read_stored() reads it.
+  void decode(uint64_t i, const CropBox* box, uint32_t out_h, uint32_t out_w, uint8_t* out,
+              const File* from = nullptr) const;
 
   void read_through_hdf5(const ShardState& s, uint64_t i, uint8_t* out) const {
     // HDF5 calls are serialized inside the shard functions (detail::hdf5_mutex()).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dscache/atomic_file.h"
 #include "dscache/cache_writer.h"
 #include "dscache/crash_point.h"
 #include "dscache/lock.h"
@@ -70,7 +71,13 @@ struct CacheWriter::Impl {
   std::vector<ShardEntry> shards;
   std::vector<int64_t> labels;
   std::vector<uint64_t> checksums;  // checksum_columns() per sample
+  // The open shard's sources (since the last committed shard); those of committed shards are in
+  // sources_file, not in memory: a source is a path, tens of bytes per sample.
   std::vector<std::string> sources;
+  // sources.jsonl of the committed shards, appended as each commits (its temp file in the
+  // partial directory; a resume writes the kept shards' lines again), renamed into place by
+  // write_side_files(). Null until the first line.
+  std::unique_ptr<AtomicFile> sources_file;
   std::vector<SkipRecord> skips;
   std::vector<int64_t> index;    // byte shards: (offset, [length,] height, width) per sample
   std::vector<uint8_t> encoded;  // append() with codec kJpeg: the stream
@@ -134,6 +141,8 @@ struct CacheWriter::Impl {
   // Appends the values check_fields() passed to the open shard's field files.
   void write_fields(const FieldData* fields);
 
+  // Appends `lines` (one source each) to sources_file.
+  void write_sources(const std::vector<std::string>& lines);
   void adopt_finished();
   void commit_shard();
   // The shard now at shard_file_name(shard_index), holding the samples recorded since the

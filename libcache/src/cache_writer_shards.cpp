@@ -134,6 +134,13 @@ void copy_file_checked(const File& from, const std::string& src, const std::stri
   }
 }
 
+void CacheWriter::Impl::write_sources(const std::vector<std::string>& lines) {
+  if (!sources_file) sources_file = std::make_unique<AtomicFile>(path("sources.jsonl"));
+  std::string text;
+  for (const auto& s : lines) text += json(s).dump() + "\n";
+  sources_file->write(text.data(), text.size());
+}
+
 void CacheWriter::Impl::adopt_finished() {
   for (uint64_t k = 0;; ++k) {
     const std::string side = path(sidecar_name(k));
@@ -174,7 +181,7 @@ void CacheWriter::Impl::adopt_finished() {
     next_first += e.count;
     for (auto& v : j["labels"]) labels.push_back(v.get<int64_t>());
     for (auto& v : j["checksums"]) checksums.push_back(v.get<uint64_t>());
-    for (auto& v : j["sources"]) sources.push_back(v.get<std::string>());
+    write_sources(j["sources"].get<std::vector<std::string>>());
     for (auto& v : j["skips"]) skips.push_back({v["source"], v["reason"]});
     if (j.contains("transparent")) {
       transparent += j["transparent"].get<uint64_t>();
@@ -189,6 +196,9 @@ void CacheWriter::Impl::adopt_finished() {
   for (const auto& ent : fs::directory_iterator(partial)) {
     const std::string name = ent.path().filename().string();
     if (name == kFingerprintFile) continue;
+    if (sources_file && name == fs::path(sources_file->temp_path()).filename().string()) {
+      continue;  // the kept shards' sources, written just now
+    }
     bool keep = false;
     for (uint64_t k = 0; k < shard_index && !keep; ++k) {
       keep = name == sidecar_name(k) || name == shard_file_name(opt.storage, k);
@@ -255,24 +265,37 @@ void CacheWriter::Impl::record_shard(ShardEntry e) {
   }
   side["fields"] = std::move(fields);
   side["src_end"] = position;
-  side["labels"] = std::vector<int64_t>(labels.begin() + shard_sample_begin, labels.end());
-  side["checksums"] = std::vector<uint64_t>(
-      checksums.begin() + static_cast<ptrdiff_t>(checksum_columns() * shard_sample_begin),
-      checksums.end());
-  side["sources"] = std::vector<std::string>(sources.begin() + shard_sample_begin, sources.end());
   json skipped = json::array();
   for (size_t i = shard_skip_begin; i < skips.size(); ++i) {
     skipped.push_back({{"source", skips[i].source}, {"reason", skips[i].reason}});
   }
   side["skips"] = std::move(skipped);
   side["transparent"] = transparent - shard_transparent_begin;
-  if (byte_shards(opt)) {
-    side["index"] = std::vector<int64_t>(
-        index.begin() + static_cast<ptrdiff_t>(index_columns() * shard_sample_begin), index.end());
+  // The per-sample arrays go into the text directly, not through json values (a node per
+  // value, several times the text): a shard may hold millions of samples.
+  std::string text = side.dump();
+  text.pop_back();  // the object's '}'
+  auto numbers = [&](const char* key, const auto& values, size_t from) {
+    text += std::string(",\"") + key + "\":[";
+    for (size_t i = from; i < values.size(); ++i) {
+      if (i > from) text += ',';
+      text += std::to_string(values[i]);
+    }
+    text += ']';
+  };
+  numbers("labels", labels, shard_sample_begin);
+  numbers("checksums", checksums, checksum_columns() * shard_sample_begin);
+  if (byte_shards(opt)) numbers("index", index, index_columns() * shard_sample_begin);
+  text += ",\"sources\":[";  // the shard's own: the committed ones are in sources_file
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (i > 0) text += ',';
+    text += json(sources[i]).dump();
   }
-  const std::string text = side.dump();
+  text += "]}";
   write_file_atomic(path(sidecar_name(shard_index)), text.data(), text.size());
   crash_point("sidecar-written");
+  write_sources(sources);  // a crash before it: a resume writes them again from the sidecar
+  sources.clear();
   shards.push_back(e);
   shard_sample_begin = labels.size();
   shard_skip_begin = skips.size();
@@ -333,10 +356,12 @@ Manifest CacheWriter::Impl::write_side_files() {
     m.index = write_npy(partial, opt.codec == Codec::kJpeg ? "jpeg-index.npy" : "ragged-index.npy",
                         "<i8", index, {m.count, index_columns()});
   }
+  if (!sources_file) write_sources({});  // no shard: an empty file
+  m.sources = sources_file->commit();
+  m.sources.file = "sources.jsonl";
+  sources_file.reset();
+  crash_point("side-file");
   std::string text;
-  for (const auto& s : sources) text += json(s).dump() + "\n";
-  m.sources = write_text(partial, "sources.jsonl", text);
-  text.clear();
   for (const auto& s : skips)
     text += json{{"source", s.source}, {"reason", s.reason}}.dump() + "\n";
   m.skips = write_text(partial, "skipped.jsonl", text);

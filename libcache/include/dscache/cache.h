@@ -80,6 +80,9 @@ class Cache : public SampleSource {
   // Fixed layout: shape().bytes() bytes. Ragged: sample_shape(i).bytes() bytes. Works for every
   // shard, including chunked/compressed HDF5 (read through the HDF5 library, serialized).
   void copy_sample(uint64_t i, uint8_t* out) const override;
+  // A mapped shard's sample is read with pread through a descriptor opened for the call (the
+  // shard inside the directory, as at open); other shards as copy_sample() reads them.
+  void copy_sample_unmapped(uint64_t i, uint8_t* out) const override;
   // A pointer into a mapping or a private copy; valid until the Cache is destroyed. Throws
   // Error(kUnsupported) for a chunked/compressed HDF5 shard that is not resident, and in kPread
   // mode (the Loader then copies samples instead).

@@ -113,8 +113,14 @@ class CacheDir {
   std::vector<uint64_t> checksums() const;
   // sources.jsonl: exactly count lines, each a JSON string.
   std::vector<std::string> sources() const;
+  // The same checks and errors, streamed: each(i, source) for sample i = 0, 1, ... in order,
+  // holding one read buffer, not the file (a reader that needs each source once, or only checks
+  // them, stays O(1) in the count). The line count is checked before the first call.
+  void for_each_source(const std::function<void(uint64_t i, std::string&& source)>& each) const;
   // skipped.jsonl: exactly `skipped` lines, each {"source": string, "reason": string}.
   std::vector<SkipRecord> skips() const;
+  // The same checks and errors, streamed as for_each_source() streams sources.jsonl.
+  void for_each_skip(const std::function<void(SkipRecord&& skip)>& each) const;
   // Shard k (manifest order): size as the manifest says, header agreeing with it (dtype, shape,
   // count, data inside the file, sizes without overflow).
   ShardFile open_shard(size_t k) const;

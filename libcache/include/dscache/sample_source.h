@@ -46,6 +46,12 @@ class SampleSource {
   // encoded) into `out`. Every source supports the fixed layout; a Cache also the ragged one.
   // Throws Error.
   virtual void copy_sample(uint64_t i, uint8_t* out) const = 0;
+  // The same bytes as copy_sample(), for a one-off pass over a few samples spread over the whole
+  // source (the trainer's normalization statistics): a mapped source reads them with pread
+  // instead of touching its mapping, whose page faults map the pages around each sample too
+  // (fault-around, large folios), so that a pass over every 12th sample would bring the whole
+  // cache into the process's RSS. Default: copy_sample().
+  virtual void copy_sample_unmapped(uint64_t i, uint8_t* out) const { copy_sample(i, out); }
   // Any layout: sample i in place, when the source can hand out a stable pointer (mapped or
   // resident data). Throws Error(kUnsupported) otherwise (e.g. compressed HDF5).
   virtual ImageView view(uint64_t i) const = 0;
