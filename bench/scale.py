@@ -299,33 +299,67 @@ class Run:
         self.rc, self.out, self.err = rc, out, err
 
 
+# Starts CMD (argv[2:]) and writes "exit maxrss_kib wall_s" of it to the fd argv[1]. A forked (or vforked)
+# child's ru_maxrss starts at its parent's RSS and is kept across exec, and this script holds
+# numpy (~30 MiB, more than `cp` or `inspect` use): every phase is started from this small
+# interpreter (python3 -S, ~8 MiB: the floor of every maxrss below), which is left out of the
+# sampled anon.
+LAUNCH = """
+import os, sys, time
+fd = int(sys.argv[1])
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+os.write(fd, b"%d %d %f" % (os.waitstatus_to_exitcode(status), ru.ru_maxrss,
+                           time.perf_counter() - t0))
+"""
+
+
 def measure(cmd, env=None, sample_ms=20, check=True):
     """Runs CMD; wall seconds, ru_maxrss (KiB) from wait4, sampled peak anon+shmem of its tree."""
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
-        t0 = time.perf_counter()
-        p = subprocess.Popen([str(c) for c in cmd], stdout=fo, stderr=fe, env=env)
+        r, w = os.pipe()
+        p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCH, str(w)] + [str(c) for c in cmd],
+                             stdout=fo, stderr=fe, env=env, pass_fds=(w,))
+        os.close(w)
         peak = [0]
         stop = threading.Event()
 
         def sampler():
             while not stop.is_set():
-                peak[0] = max(peak[0], sum(_anon_kib(q) for q in _tree(p.pid)))
+                peak[0] = max(peak[0], sum(_anon_kib(q) for q in _tree(p.pid) if q != p.pid))
                 stop.wait(sample_ms / 1000)
 
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
-        _, status, ru = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
+        report = b""
+        while True:
+            chunk = os.read(r, 256)
+            if not chunk:
+                break
+            report += chunk
+        os.close(r)
+        p.wait()
         stop.set()
         th.join()
-        p.returncode = os.waitstatus_to_exitcode(status)
         fo.seek(0)
         fe.seek(0)
         out, err = fo.read().decode(errors="replace"), fe.read().decode(errors="replace")
-    if check and p.returncode != 0:
-        sys.exit(f"scale.py: {' '.join(str(c) for c in cmd)} failed ({p.returncode}):\n"
+    try:
+        rc, maxrss, wall = report.split()
+        rc, maxrss, wall = int(rc), int(maxrss), float(wall)
+    except ValueError:
+        sys.exit(f"scale.py: launching {' '.join(str(c) for c in cmd)} failed:\n{err[-3000:]}")
+    if check and rc != 0:
+        sys.exit(f"scale.py: {' '.join(str(c) for c in cmd)} failed ({rc}):\n"
                  f"{out[-3000:]}\n{err[-3000:]}")
-    return Run(wall, ru.ru_maxrss, peak[0], p.returncode, out, err)
+    return Run(wall, maxrss, peak[0], rc, out, err)
 
 
 def rounds(a, cmd, env=None, before=None):

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
-"""Peak memory per sample of `dscache verify`, `dscache merge` and dscache-train's start-up
-(issue 33: <= 64 bytes per sample beyond a fixed base).
+"""Peak memory per sample of listing (`dscache build --dry-run` over a folder and a table), of
+`dscache build`, `dscache verify`, `dscache merge` and dscache-train's start-up (issue 33: <= 64
+bytes per sample beyond a fixed base, or the bound what a phase must hold allows).
 
-Each case builds the same kind of cache at two sizes from an idx file (MNIST-style, written here
+The listing and build cases list 4,000 and 40,000 copies of one 8x8 JPEG in 40 class folders
+(names like c07/0012345.jpg) and a CSV table naming them with a label and two fields; the code
+before issue 33 measured 334 (folder dry run), 350 (build) and 981 (table) bytes per sample
+there. The other cases build the same kind of cache at two sizes from an idx file (MNIST-style, written here
 in a blink; its sources are "images-idx3-ubyte#12345", ~28 bytes, so a per-sample string costs
 what a real path would), runs the phase as a child and takes its peak RSS from os.wait4
 (ru_maxrss: the kernel's own peak, file pages of mapped shards included). The marginal bytes
@@ -78,6 +82,65 @@ def marginal(what, kib, bound):
           f"(peak RSS {a} KiB at N={n1}, {b} KiB at N={n2})")
 
 
+LIST_SIZES = (4_000, 40_000)
+CLASSES = 40
+
+
+def make_folder(root, n):
+    """n copies of one 8x8 JPEG in CLASSES class folders, and table.csv naming them with a label
+    and two fields (an int and a float)."""
+    import cv2
+    import numpy as np
+    ok, data = cv2.imencode(".jpg", np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3) * 5)
+    check(ok, "cv2 cannot encode a JPEG")
+    for c in range(CLASSES):
+        (root / f"c{c:02d}").mkdir(parents=True, exist_ok=True)
+    lines = ["image_path,label,aux_int,aux_float"]
+    for i in range(n):
+        name = f"c{i % CLASSES:02d}/{i:07d}.jpg"
+        (root / name).write_bytes(data.tobytes())
+        lines.append(f"{name},c{i % CLASSES:02d},{i * 7 % 1000},{(i % 997) / 997:.6f}")
+    (root / "table.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def listing_marginal(tmp, what, bound, args_of):
+    """marginal() of dscache ARGS_OF(source folder, output) over LIST_SIZES, the lower of two
+    runs at each size (noise only raises a peak)."""
+    kib = {}
+    for n in LIST_SIZES:
+        src = tmp / f"src{n}"
+        if not src.exists():
+            make_folder(src, n)
+        kib[n] = min(peak_kib([DSCACHE, *args_of(src, tmp / f"out{n}-{k}")]) for k in range(2))
+    marginal(what, kib, bound)
+
+
+def case_folder_dry_run_memory(tmp):
+    # Listing: a SourceEntries record (40) and the name (15); the estimate's plan (12) and the
+    # build order (8): 75 bytes a sample, with room for the allocator: 120.
+    listing_marginal(tmp, "folder --dry-run", 120,
+                     lambda src, out: ["build", src, out, "--size", "8", "--dry-run"])
+
+
+def case_folder_build_memory(tmp):
+    # The listing and the order (63, above); the writer's labels (8) and checksums (8, up to 24
+    # while a vector grows); the open shard's sources and sidecar text (~100 a sample of the
+    # shard; one shard here holds every sample), committed shards' sources are on disk: ~180.
+    listing_marginal(tmp, "folder build", 260,
+                     lambda src, out: ["build", src, out, "--size", "8", "--threads", "1"])
+
+
+def case_table_dry_run_memory(tmp):
+    # The table: 4 cells of 16 bytes and their text (~35); the listing (55); the two fields'
+    # values and offsets (8 + 8 + 4 + 8); the labels' views (16) and class indexes (8); the
+    # plan and order (20): ~226 bytes a sample. The file's own text is freed before listing, and
+    # files are stat'ed 4,096 rows at a time (their paths and stats: a fixed ~0.75 MB).
+    listing_marginal(tmp, "table --dry-run", 240,
+                     lambda src, out: ["build", src / "table.csv", out, "--size", "8",
+                                       "--dry-run"])
+
+
 def case_memory_verify(tmp):
     # What verify must hold: checksums.npy's image column, 8 B/sample, and while it checks
     # labels.npy the labels, 8 B/sample more (CacheDir::check_open's copy is gone by then);
@@ -130,6 +193,9 @@ def case_memory_train(tmp):
 
 
 CASES = {
+    "folder_dry_run_memory": case_folder_dry_run_memory,
+    "folder_build_memory": case_folder_build_memory,
+    "table_dry_run_memory": case_table_dry_run_memory,
     "memory_verify": case_memory_verify,
     "memory_merge": case_memory_merge,
     "memory_train": case_memory_train,
