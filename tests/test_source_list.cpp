@@ -580,7 +580,7 @@ TEST_SUITE("source list: paths") {
       // Most paths are the prefix + name; some are elsewhere (an absolute path in a list, a URL),
       // some empty (idx entries).
       e.path = i % 5 == 1 ? "s3://bucket/" + e.name : i % 5 == 2 ? "" : "/data/train/" + e.name;
-      e.label = i % 3 == 0 ? -1 : i * 1000;
+      e.label = i % 3 == 0 ? -1 - i : i * 1000;
       e.size = uint64_t{1} << (i % 40);
       e.mtime_ns = -int64_t{i} * 1000000007;
       if (i % 11 == 0) e.etag = "\"etag" + std::to_string(i) + "\"";
@@ -588,10 +588,6 @@ TEST_SUITE("source list: paths") {
       es.push_back(e);
       want.push_back(e);
     }
-    es.set_bad(4, "now bad");
-    want[4].bad = "now bad";
-    es.set_bad(13, "changed");
-    want[13].bad = "changed";
     REQUIRE(es.size() == want.size());
     size_t i = 0;
     for (const dscache::SourceEntry& got : es) {
@@ -611,14 +607,16 @@ TEST_SUITE("source list: paths") {
       ++i;
     }
     CHECK(i == want.size());
-    // A label past int32 is no class index: refused rather than cut.
+    // A label past 31 bits is no class index: refused rather than cut.
     dscache::SourceEntry big;
-    big.label = int64_t{1} << 40;
+    big.label = int64_t{1} << 30;
+    CHECK_THROWS_AS(es.push_back(big), std::length_error);
+    big.label = -(int64_t{1} << 30) - 1;
     CHECK_THROWS_AS(es.push_back(big), std::length_error);
     CHECK(es.size() == want.size());
   }
 
-  TEST_CASE("a folder's listing holds ~40 bytes an entry beside its names") {
+  TEST_CASE("a folder's listing holds 32 bytes an entry beside its names") {
     TempDir dir;
     const int n = 3000;
     std::string names;
@@ -632,8 +630,8 @@ TEST_SUITE("source list: paths") {
     const dscache::SourceListing l = dscache::list_source(dir.path(), {});
     REQUIRE(l.entries.size() == static_cast<size_t>(n));
     CHECK(l.entries.path(7) == dir.path() + "/" + std::string(l.entries.name(7)));
-    // 40-byte records, the names once (their paths are the root + name: not stored), and one
+    // 32-byte records, the names once (their paths are the root + name: not stored), and one
     // 1 MiB block of text. A std::vector<SourceEntry> held ~370 bytes an entry.
-    CHECK(l.entries.bytes_held() <= uint64_t{40} * n + names.size() + (uint64_t{1} << 20) + 512);
+    CHECK(l.entries.bytes_held() <= uint64_t{32} * n + names.size() + (uint64_t{1} << 20) + 512);
   }
 }

@@ -33,23 +33,39 @@ constexpr uint64_t kSidecarPerIndex = 12;     // an index value
 constexpr uint64_t kFingerprintBytes = 2048;  // .build.json
 
 // One position of the range: the sample it should become (or a skip).
-// 12 bytes a position: at 1.28M samples the plan is 15 MB (issue 33), so what every position
-// shares or can recompute (its entry: order[first + i]; its bytes: height x width x channels,
-// times the JPEG ratio) is not stored.
+// What one position will be: 12 bytes, stored for the ragged layout only (its sizes come from
+// the image headers); a fixed layout's are the recipe's or a listed skip, recomputed. What every
+// position shares or can recompute (its entry: order[first + i]; its bytes: height x width x
+// channels, times the JPEG ratio) is never stored: at 1.28M samples a plan of 56-byte positions
+// was the largest allocation of a dry run (issue 33).
 struct Planned {
   uint32_t height = 0, width = 0;  // the stored sample's size; 0 x 0 = a skip
-  uint32_t reason = 0;             // a skip's reason: an index into Plan::reasons (0: none)
+  uint32_t reason = 0;             // a skip's reason: Plan::reasons[reason], or kListedBad
 };
+constexpr uint32_t kListedBad = UINT32_MAX;  // the reason is the entry's SourceEntry::bad
 
 // The positions first..end of the build order, in order, and what their samples will be.
 struct Plan {
-  Plan(const std::vector<uint64_t>& o, uint64_t f) : order(o), first(f) {}
+  Plan(const SourceListing& s, const BuildRecipe& recipe, const std::vector<uint64_t>& o,
+       uint64_t f, uint64_t e)
+      : src(s), r(recipe), order(o), first(f), end(e) {}
+  const SourceListing& src;
+  const BuildRecipe& r;
   const std::vector<uint64_t>& order;
-  uint64_t first = 0;
-  std::vector<Planned> samples;
+  const uint64_t first, end;
+  std::vector<Planned> samples;          // the ragged layout's, else empty
   std::vector<std::string> reasons{""};  // [0]: no reason
   double ratio = 1;                      // stored / raw bytes (JPEG: measured on a few)
+  size_t size() const { return end - first; }
   uint64_t entry(size_t i) const { return order[first + i]; }
+  Planned at(size_t i) const {
+    if (!samples.empty()) return samples[i];
+    if (!src.entries.bad(entry(i)).empty()) return Planned{0, 0, kListedBad};
+    return Planned{r.height, r.width, 0};
+  }
+  const std::string& reason(size_t i, const Planned& p) const {
+    return p.reason == kListedBad ? src.entries.bad(entry(i)) : reasons[p.reason];
+  }
   uint32_t add_reason(std::string why) {
     if (why.empty()) return 0;
     reasons.push_back(std::move(why));
@@ -92,20 +108,17 @@ Header header_dims(const std::string& path, uint32_t* h, uint32_t* w) {
 // The sizes of the samples at positions [first, end); ragged samples from their headers. Returns
 // how many sizes had to be guessed (no readable header: the mean of the others).
 uint64_t plan_samples(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r,
-                      uint64_t end, Plan* plan) {
-  const bool ragged = opt.layout == Layout::kRagged;
+                      Plan* plan) {
+  if (opt.layout != Layout::kRagged) return 0;  // Plan::at knows every position
   std::vector<size_t> guessed;
   uint64_t known_pixels = 0, known = 0;
-  plan->samples.reserve(end - plan->first);
-  for (uint64_t k = plan->first; k < end; ++k) {
+  plan->samples.reserve(plan->size());
+  for (uint64_t k = plan->first; k < plan->end; ++k) {
     Planned p;
     const uint64_t entry = plan->order[k];
     const std::string& bad = src.entries.bad(entry);
     if (!bad.empty()) {
-      p.reason = plan->add_reason(bad);
-    } else if (!ragged) {
-      p.height = r.height;
-      p.width = r.width;
+      p.reason = kListedBad;
     } else {
       uint32_t h = 0, w = 0;
       if (src.kind == "idx") {
@@ -142,16 +155,20 @@ uint64_t plan_samples(const BuildOptions& opt, const SourceListing& src, const B
 // decoded and encoded as the build does. Returns how many were encoded (0: ratio unknown).
 uint64_t jpeg_ratio(const BuildOptions& opt, const SourceListing& src, const BuildRecipe& r,
                     const Plan& plan, double* ratio) {
-  std::vector<size_t> good;
-  for (size_t i = 0; i < plan.samples.size(); ++i) {
-    if (plan.samples[i].height != 0) good.push_back(i);
-  }
-  const uint64_t want = std::min<uint64_t>(kJpegSampleCount, good.size());
+  uint64_t good = 0;
+  for (size_t i = 0; i < plan.size(); ++i) good += plan.at(i).height != 0;
+  const uint64_t want = std::min<uint64_t>(kJpegSampleCount, good);
   const SampleDecoder decoder(src, r, opt.layout == Layout::kRagged, Codec::kJpeg);
   uint64_t raw = 0, stored = 0, done = 0;
+  size_t i = 0, rank = 0;  // position i is the rank-th good one
   for (uint64_t s = 0; s < want; ++s) {
+    const uint64_t target = s * good / want;  // the good positions spread evenly
+    for (;; ++i) {
+      if (plan.at(i).height == 0) continue;
+      if (rank++ == target) break;
+    }
     Token t;
-    t.entry = plan.entry(good[s * good.size() / want]);
+    t.entry = plan.entry(i++);
     t.pixels.resize(decoder.fixed_bytes());
     decoder.decode(&t);
     if (!t.ok) continue;
@@ -234,12 +251,12 @@ class Tally {
 
   // Position i of `plan`.
   void add(const Plan& plan, size_t i) {
-    const Planned& p = plan.samples[i];
+    const Planned p = plan.at(i);
     const uint64_t entry = plan.entry(i);
     const std::string_view name = src_.entries.name(entry);
     if (p.height == 0) {
       const uint64_t line =
-          nlohmann::json{{"source", name}, {"reason", plan.reasons[p.reason]}}.dump().size() + 1;
+          nlohmann::json{{"source", name}, {"reason", plan.reason(i, p)}}.dump().size() + 1;
       skips_bytes_ += line;
       sidecar_ += line;
       ++est_.skips;
@@ -384,8 +401,8 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
   }
   BuildEstimate est;
   est.entries = end - first;
-  Plan plan(order, first);
-  const uint64_t guessed = plan_samples(opt, src, r, end, &plan);
+  Plan plan(src, r, order, first, end);
+  const uint64_t guessed = plan_samples(opt, src, r, &plan);
   est.basis = opt.layout == Layout::kRagged && src.kind != "idx"
                   ? "from the image headers of the sources"
                   : "exact (every sample's size is known)";
@@ -396,13 +413,13 @@ BuildEstimate estimate_build(const BuildOptions& opt, const SourceListing& src,
   if (opt.codec == Codec::kJpeg) {
     const uint64_t encoded = jpeg_ratio(opt, src, r, plan, &plan.ratio);
     uint64_t m = 0;
-    for (const Planned& p : plan.samples) m += p.height != 0;
+    for (size_t i = 0; i < plan.size(); ++i) m += plan.at(i).height != 0;
     est.basis = "estimate from " + std::to_string(encoded) + " of " + std::to_string(m) +
                 " sources encoded at quality " + std::to_string(r.quality);
     if (encoded == 0) est.basis += " (none decoded: counted as raw pixels)";
   }
   Tally tally(opt, src, r, manifest_skeleton(opt, src, r, first, end), &est);
-  for (size_t i = 0; i < plan.samples.size(); ++i) tally.add(plan, i);
+  for (size_t i = 0; i < plan.size(); ++i) tally.add(plan, i);
   tally.finish();
   for (const FieldSpec& f : src.fields) {
     if (f.kind == FieldKind::kBoxes) {

@@ -31,12 +31,12 @@ struct SourceEntry {
   std::string bad;
 };
 
-// Every listed entry, stored compactly: a record of 40 bytes plus the entry's name (and its path
+// Every listed entry, stored compactly: a record of 32 bytes plus the entry's name (and its path
 // only when that is not path_prefix() + name), in blocks that never move. 1.28M entries of a
-// folder source take ~75 MB instead of the ~470 MB a std::vector<SourceEntry> took (five
+// folder source take ~63 MB instead of the ~470 MB a std::vector<SourceEntry> took (five
 // std::string members and a doubling vector; issue 33). Reads return SourceEntry values (or one
-// member, without building the others); entries are appended, never changed in place, except
-// set_bad. An ETag or a bad reason is kept beside the few entries that have one.
+// member, without building the others); entries are appended, never changed. An ETag or a bad
+// reason is kept beside the few entries that have one.
 class SourceEntries {
  public:
   // The prefix of the paths this listing stores no copy of (a folder's root + "/", a list's
@@ -54,12 +54,11 @@ class SourceEntries {
   SourceEntry back() const { return (*this)[size() - 1]; }
   std::string path(size_t i) const;
   std::string_view name(size_t i) const;
-  int64_t label(size_t i) const { return records_[i].label; }
+  int64_t label(size_t i) const;
   uint64_t file_size(size_t i) const { return records_[i].size; }
   int64_t mtime_ns(size_t i) const { return records_[i].mtime_ns; }
   const std::string& etag(size_t i) const;
   const std::string& bad(size_t i) const;
-  void set_bad(size_t i, std::string why);
 
   // Bytes held (records, text blocks, extras), for tests of the per-entry cost.
   uint64_t bytes_held() const;
@@ -88,21 +87,25 @@ class SourceEntries {
   const_iterator end() const { return {this, size()}; }
 
  private:
-  static constexpr uint32_t kPrefixed = UINT32_MAX;  // path_len: the path is prefix + name
-  static constexpr uint32_t kNoExtra = UINT32_MAX;
+  // Record::text_len's top bit: the path is stored after the name (else it is prefix + name),
+  // and its length takes the 4 bytes before the name.
+  static constexpr uint32_t kOwnPath = 0x80000000u;
+  // Record::label_flags's top bit: the entry has an ETag or a bad reason (in extras_).
+  static constexpr uint32_t kHasExtra = 0x80000000u;
   struct Record {
-    uint32_t block = 0, offset = 0;  // where the name starts (its path, when stored, follows)
-    uint32_t name_len = 0, path_len = 0;
+    uint32_t block = 0, offset = 0;  // where the entry's text starts
+    uint32_t text_len = 0;           // the name's length | kOwnPath
+    uint32_t label_flags = 0;  // the label (an int32's bits, sign-extended from 31) | kHasExtra
     uint64_t size = 0;
     int64_t mtime_ns = 0;
-    int32_t label = 0;
-    uint32_t extra = kNoExtra;  // index into extras_
   };
   struct Extra {
+    size_t entry = 0;  // extras_ is sorted by it (appended in order)
     std::string etag, bad;
   };
-  const char* text(const Record& r) const { return blocks_[r.block].get() + r.offset; }
+  const Extra* extra(size_t i) const;
 
+  std::string_view path_text(const Record& r) const;
   std::string prefix_;
   std::deque<Record> records_;
   std::vector<std::unique_ptr<char[]>> blocks_;
