@@ -342,11 +342,11 @@ TEST_SUITE("coco") {
       const CocoInstances coco = dscache::read_coco_instances(write_json(tmp, j));
       std::vector<uint8_t> both(w * h), one(w * h), two(w * h);
       dscache::rasterize_semantic(coco, 0, both.data());
-      CocoInstances single = coco;
-      single.images[0].annotations[0].segmentation.polygons = {a};
-      dscache::rasterize_semantic(single, 0, one.data());
-      single.images[0].annotations[0].segmentation.polygons = {b};
-      dscache::rasterize_semantic(single, 0, two.data());
+      for (auto [poly, mask] : {std::make_pair(&a, &one), std::make_pair(&b, &two)}) {
+        j["annotations"][0]["segmentation"] = json::array({*poly});
+        dscache::rasterize_semantic(dscache::read_coco_instances(write_json(tmp, j, "single.json")),
+                                    0, mask->data());
+      }
       int painted = 0;
       for (int p = 0; p < w * h; ++p) {
         CHECK(both[p] == std::max(one[p], two[p]));
@@ -379,8 +379,10 @@ TEST_SUITE("coco") {
     REQUIRE(coco.images.size() == 1);
     REQUIRE(coco.images[0].annotations.size() == 2);
     CHECK(coco.images[0].annotations[0].crowd);
-    CHECK(coco.images[0].annotations[0].segmentation.rle_counts == disc_counts);
-    CHECK(coco.images[0].annotations[1].segmentation.rle_counts == band_counts);
+    const std::vector<dscache::CocoSegmentation> segs = dscache::read_segmentations(coco, 0);
+    REQUIRE(segs.size() == 2);
+    CHECK(segs[0].rle_counts == disc_counts);
+    CHECK(segs[1].rle_counts == band_counts);
     std::vector<uint8_t> m(w * h);
     dscache::rasterize_semantic(coco, 0, m.data());
     int overlap = 0;

@@ -1,22 +1,31 @@
-// COCO instances annotations: sniffing and parsing (nlohmann::json), and listing them as build
+// COCO instances annotations: sniffing and parsing (nlohmann's SAX over the file, one small DOM
+// per element of the root's arrays), reading segmentations again, and listing them as build
 // entries with fields. Masks (RLE strings, rasterising, mask images): coco_mask.cpp.
 #include "dscache/ingest/coco.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <cmath>
+
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <istream>
 #include <limits>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
+#include "dscache/remote.h"
 #include "json_parse.h"
+#include "json_stream.h"
 #include "list_internal.h"
 
 namespace dscache {
@@ -68,13 +77,6 @@ std::string string_member(const json& obj, const char* key, const std::string& w
   if (it == obj.end() || it->is_null()) corrupt(path, where + " has no " + key);
   if (!it->is_string()) corrupt(path, where + "." + key + " is not a string");
   return it->get<std::string>();
-}
-
-const json& array_member(const json& root, const char* key, const std::string& path) {
-  auto it = root.find(key);
-  if (it == root.end()) corrupt(path, std::string("no \"") + key + "\" array: not COCO instances");
-  if (!it->is_array()) corrupt(path, std::string("\"") + key + "\" is not an array");
-  return *it;
 }
 
 // Parses annotations[i].segmentation into `seg`. Corruption for a structure that is not COCO's.
@@ -166,66 +168,390 @@ std::string misfit(const CocoSegmentation& seg, const double box[4], const CocoI
   return "";
 }
 
-void parse_annotations(const json& anns, const std::map<int64_t, size_t>& image_of,
-                       const std::map<int64_t, size_t>& category_of, const std::string& path,
-                       CocoInstances* coco) {
-  for (size_t i = 0; i < anns.size(); ++i) {
-    const json& a = anns[i];
-    const std::string where = "annotations[" + std::to_string(i) + "]";
-    if (!a.is_object()) corrupt(path, where + " is not an object");
-    const int64_t image_id = int_member(a, "image_id", where, path);
-    const int64_t category_id = int_member(a, "category_id", where, path);
-    auto img_it = image_of.find(image_id);
-    if (img_it == image_of.end()) {
-      corrupt(path, where + " names image id " + std::to_string(image_id) + ", not in images");
+// What parsing keeps of annotations[i] until the images and categories are known (the keys may
+// come in any order): enough to decide its fate and its box exactly, and where its bytes are.
+struct AnnotationRecord {
+  int64_t image_id = 0, category_id = 0;
+  double xywh[4] = {0, 0, 0, 0};  // bbox as written (box and clipping are computed in double)
+  uint64_t offset = 0;            // its JSON object: bytes [offset, offset + length)
+  float extent[4];                // its polygon points' x min, y min, x max, y max, rounded
+                                  // outwards ({inf, inf, -inf, -inf}: no points)
+  uint32_t length = 0;
+  uint32_t rle_height = 0, rle_width = 0;  // RLE only: its size
+  bool crowd = false;
+};
+
+// State of one of the root's three arrays. A repeated key replaces the earlier value (as
+// nlohmann's DOM does).
+struct SectionState {
+  bool present = false;
+  bool is_array = false;
+  size_t count = 0;          // elements seen
+  std::exception_ptr error;  // the first element that is not COCO's: later ones are skipped
+};
+
+enum Section { kImages = 0, kAnnotations = 1, kCategories = 2, kOther = 3 };
+const char* const kSectionNames[] = {"images", "annotations", "categories"};
+
+// Everything a parse gathers before the annotations are resolved.
+struct CocoParse {
+  CocoInstances coco;
+  std::unordered_map<int64_t, size_t> category_of, image_of;
+  std::vector<AnnotationRecord> anns;  // annotations[0 .. anns.size()), in file order
+  SectionState sections[3];
+  bool root_object = false;
+  // The annotation that failed (sections[kAnnotations].error): its image id, when both of its
+  // ids were read before the failure (a missing image is the error then, as it is checked first).
+  bool failed_ids_read = false;
+  int64_t failed_image_id = 0;
+};
+
+float round_down(double v) {
+  float f = static_cast<float>(v);
+  return f > v ? std::nextafter(f, -std::numeric_limits<float>::infinity()) : f;
+}
+
+float round_up(double v) {
+  float f = static_cast<float>(v);
+  return f < v ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
+}
+
+void add_category(const json& c, size_t i, const std::string& path, CocoParse* p) {
+  const std::string where = "categories[" + std::to_string(i) + "]";
+  if (!c.is_object()) corrupt(path, where + " is not an object");
+  const int64_t id = int_member(c, "id", where, path);
+  if (!p->category_of.emplace(id, i).second) {
+    corrupt(path, where + " repeats category id " + std::to_string(id));
+  }
+  p->coco.category_ids.push_back(id);
+  p->coco.categories.push_back(string_member(c, "name", where, path));
+}
+
+void add_image(const json& m, size_t i, const std::string& path, CocoParse* p) {
+  const std::string where = "images[" + std::to_string(i) + "]";
+  if (!m.is_object()) corrupt(path, where + " is not an object");
+  CocoImage img;
+  img.id = int_member(m, "id", where, path);
+  img.file_name = string_member(m, "file_name", where, path);
+  if (img.file_name.empty()) corrupt(path, where + ".file_name is empty");
+  const int64_t h = int_member(m, "height", where, path);
+  const int64_t w = int_member(m, "width", where, path);
+  if (h <= 0 || w <= 0 || h > kMaxSide || w > kMaxSide) {
+    corrupt(path, where + " is " + std::to_string(w) + "x" + std::to_string(h) +
+                      ": expected a positive width and height");
+  }
+  img.height = static_cast<uint32_t>(h);
+  img.width = static_cast<uint32_t>(w);
+  if (!p->image_of.emplace(img.id, i).second) {
+    corrupt(path, where + " repeats image id " + std::to_string(img.id));
+  }
+  p->coco.images.push_back(std::move(img));
+}
+
+// Checks annotations[i] as far as it can be without its image and category, and records it.
+void add_annotation(const json& a, size_t i, uint64_t offset, uint64_t end, const std::string& path,
+                    CocoParse* p) {
+  const std::string where = "annotations[" + std::to_string(i) + "]";
+  if (!a.is_object()) corrupt(path, where + " is not an object");
+  AnnotationRecord r;
+  r.image_id = int_member(a, "image_id", where, path);
+  r.category_id = int_member(a, "category_id", where, path);
+  p->failed_ids_read = true;
+  p->failed_image_id = r.image_id;
+  auto bbox = a.find("bbox");
+  if (bbox == a.end()) corrupt(path, where + " has no bbox");
+  if (!bbox->is_array() || bbox->size() != 4) {
+    corrupt(path, where + ".bbox has " +
+                      (bbox->is_array() ? std::to_string(bbox->size()) + " numbers"
+                                        : std::string("no list of numbers")) +
+                      ": expected x, y, width, height");
+  }
+  for (size_t j = 0; j < 4; ++j) {
+    if (!(*bbox)[j].is_number()) corrupt(path, where + ".bbox holds a value not a number");
+    r.xywh[j] = (*bbox)[j].get<double>();
+  }
+  auto crowd = a.find("iscrowd");
+  if (crowd != a.end() && !crowd->is_null()) {
+    int64_t c;
+    if (crowd->is_boolean()) {
+      r.crowd = crowd->get<bool>();
+    } else if (as_int(*crowd, &c) && (c == 0 || c == 1)) {
+      r.crowd = c == 1;
+    } else {
+      corrupt(path, where + ".iscrowd is not 0 or 1");
     }
-    auto bbox = a.find("bbox");
-    if (bbox == a.end()) corrupt(path, where + " has no bbox");
-    if (!bbox->is_array() || bbox->size() != 4) {
-      corrupt(path, where + ".bbox has " +
-                        (bbox->is_array() ? std::to_string(bbox->size()) + " numbers"
-                                          : std::string("no list of numbers")) +
-                        ": expected x, y, width, height");
+  }
+  CocoSegmentation seg;
+  auto s = a.find("segmentation");
+  if (s != a.end() && !s->is_null()) parse_segmentation(*s, where + ".segmentation", path, &seg);
+  double lo[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  double hi[2] = {-lo[0], -lo[1]};
+  for (const auto& poly : seg.polygons) {
+    for (size_t j = 0; j < poly.size(); ++j) {
+      lo[j % 2] = std::min(lo[j % 2], poly[j]);
+      hi[j % 2] = std::max(hi[j % 2], poly[j]);
     }
-    double xywh[4];
-    for (size_t j = 0; j < 4; ++j) {
-      if (!(*bbox)[j].is_number()) corrupt(path, where + ".bbox holds a value not a number");
-      xywh[j] = (*bbox)[j].get<double>();
-    }
-    CocoAnnotation ann;
-    auto crowd = a.find("iscrowd");
-    if (crowd != a.end() && !crowd->is_null()) {
-      int64_t c;
-      if (crowd->is_boolean()) {
-        ann.crowd = crowd->get<bool>();
-      } else if (as_int(*crowd, &c) && (c == 0 || c == 1)) {
-        ann.crowd = c == 1;
-      } else {
-        corrupt(path, where + ".iscrowd is not 0 or 1");
+  }
+  r.extent[0] = round_down(lo[0]);
+  r.extent[1] = round_down(lo[1]);
+  r.extent[2] = round_up(hi[0]);
+  r.extent[3] = round_up(hi[1]);
+  if (seg.is_rle()) {
+    r.rle_height = seg.rle_height;
+    r.rle_width = seg.rle_width;
+  }
+  r.offset = offset;
+  r.length = static_cast<uint32_t>(end - offset);
+  p->failed_ids_read = false;
+  p->anns.push_back(r);
+}
+
+// nlohmann SAX events of a whole COCO file: each element of the root's "images", "annotations"
+// and "categories" arrays is built as a small DOM (nlohmann's own builder), checked and
+// recorded, and dropped; everything else is only counted for the nesting bound. Errors in the
+// elements are kept, not thrown, so that a syntax error later in the file is the one reported
+// (as when the whole text was parsed first).
+class CocoSax {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  CocoSax(const JsonStreamBuf& in, const std::string& path, CocoParse* out)
+      : in_(in), path_(path), p_(out) {}
+
+  bool null() {
+    return value([](Dom& d) { return d.null(); });
+  }
+  bool boolean(bool v) {
+    return value([v](Dom& d) { return d.boolean(v); });
+  }
+  bool number_integer(number_integer_t v) {
+    return value([v](Dom& d) { return d.number_integer(v); });
+  }
+  bool number_unsigned(number_unsigned_t v) {
+    return value([v](Dom& d) { return d.number_unsigned(v); });
+  }
+  bool number_float(number_float_t v, const string_t& s) {
+    return value([&](Dom& d) { return d.number_float(v, s); });
+  }
+  bool string(string_t& v) {
+    return value([&](Dom& d) { return d.string(v); });
+  }
+  bool binary(binary_t& v) {
+    return value([&](Dom& d) { return d.binary(v); });
+  }
+  bool start_object(std::size_t n) {
+    return open([n](Dom& d) { return d.start_object(n); }, true);
+  }
+  bool start_array(std::size_t n) {
+    return open([n](Dom& d) { return d.start_array(n); }, false);
+  }
+  bool end_object() {
+    return close([](Dom& d) { return d.end_object(); });
+  }
+  bool end_array() {
+    return close([](Dom& d) { return d.end_array(); });
+  }
+  bool key(string_t& k) {
+    if (capturing_) return dom_->key(k);
+    if (depth_ == 1) {
+      key_section_ = kOther;
+      for (int s = 0; s < 3; ++s) {
+        if (k == kSectionNames[s]) key_section_ = static_cast<Section>(s);
       }
     }
-    auto seg = a.find("segmentation");
-    if (seg != a.end() && !seg->is_null()) {
-      parse_segmentation(*seg, where + ".segmentation", path, &ann.segmentation);
+    return true;
+  }
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& e) {
+    error_byte_ = byte;
+    error_reason_ = e.what();
+    return false;
+  }
+
+  // Why the parse stopped: a syntax error (reason non-empty) or the nesting bound, at this
+  // 1-based byte.
+  size_t error_byte_ = 0;
+  std::string error_reason_;
+
+ private:
+  using Dom = nlohmann::detail::json_sax_dom_parser<json>;
+
+  // A new value of a root key that is one of the three: the key's earlier value is forgotten.
+  void reset(Section s, bool is_array) {
+    p_->sections[s] = SectionState{true, is_array, 0, nullptr};
+    if (s == kCategories) {
+      p_->coco.categories.clear();
+      p_->coco.category_ids.clear();
+      p_->category_of.clear();
+    } else if (s == kImages) {
+      p_->coco.images.clear();
+      p_->image_of.clear();
+    } else {
+      p_->anns.clear();
+      p_->failed_ids_read = false;
     }
-    CocoImage& img = coco->images[img_it->second];
+  }
+
+  template <typename F>
+  bool value(F&& f) {
+    if (capturing_) return f(*dom_);
+    if (depth_ == 1 && p_->root_object && key_section_ != kOther) reset(key_section_, false);
+    if (depth_ == 2 && in_section_ != kOther) {  // a scalar element
+      dom_.emplace(element_, false);
+      f(*dom_);
+      finish(0, 0);
+    }
+    return true;
+  }
+
+  template <typename F>
+  bool open(F&& f, bool object) {
+    if (++depth_ > kMaxJsonDepth) {
+      error_byte_ = in_.offset();
+      return false;
+    }
+    if (capturing_) return f(*dom_);
+    if (depth_ == 1) {
+      p_->root_object = object;
+    } else if (depth_ == 2 && p_->root_object && key_section_ != kOther) {
+      reset(key_section_, !object);
+      if (!object) in_section_ = key_section_;
+    } else if (depth_ == 3 && in_section_ != kOther) {
+      capturing_ = true;
+      begin_ = in_.offset() - 1;
+      dom_.emplace(element_, false);
+      return f(*dom_);
+    }
+    return true;
+  }
+
+  template <typename F>
+  bool close(F&& f) {
+    const size_t depth = depth_--;
+    if (capturing_) {
+      const bool ok = f(*dom_);
+      if (depth == 3) {
+        capturing_ = false;
+        finish(begin_, in_.offset());
+      }
+      return ok;
+    }
+    if (depth == 2) in_section_ = kOther;
+    return true;
+  }
+
+  // Checks and records the element just built, then drops it.
+  void finish(uint64_t begin, uint64_t end) {
+    SectionState& st = p_->sections[in_section_];
+    const size_t i = st.count++;
+    if (!st.error) {
+      try {
+        if (in_section_ == kCategories) add_category(element_, i, path_, p_);
+        if (in_section_ == kImages) add_image(element_, i, path_, p_);
+        if (in_section_ == kAnnotations) add_annotation(element_, i, begin, end, path_, p_);
+      } catch (const Error&) {
+        st.error = std::current_exception();
+      }
+    }
+    dom_.reset();
+    element_ = json();
+  }
+
+  const JsonStreamBuf& in_;
+  const std::string& path_;
+  CocoParse* p_;
+  size_t depth_ = 0;              // arrays and objects open
+  Section key_section_ = kOther;  // the section the root's current key names
+  Section in_section_ = kOther;   // the section whose array is open (depth 2)
+  bool capturing_ = false;        // an element's array or object is open (depth >= 3)
+  uint64_t begin_ = 0;            // where that element starts
+  json element_;
+  std::optional<Dom> dom_;
+};
+
+// Reads an annotation's bytes again (from the text or file being parsed, or for a listed
+// CocoInstances its file or held bytes).
+using BytesAt = std::function<std::string(uint64_t offset, uint32_t length)>;
+
+json annotation_at(const BytesAt& bytes_at, uint64_t offset, uint32_t length,
+                   const std::string& path) {
+  return parse_json(bytes_at(offset, length), JsonOrigin{path, ErrorKind::kCorruption});
+}
+
+CocoSegmentation segmentation_at(const BytesAt& bytes_at, uint64_t offset, uint32_t length,
+                                 const std::string& path) {
+  const json a = annotation_at(bytes_at, offset, length, path);
+  CocoSegmentation seg;
+  auto s = a.find("segmentation");
+  if (s != a.end() && !s->is_null()) {
+    parse_segmentation(*s, "the annotation at byte " + std::to_string(offset) + ".segmentation",
+                       path, &seg);
+  }
+  return seg;
+}
+
+// Gives each recorded annotation to its image, as the whole-DOM parser did in file order: a
+// missing image is an error; an unknown category or a misfit makes the image bad.
+void resolve_annotations(CocoParse* p, const BytesAt& bytes_at, const std::string& path) {
+  CocoInstances& coco = p->coco;
+  std::vector<uint32_t> image_index(p->anns.size());
+  std::vector<uint32_t> per_image(coco.images.size(), 0);
+  auto missing = [&](size_t i, int64_t image_id) {
+    corrupt(path, "annotations[" + std::to_string(i) + "] names image id " +
+                      std::to_string(image_id) + ", not in images");
+  };
+  for (size_t i = 0; i < p->anns.size(); ++i) {
+    auto it = p->image_of.find(p->anns[i].image_id);
+    if (it == p->image_of.end()) missing(i, p->anns[i].image_id);
+    image_index[i] = static_cast<uint32_t>(it->second);
+    ++per_image[it->second];
+  }
+  const SectionState& st = p->sections[kAnnotations];
+  if (st.error) {
+    if (p->failed_ids_read && p->image_of.count(p->failed_image_id) == 0) {
+      missing(p->anns.size(), p->failed_image_id);
+    }
+    std::rethrow_exception(st.error);
+  }
+  for (size_t k = 0; k < coco.images.size(); ++k) coco.images[k].annotations.reserve(per_image[k]);
+  for (size_t i = 0; i < p->anns.size(); ++i) {
+    const AnnotationRecord& r = p->anns[i];
+    CocoImage& img = coco.images[image_index[i]];
     if (!img.bad.empty()) continue;
-    int64_t ann_id;
-    auto id = a.find("id");
-    const std::string named = (id != a.end() && as_int(*id, &ann_id))
-                                  ? "annotation " + std::to_string(ann_id) + " (" + where + ")"
-                                  : where;
-    auto cat = category_of.find(category_id);
-    if (cat == category_of.end()) {
-      img.bad = named + ": category id " + std::to_string(category_id) + " is not in categories";
+    auto named = [&] {
+      const std::string where = "annotations[" + std::to_string(i) + "]";
+      const json a = annotation_at(bytes_at, r.offset, r.length, path);
+      int64_t ann_id;
+      auto id = a.find("id");
+      return (id != a.end() && as_int(*id, &ann_id))
+                 ? "annotation " + std::to_string(ann_id) + " (" + where + ")"
+                 : where;
+    };
+    auto cat = p->category_of.find(r.category_id);
+    if (cat == p->category_of.end()) {
+      img.bad =
+          named() + ": category id " + std::to_string(r.category_id) + " is not in categories";
       img.annotations.clear();
       continue;
     }
-    if (!(xywh[2] > 0) || !(xywh[3] > 0)) continue;  // no area: dropped (coco.h)
-    const double box[4] = {xywh[0], xywh[1], xywh[0] + xywh[2], xywh[1] + xywh[3]};
-    std::string why = misfit(ann.segmentation, box, img);
+    if (!(r.xywh[2] > 0) || !(r.xywh[3] > 0)) continue;  // no area: dropped (coco.h)
+    const double box[4] = {r.xywh[0], r.xywh[1], r.xywh[0] + r.xywh[2], r.xywh[1] + r.xywh[3]};
+    // The box and an RLE's size decide from the record; a polygon point far out only when the
+    // rounded extent says it may be, and then from the segmentation read again.
+    CocoSegmentation seg;
+    seg.rle_height = r.rle_height;
+    seg.rle_width = r.rle_width;
+    std::string why = misfit(seg, box, img);
+    const double w = img.width, h = img.height;
+    if (why.empty() &&
+        !(r.extent[0] >= -w && r.extent[2] <= 2 * w && r.extent[1] >= -h && r.extent[3] <= 2 * h)) {
+      why = misfit(segmentation_at(bytes_at, r.offset, r.length, path), box, img);
+    }
     if (!why.empty()) {
-      img.bad = named + ", category id " + std::to_string(category_id) + ": " + why;
+      img.bad = named() + ", category id " + std::to_string(r.category_id) + ": " + why;
       img.annotations.clear();
       continue;
     }
@@ -235,54 +561,42 @@ void parse_annotations(const json& anns, const std::map<int64_t, size_t>& image_
     const float f[4] = {static_cast<float>(cx1), static_cast<float>(cy1), static_cast<float>(cx2),
                         static_cast<float>(cy2)};
     if (!(f[0] < f[2]) || !(f[1] < f[3])) continue;  // nothing left inside the image: dropped
+    CocoAnnotation ann;
     std::copy(f, f + 4, ann.box);
     ann.category = cat->second;
-    img.annotations.push_back(std::move(ann));
+    ann.offset = r.offset;
+    ann.length = r.length;
+    ann.crowd = r.crowd;
+    img.annotations.push_back(ann);
   }
 }
 
-CocoInstances parse_coco(const std::string& text, const std::string& path) {
-  const json root = parse_json(text, JsonOrigin{path, ErrorKind::kCorruption});
-  if (!root.is_object()) corrupt(path, "not a JSON object: not COCO instances");
-  const json& images = array_member(root, "images", path);
-  const json& anns = array_member(root, "annotations", path);
-  const json& cats = array_member(root, "categories", path);
-  CocoInstances coco;
-  coco.path = path;
-  std::map<int64_t, size_t> category_of, image_of;
-  for (size_t i = 0; i < cats.size(); ++i) {
-    const std::string where = "categories[" + std::to_string(i) + "]";
-    if (!cats[i].is_object()) corrupt(path, where + " is not an object");
-    const int64_t id = int_member(cats[i], "id", where, path);
-    if (!category_of.emplace(id, i).second) {
-      corrupt(path, where + " repeats category id " + std::to_string(id));
+// Parses the COCO document `in` delivers (the file or text at `path`); `bytes_at` reads an
+// annotation again from the same bytes.
+CocoInstances parse_coco(JsonStreamBuf& in, const std::string& path, const BytesAt& bytes_at) {
+  CocoParse p;
+  p.coco.path = path;
+  CocoSax sax(in, path, &p);
+  {
+    std::istream stream(&in);
+    if (!json::sax_parse(stream, &sax)) {
+      const JsonOrigin origin{path, ErrorKind::kCorruption};
+      const JsonPosition at = in.position(sax.error_byte_);
+      if (sax.error_reason_.empty()) throw_json_depth_at(origin, sax.error_byte_, at);
+      throw_json_syntax_at(origin, sax.error_byte_, at, sax.error_reason_);
     }
-    coco.category_ids.push_back(id);
-    coco.categories.push_back(string_member(cats[i], "name", where, path));
   }
-  coco.images.reserve(images.size());
-  for (size_t i = 0; i < images.size(); ++i) {
-    const std::string where = "images[" + std::to_string(i) + "]";
-    if (!images[i].is_object()) corrupt(path, where + " is not an object");
-    CocoImage img;
-    img.id = int_member(images[i], "id", where, path);
-    img.file_name = string_member(images[i], "file_name", where, path);
-    if (img.file_name.empty()) corrupt(path, where + ".file_name is empty");
-    const int64_t h = int_member(images[i], "height", where, path);
-    const int64_t w = int_member(images[i], "width", where, path);
-    if (h <= 0 || w <= 0 || h > kMaxSide || w > kMaxSide) {
-      corrupt(path, where + " is " + std::to_string(w) + "x" + std::to_string(h) +
-                        ": expected a positive width and height");
-    }
-    img.height = static_cast<uint32_t>(h);
-    img.width = static_cast<uint32_t>(w);
-    if (!image_of.emplace(img.id, i).second) {
-      corrupt(path, where + " repeats image id " + std::to_string(img.id));
-    }
-    coco.images.push_back(std::move(img));
+  if (!p.root_object) corrupt(path, "not a JSON object: not COCO instances");
+  for (int s = 0; s < 3; ++s) {
+    const std::string key = kSectionNames[s];
+    if (!p.sections[s].present) corrupt(path, "no \"" + key + "\" array: not COCO instances");
+    if (!p.sections[s].is_array) corrupt(path, "\"" + key + "\" is not an array");
   }
-  parse_annotations(anns, image_of, category_of, path, &coco);
-  return coco;
+  if (p.sections[kCategories].error) std::rethrow_exception(p.sections[kCategories].error);
+  if (p.sections[kImages].error) std::rethrow_exception(p.sections[kImages].error);
+  resolve_annotations(&p, bytes_at, path);
+  p.coco.images.shrink_to_fit();
+  return std::move(p.coco);
 }
 
 // Stops at the first event that tells: the top level is not an object (false), or it has shown
@@ -358,30 +672,157 @@ bool is_coco_instances(const std::string& path) {
     while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) {
       ++i;
     }
-    if (i == n || head[i] != '{') return false;
-    const std::string text = f.read_all(kMaxJsonBytes);
+    if (i == n || head[i] != '{' || f.size() > kMaxJsonBytes) return false;
+    JsonStreamBuf in(f, nullptr);
+    std::istream stream(&in);
     CocoSniffer sniffer;
-    json::sax_parse(text, &sniffer);
+    json::sax_parse(stream, &sniffer);
     return sniffer.is_coco();
   } catch (const std::exception&) {
     return false;
   }
 }
 
+namespace {
+
+// The file at `abs`, open, with its mtime, refused past kMaxJsonBytes (as read_all refuses it).
+File open_json(const std::string& abs, int64_t* mtime_ns) {
+  File f = File::open(abs);
+  if (f.size() > kMaxJsonBytes) {
+    corrupt(abs, "file holds " + std::to_string(f.size()) + " bytes, more than the " +
+                     std::to_string(kMaxJsonBytes) + " allowed");
+  }
+  struct stat st;
+  if (::fstat(f.fd(), &st) != 0) throw_errno(abs, "fstat");
+  *mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return f;
+}
+
+BytesAt file_bytes(const File& f) {
+  return [&f](uint64_t offset, uint32_t length) {
+    std::string out(length, '\0');
+    f.read_at(offset, length, &out[0]);
+    return out;
+  };
+}
+
+// Parses the open file `f` at `abs`, feeding its bytes to `hash` when not null.
+CocoInstances parse_coco_file(const File& f, int64_t mtime_ns, const std::string& abs,
+                              Xxh64* hash) {
+  JsonStreamBuf in(f, hash);
+  CocoInstances coco = parse_coco(in, abs, file_bytes(f));
+  coco.file_size = f.size();
+  coco.file_mtime_ns = mtime_ns;
+  return coco;
+}
+
+SourceListing list_parsed(std::shared_ptr<CocoInstances> coco, Xxh64 h,
+                          const SourceOptions& options);
+
+}  // namespace
+
 CocoInstances read_coco_instances(const std::string& path) {
   const std::string abs = absolute_path(path);
-  return parse_coco(ingest_detail::read_listed_text(abs, kMaxJsonBytes), abs);
+  int64_t mtime_ns = 0;
+  const File f = open_json(abs, &mtime_ns);
+  return parse_coco_file(f, mtime_ns, abs, nullptr);
+}
+
+std::vector<CocoSegmentation> read_segmentations(const CocoInstances& coco, size_t k) {
+  const CocoImage& img = coco.images.at(k);
+  std::vector<CocoSegmentation> out;
+  if (img.annotations.empty()) return out;
+  out.reserve(img.annotations.size());
+  std::optional<File> f;
+  BytesAt bytes_at;
+  if (coco.held) {
+    bytes_at = [&coco](uint64_t offset, uint32_t length) {
+      if (offset > coco.held->size() || length > coco.held->size() - offset) {
+        throw Error(ErrorKind::kInvalidArgument, coco.path,
+                    "an annotation's bytes lie past the held text");
+      }
+      return coco.held->substr(offset, length);
+    };
+  } else {
+    if (is_remote_location(coco.path)) {
+      throw Error(ErrorKind::kUnsupported, coco.path,
+                  "its annotations' bytes were not kept when it was listed (only "
+                  "--coco-mask semantic keeps them for a file on object storage)");
+    }
+    int64_t mtime_ns = 0;
+    f.emplace(File::open(coco.path));
+    struct stat st;
+    if (::fstat(f->fd(), &st) != 0) throw_errno(coco.path, "fstat");
+    mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    if (f->size() != coco.file_size || mtime_ns != coco.file_mtime_ns) {
+      throw Error(ErrorKind::kCorruption, coco.path,
+                  "changed since it was listed (" + std::to_string(coco.file_size) +
+                      " bytes then, " + std::to_string(f->size()) +
+                      " now, or another mtime): its masks are read from it; list it again");
+    }
+    bytes_at = file_bytes(*f);
+  }
+  for (const CocoAnnotation& a : img.annotations) {
+    out.push_back(segmentation_at(bytes_at, a.offset, a.length, coco.path));
+  }
+  return out;
 }
 
 SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   const std::string abs = absolute_path(path);
-  return ingest_detail::list_coco_text(abs, ingest_detail::read_listed_text(abs, kMaxJsonBytes),
-                                       options);
+  int64_t mtime_ns = 0;
+  const File f = open_json(abs, &mtime_ns);
+  Xxh64 h;
+  auto coco = std::make_shared<CocoInstances>(parse_coco_file(f, mtime_ns, abs, &h));
+  return list_parsed(std::move(coco), h, options);
 }
 
 SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::string& text,
                                             const SourceOptions& options) {
-  auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
+  const BytesAt text_bytes = [&text](uint64_t offset, uint32_t length) {
+    return text.substr(offset, length);
+  };
+  JsonStreamBuf in(text);
+  auto coco = std::make_shared<CocoInstances>(parse_coco(in, abs, text_bytes));
+  if (!is_remote_location(abs)) {
+    // Masks read the annotations again from the file: it must be the text parsed here.
+    const ingest_detail::FileStat st = ingest_detail::stat_follow(abs);
+    if (st.size != text.size()) {
+      throw Error(ErrorKind::kCorruption, abs,
+                  "changed since it was listed (" + std::to_string(text.size()) + " bytes read, " +
+                      std::to_string(st.size) + " now): list it again");
+    }
+    coco->file_size = st.size;
+    coco->file_mtime_ns = st.mtime_ns;
+  } else if (options.coco_mask == "semantic") {
+    // Nothing to read again on object storage: keep the images' annotations' bytes (most of
+    // the file, only when masks are made).
+    uint64_t total = 0;
+    for (const CocoImage& img : coco->images) {
+      for (const CocoAnnotation& a : img.annotations) total += a.length;
+    }
+    auto held = std::make_shared<std::string>();
+    held->reserve(total);
+    for (CocoImage& img : coco->images) {
+      for (CocoAnnotation& a : img.annotations) {
+        const uint64_t at = held->size();
+        held->append(text, a.offset, a.length);
+        a.offset = at;
+      }
+    }
+    coco->held = std::move(held);
+  }
+  Xxh64 h;
+  h.update(text.data(), text.size());
+  return list_parsed(std::move(coco), h, options);
+}
+
+namespace {
+
+// The listing of parsed COCO instances; `h` has seen the file's bytes.
+SourceListing list_parsed(std::shared_ptr<CocoInstances> coco, Xxh64 h,
+                          const SourceOptions& options) {
+  const std::string& abs = coco->path;
   // The file first: a broken one is named as such whatever the options.
   ingest_detail::check_options_apply(abs, options, false, true);
   if (options.image_root.empty()) {
@@ -421,8 +862,6 @@ SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::s
   out.columns.values.assign(nf, {});
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
 
-  Xxh64 h;
-  h.update(text.data(), text.size());
   out.entries.reserve(coco->images.size());
   std::vector<std::string> paths;
   paths.reserve(coco->images.size());
@@ -465,4 +904,5 @@ SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::s
   return out;
 }
 
+}  // namespace
 }  // namespace dscache
