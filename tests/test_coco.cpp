@@ -1,6 +1,7 @@
 // dscache/ingest/coco.h: COCO instances parsed, listed with fields and rasterised (polygons
 // against an OpenCV fillPoly reference, RLE exactly), and mask images decoded as class ids.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -536,6 +537,51 @@ TEST_SUITE("coco") {
                  ErrorKind::kCorruption, "FIFO");
     expect_error([&] { dscache::read_coco_instances(tmp.file("none.json")); }, ErrorKind::kNotFound,
                  "none.json");
+  }
+
+  TEST_CASE("streamed parse: errors name byte, line and column; masks refuse a changed file") {
+    TempDir tmp;
+    struct Case {
+      const char* text;
+      const char* error;
+    };
+    // Positions as the whole-text parser gave them (checked against it by hand; the file is
+    // read in pieces now).
+    const std::string deep = std::string(300, '[') + std::string(300, ']');
+    const Case cases[] = {
+        {"{\n  \"images\": [1,]\n}", "not valid JSON at byte 18 (line 2, column 16)"},
+        {"{\"images\": [], \"x\": 1e400}", "not valid JSON at byte 25 (line 1, column 25)"},
+        {"{\"images\": []} x", "not valid JSON at byte 16 (line 1, column 16)"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.text);
+      write_all(tmp.file("e.json"), c.text);
+      expect_error([&] { dscache::read_coco_instances(tmp.file("e.json")); },
+                   ErrorKind::kCorruption, c.error);
+    }
+    write_all(tmp.file("e.json"), "{\"info\":\n" + deep + "}");
+    expect_error([&] { dscache::read_coco_instances(tmp.file("e.json")); }, ErrorKind::kCorruption,
+                 "JSON nested deeper than 256 arrays and objects (the limit) at byte 265 (line 2, "
+                 "column 256)");
+    // Masks read the polygons again from the file: one edited since (another size, or the same
+    // size and another mtime) is refused by name, not rasterised from other bytes.
+    json j = {
+        {"images", {image(1, "a.png", 20, 10)}},
+        {"annotations", {annotation(1, 1, 3, {1, 1, 8, 6}, json::array({{1, 1, 9, 1, 9, 7}}))}},
+        {"categories", categories()}};
+    const std::string path = write_json(tmp, j);
+    const CocoInstances coco = dscache::read_coco_instances(path);
+    std::vector<uint8_t> m(200);
+    dscache::rasterize_semantic(coco, 0, m.data());
+    CHECK(std::count(m.begin(), m.end(), 2) > 10);
+    write_all(path, j.dump() + " ");
+    expect_error([&] { dscache::rasterize_semantic(coco, 0, m.data()); }, ErrorKind::kCorruption,
+                 {path, "changed since it was listed"});
+    write_all(path, j.dump());
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {1000000, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    expect_error([&] { dscache::read_segmentations(coco, 0); }, ErrorKind::kCorruption,
+                 "changed since it was listed");
   }
 
   TEST_CASE("is_coco_instances tells COCO files from others without throwing or hanging") {
