@@ -181,6 +181,10 @@ struct AnnotationRecord {
   bool crowd = false;
 };
 
+// tests/cli/test_build_tables.py coco_memory bounds the peak memory per annotation from these.
+static_assert(sizeof(AnnotationRecord) <= 88, "AnnotationRecord grew: see coco_memory's bound");
+static_assert(sizeof(CocoAnnotation) <= 40, "CocoAnnotation grew: see coco_memory's bound");
+
 // State of one of the root's three arrays. A repeated key replaces the earlier value (as
 // nlohmann's DOM does).
 struct SectionState {
