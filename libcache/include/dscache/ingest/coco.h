@@ -50,8 +50,8 @@ struct CocoInstances {
   std::vector<CocoImage> images;        // in the file's `images` order
   uint64_t file_size = 0;               // the file as parsed: read_segmentations refuses one
   int64_t file_mtime_ns = 0;            // whose size or mtime differs since
-  // The annotations' bytes, when they are not read from `path` again: set by list_coco_text for
-  // a file on object storage listed with --coco-mask semantic (only the images' annotations,
+  // The annotations' bytes, when they are not read from `path` again: set when list_source
+  // lists a file on object storage with --coco-mask semantic (only the images' annotations,
   // which CocoAnnotation::offset then indexes); null otherwise.
   std::shared_ptr<const std::string> held;
 };
@@ -60,21 +60,22 @@ struct CocoInstances {
 // (read as far as needed to tell). Never throws for a file that is not one.
 bool is_coco_instances(const std::string& path);
 
-// Parses the file as a stream (its text is never held whole: the top-level arrays' elements are
-// parsed one at a time, in any order of the keys). Error(kCorruption, path, reason) for
+// Parses the file as a stream (its text is never held whole: the elements of the root's arrays
+// are parsed one at a time, the keys in any order). Error(kCorruption, path, reason) for
 // malformed JSON (naming byte, line and column) or a structure that is not COCO's (naming the
 // element: "annotations[12].bbox has 3 numbers"). An annotation that names an image id not in
 // `images` is an error; one whose category is not in `categories`, or whose box lies outside its
-// image, makes its image `bad` (a recorded skip, fatal under
-// --strict), as does an RLE whose size differs from its image's or a polygon point beyond the
-// image by more than its size. A box may pass the image's edge by up to 1 pixel (COCO's own
-// files do, by float rounding): it is clipped. An annotation whose bbox has w or h <= 0, or no
-// area left once clipped, is dropped (no box, no mask). A malformed RLE (a bad counts string,
-// counts that do not cover its size) is an error.
+// image, makes its image `bad` (a recorded skip, fatal under --strict), as does an RLE whose
+// size differs from its image's or a polygon point beyond the image by more than its size. A
+// box may pass the image's edge by up to 1 pixel (COCO's own files do, by float rounding): it is
+// clipped. An annotation whose bbox has w or h <= 0, or no area left once clipped, is dropped
+// (no box, no mask). A malformed RLE (a bad counts string, counts that do not cover its size) is
+// an error.
 CocoInstances read_coco_instances(const std::string& path);
 
 // Image k's segmentations, in the order of images[k].annotations, parsed again from the
-// annotations' bytes (a pread each, or CocoInstances::held). Error(kCorruption, path, "changed
+// annotations' bytes (one pread when they lie together in the file, else one each; or
+// CocoInstances::held). Error(kCorruption, path, "changed
 // since it was listed ...") when the file's size or mtime is not what it was when parsed.
 // Thread-safe (the build's decoder threads call it through rasterize_semantic).
 std::vector<CocoSegmentation> read_segmentations(const CocoInstances& coco, size_t k);
@@ -100,7 +101,10 @@ std::vector<uint32_t> decode_rle_string(const std::string& text, const std::stri
 //   image_id   scalar, int64
 //   mask       (options.coco_mask == "semantic") mask, uint8: rasterize_semantic, classes =
 //              "background" then the category names
-// options.image_root is required (Error(kInvalidArgument) naming --image-root otherwise).
+// options.image_root is required (Error(kInvalidArgument) naming --image-root otherwise). The
+// file is parsed as a stream, as read_coco_instances parses it; list_source gives the same
+// listing and digest from the file's whole text, which it reads first (an object on object
+// storage is read that way anyway).
 SourceListing list_coco(const std::string& path, const SourceOptions& options);
 
 // A mask image (PNG, or any lossless format OpenCV reads) decoded to one channel of class ids:
