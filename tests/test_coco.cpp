@@ -1,12 +1,14 @@
 // dscache/ingest/coco.h: COCO instances parsed, listed with fields and rasterised (polygons
 // against an OpenCV fillPoly reference, RLE exactly), and mask images decoded as class ids.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -342,11 +344,11 @@ TEST_SUITE("coco") {
       const CocoInstances coco = dscache::read_coco_instances(write_json(tmp, j));
       std::vector<uint8_t> both(w * h), one(w * h), two(w * h);
       dscache::rasterize_semantic(coco, 0, both.data());
-      CocoInstances single = coco;
-      single.images[0].annotations[0].segmentation.polygons = {a};
-      dscache::rasterize_semantic(single, 0, one.data());
-      single.images[0].annotations[0].segmentation.polygons = {b};
-      dscache::rasterize_semantic(single, 0, two.data());
+      for (auto [poly, mask] : {std::make_pair(&a, &one), std::make_pair(&b, &two)}) {
+        j["annotations"][0]["segmentation"] = json::array({*poly});
+        dscache::rasterize_semantic(dscache::read_coco_instances(write_json(tmp, j, "single.json")),
+                                    0, mask->data());
+      }
       int painted = 0;
       for (int p = 0; p < w * h; ++p) {
         CHECK(both[p] == std::max(one[p], two[p]));
@@ -379,8 +381,10 @@ TEST_SUITE("coco") {
     REQUIRE(coco.images.size() == 1);
     REQUIRE(coco.images[0].annotations.size() == 2);
     CHECK(coco.images[0].annotations[0].crowd);
-    CHECK(coco.images[0].annotations[0].segmentation.rle_counts == disc_counts);
-    CHECK(coco.images[0].annotations[1].segmentation.rle_counts == band_counts);
+    const std::vector<dscache::CocoSegmentation> segs = dscache::read_segmentations(coco, 0);
+    REQUIRE(segs.size() == 2);
+    CHECK(segs[0].rle_counts == disc_counts);
+    CHECK(segs[1].rle_counts == band_counts);
     std::vector<uint8_t> m(w * h);
     dscache::rasterize_semantic(coco, 0, m.data());
     int overlap = 0;
@@ -534,6 +538,93 @@ TEST_SUITE("coco") {
                  ErrorKind::kCorruption, "FIFO");
     expect_error([&] { dscache::read_coco_instances(tmp.file("none.json")); }, ErrorKind::kNotFound,
                  "none.json");
+  }
+
+  TEST_CASE("streamed parse: errors name byte, line and column; masks refuse a changed file") {
+    TempDir tmp;
+    struct Case {
+      const char* text;
+      const char* error;
+    };
+    // Positions as the whole-text parser gave them (checked against it by hand; the file is
+    // read in pieces now).
+    const std::string deep = std::string(300, '[') + std::string(300, ']');
+    const Case cases[] = {
+        {"{\n  \"images\": [1,]\n}", "not valid JSON at byte 18 (line 2, column 16)"},
+        {"{\"images\": [], \"x\": 1e400}", "not valid JSON at byte 25 (line 1, column 25)"},
+        {"{\"images\": []} x", "not valid JSON at byte 16 (line 1, column 16)"},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.text);
+      write_all(tmp.file("e.json"), c.text);
+      expect_error([&] { dscache::read_coco_instances(tmp.file("e.json")); },
+                   ErrorKind::kCorruption, c.error);
+    }
+    write_all(tmp.file("e.json"), "{\"info\":\n" + deep + "}");
+    expect_error([&] { dscache::read_coco_instances(tmp.file("e.json")); }, ErrorKind::kCorruption,
+                 "JSON nested deeper than 256 arrays and objects (the limit) at byte 265 (line 2, "
+                 "column 256)");
+    // Masks read the polygons again from the file: one edited since (another size, or the same
+    // size and another mtime) is refused by name, not rasterised from other bytes.
+    json j = {
+        {"images", {image(1, "a.png", 20, 10)}},
+        {"annotations", {annotation(1, 1, 3, {1, 1, 8, 6}, json::array({{1, 1, 9, 1, 9, 7}}))}},
+        {"categories", categories()}};
+    const std::string path = write_json(tmp, j);
+    const CocoInstances coco = dscache::read_coco_instances(path);
+    std::vector<uint8_t> m(200);
+    dscache::rasterize_semantic(coco, 0, m.data());
+    CHECK(std::count(m.begin(), m.end(), 2) > 10);
+    write_all(path, j.dump() + " ");
+    expect_error([&] { dscache::rasterize_semantic(coco, 0, m.data()); }, ErrorKind::kCorruption,
+                 {path, "changed since it was listed"});
+    write_all(path, j.dump());
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {1000000, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    expect_error([&] { dscache::read_segmentations(coco, 0); }, ErrorKind::kCorruption,
+                 "changed since it was listed");
+  }
+
+  TEST_CASE("list_coco streams the file in pieces, list_source parses its text: same listing") {
+    // Past several 1 MiB pieces, elements cut at the piece boundaries: the byte ranges masks
+    // are read from again, boxes, digest and masks agree between the two ways in.
+    TempDir tmp;
+    REQUIRE(::mkdir(tmp.file("img").c_str(), 0700) == 0);
+    std::mt19937 rng(33);
+    json imgs = json::array(), anns = json::array();
+    for (int i = 1; i <= 40; ++i) imgs.push_back(image(i, std::to_string(i) + ".png", 48, 32));
+    for (int k = 0; k < 6000; ++k) {
+      const int i = 1 + static_cast<int>(rng() % 40);
+      std::vector<double> poly;
+      for (int p = 0; p < 40; ++p) {
+        poly.push_back(static_cast<double>(rng() % 4700) / 100);
+        poly.push_back(static_cast<double>(rng() % 3100) / 100);
+      }
+      anns.push_back(annotation(k + 1, i, k % 2 ? 7 : 90, {1, 2, 30, 20}, json::array({poly})));
+    }
+    const std::string path =
+        write_json(tmp, {{"images", imgs}, {"annotations", anns}, {"categories", categories()}});
+    REQUIRE(std::filesystem::file_size(path) > (uint64_t{3} << 20));
+    dscache::SourceOptions opt;
+    opt.image_root = tmp.file("img");
+    opt.coco_mask = "semantic";
+    const dscache::SourceListing streamed = dscache::list_coco(path, opt);
+    const dscache::SourceListing whole = dscache::list_source(path, opt);
+    CHECK(streamed.digest == whole.digest);
+    CHECK(streamed.columns.values == whole.columns.values);
+    REQUIRE(streamed.coco->images.size() == 40);
+    std::vector<uint8_t> a(48 * 32), b(48 * 32);
+    for (size_t k = 0; k < 40; ++k) {
+      CAPTURE(k);
+      const auto& sa = streamed.coco->images[k].annotations;
+      const auto& wa = whole.coco->images[k].annotations;
+      REQUIRE(sa.size() == wa.size());
+      for (size_t j = 0; j < sa.size(); ++j) CHECK(sa[j].offset == wa[j].offset);
+      dscache::rasterize_semantic(*streamed.coco, k, a.data());
+      dscache::rasterize_semantic(*whole.coco, k, b.data());
+      CHECK(a == b);
+      CHECK(std::count(a.begin(), a.end(), 0) < 48 * 32);
+    }
   }
 
   TEST_CASE("is_coco_instances tells COCO files from others without throwing or hanging") {

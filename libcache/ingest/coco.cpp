@@ -1,288 +1,42 @@
-// COCO instances annotations: sniffing and parsing (nlohmann::json), and listing them as build
-// entries with fields. Masks (RLE strings, rasterising, mask images): coco_mask.cpp.
+// COCO instances annotations: sniffing, opening and reading segmentations again, and listing
+// them as build entries with fields. The streamed parse: coco_parse.cpp. Masks (RLE strings,
+// rasterising, mask images): coco_mask.cpp.
 #include "dscache/ingest/coco.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <limits>
-#include <map>
+#include <istream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "coco_parse.h"
 #include "dscache/checksum.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
-#include "json_parse.h"
+#include "dscache/remote.h"
+#include "json_stream.h"
 #include "list_internal.h"
 
 namespace dscache {
 namespace {
 
 using json = nlohmann::json;
+using ingest_detail::BytesAt;
+using ingest_detail::kMaxJsonBytes;
 
-// The largest annotation file read (COCO 2017's train instances are ~450 MiB).
-constexpr uint64_t kMaxJsonBytes = uint64_t{1} << 32;
-// A box may pass its image's edge by this many pixels (COCO's own files do, by float rounding
-// of x + w); it is clipped. Farther out, the annotation does not describe this image.
-constexpr double kBoxTolerance = 1.0;
-// Images larger than this on a side are refused as corrupt (a typo, not a photograph).
-constexpr int64_t kMaxSide = int64_t{1} << 20;
+// read_segmentations reads an image's annotations with one read when fewer bytes than this lie
+// between them.
+constexpr uint64_t kSpanSlack = uint64_t{64} << 10;
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& reason) {
   throw Error(ErrorKind::kCorruption, path, reason);
-}
-
-// An integer JSON value (a float with an integral value too: some exporters write 480.0).
-bool as_int(const json& v, int64_t* out) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}) return false;
-    *out = v.get<int64_t>();
-    return true;
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15) return false;
-    *out = static_cast<int64_t>(d);
-    return true;
-  }
-  return false;
-}
-
-// obj[key] as an integer; Corruption "WHERE has no KEY" / "WHERE.KEY is not an integer".
-int64_t int_member(const json& obj, const char* key, const std::string& where,
-                   const std::string& path) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) corrupt(path, where + " has no " + key);
-  int64_t v;
-  if (!as_int(*it, &v)) corrupt(path, where + "." + key + " is not an integer");
-  return v;
-}
-
-std::string string_member(const json& obj, const char* key, const std::string& where,
-                          const std::string& path) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) corrupt(path, where + " has no " + key);
-  if (!it->is_string()) corrupt(path, where + "." + key + " is not a string");
-  return it->get<std::string>();
-}
-
-const json& array_member(const json& root, const char* key, const std::string& path) {
-  auto it = root.find(key);
-  if (it == root.end()) corrupt(path, std::string("no \"") + key + "\" array: not COCO instances");
-  if (!it->is_array()) corrupt(path, std::string("\"") + key + "\" is not an array");
-  return *it;
-}
-
-// Parses annotations[i].segmentation into `seg`. Corruption for a structure that is not COCO's.
-void parse_segmentation(const json& s, const std::string& where, const std::string& path,
-                        CocoSegmentation* seg) {
-  if (s.is_array()) {
-    for (size_t j = 0; j < s.size(); ++j) {
-      const std::string w = where + "[" + std::to_string(j) + "]";
-      if (!s[j].is_array()) corrupt(path, w + " is not a list of numbers");
-      if (s[j].size() % 2 != 0) {
-        corrupt(path, w + " has an odd count of numbers (" + std::to_string(s[j].size()) + ")");
-      }
-      std::vector<double> poly;
-      poly.reserve(s[j].size());
-      for (const auto& v : s[j]) {
-        if (!v.is_number()) corrupt(path, w + " holds a value that is not a number");
-        poly.push_back(v.get<double>());
-      }
-      if (!poly.empty()) seg->polygons.push_back(std::move(poly));
-    }
-    return;
-  }
-  if (!s.is_object()) corrupt(path, where + " is neither polygons nor an RLE object");
-  auto size = s.find("size");
-  int64_t h, w;
-  if (size == s.end() || !size->is_array() || size->size() != 2 || !as_int((*size)[0], &h) ||
-      !as_int((*size)[1], &w) || h <= 0 || w <= 0 || h > kMaxSide || w > kMaxSide) {
-    corrupt(path, where + ".size is not [height, width]");
-  }
-  seg->rle_height = static_cast<uint32_t>(h);
-  seg->rle_width = static_cast<uint32_t>(w);
-  auto counts = s.find("counts");
-  if (counts == s.end()) corrupt(path, where + " has no counts");
-  if (counts->is_string()) {
-    try {
-      seg->rle_counts = decode_rle_string(counts->get<std::string>(), where + ".counts");
-    } catch (const Error& e) {
-      corrupt(path, e.path() + ": " + e.reason());
-    }
-  } else if (counts->is_array()) {
-    for (const auto& v : *counts) {
-      int64_t c;
-      if (!as_int(v, &c) || c < 0 || c > int64_t{UINT32_MAX}) {
-        corrupt(path, where + ".counts holds a value that is not a count");
-      }
-      seg->rle_counts.push_back(static_cast<uint32_t>(c));
-    }
-  } else {
-    corrupt(path, where + ".counts is neither a string nor a list");
-  }
-  uint64_t total = 0;
-  for (uint32_t c : seg->rle_counts) total += c;
-  if (total != static_cast<uint64_t>(h) * static_cast<uint64_t>(w)) {
-    corrupt(path, where + ".counts cover " + std::to_string(total) + " pixels, size [" +
-                      std::to_string(h) + ", " + std::to_string(w) + "] has " +
-                      std::to_string(h * w));
-  }
-}
-
-std::string fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-// Why annotation `a` cannot be part of image `img` ("" = it can). `box` is x1 y1 x2 y2.
-std::string misfit(const CocoSegmentation& seg, const double box[4], const CocoImage& img) {
-  const double w = img.width, h = img.height, t = kBoxTolerance;
-  if (box[0] < -t || box[1] < -t || box[2] > w + t || box[3] > h + t) {
-    return "box " + fmt(box[0]) + "," + fmt(box[1]) + "," + fmt(box[2]) + "," + fmt(box[3]) +
-           " (x1,y1,x2,y2) lies outside the " + std::to_string(img.width) + "x" +
-           std::to_string(img.height) + " image";
-  }
-  if (seg.is_rle() && (seg.rle_height != img.height || seg.rle_width != img.width)) {
-    return "RLE size [" + std::to_string(seg.rle_height) + ", " + std::to_string(seg.rle_width) +
-           "] differs from the image's [" + std::to_string(img.height) + ", " +
-           std::to_string(img.width) + "]";
-  }
-  // Polygon points are traced at 5x: a point far outside would cost a trace that long.
-  for (const auto& poly : seg.polygons) {
-    for (size_t j = 0; j < poly.size(); j += 2) {
-      if (!(poly[j] >= -w && poly[j] <= 2 * w && poly[j + 1] >= -h && poly[j + 1] <= 2 * h)) {
-        return "polygon point (" + fmt(poly[j]) + ", " + fmt(poly[j + 1]) +
-               ") lies far outside the " + std::to_string(img.width) + "x" +
-               std::to_string(img.height) + " image";
-      }
-    }
-  }
-  return "";
-}
-
-void parse_annotations(const json& anns, const std::map<int64_t, size_t>& image_of,
-                       const std::map<int64_t, size_t>& category_of, const std::string& path,
-                       CocoInstances* coco) {
-  for (size_t i = 0; i < anns.size(); ++i) {
-    const json& a = anns[i];
-    const std::string where = "annotations[" + std::to_string(i) + "]";
-    if (!a.is_object()) corrupt(path, where + " is not an object");
-    const int64_t image_id = int_member(a, "image_id", where, path);
-    const int64_t category_id = int_member(a, "category_id", where, path);
-    auto img_it = image_of.find(image_id);
-    if (img_it == image_of.end()) {
-      corrupt(path, where + " names image id " + std::to_string(image_id) + ", not in images");
-    }
-    auto bbox = a.find("bbox");
-    if (bbox == a.end()) corrupt(path, where + " has no bbox");
-    if (!bbox->is_array() || bbox->size() != 4) {
-      corrupt(path, where + ".bbox has " +
-                        (bbox->is_array() ? std::to_string(bbox->size()) + " numbers"
-                                          : std::string("no list of numbers")) +
-                        ": expected x, y, width, height");
-    }
-    double xywh[4];
-    for (size_t j = 0; j < 4; ++j) {
-      if (!(*bbox)[j].is_number()) corrupt(path, where + ".bbox holds a value not a number");
-      xywh[j] = (*bbox)[j].get<double>();
-    }
-    CocoAnnotation ann;
-    auto crowd = a.find("iscrowd");
-    if (crowd != a.end() && !crowd->is_null()) {
-      int64_t c;
-      if (crowd->is_boolean()) {
-        ann.crowd = crowd->get<bool>();
-      } else if (as_int(*crowd, &c) && (c == 0 || c == 1)) {
-        ann.crowd = c == 1;
-      } else {
-        corrupt(path, where + ".iscrowd is not 0 or 1");
-      }
-    }
-    auto seg = a.find("segmentation");
-    if (seg != a.end() && !seg->is_null()) {
-      parse_segmentation(*seg, where + ".segmentation", path, &ann.segmentation);
-    }
-    CocoImage& img = coco->images[img_it->second];
-    if (!img.bad.empty()) continue;
-    int64_t ann_id;
-    auto id = a.find("id");
-    const std::string named = (id != a.end() && as_int(*id, &ann_id))
-                                  ? "annotation " + std::to_string(ann_id) + " (" + where + ")"
-                                  : where;
-    auto cat = category_of.find(category_id);
-    if (cat == category_of.end()) {
-      img.bad = named + ": category id " + std::to_string(category_id) + " is not in categories";
-      img.annotations.clear();
-      continue;
-    }
-    if (!(xywh[2] > 0) || !(xywh[3] > 0)) continue;  // no area: dropped (coco.h)
-    const double box[4] = {xywh[0], xywh[1], xywh[0] + xywh[2], xywh[1] + xywh[3]};
-    std::string why = misfit(ann.segmentation, box, img);
-    if (!why.empty()) {
-      img.bad = named + ", category id " + std::to_string(category_id) + ": " + why;
-      img.annotations.clear();
-      continue;
-    }
-    const double cx1 = std::max(box[0], 0.0), cy1 = std::max(box[1], 0.0);
-    const double cx2 = std::min<double>(box[2], img.width);
-    const double cy2 = std::min<double>(box[3], img.height);
-    const float f[4] = {static_cast<float>(cx1), static_cast<float>(cy1), static_cast<float>(cx2),
-                        static_cast<float>(cy2)};
-    if (!(f[0] < f[2]) || !(f[1] < f[3])) continue;  // nothing left inside the image: dropped
-    std::copy(f, f + 4, ann.box);
-    ann.category = cat->second;
-    img.annotations.push_back(std::move(ann));
-  }
-}
-
-CocoInstances parse_coco(const std::string& text, const std::string& path) {
-  const json root = parse_json(text, JsonOrigin{path, ErrorKind::kCorruption});
-  if (!root.is_object()) corrupt(path, "not a JSON object: not COCO instances");
-  const json& images = array_member(root, "images", path);
-  const json& anns = array_member(root, "annotations", path);
-  const json& cats = array_member(root, "categories", path);
-  CocoInstances coco;
-  coco.path = path;
-  std::map<int64_t, size_t> category_of, image_of;
-  for (size_t i = 0; i < cats.size(); ++i) {
-    const std::string where = "categories[" + std::to_string(i) + "]";
-    if (!cats[i].is_object()) corrupt(path, where + " is not an object");
-    const int64_t id = int_member(cats[i], "id", where, path);
-    if (!category_of.emplace(id, i).second) {
-      corrupt(path, where + " repeats category id " + std::to_string(id));
-    }
-    coco.category_ids.push_back(id);
-    coco.categories.push_back(string_member(cats[i], "name", where, path));
-  }
-  coco.images.reserve(images.size());
-  for (size_t i = 0; i < images.size(); ++i) {
-    const std::string where = "images[" + std::to_string(i) + "]";
-    if (!images[i].is_object()) corrupt(path, where + " is not an object");
-    CocoImage img;
-    img.id = int_member(images[i], "id", where, path);
-    img.file_name = string_member(images[i], "file_name", where, path);
-    if (img.file_name.empty()) corrupt(path, where + ".file_name is empty");
-    const int64_t h = int_member(images[i], "height", where, path);
-    const int64_t w = int_member(images[i], "width", where, path);
-    if (h <= 0 || w <= 0 || h > kMaxSide || w > kMaxSide) {
-      corrupt(path, where + " is " + std::to_string(w) + "x" + std::to_string(h) +
-                        ": expected a positive width and height");
-    }
-    img.height = static_cast<uint32_t>(h);
-    img.width = static_cast<uint32_t>(w);
-    if (!image_of.emplace(img.id, i).second) {
-      corrupt(path, where + " repeats image id " + std::to_string(img.id));
-    }
-    coco.images.push_back(std::move(img));
-  }
-  parse_annotations(anns, image_of, category_of, path, &coco);
-  return coco;
 }
 
 // Stops at the first event that tells: the top level is not an object (false), or it has shown
@@ -358,30 +112,172 @@ bool is_coco_instances(const std::string& path) {
     while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) {
       ++i;
     }
-    if (i == n || head[i] != '{') return false;
-    const std::string text = f.read_all(kMaxJsonBytes);
+    if (i == n || head[i] != '{' || f.size() > kMaxJsonBytes) return false;
+    JsonStreamBuf in(f, nullptr);
+    std::istream stream(&in);
     CocoSniffer sniffer;
-    json::sax_parse(text, &sniffer);
+    json::sax_parse(stream, &sniffer);
     return sniffer.is_coco();
   } catch (const std::exception&) {
     return false;
   }
 }
 
+namespace {
+
+// The file at `abs`, open, with its mtime, refused past kMaxJsonBytes (as read_all refuses it).
+File open_json(const std::string& abs, int64_t* mtime_ns) {
+  File f = File::open(abs);
+  if (f.size() > kMaxJsonBytes) {
+    corrupt(abs, "file holds " + std::to_string(f.size()) + " bytes, more than the " +
+                     std::to_string(kMaxJsonBytes) + " allowed");
+  }
+  struct stat st;
+  if (::fstat(f.fd(), &st) != 0) throw_errno(abs, "fstat");
+  *mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return f;
+}
+
+BytesAt file_bytes(const File& f) {
+  return [&f](uint64_t offset, uint32_t length) {
+    std::string out(length, '\0');
+    f.read_at(offset, length, &out[0]);
+    return out;
+  };
+}
+
+// Parses the open file `f` at `abs`, feeding its bytes to `hash` when not null.
+CocoInstances parse_coco_file(const File& f, int64_t mtime_ns, const std::string& abs,
+                              Xxh64* hash) {
+  JsonStreamBuf in(f, hash);
+  CocoInstances coco = ingest_detail::parse_coco(in, abs, file_bytes(f));
+  coco.file_size = f.size();
+  coco.file_mtime_ns = mtime_ns;
+  return coco;
+}
+
+SourceListing list_parsed(std::shared_ptr<CocoInstances> coco, Xxh64 h,
+                          const SourceOptions& options);
+
+}  // namespace
+
 CocoInstances read_coco_instances(const std::string& path) {
   const std::string abs = absolute_path(path);
-  return parse_coco(ingest_detail::read_listed_text(abs, kMaxJsonBytes), abs);
+  int64_t mtime_ns = 0;
+  const File f = open_json(abs, &mtime_ns);
+  return parse_coco_file(f, mtime_ns, abs, nullptr);
+}
+
+std::vector<CocoSegmentation> read_segmentations(const CocoInstances& coco, size_t k) {
+  const CocoImage& img = coco.images.at(k);
+  std::vector<CocoSegmentation> out;
+  if (img.annotations.empty()) return out;
+  out.reserve(img.annotations.size());
+  std::optional<File> f;
+  std::string span;
+  BytesAt bytes_at;
+  if (coco.held) {
+    bytes_at = [&coco](uint64_t offset, uint32_t length) {
+      if (offset > coco.held->size() || length > coco.held->size() - offset) {
+        throw Error(ErrorKind::kInvalidArgument, coco.path,
+                    "an annotation's bytes lie past the held text");
+      }
+      return coco.held->substr(offset, length);
+    };
+  } else {
+    if (is_remote_location(coco.path)) {
+      throw Error(ErrorKind::kUnsupported, coco.path,
+                  "its annotations' bytes were not kept when it was listed (only "
+                  "--coco-mask semantic keeps them for a file on object storage)");
+    }
+    int64_t mtime_ns = 0;
+    f.emplace(File::open(coco.path));
+    struct stat st;
+    if (::fstat(f->fd(), &st) != 0) throw_errno(coco.path, "fstat");
+    mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    if (f->size() != coco.file_size || mtime_ns != coco.file_mtime_ns) {
+      throw Error(ErrorKind::kCorruption, coco.path,
+                  "changed since it was listed (" + std::to_string(coco.file_size) +
+                      " bytes then, " + std::to_string(f->size()) +
+                      " now, or another mtime): its masks are read from it; list it again");
+    }
+    bytes_at = file_bytes(*f);
+    // One read when the annotations lie together (files that list them image by image).
+    uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+    for (const CocoAnnotation& a : img.annotations) {
+      lo = std::min(lo, a.offset);
+      hi = std::max(hi, a.offset + a.length);
+      sum += a.length;
+    }
+    if (hi - lo <= sum + kSpanSlack) {
+      span.resize(hi - lo);
+      f->read_at(lo, span.size(), &span[0]);
+      bytes_at = [&span, lo](uint64_t offset, uint32_t length) {
+        return span.substr(offset - lo, length);
+      };
+    }
+  }
+  for (const CocoAnnotation& a : img.annotations) {
+    out.push_back(ingest_detail::segmentation_at(bytes_at, a.offset, a.length, coco.path));
+  }
+  return out;
 }
 
 SourceListing list_coco(const std::string& path, const SourceOptions& options) {
   const std::string abs = absolute_path(path);
-  return ingest_detail::list_coco_text(abs, ingest_detail::read_listed_text(abs, kMaxJsonBytes),
-                                       options);
+  int64_t mtime_ns = 0;
+  const File f = open_json(abs, &mtime_ns);
+  Xxh64 h;
+  auto coco = std::make_shared<CocoInstances>(parse_coco_file(f, mtime_ns, abs, &h));
+  return list_parsed(std::move(coco), h, options);
 }
 
 SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::string& text,
                                             const SourceOptions& options) {
-  auto coco = std::make_shared<CocoInstances>(parse_coco(text, abs));
+  const BytesAt text_bytes = [&text](uint64_t offset, uint32_t length) {
+    return text.substr(offset, length);
+  };
+  JsonStreamBuf in(text);
+  auto coco = std::make_shared<CocoInstances>(ingest_detail::parse_coco(in, abs, text_bytes));
+  if (!is_remote_location(abs)) {
+    // Masks read the annotations again from the file: it must be the text parsed here.
+    const ingest_detail::FileStat st = ingest_detail::stat_follow(abs);
+    if (st.size != text.size()) {
+      throw Error(ErrorKind::kCorruption, abs,
+                  "changed since it was listed (" + std::to_string(text.size()) + " bytes read, " +
+                      std::to_string(st.size) + " now): list it again");
+    }
+    coco->file_size = st.size;
+    coco->file_mtime_ns = st.mtime_ns;
+  } else if (options.coco_mask == "semantic") {
+    // Nothing to read again on object storage: keep the images' annotations' bytes (most of
+    // the file, only when masks are made).
+    uint64_t total = 0;
+    for (const CocoImage& img : coco->images) {
+      for (const CocoAnnotation& a : img.annotations) total += a.length;
+    }
+    auto held = std::make_shared<std::string>();
+    held->reserve(total);
+    for (CocoImage& img : coco->images) {
+      for (CocoAnnotation& a : img.annotations) {
+        const uint64_t at = held->size();
+        held->append(text, a.offset, a.length);
+        a.offset = at;
+      }
+    }
+    coco->held = std::move(held);
+  }
+  Xxh64 h;
+  h.update(text.data(), text.size());
+  return list_parsed(std::move(coco), h, options);
+}
+
+namespace {
+
+// The listing of parsed COCO instances; `h` has seen the file's bytes.
+SourceListing list_parsed(std::shared_ptr<CocoInstances> coco, Xxh64 h,
+                          const SourceOptions& options) {
+  const std::string& abs = coco->path;
   // The file first: a broken one is named as such whatever the options.
   ingest_detail::check_options_apply(abs, options, false, true);
   if (options.image_root.empty()) {
@@ -421,8 +317,6 @@ SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::s
   out.columns.values.assign(nf, {});
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
 
-  Xxh64 h;
-  h.update(text.data(), text.size());
   out.entries.set_path_prefix(root + "/");
   out.entries.reserve(coco->images.size());
   std::vector<std::string> paths;
@@ -466,4 +360,5 @@ SourceListing ingest_detail::list_coco_text(const std::string& abs, const std::s
   return out;
 }
 
+}  // namespace
 }  // namespace dscache

@@ -230,8 +230,11 @@ void rasterize_semantic(const CocoInstances& coco, size_t k, uint8_t* out) {
       throw Error(ErrorKind::kUnsupported, coco.path,
                   "category index " + std::to_string(a.category) + " does not fit a uint8 mask");
     }
-    const uint8_t value = static_cast<uint8_t>(a.category + 1);
-    const CocoSegmentation& s = a.segmentation;
+  }
+  const std::vector<CocoSegmentation> segs = read_segmentations(coco, k);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const uint8_t value = static_cast<uint8_t>(img.annotations[i].category + 1);
+    const CocoSegmentation& s = segs[i];
     if (s.is_rle()) {
       if (s.rle_height != h || s.rle_width != w) continue;  // the parser made such images bad
       uint64_t p = 0;

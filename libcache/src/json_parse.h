@@ -39,6 +39,19 @@ void check_json_depth(std::string_view text, const JsonOrigin& origin);
 [[noreturn]] void throw_json_syntax(std::string_view text, const JsonOrigin& origin, size_t byte,
                                     const std::string& reason);
 
+// The line and column (1-based) reached in a text read from its start, piece by piece: for a
+// caller that streams a document and has no whole text to give throw_json_syntax.
+struct JsonPosition {
+  size_t line = 1, column = 1;
+  void advance(std::string_view piece);  // past the next piece of the text
+};
+
+// throw_json_syntax and check_json_depth's error for a streamed document (origin.line == 0):
+// `at` is the position of the 1-based `byte`, that is of the text's first byte - 1 bytes.
+[[noreturn]] void throw_json_syntax_at(const JsonOrigin& origin, size_t byte, JsonPosition at,
+                                       const std::string& reason);
+[[noreturn]] void throw_json_depth_at(const JsonOrigin& origin, size_t byte, JsonPosition at);
+
 namespace detail {
 
 // nlohmann's DOM builder, keeping the position of a syntax error (number overflow included,

@@ -3,14 +3,17 @@
 deep, NUL bytes in paths, a table of more columns than open files, paths that leave the table's
 folder (--confine) and what a skip says of the file they name, RFC 4180 quoted line ends and
 CR-only files, COCO files that are no JSON, integer labels past 2^64, mask and multi-hot class
-names from the command line, and the notice for a mask column built as text.
+names from the command line, the notice for a mask column built as text, and the memory a COCO
+file's listing takes per annotation (issue 33).
 
 Usage: test_build_tables.py CASE   (env DSCACHE = the built binary)
 Exit 0 = pass, 1 = fail, 2 = unknown case.
 """
 
 import json
+import math
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -220,6 +223,94 @@ def case_mask_notice(tmp):
     check("note:" not in p.stderr, f"with =mask: {p.stderr}")
 
 
+def write_coco(path, sizes, n_ann, seed):
+    """A COCO file over images 1..len(sizes) (w, h): n_ann annotations shaped like COCO's (a
+    polygon of 4-24 points, every 100th a crowd RLE), spread over the images."""
+    rng = random.Random(seed)
+    anns = []
+    for k in range(n_ann):
+        i = rng.randrange(len(sizes))
+        w, h = sizes[i]
+        bw, bh = rng.uniform(4, w - 1), rng.uniform(4, h - 1)
+        x0, y0 = rng.uniform(0, w - bw), rng.uniform(0, h - bh)
+        a = {"id": k + 1, "image_id": i + 1, "category_id": 1 + k % 80,
+             "bbox": [round(x0, 2), round(y0, 2), round(bw, 2), round(bh, 2)],
+             "area": round(bw * bh * 0.6, 2), "iscrowd": 0}
+        if k % 100 == 0:
+            a["iscrowd"] = 1
+            a["segmentation"] = {"size": [h, w], "counts": [w * h // 2, w * h - w * h // 2]}
+        else:
+            pts = rng.randrange(4, 25)
+            t = sorted(rng.uniform(0, 2 * math.pi) for _ in range(pts))
+            poly = []
+            for v in t:
+                poly += [round(x0 + bw / 2 * (1 + math.cos(v) * rng.uniform(0.6, 1)), 2),
+                         round(y0 + bh / 2 * (1 + math.sin(v) * rng.uniform(0.6, 1)), 2)]
+            a["segmentation"] = [poly]
+        anns.append(a)
+    doc = {"info": {}, "licenses": [],
+           "images": [{"id": i + 1, "file_name": f"{i + 1:012d}.png", "width": w, "height": h}
+                      for i, (w, h) in enumerate(sizes)],
+           "annotations": anns,
+           "categories": [{"id": c, "name": f"cat{c}"} for c in range(1, 81)]}
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+
+
+# Runs argv[1:] and prints its wait status and peak RSS (KiB): a small process to fork from.
+MAXRSS = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(status, usage.ru_maxrss)
+"""
+
+
+def case_coco_memory(tmp):
+    """`build --dry-run` of a COCO file takes memory in proportion to its bytes plus a small
+    record per annotation: its polygons and RLE are checked while the file is streamed and
+    dropped (before: every annotation's segmentation and the whole JSON DOM stayed, ~2.5 KB
+    per annotation, 2 GiB for COCO train2017). Big and small files list the same images, so
+    the difference of their peaks is the annotations' alone."""
+    rng = random.Random(33)
+    sizes = [(rng.randrange(16, 33), rng.randrange(16, 33)) for _ in range(3000)]
+    d = tmp / "img"
+    d.mkdir()
+    for i, (w, h) in enumerate(sizes):
+        write_img(d / f"{i + 1:012d}.png", rand_rgb(i, h, w))
+    n_big, n_small = 50000, 100
+    write_coco(tmp / "big.json", sizes, n_big, 1)
+    write_coco(tmp / "small.json", sizes, n_small, 1)
+    peaks = {}
+    for name in ("small", "big"):
+        cmd = [DSCACHE, "build", tmp / f"{name}.json", tmp / f"out-{name}", "--size", "32",
+               "--dry-run", "--image-root", d]
+        # Through a fresh interpreter: Linux keeps ru_maxrss across exec, so a child forked
+        # from this process (holding the documents, numpy, cv2) would start at its size.
+        p = subprocess.run([sys.executable, "-c", MAXRSS] + [str(a) for a in cmd],
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        check(p.returncode == 0 and p.stdout.startswith("0 "), f"{name}: {p.stdout} {p.stderr}")
+        peaks[name] = int(p.stdout.split()[1]) * 1024
+    # The bound. `build` lists a .json source from its whole text (list_source reads it, then
+    # parses it in place): F bytes of file per annotation. The parse keeps per annotation an
+    # 88-byte record (ids, bbox as 4 doubles, byte range, polygon extent, RLE size, crowd) in a
+    # vector that doubles (at most 3 x 88 while it moves) and a 4-byte image index, then a
+    # 40-byte CocoAnnotation (box, class, byte range, crowd); the listing adds 25 bytes of
+    # fields per box (boxes, box_labels, box_crowd) in columns that double too (3 x 25). All
+    # together: F + 264 + 4 + 40 + 75 = F + 383; 512 leaves room for page rounding and
+    # the per-image vectors. Measured: F + 23 (the peaks of small and big lie at different
+    # steps); the whole-DOM parser took F + ~1900.
+    per_file = ((tmp / "big.json").stat().st_size -
+                (tmp / "small.json").stat().st_size) / (n_big - n_small)
+    per_ann = (peaks["big"] - peaks["small"]) / (n_big - n_small)
+    bound = per_file + 512
+    print(f"peak RSS small {peaks['small'] >> 10} KiB, big {peaks['big'] >> 10} KiB: "
+          f"{per_ann:.0f} bytes per annotation (file: {per_file:.0f}, bound {bound:.0f})")
+    check(per_ann <= bound, f"{per_ann:.0f} bytes of peak RSS per annotation, more than the "
+          f"{bound:.0f} bound ({per_file:.0f} bytes of file each + 512)")
+
+
 CASES = {
     "deep_json": case_deep_json,
     "nul_paths": case_nul_paths,
@@ -231,6 +322,7 @@ CASES = {
     "field_classes": case_field_classes,
     "mask_notice": case_mask_notice,
     "mask_names_model_json": case_mask_names_model_json,
+    "coco_memory": case_coco_memory,
 }
 
 
