@@ -14,6 +14,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -52,6 +53,32 @@ def run(args, expect_rc=0, env_extra=None, cwd=None, timeout=TIMEOUT_S):
     if env_extra:
         env.update(env_extra)
     return testrunner.run_cmd([DSCACHE] + list(args), expect_rc, env=env, cwd=cwd, timeout=timeout)
+
+
+# Runs argv[1:] (stdout to /dev/null, stderr kept) and prints its exit code and ru_maxrss (KiB).
+# A child's ru_maxrss starts at the RSS of the process that forked it and is kept across exec:
+# forked from a test holding numpy and cv2 (~150 MiB, more than most phases) it would measure the
+# test. A fresh `python3 -S` (a few MiB) forks it instead.
+_PEAK_RSS = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def peak_rss_kib(argv, timeout=TIMEOUT_S):
+    """The kernel's peak RSS (KiB) of a process running argv to its end; fails on a non-zero
+    exit, naming the command and its stderr."""
+    argv = [str(a) for a in argv]
+    p = subprocess.run([sys.executable, "-S", "-c", _PEAK_RSS] + argv, capture_output=True,
+                       text=True, timeout=timeout)
+    fields = p.stdout.split()
+    check(p.returncode == 0 and len(fields) == 2 and fields[0] == "0",
+          f"{' '.join(argv)}: exit {fields[0] if fields else p.returncode}: {p.stderr[-2000:]}")
+    return int(fields[1])
 
 
 def run_json(args, expect_rc=0):

@@ -22,10 +22,9 @@ Exit 0 = pass, 1 = fail, 2 = unknown case, 77 = skipped.
 
 import os
 import struct
-import subprocess
 import sys
 
-from cli_helpers import DSCACHE, Skip, check, main
+from cli_helpers import DSCACHE, Skip, check, main, peak_rss_kib
 
 SIZES = (5_000, 50_000)
 
@@ -46,26 +45,9 @@ def make_idx(d, n, side):
     return d / "images-idx3-ubyte"
 
 
-# Runs argv[1:] and prints its ru_maxrss (KiB) last. A fresh `python3 -S` (a few MiB) forks it:
-# a child forked from this test process would start with this process's RSS (numpy, cv2: more
-# than the phases themselves), and ru_maxrss counts the pages a process had before its exec.
-MEASURE = """import os, sys
-pid = os.fork()
-if pid == 0:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    os.execv(sys.argv[1], sys.argv[1:])
-_, status, usage = os.wait4(pid, 0)
-print(usage.ru_maxrss)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def peak_kib(args):
-    """ru_maxrss (KiB) of a child running args; fails the case on a non-zero exit."""
-    p = subprocess.run([sys.executable, "-S", "-c", MEASURE, *[str(a) for a in args]],
-                       capture_output=True, text=True)
-    check(p.returncode == 0, f"{args[:2]} failed: {p.stderr[-2000:]}")
-    return int(p.stdout.split()[-1])
+    """ru_maxrss (KiB) of a child running args (cli_helpers.peak_rss_kib: from a small process)."""
+    return peak_rss_kib(args, timeout=600)
 
 
 def build(src, out, *opts):
