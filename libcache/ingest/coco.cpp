@@ -21,7 +21,7 @@
 #include "dscache/error.h"
 #include "dscache/file.h"
 #include "dscache/remote.h"
-#include "json_stream.h"
+#include "json/stream.h"
 #include "list_internal.h"
 
 namespace dscache {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dscache/error.h"
-#include "json_parse.h"
+#include "json/parse.h"
 
 namespace dscache::ingest_detail {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "dscache/ingest/coco.h"
-#include "json_stream.h"
+#include "json/stream.h"
 
 namespace dscache::ingest_detail {
 

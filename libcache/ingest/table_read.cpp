@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dscache/error.h"
-#include "json_parse.h"
+#include "json/parse.h"
 #include "list_internal.h"
 
 namespace dscache::ingest_detail {

@@ -17,7 +17,7 @@
 #include "dscache/npy.h"
 #include "dscache/remote.h"
 #include "field_files.h"
-#include "json_parse.h"
+#include "json/parse.h"
 #include "remote/mirror.h"
 
 namespace dscache {

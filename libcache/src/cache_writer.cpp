@@ -24,7 +24,7 @@
 #include "dscache/lock.h"
 #include "dscache/npy.h"
 #include "dscache/shard.h"
-#include "json_parse.h"
+#include "json/parse.h"
 #include "open_files.h"
 #include "partial_dir.h"
 

@@ -14,7 +14,7 @@
 #include "dscache/crash_point.h"
 #include "dscache/file.h"
 #include "dscache/npy.h"
-#include "json_parse.h"
+#include "json/parse.h"
 
 namespace dscache {
 namespace {

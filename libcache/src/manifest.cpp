@@ -16,7 +16,7 @@
 #include "dscache/checksum.h"
 #include "dscache/enum_table.h"
 #include "dscache/error.h"
-#include "json_parse.h"
+#include "json/parse.h"
 #include "manifest_reader.h"
 
 namespace dscache {

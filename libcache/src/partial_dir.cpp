@@ -13,7 +13,7 @@
 #include "dscache/crash_point.h"
 #include "dscache/error.h"
 #include "dscache/file.h"
-#include "json_parse.h"
+#include "json/parse.h"
 
 namespace dscache {
 namespace {

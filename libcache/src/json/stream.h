@@ -10,7 +10,7 @@
 
 #include "dscache/checksum.h"
 #include "dscache/file.h"
-#include "json_parse.h"
+#include "json/parse.h"
 
 namespace dscache {
 

@@ -1,4 +1,4 @@
-#include "json_parse.h"
+#include "json/parse.h"
 
 #include <algorithm>
 #include <string>

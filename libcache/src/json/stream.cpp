@@ -1,4 +1,4 @@
-#include "json_stream.h"
+#include "json/stream.h"
 
 #include <algorithm>
 #include <string>
