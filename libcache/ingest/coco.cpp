@@ -318,7 +318,6 @@ SourceListing list_parsed(std::shared_ptr<CocoInstances> coco, Xxh64 h,
   out.columns.offsets.assign(nf, std::vector<uint64_t>{0});
 
   out.entries.set_path_prefix(root + "/");
-  out.entries.reserve(coco->images.size());
   std::vector<std::string> paths;
   paths.reserve(coco->images.size());
   for (const CocoImage& img : coco->images) {

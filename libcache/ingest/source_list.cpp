@@ -511,7 +511,6 @@ SourceListing list_idx(const std::string& images_path, const SourceOptions& opt)
   out.classes = numbered_classes(max_label, opt, out.labels_path);
   std::string base = images_path.substr(images_path.find_last_of('/') + 1);
   FileStat is = stat_follow(images_path), ls = stat_follow(out.labels_path);
-  out.entries.reserve(images->count);
   for (uint32_t i = 0; i < images->count; ++i) {
     SourceEntry e;
     e.name = base + "#" + std::to_string(i);

@@ -45,13 +45,10 @@ class SourceEntries {
   const std::string& path_prefix() const { return prefix_; }
 
   void push_back(const SourceEntry& e);
-  void reserve(size_t n) { (void)n; }  // blocks grow without moving; kept for callers' intent
   size_t size() const { return records_.size(); }
   bool empty() const { return records_.empty(); }
 
   SourceEntry operator[](size_t i) const;
-  SourceEntry front() const { return (*this)[0]; }
-  SourceEntry back() const { return (*this)[size() - 1]; }
   std::string path(size_t i) const;
   std::string_view name(size_t i) const;
   int64_t label(size_t i) const;
@@ -95,7 +92,7 @@ class SourceEntries {
   struct Record {
     uint32_t block = 0, offset = 0;  // where the entry's text starts
     uint32_t text_len = 0;           // the name's length | kOwnPath
-    uint32_t label_flags = 0;  // the label (an int32's bits, sign-extended from 31) | kHasExtra
+    uint32_t label_flags = 0;        // the label (31-bit two's complement) | kHasExtra
     uint64_t size = 0;
     int64_t mtime_ns = 0;
   };
