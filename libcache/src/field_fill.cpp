@@ -95,6 +95,9 @@ FieldFill::FieldFill(const SampleSource& source,
     for (size_t f = 0; f < specs.size(); ++f) chosen.push_back(f);
   } else {
     for (const std::string& name : *names) {
+      // The arrays every batch holds (their names are reserved: no field has them), accepted
+      // in a selection as what they are, e.g. fields = {"image", "mask"}.
+      if (name == "image" || name == "label" || name == "index") continue;
       const size_t f = index_of(name);
       if (f == specs.size()) {
         std::string known;

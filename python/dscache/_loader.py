@@ -210,13 +210,13 @@ class Loader:
         self.batch_stride, self.batch_offset = int(batch_stride), int(batch_offset)
         self.return_indices = bool(return_indices)
         self.transform = t
-        self.fields = self._select_fields(cache, fields)
+        self.fields, names = self._select_fields(cache, fields)
         self._as_dict = bool(cache.fields)  # a cache with fields yields Batch dicts
         self._impl = _dscache.Loader(
             cache._src, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
-            t.ratio[0], t.ratio[1], t.flip, None if fields is None else list(fields),
+            t.ratio[0], t.ratio[1], t.flip, names,
             o["min_box_visibility"], self.batch_stride, self.batch_offset, self._copy,
             direct_read)
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
@@ -242,8 +242,11 @@ class Loader:
 
     @staticmethod
     def _select_fields(cache, names):
-        """{name: spec} of the fields served, in order (libcache checks unknown names)."""
+        """({name: spec} of the fields served, in order; the names as given, for libcache, which
+        refuses unknown and repeated ones; None: all). "image", "label" and "index", the arrays
+        every batch holds, may be named too: they add nothing."""
         specs = {f.name: f for f in cache.fields}
+        given = names
         if names is None:
             names = list(specs)
         elif isinstance(names, (str, bytes)):
@@ -261,7 +264,7 @@ class Loader:
             if keys.count(k) > 1:
                 raise _invalid(f"fields: a batch would hold two arrays named '{k}' (a field's "
                                f"name and another's offsets): select one with fields=[...]")
-        return served
+        return served, (None if given is None else names)
 
     # ---- epochs -------------------------------------------------------------------------
 

@@ -445,7 +445,9 @@ class CacheMapDataset(torch.utils.data.Dataset):
         self._proc = None  # (pid, Cache)
         cache = self._cache()
         names = [f.name for f in cache.fields]
-        self.fields = names if fields is None else list(fields)
+        # "image", "label" and "index" are in every sample's dict: naming them adds nothing.
+        self.fields = names if fields is None else [
+            n for n in fields if n not in ("image", "label", "index")]
         for name in self.fields:
             if name not in names:
                 raise _invalid(f"fields: '{name}' is not a field of {self.path} (its fields: "

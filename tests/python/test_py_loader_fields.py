@@ -169,16 +169,20 @@ def test_no_crop_serves_stored_values(tmp):
 
 def test_fields_selection(tmp):
     cache = dscache.Cache(write_cache(tmp, n=20))
-    cases = [  # [fields=, the batch's keys besides image, label, index]
-        [None, set(FIELDS) | {"boxes_offsets", "box_labels_offsets", "caption_offsets"}],
-        [[], set()],
-        [["caption", "count"], {"caption", "caption_offsets", "count"}],
-        [["box_labels"], {"box_labels", "box_labels_offsets"}],  # its boxes decide its rows
-        [["mask"], {"mask"}],
+    cases = [  # [fields=, the batch's keys besides image, label, index, loader.fields]
+        [None, set(FIELDS) | {"boxes_offsets", "box_labels_offsets", "caption_offsets"},
+         list(FIELDS)],
+        [[], set(), []],
+        [["caption", "count"], {"caption", "caption_offsets", "count"}, ["caption", "count"]],
+        [["box_labels"], {"box_labels", "box_labels_offsets"}, ["box_labels"]],
+        [["mask"], {"mask"}, ["mask"]],
+        # the arrays every batch holds may be named too: they add nothing
+        [["image", "mask", "label", "index"], {"mask"}, ["mask"]],
+        [["image", "label"], set(), []],
+        [iter(["count"]), {"count"}, ["count"]],  # any iterable of names
     ]
-    for fields, keys in cases:
+    for fields, keys, want in cases:
         loader = dscache.Loader(cache, batch_size=7, seed=1, fields=fields, transform=RANDOM)
-        want = list(FIELDS) if fields is None else fields
         assert list(loader.fields) == want, (fields, list(loader.fields))
         for b in loader:
             assert set(b) == {"image", "label", "index"} | keys, (fields, sorted(b))

@@ -347,6 +347,9 @@ def test_map_dataset(tmp):
     item = fds[4]
     assert list(item) == ["image", "label", "index", "count"], list(item)
     assert int(item["count"]) == 28 and int(item["index"]) == 4
+    # the arrays every item holds may be named too: they add nothing
+    named = CacheMapDataset(fpath, fields=["image", "count", "label", "index"])
+    assert named.fields == ["count"] and list(named[4]) == list(item), list(named[4])
     batch = next(iter(DataLoader(CacheMapDataset(fpath), batch_size=3)))
     assert tuple(batch["mask"].shape) == (3, 8, 6) and batch["count"].tolist() == [0, 7, 14]
     try:

@@ -49,7 +49,8 @@ struct LoaderOptions {
   TransformOptions transform;  // crop/resize/flip of the image and, with the same draw, of
                                // every spatial field (mask, boxes); default: samples as stored
   // Fields served with each batch, by name, in this order (each must be one of the source's
-  // fields()); unset = all of the source's fields, in field order; empty = none. Fields not
+  // fields(); "image", "label" and "index", the arrays every batch holds, are accepted and
+  // change nothing); unset = all of the source's fields, in field order; empty = none. Fields not
   // named are never read (but the boxes a named rows_of field follows, which decide the rows it
   // keeps). Their buffers are aligned host memory (not `allocator`), grown as batches need.
   std::optional<std::vector<std::string>> fields;
