@@ -1,7 +1,7 @@
 // JPEG sources decoded by libcache's libjpeg-turbo decoder (libcache/ingest/jpeg_direct.h) give
 // exactly the pixels of OpenCV's imdecode path (DecodeOptions::opencv_jpeg), at every DCT
-// reduction, layout and output; and the streams that path leaves to OpenCV (EXIF orientation,
-// CMYK, trailing bytes, damage) still decode as OpenCV decodes them.
+// reduction, layout and output; and the streams that path leaves to OpenCV (CMYK, trailing bytes,
+// damage) still decode as OpenCV decodes them. EXIF orientations: test_decode_orientation.cpp.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -11,55 +11,11 @@
 
 #include "decode_fixtures.h"
 #include "dscache/jpeg.h"
+#include "jpeg_exif_fixtures.h"
 
 using namespace dscache::test;
 
 namespace {
-
-// A smooth photo-like BGR image with detail: gradients plus a seeded texture.
-cv::Mat photo_like(int h, int w, uint64_t seed) {
-  cv::Mat img(h, w, CV_8UC3);
-  cv::RNG rng(seed);
-  cv::randu(img, cv::Scalar::all(0), cv::Scalar::all(255));
-  cv::GaussianBlur(img, img, cv::Size(0, 0), 3.0);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      cv::Vec3b& p = img.at<cv::Vec3b>(y, x);
-      p[0] = static_cast<uint8_t>((p[0] + x * 255 / w) / 2);
-      p[2] = static_cast<uint8_t>((p[2] + y * 255 / h) / 2);
-    }
-  }
-  return img;
-}
-
-// An APP1 Exif segment whose IFD0 holds Orientation = `orientation` (little- or big-endian).
-Bytes with_orientation(const Bytes& jpeg, uint16_t orientation, bool big_endian) {
-  Bytes tiff = big_endian ? Bytes{'M', 'M', 0, 42, 0, 0, 0, 8} : Bytes{'I', 'I', 42, 0, 8, 0, 0, 0};
-  const auto put16 = [&](uint16_t v) {
-    tiff.push_back(static_cast<uint8_t>(big_endian ? v >> 8 : v));
-    tiff.push_back(static_cast<uint8_t>(big_endian ? v : v >> 8));
-  };
-  const auto put32 = [&](uint32_t v) {
-    put16(static_cast<uint16_t>(big_endian ? v >> 16 : v));
-    put16(static_cast<uint16_t>(big_endian ? v : v >> 16));
-  };
-  put16(1);       // one entry
-  put16(0x0112);  // Orientation
-  put16(3);       // SHORT
-  put32(1);       // one value
-  put16(orientation);
-  put16(0);
-  put32(0);  // no next IFD
-  Bytes app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
-  app1.insert(app1.end(), tiff.begin(), tiff.end());
-  const size_t len = app1.size() - 2;
-  app1[2] = static_cast<uint8_t>(len >> 8);
-  app1[3] = static_cast<uint8_t>(len);
-  Bytes out(jpeg.begin(), jpeg.begin() + 2);  // SOI
-  out.insert(out.end(), app1.begin(), app1.end());
-  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
-  return out;
-}
 
 // A BGR image as a JPEG cache stores it (dscache::jpeg_encode: RGB in, 4:2:0, restart markers).
 Bytes ours(const cv::Mat& bgr) {
@@ -168,8 +124,8 @@ TEST_CASE("jpeg sources libcache's decoder leaves to OpenCV decode as OpenCV dec
     bool direct;  // expected path
   };
   const std::vector<Case> cases = {
-      {"orientation 6, applied", with_orientation(plain, 6, false), false, false},
-      {"orientation 3, big-endian, applied", with_orientation(plain, 3, true), false, false},
+      {"orientation 6, applied after the decode", with_orientation(plain, 6, false), false, true},
+      {"orientation 3, big-endian, applied", with_orientation(plain, 3, true), false, true},
       {"orientation 6, ignored", with_orientation(plain, 6, false), true, true},
       {"CMYK", make_flat_jpeg(40, 24, {10, 200, 30, 0}), false, false},
       {"bytes after EOI", trailing, false, false},

@@ -15,9 +15,11 @@ namespace detail {
 // not apply or fails, `img` then empty (the caller decodes with OpenCV, which decides and words
 // any error). It applies where imdecode would give the same pixels in BGR order: both run
 // Debian's libjpeg-turbo with the same settings (integer IDCT, fancy upsampling, DCT scaling
-// scale_num/scale_denom = 1/reduction, RGB or grey out); so not for an EXIF orientation imdecode
-// would apply (unless ignore_orientation), 4-component (CMYK) streams, or streams libjpeg warns
-// about (OpenCV decodes those leniently) or with bytes after EOI.
+// scale_num/scale_denom = 1/reduction, RGB or grey out), and an EXIF orientation (unless
+// ignore_orientation) is applied after the decode with imdecode's own flips and transposes (so
+// `img` is the oriented image); not for EXIF blocks whose orientation jpeg_orientation cannot
+// vouch for, 4-component (CMYK) streams, or streams libjpeg warns about (OpenCV decodes those
+// leniently) or with bytes after EOI.
 //
 // Why: OpenCV 4.6 (Debian 12) has libjpeg produce RGB and swaps every row to BGR in a scalar
 // loop, which a build then swaps back; that loop was a third of a JPEG build's CPU.

@@ -139,31 +139,44 @@ uint32_t exif_orientation(const uint8_t* t, size_t n) {
 
 }  // namespace
 
-bool jpeg_orientation_is_identity(const uint8_t* d, size_t n) {
-  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+uint32_t jpeg_orientation(const uint8_t* d, size_t n) {
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return 0;
+  uint32_t found = 0;            // the Exif segments' common value (0 while there are none)
+  bool first_app1_exif = false;  // imdecode reads the first APP1 only
+  bool seen_app1 = false;
   size_t p = 2;
   while (p + 4 <= n) {
-    if (d[p] != 0xFF) return false;
+    if (d[p] != 0xFF) return 0;
     const uint8_t m = d[p + 1];
     if (m == 0xFF) {  // fill byte
       ++p;
       continue;
     }
-    if (m == 0xDA || m == 0xD9) return true;  // the scan (or the end): no more APPn
+    if (m == 0xDA || m == 0xD9) {  // the scan (or the end): no more APPn
+      if (found == 0) return 1;
+      return found == 1 || first_app1_exif ? found : 0;
+    }
     if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
       p += 2;
       continue;
     }
     const size_t len = (size_t{d[p + 2]} << 8) | d[p + 3];
-    if (len < 2 || len > n - p - 2) return false;
+    if (len < 2 || len > n - p - 2) return 0;
     static const uint8_t kExif[6] = {'E', 'x', 'i', 'f', 0, 0};
-    if (m == 0xE1 && len >= 8 && std::memcmp(d + p + 4, kExif, 6) == 0 &&
-        exif_orientation(d + p + 10, len - 8) != 1) {
-      return false;
+    if (m == 0xE1) {
+      const bool exif = len >= 8 && std::memcmp(d + p + 4, kExif, 6) == 0;
+      if (!seen_app1) first_app1_exif = exif;
+      seen_app1 = true;
+      if (exif) {
+        const uint32_t v = exif_orientation(d + p + 10, len - 8);
+        if (v < 1 || v > 8) return 0;  // unreadable, or a value imdecode's table lacks
+        if (found == 0) found = v;
+        if (v != found) return 0;  // segments that disagree: OpenCV decides
+      }
     }
     p += 2 + len;
   }
-  return false;
+  return 0;
 }
 
 bool may_have_alpha(ImageFormat f, const uint8_t* d, size_t n) {

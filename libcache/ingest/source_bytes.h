@@ -25,10 +25,12 @@ std::string pixel_limit_reason(uint64_t w, uint64_t h, uint64_t max_pixels);
 // file cut mid-scan "successfully", filling the rest with grey; we would rather skip it.
 bool jpeg_has_eoi(const uint8_t* d, size_t n);
 
-// True when a JPEG's header holds no EXIF orientation that imdecode would apply: no APP1 "Exif"
-// segment, or each one's IFD0 has no Orientation tag (0x0112) or has 1. False for anything else,
-// a segment it cannot read included (the caller then leaves the decode to OpenCV).
-bool jpeg_orientation_is_identity(const uint8_t* d, size_t n);
+// The EXIF orientation (1..8) imdecode applies to a JPEG: 1 when no APP1 "Exif" segment holds an
+// Orientation tag (0x0112) in IFD0 other than 1; otherwise that tag's value, when every Exif
+// segment agrees on it and the first APP1 segment (the one OpenCV reads) is Exif. 0 for anything
+// else, a segment it cannot read or a value outside 1..8 included (the caller then leaves the
+// decode to OpenCV).
+uint32_t jpeg_orientation(const uint8_t* d, size_t n);
 
 // True when the file may hold an alpha channel that IMREAD_UNCHANGED keeps, from its header: PNG
 // and WebP. No other format's alpha is looked at (TIFF, BMP, JPEG 2000).

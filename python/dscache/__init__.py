@@ -44,7 +44,7 @@ Cache.fields and Cache.field(i, "boxes"). A Loader over such a cache yields a di
 batch["boxes_offsets"] (B + 1,)); dscache.per_sample(batch, "boxes") and
 dscache.detection_targets(batch) cut them per sample. Loader(fields=[...]) serves only those.
 
-PyTorch mirrors of dscache-train's models (cnn, unet-small), with its parameter names:
+PyTorch mirrors of dscache-train's models (cnn, resnet18, unet-small), with its parameter names:
 dscache.models (imports torch; `import dscache` does not).
 
 torch.utils.data datasets for DataLoader(num_workers=N), Lightning and StatefulDataLoader:

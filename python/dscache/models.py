@@ -20,7 +20,17 @@ Needs python3-torch; `import dscache` alone does not import this module.
   upsampled deeper map concatenated with the skip, a 1x1 head. GroupNorm(4) everywhere, so a
   batch's gradient is the sum of its samples'. Any H, W >= 8, odd ones included: pools floor and
   each upsampling goes to its skip's exact size. Output (N, outputs, H, W).
-Default PyTorch initialisation (LibTorch's is the same).
+- `ResNet18` (classify, multilabel, regress): torchvision's ResNet-18 layout and names (`conv1`,
+  `bn1`, `layer1`..`layer4` of two BasicBlocks, `downsample.0`/`.1`, `fc`) with the trainer's
+  stem choice: images of at most 64 px on their longer side get the CIFAR stem (3x3 stride-1
+  conv, no max-pool), larger ones the ImageNet stem (7x7 stride-2 conv, 3x3 stride-2 max-pool).
+  BatchNorm: eval() uses the running statistics model.pt carries.
+- `ResNet18Seg` (segment, `--model resnet18`): ResNet18's four stages without `fc` into an
+  FPN-style decoder: 1x1 laterals `lat1`..`lat4` to 64 channels added top-down after bilinear
+  upsampling, `head_conv` 3x3 - GroupNorm(8) `head_gn` - ReLU - `head_out` 1x1, upsampled
+  (bilinear) to the input size: (N, outputs, H, W).
+Default PyTorch initialisation (LibTorch's is the same), and for the ResNets the trainer's
+Kaiming-normal (fan_out) re-draw of the encoder's convolutions.
 """
 import json
 import os
@@ -29,9 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Block", "Cnn", "UnetSmall", "build_model", "load_model", "normalize", "KINDS"]
+__all__ = ["Block", "Cnn", "UnetSmall", "BasicBlock", "ResNet18", "ResNet18Seg", "build_model",
+           "load_model", "normalize", "KINDS"]
 
-KINDS = ("cnn", "unet-small")  # resnet18 is dscache-train's only model without a mirror here
+KINDS = ("cnn", "resnet18", "unet-small")  # every model dscache-train has
 
 
 class Cnn(nn.Module):
@@ -99,11 +110,102 @@ class UnetSmall(nn.Module):
         return self.head(d1)
 
 
+def _conv(a, b, k, stride, pad):
+    return nn.Conv2d(a, b, k, stride=stride, padding=pad, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """ResNet-18's block: conv1 3x3 (stride) - bn1 - ReLU - conv2 3x3 - bn2, plus the input
+    (through `downsample`, 1x1 conv + BatchNorm, where stride or width change), then ReLU."""
+
+    def __init__(self, a, b, stride):
+        super().__init__()
+        self.conv1 = _conv(a, b, 3, stride, 1)
+        self.bn1 = nn.BatchNorm2d(b)
+        self.conv2 = _conv(b, b, 3, 1, 1)
+        self.bn2 = nn.BatchNorm2d(b)
+        self.downsample = None
+        if stride != 1 or a != b:
+            self.downsample = nn.Sequential(_conv(a, b, 1, stride, 0), nn.BatchNorm2d(b))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + identity)
+
+
+class ResNet18(nn.Module):
+    """dscache-train's `resnet18`: (N, C, H, W) float -> (N, outputs). `small_input`: the CIFAR
+    stem (the trainer's choice for images of at most 64 px), else the ImageNet stem."""
+
+    def __init__(self, in_channels, outputs, small_input, *, head=True):
+        super().__init__()
+        self.small_input = small_input
+        self.conv1 = _conv(in_channels, 64, 3, 1, 1) if small_input else \
+            _conv(in_channels, 64, 7, 2, 3)
+        self.bn1 = nn.BatchNorm2d(64)
+        a = 64
+        for i, b in enumerate((64, 128, 256, 512)):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}",
+                    nn.Sequential(BasicBlock(a, b, stride), BasicBlock(b, b, 1)))
+            a = b
+        # The trainer's (torchvision's) init: Kaiming-normal convolutions, fan_out.
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        if head:
+            self.fc = nn.Linear(512, outputs)
+
+    def stages(self, x):
+        """The outputs of layer1..layer4 (strides 1, 2, 4, 8 with the CIFAR stem; 4, 8, 16, 32
+        with the ImageNet stem)."""
+        x = F.relu(self.bn1(self.conv1(x)))
+        if not self.small_input:
+            x = F.max_pool2d(x, 3, 2, 1)
+        out = []
+        for layer in (self.layer1, self.layer2, self.layer3, self.layer4):
+            x = layer(x)
+            out.append(x)
+        return out
+
+    def forward(self, x):
+        x = F.adaptive_avg_pool2d(self.stages(x)[-1], 1)
+        return self.fc(torch.flatten(x, 1))
+
+
+def _up_to(x, like):
+    return F.interpolate(x, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class ResNet18Seg(ResNet18):
+    """dscache-train's `--task segment --model resnet18`: (N, C, H, W) -> (N, outputs, H, W)."""
+
+    def __init__(self, in_channels, outputs, small_input):
+        super().__init__(in_channels, outputs, small_input, head=False)
+        for i, width in enumerate((64, 128, 256, 512)):
+            setattr(self, f"lat{i + 1}", nn.Conv2d(width, 64, 1))
+        self.head_conv = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.head_gn = nn.GroupNorm(8, 64)
+        self.head_out = nn.Conv2d(64, outputs, 1)
+
+    def forward(self, x):
+        c = self.stages(x)
+        lat = (self.lat1, self.lat2, self.lat3, self.lat4)
+        p = lat[3](c[3])
+        for i in (2, 1, 0):
+            p = lat[i](c[i]) + _up_to(p, c[i])
+        # GroupNorm in its weights' dtype, as in Block (CPU autocast).
+        p = F.relu(self.head_gn(self.head_conv(p).to(self.head_gn.weight.dtype)))
+        return _up_to(self.head_out(p), x)
+
+
 def build_model(kind, task, in_channels, outputs, height, width):
     """The model dscache-train builds for `--model KIND --task TASK` on HEIGHT x WIDTH x
     IN_CHANNELS images with OUTPUTS outputs (classes, target columns, or mask classes).
     ValueError for a pair dscache-train refuses or has no mirror here."""
-    tasks = {"cnn": ("classify", "multilabel", "regress"), "unet-small": ("segment",)}
+    tasks = {"cnn": ("classify", "multilabel", "regress"), "unet-small": ("segment",),
+             "resnet18": ("classify", "multilabel", "regress", "segment")}
     if kind not in tasks:
         raise ValueError(f"build_model: kind {kind!r} has no Python mirror (have {KINDS})")
     if task not in tasks[kind]:
@@ -112,6 +214,11 @@ def build_model(kind, task, in_channels, outputs, height, width):
     if min(in_channels, outputs, height, width) < 1:
         raise ValueError(f"build_model: in_channels {in_channels}, outputs {outputs}, height "
                          f"{height}, width {width}: each must be >= 1")
+    if kind == "resnet18":
+        small = max(height, width) <= 64  # the trainer's rule (make_model, trainer/models.cpp)
+        if task == "segment":
+            return ResNet18Seg(in_channels, outputs, small)
+        return ResNet18(in_channels, outputs, small)
     if kind == "cnn":
         if height < 4 or width < 4:
             raise ValueError(f"build_model: cnn needs images of at least 4x4, not "

@@ -97,7 +97,7 @@ def test_cnn_and_build_model(tmp):
     assert isinstance(build_model("cnn", "multilabel", 1, 10, 56, 56), Cnn)
     assert isinstance(build_model("unet-small", "segment", 1, 11, 57, 45), UnetSmall)
     refused = [  # (args, words the message must hold)
-        (("resnet18", "classify", 3, 10, 32, 32), "no Python mirror"),
+        (("resnet50", "classify", 3, 10, 32, 32), "no Python mirror"),
         (("cnn", "segment", 1, 11, 56, 56), "not 'segment'"),
         (("unet-small", "multilabel", 1, 10, 56, 56), "not 'multilabel'"),
         (("unet-small", "segment", 1, 11, 7, 56), "at least 8x8"),
