@@ -8,7 +8,7 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   POSIX headers and other dscache public headers: no third-party type can reach a user.
 - libcache's core (src/) includes no OpenCV, TBB, LibTorch or Boost, and nothing of ingest,
   tools or the trainer. libjpeg (<jpeglib.h>, <jerror.h>) only in the files that wrap it
-  (feature `jpeg`): libcache/src/jpeg.cpp (decode), jpeg_encode.cpp and their shared
+  (feature `jpeg`): libcache/src/codec/jpeg.cpp (decode), jpeg_encode.cpp and their shared
   jpeg_libjpeg.h; never TurboJPEG.
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer.
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.
@@ -43,8 +43,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 THIRD_PARTY = ("opencv2/", "tbb/", "oneapi/", "torch/", "ATen/", "c10/", "boost/", "hdf5",
                "H5", "nlohmann/", "zlib.h", "gloo/", "turbojpeg.h", "jpeglib.h", "jerror.h")
 LIBJPEG = ("jpeglib.h", "jerror.h", "jmorecfg.h", "jconfig.h")
-JPEG_WRAPPERS = ("libcache/src/jpeg.cpp", "libcache/src/jpeg_encode.cpp",
-                 "libcache/src/jpeg_libjpeg.h")
+JPEG_WRAPPERS = ("libcache/src/codec/jpeg.cpp", "libcache/src/codec/jpeg_encode.cpp",
+                 "libcache/src/codec/jpeg_libjpeg.h")
 SHARED_TEMP_DIR = "../temp_dir.h"  # tests/temp_dir.h, as tests/fuzz/ includes it
 TORCH = ("torch/", "ATen/", "c10/")
 PY_LOAD_OK = ("numpy",)   # what the Python package may import when it loads, besides the stdlib
@@ -165,7 +165,8 @@ def main(argv):
             errors.append(f"{p.relative_to(root)}:{n}: import {name}: the Python package imports "
                           "only the standard library and NumPy when it loads, torch only inside "
                           "a function")
-    internal_headers = {p.name for p in (root / "libcache/src").glob("*.h")}
+    internal_headers = {h.relative_to(root / "libcache/src").as_posix()
+                        for h in (root / "libcache/src").rglob("*.h")}
     trainer_mb = root / "trainer/meson.build"
     with_trainer = set(re.findall(r"\.\./bench/([\w.]+\.cpp)",
                                   trainer_mb.read_text() if trainer_mb.is_file() else ""))
