@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "codec/jpeg_internal.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
 #include "dscache/transform.h"
-#include "jpeg_internal.h"
 #include "test_util.h"
 
 namespace dscache::test {

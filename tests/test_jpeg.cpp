@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "codec/jpeg_internal.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
 #include "dscache/transform.h"
 #include "jpeg_fixtures.h"
-#include "jpeg_internal.h"
 #include "test_util.h"
 
 // The library's names the tests use unqualified come with jpeg_fixtures.h.

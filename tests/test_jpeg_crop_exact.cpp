@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "codec/jpeg_internal.h"
 #include "dscache/error.h"
 #include "dscache/jpeg.h"
 #include "dscache/transform.h"
 #include "jpeg_fixtures.h"
-#include "jpeg_internal.h"
 #include "test_util.h"
 
 using namespace dscache::test;

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "direct_windows.h"
 #include "dscache/cache.h"
 #include "dscache/error.h"
 #include "dscache/loader.h"
 #include "loader_fixtures.h"
 #include "scoped_env.h"
+#include "serve/direct_windows.h"
 #include "test_util.h"
 
 using namespace dscache::test;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "resample.h"
+#include "codec/resample.h"
 
 namespace {
 

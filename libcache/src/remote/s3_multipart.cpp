@@ -6,10 +6,10 @@
 #include <algorithm>
 
 #include "dscache/error.h"
-#include "io_util.h"
 #include "remote/parallel.h"
 #include "remote/s3_store.h"
 #include "remote/s3_xml.h"
+#include "util/io_util.h"
 
 namespace dscache {
 namespace remote {

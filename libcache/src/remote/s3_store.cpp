@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "dscache/error.h"
-#include "io_util.h"
 #include "remote/s3_xml.h"
+#include "util/io_util.h"
 
 namespace dscache {
 namespace remote {

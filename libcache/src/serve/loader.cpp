@@ -1,0 +1,502 @@
+// Loader: the epoch order (sampler.cpp) cut into batches, filled by a Prefetcher into reusable
+// aligned buffers, handed out in order.
+#include "dscache/loader.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "dscache/error.h"
+#include "read/mapped_file.h"
+#include "serve/direct_windows.h"
+#include "serve/field_fill.h"
+#include "serve/prefetcher.h"
+#include "serve/read_ahead.h"
+
+namespace dscache {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
+
+// a * b, or false when it does not fit in 64 bits.
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+// This machine's physical memory in bytes (UINT64_MAX when unknown): no ring of batch buffers
+// larger than that can ever be allocated, so such options are refused up front by name.
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  uint64_t bytes = 0;
+  if (pages <= 0 || page <= 0 || !checked_mul(uint64_t(pages), uint64_t(page), &bytes)) {
+    return UINT64_MAX;
+  }
+  return bytes;
+}
+
+// Frees with the allocator's release, or std::free for the default buffers.
+struct BufferDeleter {
+  std::function<void(void*)> release;
+  void operator()(uint8_t* p) const {
+    if (release) {
+      release(p);
+    } else {
+      std::free(p);
+    }
+  }
+};
+using AlignedBytes = std::unique_ptr<uint8_t, BufferDeleter>;
+
+AlignedBytes aligned_bytes(size_t size, const BufferAllocator& a) {
+  if (size > SIZE_MAX - kAlign) throw invalid("loader: batch buffer size does not fit in memory");
+  const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  const size_t bytes = rounded == 0 ? kAlign : rounded;
+  if (a.allocate) {
+    void* p = a.allocate(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    AlignedBytes owned(static_cast<uint8_t*>(p), BufferDeleter{a.release});
+    if (reinterpret_cast<uintptr_t>(p) % kAlign != 0) {
+      throw invalid("loader.allocator returned memory not aligned to " + std::to_string(kAlign) +
+                    " bytes");
+    }
+    return owned;
+  }
+  void* p = std::aligned_alloc(kAlign, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return AlignedBytes(static_cast<uint8_t*>(p), BufferDeleter{});
+}
+
+// Mirrors an HWC image left to right, in place.
+void mirror_rows(uint8_t* img, uint32_t h, uint32_t w, uint32_t c) {
+  for (uint32_t y = 0; y < h; ++y) {
+    uint8_t* row = img + size_t{y} * w * c;
+    for (uint32_t a = 0, b = w - 1; a < b; ++a, --b) {
+      for (uint32_t k = 0; k < c; ++k) std::swap(row[size_t{a} * c + k], row[size_t{b} * c + k]);
+    }
+  }
+}
+
+// The options that need no source: sizes, counts, the stride and the allocator's pair.
+void validate_counts(const LoaderOptions& o) {
+  if (o.batch_size < 1) throw invalid("loader.batch_size must be >= 1");
+  if (o.batch_stride < 1) throw invalid("loader.batch_stride must be >= 1");
+  if (o.batch_offset >= o.batch_stride) {
+    throw invalid("loader.batch_offset " + std::to_string(o.batch_offset) +
+                  " must be < batch_stride " + std::to_string(o.batch_stride));
+  }
+  if (o.workers > kMaxWorkers) {
+    throw invalid("loader.workers " + std::to_string(o.workers) + " > " +
+                  std::to_string(kMaxWorkers) + " (threads filling batches)");
+  }
+  if (o.prefetch < 1) throw invalid("loader.prefetch must be >= 1");
+  if (o.prefetch > kMaxPrefetch) {  // + 1 buffers would wrap to 0 at UINT32_MAX
+    throw invalid("loader.prefetch " + std::to_string(o.prefetch) + " > " +
+                  std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
+  }
+  if (static_cast<bool>(o.allocator.allocate) != static_cast<bool>(o.allocator.release)) {
+    throw invalid("loader.allocator needs both allocate and release, or neither");
+  }
+  detail::validate_direct(o);
+  if (o.hand_off_images && !o.allocator.allocate) {
+    throw invalid("loader.hand_off_images needs an allocator (who else would free the buffers)");
+  }
+}
+
+}  // namespace
+
+class Loader::Impl {
+ public:
+  Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
+
+  void start(uint64_t seed, uint64_t epoch, uint64_t cursor);
+  const Batch* next();
+
+  // One ring slot: memory allocated once, reused by every batch and epoch.
+  struct Slot {
+    AlignedBytes images;
+    std::vector<int64_t> labels;
+    std::vector<uint64_t> indices;
+    detail::FieldBuffers fields;   // the selected fields' values (none: empty)
+    std::vector<uint8_t> scratch;  // a crop box (or sample) copied out of the source
+    Batch batch;
+  };
+
+  void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
+  // hand_off_images: the held batch's slot gets a new image buffer (the old one released to
+  // the allocator) before the prefetcher may refill it.
+  void hand_off_held();
+  uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
+
+  std::shared_ptr<const SampleSource> source_;
+  LoaderOptions options_;
+  Layout layout_;
+  uint32_t out_h_ = 0, out_w_ = 0, channels_ = 0;
+  uint64_t sample_bytes_ = 0;
+  bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
+  bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
+  std::unique_ptr<detail::FieldFill> fields_;  // the fields batches carry
+  bool with_fields_ = false;                   // any at all (else no per-sample field work)
+  uint64_t samples_per_epoch_ = 0;
+  uint64_t batches_per_epoch_ = 0;  // served: the stride's share of the rank's batches
+  // The rank's batch number of the `job`-th batch this Loader serves.
+  uint64_t rank_batch(uint64_t job) const {
+    return options_.batch_offset + job * options_.batch_stride;
+  }
+  std::vector<Slot> slots_;
+
+  // Read by fills; changed only while the prefetcher is stopped.
+  std::vector<uint64_t> order_;
+  uint64_t seed_ = 0;
+  uint64_t epoch_ = 0;
+
+  // Consumer state.
+  detail::ReadAhead read_ahead_;  // kWindowed: IO hints as the cursor moves
+  bool started_ = false;
+  uint64_t cursor_ = 0;
+  int64_t held_slot_ = -1;  // the slot of the batch next() returned last, until released
+  double wait_seconds_ = 0;
+
+  // direct_read: the window each served position is copied from (kNoWindow: copy_run, e.g.
+  // the rank tail's padding); rebuilt by start() while the prefetcher is stopped.
+  static constexpr uint32_t kNoWindow = detail::kNoWindow;
+  std::vector<uint32_t> pos_window_;
+  std::unique_ptr<detail::DirectWindows> direct_;
+  DirectReadDecision direct_choice_;  // made once, at construction (direct_read_reason())
+
+  std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
+};
+
+Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
+    : source_(std::move(source)), options_(options) {
+  if (!source_) throw invalid("loader: source is null");
+  validate_counts(options_);
+  const uint64_t n = source_->size();
+  validate(options_.sampler, n);
+  // Windowed shuffle without an explicit block: block and window sized in stored bytes.
+  options_.sampler = detail::resolve_window_for(
+      *source_, options_.sampler,
+      (uint64_t{options_.prefetch} + 1) * options_.batch_size * options_.sampler.world_size);
+  layout_ = source_->layout();
+  encoded_ = source_->encoded();
+  validate(options_.transform, layout_);
+
+  const TransformOptions& t = options_.transform;
+  const SampleShape stored = source_->shape();
+  channels_ = stored.channels;
+  if (channels_ == 0) throw invalid("loader: the source reports 0 channels");
+  if (layout_ == Layout::kFixed) {
+    out_h_ = t.height != 0 ? t.height : stored.height;
+    out_w_ = t.width != 0 ? t.width : stored.width;
+    if (t.crop == CropMode::kNone) {
+      if (out_h_ != stored.height) {
+        throw invalid("transform.height " + std::to_string(t.height) + " != stored height " +
+                      std::to_string(stored.height) +
+                      " (crop none serves samples as stored; use 0, or crop center)");
+      }
+      if (out_w_ != stored.width) {
+        throw invalid("transform.width " + std::to_string(t.width) + " != stored width " +
+                      std::to_string(stored.width) +
+                      " (crop none serves samples as stored; use 0, or crop center)");
+      }
+      plain_copy_ = true;
+    }
+  } else {
+    out_h_ = t.height;  // validate() made both > 0
+    out_w_ = t.width;
+  }
+  // Every product that sizes an allocation is checked: a wrapped size would allocate a few bytes
+  // that the workers then write far past.
+  uint64_t hw = 0;
+  if (!checked_mul(out_h_, out_w_, &hw) || !checked_mul(hw, channels_, &sample_bytes_)) {
+    throw invalid("transform: output sample " + std::to_string(out_h_) + "x" +
+                  std::to_string(out_w_) + "x" + std::to_string(channels_) +
+                  " bytes does not fit in 64 bits");
+  }
+
+  fields_ = std::make_unique<detail::FieldFill>(*source_, options_.fields,
+                                                options_.min_box_visibility, out_h_, out_w_);
+  with_fields_ = !fields_->empty();
+  direct_choice_ = detail::choose_direct_read(*source_, options_, plain_copy_);
+  // What a batch holds per sample besides labels and indices: the image and the fixed-size
+  // fields (variable ones grow with the data and are not known here).
+  uint64_t field_bytes = 0, held_bytes = 0;
+  if (!fields_->fixed_bytes_per_sample(&field_bytes) ||
+      __builtin_add_overflow(sample_bytes_, field_bytes, &held_bytes)) {
+    throw invalid("loader.fields: the fixed-size fields of one sample do not fit in 64 bits");
+  }
+
+  const uint64_t per_rank = samples_per_rank(n, options_.sampler);
+  const uint64_t bs = options_.batch_size;
+  const uint64_t rank_batches = options_.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+  samples_per_epoch_ = options_.drop_last ? rank_batches * bs : per_rank;
+  const uint64_t stride = options_.batch_stride, offset = options_.batch_offset;
+  batches_per_epoch_ = rank_batches > offset ? (rank_batches - offset + stride - 1) / stride : 0;
+
+  const uint32_t slot_count = options_.prefetch + 1;  // <= kMaxPrefetch + 1: no wrap
+  // Per slot: the images plus a label and an index per sample; slot_count slots.
+  const std::string sizes =
+      "loader.batch_size " + std::to_string(bs) + " x " + std::to_string(held_bytes) +
+      " bytes per sample (" + std::to_string(out_h_) + "x" + std::to_string(out_w_) + "x" +
+      std::to_string(channels_) +
+      (field_bytes > 0 ? " + " + std::to_string(field_bytes) + " of fields" : std::string()) +
+      ") x " + std::to_string(slot_count) + " buffers (prefetch " +
+      std::to_string(options_.prefetch) + " + 1)";
+  uint64_t batch_bytes = 0, slot_bytes = 0, ring_bytes = 0;
+  if (!checked_mul(bs, held_bytes, &batch_bytes) || batch_bytes > UINT64_MAX - 2 * kAlign ||
+      !checked_mul(bs, sizeof(int64_t) + sizeof(uint64_t), &slot_bytes) ||
+      slot_bytes > UINT64_MAX - batch_bytes - kAlign ||
+      !checked_mul(slot_bytes + batch_bytes + kAlign, slot_count, &ring_bytes)) {
+    throw invalid(sizes + " does not fit in 64 bits");
+  }
+  const uint64_t memory = physical_memory_bytes();
+  if (ring_bytes > memory || batch_bytes > SIZE_MAX) {
+    throw invalid(sizes + " = " + std::to_string(ring_bytes) +
+                  " bytes, more than this machine's memory (" + std::to_string(memory) +
+                  " bytes); lower batch_size, prefetch or the transform size");
+  }
+  slots_.resize(slot_count);
+  for (Slot& s : slots_) {
+    s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);
+    s.labels.resize(bs);
+    s.indices.resize(bs);
+    if (with_fields_) {
+      s.fields = fields_->make_buffers(options_.batch_size);
+      s.batch.fields = fields_->make_batch_fields();
+    }
+  }
+  try {
+    prefetcher_ = std::make_unique<Prefetcher>(
+        options_.workers, slot_count,
+        [this](uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel) {
+          fill(job, slot, cancel);
+        });
+  } catch (const std::system_error& e) {  // the system refused a thread (limits, memory)
+    throw Error(ErrorKind::kIOError, "",
+                "loader: cannot start " + std::to_string(options_.workers) +
+                    " worker threads: " + e.code().message());
+  }
+}
+
+void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
+  if (cursor > batches_per_epoch_) {
+    throw invalid("position.cursor " + std::to_string(cursor) + " > batches per epoch " +
+                  std::to_string(batches_per_epoch_));
+  }
+  hand_off_held();
+  prefetcher_->stop();  // no fill runs past this point: order_ and friends may change
+  direct_.reset();      // its reader thread stops; nothing waits on it any more
+  pos_window_.clear();
+  started_ = false;
+  order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
+  order_.resize(samples_per_epoch_);  // drop_last
+  seed_ = seed;
+  epoch_ = epoch;
+  cursor_ = cursor;
+  started_ = true;
+  // ReadAhead counts the rank's batches (unstrided).
+  read_ahead_ = detail::ReadAhead(options_.sampler, source_->size(), seed, epoch,
+                                  options_.batch_size, samples_per_epoch_, rank_batch(cursor));
+  if (direct_choice_.direct) {  // the epoch's windows and pos_window_, or null
+    direct_ = detail::DirectWindows::plan(source_, options_, read_ahead_.windows(),
+                                          samples_per_epoch_, rank_batch(cursor), &pos_window_);
+  }
+  if (direct_) {
+    read_ahead_ = detail::ReadAhead();  // no page-cache hints: the windows bypass it
+  } else {
+    read_ahead_.begin(*source_, rank_batch(cursor + options_.prefetch));
+  }
+  prefetcher_->start(cursor, batches_per_epoch_);
+}
+
+const Batch* Loader::Impl::next() {
+  if (!started_) {
+    throw invalid("Loader::next() called before start_epoch() or restore()");
+  }
+  hand_off_held();
+  if (cursor_ >= batches_per_epoch_) {
+    prefetcher_->release();
+    return nullptr;
+  }
+  const uint32_t slot = prefetcher_->acquire(cursor_, &wait_seconds_, options_.wait_poll);
+  held_slot_ = slot;
+  read_ahead_.advance(*source_, rank_batch(cursor_), rank_batch(cursor_ + options_.prefetch + 1));
+  ++cursor_;
+  return &slots_[slot].batch;
+}
+
+void Loader::Impl::hand_off_held() {
+  if (held_slot_ < 0) return;
+  if (options_.hand_off_images) {
+    // The slot is still held: no worker writes it until the prefetcher releases it. The new
+    // buffer first, then the old one released (unique_ptr assignment), so a failed allocation
+    // leaves the slot as it was.
+    slots_[held_slot_].images =
+        aligned_bytes(options_.batch_size * sample_bytes_, options_.allocator);
+  }
+  held_slot_ = -1;
+}
+
+void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Cancel& cancel) {
+  Slot& slot = slots_[slot_index];
+  const uint64_t bs = options_.batch_size;
+  const uint64_t begin = rank_batch(job) * bs;
+  const uint64_t count = std::min<uint64_t>(bs, samples_per_epoch_ - begin);
+  const TransformOptions& t = options_.transform;
+  std::vector<uint8_t>& scratch = slot.scratch;
+  uint64_t run_left = 0;  // samples copy_run already copied for the coming positions
+  if (with_fields_) fields_->begin(&slot.fields);
+  for (uint64_t k = 0; k < count; ++k) {
+    if (cancel.requested()) return;
+    const uint64_t idx = order_[begin + k];
+    uint8_t* out = slot.images.get() + k * sample_bytes_;
+    // The sample's one geometric draw: its image and every spatial field use it.
+    SampleShape s;
+    CropBox box;
+    if (encoded_) {
+      // Decoded in this worker, only as much as the crop needs (kNone: the whole sample).
+      s = source_->sample_shape(idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      source_->decode_crop(idx, box, out_h_, out_w_, out);
+    } else if (plain_copy_) {
+      s = SampleShape{out_h_, out_w_, channels_};
+      const uint32_t w = direct_ ? pos_window_[begin + k] : kNoWindow;
+      if (w != kNoWindow) {
+        if (!direct_->copy(w, idx, out, cancel)) return;
+      } else {
+        if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
+        --run_left;
+      }
+      if (t.flip || with_fields_) box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
+      if (box.flip) mirror_rows(out, out_h_, out_w_, channels_);
+    } else {
+      // Only the crop box is copied out of view() memory, row by row through guarded_copy, and
+      // crop_resize reads the copy: reading a mapping directly would die of SIGBUS on a shard
+      // truncated under the reader. Sources without stable pointers copy the whole sample.
+      s = source_->sample_shape(idx);
+      if (s.channels != channels_) {
+        throw Error(ErrorKind::kCorruption, "",
+                    "sample " + std::to_string(idx) + " has " + std::to_string(s.channels) +
+                        " channels, the source says " + std::to_string(channels_));
+      }
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      ImageView view;
+      bool have_view = false;
+      try {
+        view = source_->view(idx);
+        have_view = view.height == s.height && view.width == s.width && view.channels == s.channels;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUnsupported) throw;
+      }
+      if (have_view) {
+        const size_t c = s.channels, stride = size_t{s.width} * c, row = size_t{box.width} * c;
+        scratch.resize(size_t{box.height} * row);
+        try {
+          for (uint32_t y = 0; y < box.height; ++y) {
+            detail::guarded_copy(scratch.data() + y * row,
+                                 view.data + (size_t{box.y} + y) * stride + size_t{box.x} * c, row,
+                                 "");
+          }
+        } catch (const Error&) {
+          // The source's own guarded read meets the same fault and names the file.
+          std::vector<uint8_t> whole(static_cast<size_t>(s.bytes()));
+          source_->copy_sample(idx, whole.data());
+          throw;
+        }
+        // The sample's transform, read relative to the copied window.
+        crop_resize(ImageView{scratch.data(), box.height, box.width, s.channels},
+                    CropBox{0, 0, box.height, box.width, box.flip}, out_h_, out_w_, out);
+      } else {
+        scratch.resize(static_cast<size_t>(s.bytes()));
+        source_->copy_sample(idx, scratch.data());
+        SpatialTransform(box, s.height, s.width, out_h_, out_w_)
+            .image(ImageView{scratch.data(), s.height, s.width, s.channels}, out);
+      }
+    }
+    if (with_fields_) {
+      fields_->add(&slot.fields, static_cast<uint32_t>(k), idx, s.height, s.width,
+                   SpatialTransform(box, s.height, s.width, out_h_, out_w_));
+    }
+    slot.labels[k] = source_->label(idx);
+    slot.indices[k] = idx;
+  }
+  Batch& b = slot.batch;
+  b.index = rank_batch(job);
+  b.size = static_cast<uint32_t>(count);
+  b.height = out_h_;
+  b.width = out_w_;
+  b.channels = channels_;
+  b.images = slot.images.get();
+  b.labels = slot.labels.data();
+  b.indices = slot.indices.data();
+  if (with_fields_) fields_->finish(&slot.fields, b.size, &b.fields);
+}
+
+// Copies the samples at order_[pos], order_[pos + 1], ... while their indices stay consecutive
+// (at most `limit`) with one copy_samples call — one pread for a run in pread mode; returns
+// how many it copied.
+uint64_t Loader::Impl::copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const {
+  const uint64_t first = order_[pos];
+  uint64_t len = 1;
+  while (len < limit && order_[pos + len] == first + len) ++len;
+  if (len == 1) {
+    source_->copy_sample(first, out);
+  } else {
+    source_->copy_samples(first, len, out);
+  }
+  return len;
+}
+
+const FieldBatch* Batch::field(const std::string& name) const {
+  for (const FieldBatch& f : fields) {
+    if (f.spec != nullptr && f.spec->name == name) return &f;
+  }
+  return nullptr;
+}
+
+Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(source), options)) {}
+
+Loader::~Loader() = default;
+
+void Loader::start_epoch(uint64_t seed, uint64_t epoch) { impl_->start(seed, epoch, 0); }
+
+void Loader::restore(const LoaderPosition& pos) { impl_->start(pos.seed, pos.epoch, pos.cursor); }
+
+const Batch* Loader::next() { return impl_->next(); }
+
+LoaderPosition Loader::position() const {
+  return LoaderPosition{impl_->seed_, impl_->epoch_, impl_->cursor_};
+}
+
+const SamplerOptions& Loader::sampler_options() const { return impl_->options_.sampler; }
+
+uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }
+
+uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch_; }
+
+bool Loader::reads_direct() const { return impl_->direct_ != nullptr; }
+
+std::string Loader::direct_read_reason() const {
+  const Impl& i = *impl_;  // chose O_DIRECT, started, yet reads through the page cache: refused
+  return detail::describe(i.direct_choice_, i.direct_choice_.direct && i.started_ && !i.direct_);
+}
+
+double Loader::take_wait_seconds() {
+  const double w = impl_->wait_seconds_;
+  impl_->wait_seconds_ = 0;
+  return w;
+}
+
+}  // namespace dscache
