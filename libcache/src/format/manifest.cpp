@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "dscache/atomic_file.h"
-#include "dscache/cache_dir.h"
 #include "dscache/checksum.h"
 #include "dscache/enum_table.h"
 #include "dscache/error.h"
@@ -440,11 +439,6 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   }
   read_part(r, j, &m);
   return m;
-}
-
-Manifest read_manifest(const std::string& dir) {
-  // The same checks as every other reader: a regular file inside DIR, size bounded.
-  return CacheDir::open(dir)->manifest();
 }
 
 void write_manifest(const std::string& dir, const Manifest& m) {

@@ -127,4 +127,11 @@ CheckedCache CacheDir::check_open(bool hash_files, const FieldFilesSink& sink) c
   return out;
 }
 
+// Declared in manifest.h; defined here since it opens the directory as every reader does
+// (format/ sits below read/ and names no CacheDir).
+Manifest read_manifest(const std::string& dir) {
+  // The same checks as every other reader: a regular file inside DIR, size bounded.
+  return CacheDir::open(dir)->manifest();
+}
+
 }  // namespace dscache

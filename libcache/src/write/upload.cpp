@@ -1,4 +1,5 @@
-// Uploading a cache to object storage (dscache/remote.h: upload_cache): data first, manifest
+// Uploading a cache to object storage (dscache/remote.h: upload_cache; in write/ since it opens
+// the local cache with CacheDir, a level above remote/): data first, manifest
 // last; objects already there with the same size and XXH64 are kept (resume).
 #include <map>
 #include <mutex>
