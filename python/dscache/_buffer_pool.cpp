@@ -7,13 +7,13 @@
 
 namespace dscache {
 
-void* BufferPool::allocate(size_t bytes) {
+void* BufferPool::allocate(size_t bytes, bool shared) {
   const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
   auto b = std::make_shared<Buffer>();
   b->bytes = rounded;
   b->pool = weak_from_this();
   std::lock_guard<std::mutex> lock(mu_);
-  if (shared_ && rounded <= shared_->slot_bytes()) {
+  if (shared && shared_ && rounded <= shared_->slot_bytes()) {
     const int k = shared_->take();
     if (k >= 0) {
       b->shared = shared_;
