@@ -213,27 +213,39 @@ namespace {
 // Nearest-neighbour sampling of one channel of E-byte elements: output (oy, ox) reads source
 // row box.y + floor((2*oy + 1) * box.height / (2*out_h)) (its footprint's centre), columns
 // alike, the column taken from the mirrored output column when flipped. Integer arithmetic
-// only; the column's quotient is stepped instead of divided per pixel. Elements are moved as
-// bytes (their stored byte order is kept; the buffers need no alignment).
+// only; each output column's source column is found once (stepping the quotient instead of
+// dividing) for every row, and an output row that reads the same source row as the one above
+// (an enlarging crop) is a copy of it. Elements are moved as bytes (their stored byte order is
+// kept; the buffers need no alignment).
 template <size_t E>
 void sample_nearest(const uint8_t* src, uint32_t src_w, const CropBox& box, uint32_t out_h,
                     uint32_t out_w, uint8_t* out) {
   const uint64_t den_y = 2 * uint64_t{out_h}, den_x = 2 * uint64_t{out_w};
   const uint64_t step_q = 2 * uint64_t{box.width} / den_x, step_r = 2 * uint64_t{box.width} % den_x;
-  const uint64_t first_q = box.width / den_x, first_r = box.width % den_x;  // ox = 0
+  std::vector<uint32_t> cols(out_w);  // output column -> source column within the box
+  uint64_t q = box.width / den_x, r = box.width % den_x;  // ox = 0: width / den_x
+  for (uint32_t ox = 0; ox < out_w; ++ox) {
+    cols[box.flip ? out_w - 1 - ox : ox] = static_cast<uint32_t>(q);
+    q += step_q;
+    r += step_r;
+    if (r >= den_x) {
+      r -= den_x;
+      ++q;
+    }
+  }
+  const size_t row_bytes = size_t{out_w} * E;
+  uint64_t last_sy = UINT64_MAX;
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const uint64_t sy = box.y + (2 * uint64_t{oy} + 1) * box.height / den_y;
+    uint8_t* dst = out + uint64_t{oy} * row_bytes;
+    if (sy == last_sy) {
+      std::memcpy(dst, dst - row_bytes, row_bytes);
+      continue;
+    }
+    last_sy = sy;
     const uint8_t* row = src + (sy * src_w + box.x) * E;
-    uint8_t* dst = out + uint64_t{oy} * out_w * E;
-    uint64_t q = first_q, r = first_r;  // column ox of the box: (2*ox + 1) * width / den_x
     for (uint32_t ox = 0; ox < out_w; ++ox) {
-      std::memcpy(dst + size_t{box.flip ? out_w - 1 - ox : ox} * E, row + q * E, E);
-      q += step_q;
-      r += step_r;
-      if (r >= den_x) {
-        r -= den_x;
-        ++q;
-      }
+      std::memcpy(dst + size_t{ox} * E, row + size_t{cols[ox]} * E, E);
     }
   }
 }
