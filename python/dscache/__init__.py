@@ -21,8 +21,9 @@ copy=False"). Loader(copy=False) opts into the reused ring: images is then a vie
 Loader's ring buffers, valid until the next batch is taken. Its memory is never freed while the
 array (or a tensor made from it with torch.from_numpy) is alive, so a kept view cannot crash
 the process, but after the next batch the buffer is refilled with other samples: use each
-batch before taking the next one (move it to the GPU, or copy it). Labels, indices and fields
-(masks, boxes, ...) are always copies.
+batch before taking the next one (move it to the GPU, or copy it). Fields (masks, boxes, ...)
+are handed over with the images by default, copies with copy=False; labels and indices are
+always copies.
 
 Processes. dscache.Cache pickles as its path and open options and reopens in the receiving
 process (checking that the samples on disk are still the ones pickled), so it can go to

@@ -19,7 +19,8 @@ class Batch(dict):
     (B, *shape) --; variable kinds flat -- boxes (sum n, 4) float32 in the served image's
     pixels, rows (sum n, *shape), text/bytes (sum of lengths,) uint8 -- with
     `name + "_offsets"` (B + 1,) int64: sample k's rows are [offsets[k], offsets[k + 1]).
-    Field arrays and labels are copies the batch owns; keeping them is safe.
+    Field arrays and labels are the batch's own (handed over with the images, or copies with
+    copy=False); keeping them is safe.
 
     .fields: {name: dscache field spec} of the fields served, in selection order. It belongs to
     the batch's class (one subclass of Batch per field selection), so that a batch rebuilt the

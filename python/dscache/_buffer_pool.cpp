@@ -7,13 +7,13 @@
 
 namespace dscache {
 
-void* BufferPool::allocate(size_t bytes) {
+void* BufferPool::allocate(size_t bytes, bool shared) {
   const size_t rounded = std::max<size_t>((bytes + 63) / 64 * 64, 64);
   auto b = std::make_shared<Buffer>();
   b->bytes = rounded;
   b->pool = weak_from_this();
   std::lock_guard<std::mutex> lock(mu_);
-  if (shared_ && rounded <= shared_->slot_bytes()) {
+  if (shared && shared_ && rounded <= shared_->slot_bytes()) {
     const int k = shared_->take();
     if (k >= 0) {
       b->shared = shared_;
@@ -24,12 +24,19 @@ void* BufferPool::allocate(size_t bytes) {
       return b->data;
     }
   }
+  // The smallest kept buffer that fits without wasting more than its request (a field's
+  // buffer grows, so slots ask for sizes that differ a little).
+  auto fit = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second == rounded) {
-      b->data = it->first;
-      free_.erase(it);
-      break;
+    if (it->second >= rounded && it->second <= 2 * rounded &&
+        (fit == free_.end() || it->second < fit->second)) {
+      fit = it;
     }
+  }
+  if (fit != free_.end()) {
+    b->data = fit->first;
+    b->bytes = fit->second;
+    free_.erase(fit);
   }
   if (b->data == nullptr) b->data = std::aligned_alloc(64, rounded);
   if (b->data == nullptr) throw std::bad_alloc();
@@ -54,14 +61,18 @@ std::shared_ptr<Buffer> BufferPool::hold(const void* p) {
 }
 
 void BufferPool::give_back(void* data, size_t bytes) {
+  void* evicted = nullptr;
   {
+    // Kept, the oldest kept one freed when full: a size no longer asked for (a field buffer
+    // that grew) never blocks the sizes in use.
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() < kKeep) {
-      free_.emplace_back(data, bytes);
-      return;
+    if (free_.size() >= kKeep) {
+      evicted = free_.front().first;
+      free_.erase(free_.begin());
     }
+    free_.emplace_back(data, bytes);
   }
-  std::free(data);
+  std::free(evicted);
 }
 
 void BufferPool::attach(std::shared_ptr<SharedSlots> slots) {

@@ -67,16 +67,18 @@ struct Buffer {
   ~Buffer();
 };
 
-// The Loader's BufferAllocator. Thread-safe: the Loader may allocate and release from any
-// thread, and a view's last reference may drop anywhere. A buffer nothing holds any more is kept
-// for reuse (a few, of one size): with hand_off_images every batch takes a new buffer, and
-// reusing memory no array holds spares the page faults of fresh memory (38 MB a 224x224x3
-// batch of 256), while a batch still referenced is never reused. With shared slots attached a
-// buffer that fits comes from a free slot first, so the Loader's workers fill the batch straight
-// into memory the main process maps (no copy to send it); none free: host memory, as before.
+// The Loader's BufferAllocator and field_allocator. Thread-safe: the Loader may allocate and
+// release from any thread, and a view's last reference may drop anywhere. A buffer nothing holds
+// any more is kept for reuse (a few, reused by exact size): with hand_off_images every batch
+// takes new buffers (its images, and one per field), and reusing memory no array holds spares
+// the page faults of fresh memory (38 MB a 224x224x3 batch of 256), while a batch still
+// referenced is never reused. With shared slots attached an image buffer that fits comes from a
+// free slot first, so the Loader's workers fill the batch straight into memory the main process
+// maps (no copy to send it); none free: host memory, as before.
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
-  void* allocate(size_t bytes);
+  // shared: a shared slot may hold it (the images); false: host memory (a batch's fields).
+  void* allocate(size_t bytes, bool shared = true);
   void release(void* p);
   // The buffer that starts at p (a batch's images), held for as long as the caller keeps it.
   std::shared_ptr<Buffer> hold(const void* p);
@@ -90,7 +92,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   ~BufferPool();
 
  private:
-  static constexpr size_t kKeep = 4;  // buffers kept for reuse
+  // Buffers kept for reuse: a batch with fields hands off one per field besides its images.
+  static constexpr size_t kKeep = 8;
   std::mutex mu_;
   std::map<void*, std::shared_ptr<Buffer>> live_;
   std::vector<std::pair<void*, size_t>> free_;

@@ -8,7 +8,9 @@
 // default (Python's copy=True) the Loader hands each batch's buffer off (hand_off_images) and
 // the batch's pixels never change; with copy=False the ring is reused and the C++ contract
 // holds for the contents: a batch's pixels are valid until the next batch.
-// A batch's fields (masks, boxes, ...) are copies (see field_copies), labels and indices too.
+// A batch's field values (masks, boxes, ...) are handed off with its images when copy=True
+// (views of buffers of their own, see field_arrays), copies with copy=False; labels, indices and
+// row offsets are copies.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -20,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -64,21 +67,34 @@ CropMode parse_crop(const std::string& s) { return kCropModeNames.parse(s, "tran
 struct Interrupted {};
 
 // The batch's fields as [(name, values, offsets or None)]: `values` an array of the field's dtype
-// and FieldBatch::shape, `offsets` (variable kinds) int64 (size + 1,). Copies, not views: the
-// C++ Loader keeps field values in per-slot buffers of its own (not the BufferAllocator's), which
-// it reallocates when a batch needs more room and frees with the Loader, so a view could outlive
-// its memory. Small next to the images, but for masks (B x H x W elements) a copy per batch.
-py::list field_copies(const Batch& b) {
+// and FieldBatch::shape, `offsets` (variable kinds) an int64 (size + 1,) copy. With `pool` (the
+// Loader hands its field buffers off, LoaderOptions::field_allocator) values are views whose
+// base holds the pool's buffer, as the images' do: no copy, and never refilled while an array
+// refers to it. Without (copy=False: the C++ Loader refills a slot's field buffers, and grows
+// them, under a view) they are copies.
+py::list field_arrays(const Batch& b, BufferPool* pool) {
   py::list out;
   for (const FieldBatch& f : b.fields) {
     std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
-    py::array values(py::dtype(npy_descr(f.spec->dtype)), shape);
+    const py::dtype dtype(npy_descr(f.spec->dtype));
+    py::array values;
+    if (pool != nullptr) {
+      std::shared_ptr<Buffer> held = pool->hold(f.data);
+      if (!held) {  // cannot happen with our allocator; never hand out an unowned pointer
+        throw Error(ErrorKind::kIOError, "", "field '" + f.spec->name + "': buffer not owned");
+      }
+      auto* keep = new std::shared_ptr<Buffer>(std::move(held));
+      py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+      values = py::array(dtype, shape, f.data, base);
+    } else {
+      values = py::array(dtype, shape);
+      if (f.bytes > 0) std::memcpy(values.mutable_data(), f.data, f.bytes);
+    }
     if (static_cast<uint64_t>(values.nbytes()) != f.bytes) {  // our invariant: shape x dtype
       throw Error(ErrorKind::kIOError, "",
                   "field '" + f.spec->name + "': batch holds " + std::to_string(f.bytes) +
                       " bytes, shape says " + std::to_string(values.nbytes()));
     }
-    if (f.bytes > 0) std::memcpy(values.mutable_data(), f.data, f.bytes);
     py::object offsets = py::none();
     if (f.offsets != nullptr) {
       py::array_t<int64_t> o(static_cast<py::ssize_t>(b.size) + 1);
@@ -92,12 +108,21 @@ py::list field_copies(const Batch& b) {
 
 class PyLoader {
  public:
-  PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base)
+  // slots: dscache.torch's ring (see attach_shared_slots), attached before the C++ Loader
+  // allocates its ring buffers, so that its first batches fill slots too; null: none.
+  PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base,
+           std::shared_ptr<SharedSlots> slots)
       : pool_(std::make_shared<BufferPool>()) {
+    if (slots) pool_->attach(std::move(slots));
     LoaderOptions o = base;
     std::shared_ptr<BufferPool> pool = pool_;
     o.allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes); };
     o.allocator.release = [pool](void* p) { pool->release(p); };
+    if (o.hand_off_images) {  // field values too, in host memory (never a shared slot)
+      o.field_allocator.allocate = [pool](size_t bytes) { return pool->allocate(bytes, false); };
+      o.field_allocator.release = o.allocator.release;
+    }
+    fields_handed_off_ = o.hand_off_images;
     // Ctrl-C while next() waits: Python's handler only sets a flag; run it here (with the GIL)
     // and leave the wait when it raised (KeyboardInterrupt), so a stalled epoch is interruptible.
     o.wait_poll = [] {
@@ -142,8 +167,8 @@ class PyLoader {
   }
 
   // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index,
-  // fields [(name, values, offsets or None)] copies) or None at the end of the epoch. The view
-  // holds its buffer: with hand_off_images a buffer of its own, else one of the ring's.
+  // fields [(name, values, offsets or None)]: see field_arrays) or None at the end of the epoch.
+  // The view holds its buffer: with hand_off_images a buffer of its own, else one of the ring's.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
     try {
@@ -164,7 +189,7 @@ class PyLoader {
     py::array_t<uint8_t> images = view_array(b->images, dims, held, true);
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
     std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
-    py::list fields = field_copies(*b);
+    py::list fields = field_arrays(*b, fields_handed_off_ ? pool_.get() : nullptr);
     if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index, fields);
     py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
     std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
@@ -291,6 +316,7 @@ class PyLoader {
 
   bool busy_ = false;    // read and written only with the GIL held
   bool forked_ = false;  // set in a fork's child (os.register_at_fork, dscache/__init__.py)
+  bool fields_handed_off_ = false;  // field values are views of pool_'s buffers
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };
@@ -378,7 +404,9 @@ PYBIND11_MODULE(_dscache, m) {
                        double scale_min, double scale_max, double ratio_min, double ratio_max,
                        bool flip, std::optional<std::vector<std::string>> fields,
                        double min_box_visibility, uint32_t batch_stride, uint32_t batch_offset,
-                       bool fresh_batches, const std::string& direct_read) {
+                       bool fresh_batches, const std::string& direct_read,
+                       const std::optional<std::tuple<std::string, uint64_t, uint64_t, uint32_t>>&
+                           shared_slots) {
              LoaderOptions o = make_loader_options(
                  batch_size, drop_last, shuffle, block, window_blocks, block_bytes, window_bytes,
                  rank, world_size, rank_tail, workers, prefetch, crop, height, width, scale_min,
@@ -386,7 +414,12 @@ PYBIND11_MODULE(_dscache, m) {
                  batch_offset);
              o.hand_off_images = fresh_batches;  // Python's copy=True (PyLoader's allocator)
              o.direct_read = kDirectReadNames.parse(direct_read, "direct_read");
-             return std::make_unique<PyLoader>(std::move(source), o);
+             std::shared_ptr<SharedSlots> slots;
+             if (shared_slots) {
+               const auto& [path, header, slot_bytes, count] = *shared_slots;
+               slots = SharedSlots::map(path, header, slot_bytes, count);
+             }
+             return std::make_unique<PyLoader>(std::move(source), o, std::move(slots));
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
            py::arg("block"), py::arg("window_blocks"), py::arg("block_bytes"),
@@ -396,7 +429,7 @@ PYBIND11_MODULE(_dscache, m) {
            py::arg("ratio_max"), py::arg("flip"), py::arg("fields") = py::none(),
            py::arg("min_box_visibility") = 0.0, py::arg("batch_stride") = 1,
            py::arg("batch_offset") = 0, py::arg("fresh_batches") = false,
-           py::arg("direct_read") = "auto")
+           py::arg("direct_read") = "auto", py::arg("shared_slots") = py::none())
       .def("start_epoch", &PyLoader::start_epoch)
       .def("restore", &PyLoader::restore)
       .def("next", &PyLoader::next, py::arg("with_indices"))

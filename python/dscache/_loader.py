@@ -160,7 +160,8 @@ class Loader:
     the workers fill a buffer that is handed over instead of copied, and recycled once nothing
     refers to it. False yields views of the Loader's ring of prefetch + 1 buffers, refilled
     with other samples once the next batch is taken (see the module docstring on batch
-    lifetime; labels, indices and fields are always copies). fields: the field names to serve,
+    lifetime; labels and indices are always copies, fields are with copy=False and otherwise
+    handed over like the images). fields: the field names to serve,
     in this order (None = all of the cache's, [] = none); fields not named are never read.
     min_box_visibility: a box is kept when the part of it inside the crop covers at least this
     share (0..1) of its whole area (0 = any part); rows_of rows follow their box.
@@ -186,7 +187,7 @@ class Loader:
                  drop_last=False, workers=2, prefetch=4, transform=None, copy=True,
                  return_indices=False, rank_tail="pad", block=0, window_blocks=4, block_bytes=0,
                  window_bytes=0, fields=None, min_box_visibility=0.0, batch_stride=1,
-                 batch_offset=0, direct_read="auto"):
+                 batch_offset=0, direct_read="auto", _slots=None):
         if not isinstance(cache, _Source):
             raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
         if rank is None or world_size is None:
@@ -218,7 +219,8 @@ class Loader:
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, names,
             o["min_box_visibility"], self.batch_stride, self.batch_offset, self._copy,
-            direct_read)
+            direct_read, None if _slots is None else  # dscache.torch's ring (_shm_ring.Ring)
+            (_slots.name, _slots.header, _slots.slot_bytes, _slots.slots))
         self._epoch = 0          # the epoch the next iter() runs (or the one running)
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()

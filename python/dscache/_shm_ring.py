@@ -10,7 +10,8 @@ or pin-memory thread) makes a tensor over the slot that owns it: the slot is fre
 that tensor (and every view of it) is gone, so nothing else ever writes it while the user holds
 it. A worker that finds its next slot still held returns None and the caller sends the tensor
 torch's way: nothing ever waits on the main process. Better still, the worker's Loader fills
-the slots itself (PyLoader.attach_shared_slots): the batch is then sent without any copy.
+the slots itself (dscache.Loader(_slots=ring), attached before it allocates its first buffers):
+the batch is then sent without any copy.
 
 Files live in /dev/shm as dscache-torch-<main pid>-<worker pid>-<n>: the worker removes its own
 at exit; the main process removes those of workers that died (killed ones included) whenever it
@@ -55,8 +56,8 @@ class Ring:
     is aligned as the Loader's batch buffers must be). Not thread-safe (one worker thread).
 
     Two ways to fill a slot: put() copies an array into the next one, or the worker's Loader
-    fills slots itself (PyLoader.attach_shared_slots(name, header, slot_bytes, slots): it takes
-    a slot whose flag is 0 for each new batch buffer) and handle() sends one. Use one way per
+    fills slots itself (dscache.Loader(_slots=ring), or PyLoader.attach_shared_slots(name,
+    header, slot_bytes, slots) later: it takes a slot whose flag is 0 for each new batch buffer) and handle() sends one. Use one way per
     Ring: put() does not know which slots the Loader holds."""
 
     def __init__(self, slot_bytes, slots=SLOTS):

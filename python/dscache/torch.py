@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from . import Cache
+from . import Cache, Error
 from ._checks import _U32, _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
 from ._loader import Loader, _check_options, _distributed_defaults
@@ -79,22 +79,22 @@ def _shared_copy(a):
 _SLOTS_OVER_PREFETCH = 4
 
 
-def _attach_slots(loader, ring):
-    """Makes loader (copy=True) fill its batches straight into ring's slots; False when the
-    mapping is refused (then the batches are copied in)."""
+def _slots_loader(cache, ring, **kwargs):
+    """A Loader (copy=True) that fills its batches straight into ring's slots, its first
+    prefetch + 1 buffers included (the slots are attached before it allocates them); None when
+    the mapping is refused (then the batches are copied in)."""
     try:
-        loader._impl.attach_shared_slots(ring.name, ring.header, ring.slot_bytes, ring.slots)
-    except Exception as e:  # dscache's own errors: the copy still works
+        return Loader(cache, _slots=ring, **kwargs)
+    except Error as e:  # the ring's mapping: the copy still works
         warnings.warn(f"dscache.torch: the Loader cannot fill the shared-memory ring ({e}); "
                       f"batches are copied into it", RuntimeWarning)
-        return False
-    return True
+        return None
 
 
 def _worker_batches(loader, ring, in_place=False):
     """loader's batches as Loader.torch() gives them (copy=True), the images sent through
     `ring` (a Ring, or None) or in a tensor already in shared memory. in_place: loader fills
-    ring's slots itself (_attach_slots): a batch in a slot is sent as it is; one that is not (no
+    ring's slots itself (_slots_loader): a batch in a slot is sent as it is; one that is not (no
     slot was free when its buffer was allocated) is copied into a free slot, else sent torch's
     way."""
     impl = loader._impl
@@ -229,18 +229,24 @@ class CacheDataset(torch.utils.data.IterableDataset):
             # _worker_batches copies each image once, into shared memory, and the Loader's
             # views suffice.
             in_worker = torch.utils.data.get_worker_info() is not None
-            kwargs = dict(self._loader_kwargs, copy=self.shared_ring or not in_worker)
-            loader = Loader(cache, seed=0, batch_stride=stride, batch_offset=offset, **kwargs)
+            kwargs = dict(self._loader_kwargs, copy=self.shared_ring or not in_worker, seed=0,
+                          batch_stride=stride, batch_offset=offset)
+            ring = self._worker_ring(cache) if in_worker else None
+            loader = None if ring is None else _slots_loader(cache, ring, **kwargs)
+            attached = loader is not None
+            if loader is None:
+                loader = Loader(cache, **kwargs)
+            loader._slots_attached = attached
             self._proc = (pid, cache, loader, (stride, offset))
         return loader
 
-    def _worker_ring(self, loader):
-        """(this worker's Ring or None (shared_ring off, no room), whether `loader` fills its
-        slots in place). Slots sized for a full batch of images."""
+    def _worker_ring(self, cache):
+        """This worker's Ring (made on first use), or None (shared_ring off, no room). Slots
+        sized for a full batch of images."""
         if not self.shared_ring:
-            return None, False
+            return None
         if self._ring is None or self._ring[0] != os.getpid():
-            h, w, c = loader.cache.shape
+            h, w, c = cache.shape
             t = self._loader_kwargs["transform"]
             if t is not None and t.height:
                 h, w = t.height, t.width
@@ -252,13 +258,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
                               f"batches go through torch's handoff", RuntimeWarning)
                 ring = None
             self._ring = (os.getpid(), ring)
-        ring = self._ring[1]
-        if ring is None:
-            return None, False
-        if getattr(loader, "_slots_ring", None) is not ring:  # a new Loader, or a new ring
-            loader._slots_ring = ring
-            loader._slots_attached = _attach_slots(loader, ring)
-        return ring, loader._slots_attached
+        return self._ring[1]
 
     def __len__(self):
         """Batches per epoch of this rank (all DataLoader workers together)."""
@@ -330,8 +330,8 @@ class CacheDataset(torch.utils.data.IterableDataset):
         loader.load_state_dict(state)
         self._pass = [seed, epoch, start, first - (start + w) // workers, workers, w, len(loader)]
         in_worker = torch.utils.data.get_worker_info() is not None
-        batches = _worker_batches(loader, *self._worker_ring(loader)) if in_worker else \
-            loader.torch()
+        batches = _worker_batches(loader, self._worker_ring(loader.cache),
+                                  loader._slots_attached) if in_worker else loader.torch()
         for batch in batches:
             self._pass[3] += 1
             yield batch

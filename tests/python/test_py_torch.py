@@ -369,13 +369,12 @@ def test_loader_fills_shared_slots_in_place(tmp):
     takes over without waiting. Then the same through a real DataLoader over 3 epochs, some
     batches held across epochs, against the single Loader."""
     need_torch()
-    from dscache.torch import CacheDataset, _attach_slots, _worker_batches
+    from dscache.torch import CacheDataset, _slots_loader, _worker_batches
     path = write_cache(tmp)
     kw = dict(batch_size=10)
-    loader = dscache.Loader(dscache.Cache(path), seed=3, prefetch=2, copy=True, **kw)
     ring = _shm_ring.Ring(10 * 8 * 6 * 3, 2 + 1 + 4)
     assert ring.slot_bytes % 64 == 0 and ring.size == 64 + 7 * ring.slot_bytes
-    assert _attach_slots(loader, ring)
+    loader = _slots_loader(dscache.Cache(path), ring, seed=3, prefetch=2, copy=True, **kw)
     held, kinds = [], []
     for epoch in range(3):
         loader.set_epoch(epoch)
@@ -384,12 +383,12 @@ def test_loader_fills_shared_slots_in_place(tmp):
                          "in_place" if images.args[-1] else "copied")
             # Through pickle, as the main process gets it: a tensor over the slot.
             held.append((pickle.loads(pickle.dumps(images)), labels))
-    # Every slot used once (all held): by the Loader, whose batches went as they are, or by a
-    # copy of a batch in host memory (the Loader's first buffers predate the ring); the rest
+    # Every slot used once (all held), each by the Loader, whose batches went as they are (its
+    # first prefetch + 1 buffers too: the ring is attached before it allocates them); the rest
     # through torch's handoff.
     in_slots, in_heap = loader._impl.slot_counts()
-    assert in_slots >= 3 and kinds.count("in_place") == in_slots, (in_slots, kinds)
-    assert in_slots + kinds.count("copied") == 7, (in_slots, kinds)
+    assert in_slots == 7 and kinds.count("in_place") == 7, (in_slots, kinds)
+    assert kinds.count("copied") == 0 and kinds[:7] == ["in_place"] * 7, kinds
     assert in_heap > 0 and kinds.count("torch") > 0, "every batch fitted: no fallback ran"
     want = [b for e in range(3) for b in reference(path, e, **kw)]
     assert_same(held, want, "in place, all held")

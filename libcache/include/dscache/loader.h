@@ -52,7 +52,7 @@ struct LoaderOptions {
   // fields(); "image", "label" and "index", the arrays every batch holds, are accepted and
   // change nothing); unset = all of the source's fields, in field order; empty = none. Fields not
   // named are never read (but the boxes a named rows_of field follows, which decide the rows it
-  // keeps). Their buffers are aligned host memory (not `allocator`), grown as batches need.
+  // keeps). Their buffers come from field_allocator, grown as batches need.
   std::optional<std::vector<std::string>> fields;
   // Boxes: a box is kept when its part inside the crop covers at least this share (0..1) of its
   // whole mapped area; 0 = any area left. Rows of a `rows_of` field follow their box.
@@ -70,6 +70,12 @@ struct LoaderOptions {
   // holds them, then recycled). No copy; an allocation per batch (the allocator may reuse).
   // Needs an allocator. Default false: the ring's prefetch + 1 buffers are reused.
   bool hand_off_images = false;
+  // Where the fields' value buffers come from (both empty: aligned host memory; the same
+  // contract as allocator). With hand_off_images and an allocator here, a batch's field values
+  // are handed over with its images (each field a buffer of its own, released when the next
+  // batch is taken, the slot given new ones), so they never change afterwards either; their
+  // row offsets stay the Loader's. Python's binding: its pool, as views (no copy per batch).
+  BufferAllocator field_allocator;
   // Called by next() about every 100 ms while it waits for a batch (on the consumer thread);
   // an exception it throws leaves next() with nothing taken, the cursor unchanged. Python's
   // binding checks for Ctrl-C here. Empty: next() just waits.
@@ -110,7 +116,8 @@ struct FieldBatch {
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
-// start_epoch(), restore() or the Loader's destruction (the images: see hand_off_images).
+// start_epoch(), restore() or the Loader's destruction (the images and field values: see
+// hand_off_images and field_allocator).
 struct Batch {
   uint64_t index = 0;                 // batch number within this rank's epoch (unstrided)
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)

@@ -62,17 +62,41 @@ void grow(std::vector<T>* v, size_t n) {
 
 }  // namespace
 
+void AlignedBuffer::Free::operator()(uint8_t* p) const {
+  if (allocator != nullptr && allocator->release) {
+    allocator->release(p);
+  } else {
+    std::free(p);
+  }
+}
+
+uint8_t* AlignedBuffer::allocate(size_t bytes) const {
+  const Free& f = p_.get_deleter();
+  const bool own = f.allocator != nullptr && f.allocator->allocate;
+  void* p = own ? f.allocator->allocate(bytes) : std::aligned_alloc(kAlign, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  if (reinterpret_cast<uintptr_t>(p) % kAlign != 0) {
+    f(static_cast<uint8_t*>(p));
+    throw invalid(std::string("loader.") + f.name + " returned memory not aligned to " +
+                  std::to_string(kAlign) + " bytes");
+  }
+  return static_cast<uint8_t*>(p);
+}
+
 void AlignedBuffer::reserve(size_t bytes, size_t keep) {
   if (bytes <= capacity_) return;
   size_t cap = std::max<size_t>(capacity_ > SIZE_MAX / 2 ? bytes : 2 * capacity_, 256);
   cap = std::max(cap, bytes);
   if (cap > SIZE_MAX - kAlign) throw std::bad_alloc();
   cap = (cap + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, cap);
-  if (p == nullptr) throw std::bad_alloc();
+  uint8_t* p = allocate(cap);
   if (keep > 0) std::memcpy(p, p_.get(), keep);
-  p_.reset(static_cast<uint8_t*>(p));
+  p_.reset(p);
   capacity_ = cap;
+}
+
+void AlignedBuffer::renew() {
+  if (capacity_ > 0) p_.reset(allocate(capacity_));  // the new first: a throw changes nothing
 }
 
 FieldFill::FieldFill(const SampleSource& source,
@@ -177,9 +201,10 @@ bool FieldFill::fixed_bytes_per_sample(uint64_t* out) const {
   return true;
 }
 
-FieldBuffers FieldFill::make_buffers(uint32_t batch_size) const {
+FieldBuffers FieldFill::make_buffers(uint32_t batch_size, const BufferAllocator* allocator) const {
   FieldBuffers b;
   b.fields.resize(selected_.size());
+  for (FieldBuffers::Field& f : b.fields) f.data = AlignedBuffer(allocator, "field_allocator");
   for (size_t i = 0; i < selected_.size(); ++i) {
     const Selected& s = selected_[i];
     if (s.spec->variable()) {
@@ -194,6 +219,10 @@ FieldBuffers FieldFill::make_buffers(uint32_t batch_size) const {
   b.kept_count.assign(groups_.size(), 0);
   b.group_rows.assign(groups_.size(), 0);
   return b;
+}
+
+void FieldFill::hand_off(FieldBuffers* b) {
+  for (FieldBuffers::Field& f : b->fields) f.data.renew();
 }
 
 std::vector<FieldBatch> FieldFill::make_batch_fields() const {

@@ -18,18 +18,28 @@
 namespace dscache {
 namespace detail {
 
-// Growable 64-byte-aligned bytes: grows (keeping what it holds) only when asked for more.
+// Growable 64-byte-aligned bytes (the Loader's image and field buffers): grows (keeping what it
+// holds) only when asked for more. From `allocator` when it has one (memory given back with its
+// release; `name`, the option, names it in errors), else aligned host memory.
 class AlignedBuffer {
  public:
+  explicit AlignedBuffer(const BufferAllocator* allocator = nullptr, const char* name = "")
+      : p_(nullptr, Free{allocator, name}) {}
   uint8_t* data() const { return p_.get(); }
   size_t capacity() const { return capacity_; }
   // Room for `bytes`, keeping the first `keep` (<= capacity) bytes when it moves.
   void reserve(size_t bytes, size_t keep);
+  // Hands the memory over (released to the allocator, which keeps it while a holder of the
+  // batch does) and takes new memory of the same capacity; what it held is not copied.
+  void renew();
 
  private:
   struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+    const BufferAllocator* allocator;
+    const char* name;
+    void operator()(uint8_t* p) const;
   };
+  uint8_t* allocate(size_t bytes) const;
   std::unique_ptr<uint8_t, Free> p_;
   size_t capacity_ = 0;
 };
@@ -64,10 +74,14 @@ class FieldFill {
   // it does not fit in 64 bits.
   bool fixed_bytes_per_sample(uint64_t* out) const;
 
-  // A slot's buffers for batches of up to batch_size samples (fixed kinds allocated now), and
-  // the Batch::fields entries that finish() keeps up to date.
-  FieldBuffers make_buffers(uint32_t batch_size) const;
+  // A slot's buffers for batches of up to batch_size samples (fixed kinds allocated now), from
+  // `allocator` (null or empty: aligned host memory), and the Batch::fields entries that
+  // finish() keeps up to date.
+  FieldBuffers make_buffers(uint32_t batch_size, const BufferAllocator* allocator) const;
   std::vector<FieldBatch> make_batch_fields() const;
+  // Every field's values handed over (AlignedBuffer::renew): the batch keeps the memory it
+  // points at, the slot fills new memory.
+  static void hand_off(FieldBuffers* b);
 
   // Starts a batch in `b`.
   void begin(FieldBuffers* b) const;

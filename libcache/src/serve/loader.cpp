@@ -46,38 +46,6 @@ uint64_t physical_memory_bytes() {
   return bytes;
 }
 
-// Frees with the allocator's release, or std::free for the default buffers.
-struct BufferDeleter {
-  std::function<void(void*)> release;
-  void operator()(uint8_t* p) const {
-    if (release) {
-      release(p);
-    } else {
-      std::free(p);
-    }
-  }
-};
-using AlignedBytes = std::unique_ptr<uint8_t, BufferDeleter>;
-
-AlignedBytes aligned_bytes(size_t size, const BufferAllocator& a) {
-  if (size > SIZE_MAX - kAlign) throw invalid("loader: batch buffer size does not fit in memory");
-  const size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-  const size_t bytes = rounded == 0 ? kAlign : rounded;
-  if (a.allocate) {
-    void* p = a.allocate(bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    AlignedBytes owned(static_cast<uint8_t*>(p), BufferDeleter{a.release});
-    if (reinterpret_cast<uintptr_t>(p) % kAlign != 0) {
-      throw invalid("loader.allocator returned memory not aligned to " + std::to_string(kAlign) +
-                    " bytes");
-    }
-    return owned;
-  }
-  void* p = std::aligned_alloc(kAlign, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  return AlignedBytes(static_cast<uint8_t*>(p), BufferDeleter{});
-}
-
 // Mirrors an HWC image left to right, in place.
 void mirror_rows(uint8_t* img, uint32_t h, uint32_t w, uint32_t c) {
   for (uint32_t y = 0; y < h; ++y) {
@@ -105,8 +73,11 @@ void validate_counts(const LoaderOptions& o) {
     throw invalid("loader.prefetch " + std::to_string(o.prefetch) + " > " +
                   std::to_string(kMaxPrefetch) + " (batches buffered ahead)");
   }
-  if (static_cast<bool>(o.allocator.allocate) != static_cast<bool>(o.allocator.release)) {
-    throw invalid("loader.allocator needs both allocate and release, or neither");
+  for (const auto& [a, name] :
+       {std::pair{&o.allocator, "allocator"}, std::pair{&o.field_allocator, "field_allocator"}}) {
+    if (static_cast<bool>(a->allocate) != static_cast<bool>(a->release)) {
+      throw invalid(std::string("loader.") + name + " needs both allocate and release, or neither");
+    }
   }
   detail::validate_direct(o);
   if (o.hand_off_images && !o.allocator.allocate) {
@@ -125,7 +96,7 @@ class Loader::Impl {
 
   // One ring slot: memory allocated once, reused by every batch and epoch.
   struct Slot {
-    AlignedBytes images;
+    detail::AlignedBuffer images;  // from options_.allocator
     std::vector<int64_t> labels;
     std::vector<uint64_t> indices;
     detail::FieldBuffers fields;   // the selected fields' values (none: empty)
@@ -135,7 +106,7 @@ class Loader::Impl {
 
   void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
   // hand_off_images: the held batch's slot gets a new image buffer (the old one released to
-  // the allocator) before the prefetcher may refill it.
+  // the allocator), and new field buffers with a field_allocator, before it may be refilled.
   void hand_off_held();
   uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
 
@@ -268,11 +239,12 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   }
   slots_.resize(slot_count);
   for (Slot& s : slots_) {
-    s.images = aligned_bytes(bs * sample_bytes_, options_.allocator);
+    s.images = detail::AlignedBuffer(&options_.allocator, "allocator");
+    s.images.reserve(bs * sample_bytes_, 0);
     s.labels.resize(bs);
     s.indices.resize(bs);
     if (with_fields_) {
-      s.fields = fields_->make_buffers(options_.batch_size);
+      s.fields = fields_->make_buffers(options_.batch_size, &options_.field_allocator);
       s.batch.fields = fields_->make_batch_fields();
     }
   }
@@ -340,10 +312,12 @@ void Loader::Impl::hand_off_held() {
   if (held_slot_ < 0) return;
   if (options_.hand_off_images) {
     // The slot is still held: no worker writes it until the prefetcher releases it. The new
-    // buffer first, then the old one released (unique_ptr assignment), so a failed allocation
-    // leaves the slot as it was.
-    slots_[held_slot_].images =
-        aligned_bytes(options_.batch_size * sample_bytes_, options_.allocator);
+    // buffer first, then the old one released (renew), so a failed allocation leaves the slot
+    // as it was.
+    slots_[held_slot_].images.renew();
+    if (with_fields_ && options_.field_allocator.allocate) {
+      detail::FieldFill::hand_off(&slots_[held_slot_].fields);
+    }
   }
   held_slot_ = -1;
 }
@@ -360,7 +334,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
     const uint64_t idx = order_[begin + k];
-    uint8_t* out = slot.images.get() + k * sample_bytes_;
+    uint8_t* out = slot.images.data() + k * sample_bytes_;
     // The sample's one geometric draw: its image and every spatial field use it.
     SampleShape s;
     CropBox box;
@@ -437,7 +411,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   b.height = out_h_;
   b.width = out_w_;
   b.channels = channels_;
-  b.images = slot.images.get();
+  b.images = slot.images.data();
   b.labels = slot.labels.data();
   b.indices = slot.indices.data();
   if (with_fields_) fields_->finish(&slot.fields, b.size, &b.fields);

@@ -5,6 +5,10 @@
 // bytes never depend on threads, timing or the machine.
 #include "dscache/transform.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -213,27 +217,91 @@ namespace {
 // Nearest-neighbour sampling of one channel of E-byte elements: output (oy, ox) reads source
 // row box.y + floor((2*oy + 1) * box.height / (2*out_h)) (its footprint's centre), columns
 // alike, the column taken from the mirrored output column when flipped. Integer arithmetic
-// only; the column's quotient is stepped instead of divided per pixel. Elements are moved as
-// bytes (their stored byte order is kept; the buffers need no alignment).
+// only; each output column's source column is found once (stepping the quotient instead of
+// dividing) for every row, and an output row that reads the same source row as the one above
+// (an enlarging crop) is a copy of it. Elements are moved as bytes (their stored byte order is
+// kept; the buffers need no alignment).
+#if defined(__x86_64__) || defined(__i386__)
+// Blocks of 16 output columns of a uint8 mask, each one shuffle of the 16 source bytes from
+// base[k] (SSSE3); ok[k] == 0: that block is left to the caller.
+__attribute__((target("ssse3"))) void shuffle_blocks(const uint8_t* row, const uint32_t* base,
+                                                     const uint8_t* masks, const uint8_t* ok,
+                                                     uint32_t blocks, uint8_t* dst) {
+  for (uint32_t k = 0; k < blocks; ++k) {
+    if (ok[k] == 0) continue;
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + base[k]));
+    const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * size_t{k}));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * size_t{k}), _mm_shuffle_epi8(v, m));
+  }
+}
+bool has_ssse3() {
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("ssse3"));
+  return has;
+}
+#else
+void shuffle_blocks(const uint8_t*, const uint32_t*, const uint8_t*, const uint8_t*, uint32_t,
+                    uint8_t*) {}
+bool has_ssse3() { return false; }
+#endif
+
+// uint8 masks: the blocks of 16 output columns whose source columns lie within 16 bytes of the
+// same source row (an enlarging or mildly shrinking crop) go through shuffle_blocks; returns
+// how many blocks there are (0: none, every column per element).
+uint32_t plan_blocks(const std::vector<uint32_t>& cols, uint32_t box_x, uint32_t src_w,
+                     std::vector<uint32_t>* base, std::vector<uint8_t>* masks,
+                     std::vector<uint8_t>* ok) {
+  if (!has_ssse3()) return 0;
+  const uint32_t blocks = static_cast<uint32_t>(cols.size() / 16);
+  base->assign(blocks, 0);
+  masks->assign(16 * size_t{blocks}, 0);
+  ok->assign(blocks, 0);
+  for (uint32_t k = 0; k < blocks; ++k) {
+    const auto [lo, hi] = std::minmax_element(cols.begin() + 16 * k, cols.begin() + 16 * k + 16);
+    if (*hi - *lo >= 16 || uint64_t{box_x} + *lo + 16 > src_w) continue;  // would read past
+    (*base)[k] = *lo;
+    for (uint32_t i = 0; i < 16; ++i) (*masks)[16 * k + i] = uint8_t(cols[16 * k + i] - *lo);
+    (*ok)[k] = 1;
+  }
+  return blocks;
+}
+
 template <size_t E>
 void sample_nearest(const uint8_t* src, uint32_t src_w, const CropBox& box, uint32_t out_h,
                     uint32_t out_w, uint8_t* out) {
   const uint64_t den_y = 2 * uint64_t{out_h}, den_x = 2 * uint64_t{out_w};
   const uint64_t step_q = 2 * uint64_t{box.width} / den_x, step_r = 2 * uint64_t{box.width} % den_x;
-  const uint64_t first_q = box.width / den_x, first_r = box.width % den_x;  // ox = 0
+  std::vector<uint32_t> cols(out_w);  // output column -> source column within the box
+  uint64_t q = box.width / den_x, r = box.width % den_x;  // ox = 0: width / den_x
+  for (uint32_t ox = 0; ox < out_w; ++ox) {
+    cols[box.flip ? out_w - 1 - ox : ox] = static_cast<uint32_t>(q);
+    q += step_q;
+    r += step_r;
+    if (r >= den_x) {
+      r -= den_x;
+      ++q;
+    }
+  }
+  std::vector<uint32_t> base;
+  std::vector<uint8_t> masks, ok;
+  const uint32_t blocks = E == 1 ? plan_blocks(cols, box.x, src_w, &base, &masks, &ok) : 0;
+  const size_t row_bytes = size_t{out_w} * E;
+  uint64_t last_sy = UINT64_MAX;
   for (uint32_t oy = 0; oy < out_h; ++oy) {
     const uint64_t sy = box.y + (2 * uint64_t{oy} + 1) * box.height / den_y;
+    uint8_t* dst = out + uint64_t{oy} * row_bytes;
+    if (sy == last_sy) {
+      std::memcpy(dst, dst - row_bytes, row_bytes);
+      continue;
+    }
+    last_sy = sy;
     const uint8_t* row = src + (sy * src_w + box.x) * E;
-    uint8_t* dst = out + uint64_t{oy} * out_w * E;
-    uint64_t q = first_q, r = first_r;  // column ox of the box: (2*ox + 1) * width / den_x
+    if (blocks > 0) shuffle_blocks(row, base.data(), masks.data(), ok.data(), blocks, dst);
     for (uint32_t ox = 0; ox < out_w; ++ox) {
-      std::memcpy(dst + size_t{box.flip ? out_w - 1 - ox : ox} * E, row + q * E, E);
-      q += step_q;
-      r += step_r;
-      if (r >= den_x) {
-        r -= den_x;
-        ++q;
+      if (ox / 16 < blocks && ok[ox / 16] != 0) {
+        ox += 15;  // that block's 16 columns are written
+        continue;
       }
+      std::memcpy(dst + size_t{ox} * E, row + size_t{cols[ox]} * E, E);
     }
   }
 }
