@@ -8,7 +8,7 @@ Rows (samples/s and bytes/s of sample data each):
   disk random           the same run: sample-sized preads at random indices, all threads
   mmap + global         `dscache bench --rows global --memory page-cache` (Loader, all threads)
   pread + global        `dscache bench --rows global --memory pread`
-  pread + windowed      `dscache bench --rows out-of-core --direct-read off`: Loader, pread,
+  pread + windowed      `dscache bench --rows out-of-core --direct-read=off`: Loader, pread,
                         windowed shuffle with byte-sized blocks and the auto window, read-ahead
                         and drop-behind (off: the default, auto, would read this cache directly)
   direct + windowed     the same with `--direct-read` (on): each window read with O_DIRECT into the
@@ -231,7 +231,7 @@ def measure_round(a, cg, files, bench, sample_bytes, want, direct):
                 ("mmap", "mmap + global", ["--rows", "global", "--memory", "page-cache"], "rows"),
                 ("pread-global", "pread + global", ["--rows", "global", "--memory", "pread"],
                  "rows"),
-                ("windowed", "pread + windowed", ["--rows", "out-of-core", "--direct-read", "off"],
+                ("windowed", "pread + windowed", ["--rows", "out-of-core", "--direct-read=off"],
                  "windowed_out_of_core_samples_per_s"),
                 ("direct", "direct + windowed", ["--rows", "out-of-core"] + direct,
                  "windowed_out_of_core_samples_per_s"),

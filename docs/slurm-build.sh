@@ -35,21 +35,22 @@ parts=4
 : "${PARTS:?set PARTS (the directory of the parts) before sbatch}" "${OUT:?set OUT (the merged cache)}"
 
 if [ "${1:-}" = "--merge" ]; then
-  # The merge job: every part must have finished (a part is finished when its manifest.json
-  # exists: it is written last).
-  missing=()
+  # The merge job. `dscache merge --parts` takes the part directories in part order and first
+  # checks that every part finished (its manifest.json, written last, exists); else it names
+  # each missing or unfinished part, writes nothing and exits 1. Its list of part numbers is
+  # what the repair command re-runs.
   dirs=()
-  for ((i = 0; i < parts; i++)); do
-    dirs+=("$PARTS/part-$i")
-    [ -f "$PARTS/part-$i/manifest.json" ] || missing+=("$i")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    list=$(IFS=,; echo "${missing[*]}")
-    echo "dscache-merge: part(s) $list of $parts did not finish (no manifest.json in" \
-      "$PARTS/part-{$list}); rebuild them with: sbatch --array=$list docs/slurm-build.sh" >&2
-    exit 1
+  for ((i = 0; i < parts; i++)); do dirs+=("$PARTS/part-$i"); done
+  log=$(mktemp)
+  rc=0
+  dscache merge --parts "$parts" "${dirs[@]}" "$OUT" --resume 2>"$log" || rc=$?
+  cat "$log" >&2
+  list=$(sed -n 's/.*parts\{0,1\} \([0-9,]*\) of [0-9]* did not finish.*/\1/p' "$log")
+  rm -f "$log"
+  if [ -n "$list" ]; then
+    echo "dscache-merge: rebuild them with: sbatch --array=$list docs/slurm-build.sh" >&2
   fi
-  exec dscache merge "${dirs[@]}" "$OUT" --resume
+  exit "$rc"
 fi
 
 : "${SRC:?set SRC (the dataset) before sbatch}" "${SLURM_ARRAY_TASK_ID:?submit with sbatch}"

@@ -23,6 +23,7 @@
 #include "dscache/error.h"
 #include "dscache/exit_codes.h"
 #include "dscache/ingest/image_decode.h"
+#include "dscache/remote.h"
 
 namespace dscache {
 namespace po = boost::program_options;
@@ -76,20 +77,26 @@ std::set<std::string> parse_row_groups(const std::string& rows_arg) {
   return groups;
 }
 
-// argv with each bare --direct-read (a plain switch before it took a value, so scripts pass
-// it bare, before CACHE or another flag) spelled --direct-read=on: Boost would take the word
-// after it as the value. That word is CACHE, not a value, when it is a flag, a path (has a
-// '/') or names something that exists; else (e.g. "yes") it stays the value, to be refused.
+// argv with each bare --direct-read spelled --direct-read=on. A value is written
+// --direct-read=VALUE only: the word after a bare --direct-read is never its value (Boost would
+// take it) but CACHE or another flag, so a cache named auto, on or off is read as the cache. A
+// word there that names nothing (and is no flag or remote location) is refused, naming the
+// spelling: `--direct-read off` meant a value, and as CACHE it would fail later, less clearly.
 std::vector<std::string> spell_bare_direct_read(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] != "--direct-read") continue;
+    args[i] = "--direct-read=on";
+    if (i + 1 == args.size()) continue;
+    const std::string& next = args[i + 1];
     std::error_code ec;
-    const bool bare = i + 1 == args.size() || (!kDirectReadNames.find(args[i + 1]) &&
-                                               (args[i + 1].rfind('-', 0) == 0 ||
-                                                args[i + 1].find('/') != std::string::npos ||
-                                                std::filesystem::exists(args[i + 1], ec)));
-    if (bare) args[i] = "--direct-read=on";
+    if (next.rfind('-', 0) == 0 || is_remote_location(next) || std::filesystem::exists(next, ec)) {
+      continue;
+    }
+    const std::string value = kDirectReadNames.find(next) ? next : "VALUE";
+    throw UsageError("--direct-read " + next + ": write a value as --direct-read=" + value +
+                     " (one of " + kDirectReadNames.names() + "); a bare --direct-read is on, " +
+                     "and '" + next + "' after it would be CACHE, which does not exist");
   }
   return args;
 }
@@ -120,11 +127,12 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "comma-separated row groups: memcpy, global, windowed, decode (and lazy), disk, "
       "out-of-core; 'all' = every one. Without memcpy the page cache is not warmed first")(
       "direct-read", po::value(&f->direct_read)->default_value("auto")->implicit_value("on"),
-      "out-of-core row: read each window with O_DIRECT into the Loader's buffers "
-      "(LoaderOptions::direct_read) instead of through the page cache: auto (when the cache "
-      "does not fit in the memory this process may use for page cache), on (a bare "
-      "--direct-read) or off")("direct-depth", po::value(&f->direct_depth)->default_value(4),
-                               "--direct-read: read requests in flight (1..64)")(
+      "=auto|on|off: the out-of-core row reads each window with O_DIRECT into the Loader's "
+      "buffers (LoaderOptions::direct_read) instead of through the page cache: auto (when the "
+      "cache does not fit in the memory this process may use for page cache), on (also a bare "
+      "--direct-read: the word after it is CACHE or a flag, never a value) or off")(
+      "direct-depth", po::value(&f->direct_depth)->default_value(4),
+      "--direct-read: read requests in flight (1..64)")(
       "direct-request-kib", po::value(&f->direct_request_kib)->default_value(512),
       "--direct-read: KiB per read request (a multiple of 4)")("json", "machine-readable output");
   po::variables_map vm;

@@ -1,4 +1,4 @@
-// `dscache merge PART_DIR... OUTPUT [--force] [--resume] [--strict]`
+// `dscache merge PART_DIR... OUTPUT [--parts N] [--force] [--resume] [--strict]`
 #include <boost/program_options.hpp>
 
 #include <cstdio>
@@ -25,6 +25,9 @@ bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* qu
       "hard-linked (copied across filesystems) and renumbered, never decoded again.\n\n"
       "Options");
   desc.add_options()("help,h", "show this help")(
+      "parts", po::value(&opt->expect_parts),
+      "N: the PART_DIRs are parts 0..N-1 in this order; first check that each finished, "
+      "else name every missing or unfinished part (exit 1) and write nothing")(
       "strict", "refuse parts that skipped source entries (exit 3)")(
       "force", "replace an existing cache at OUTPUT / discard an interrupted merge")(
       "resume", "continue an interrupted merge of OUTPUT")("quiet,q", "no summary line");
@@ -40,6 +43,9 @@ bool parse_merge_command_line(int argc, char** argv, MergeOptions* opt, bool* qu
   if (vm.count("help")) {
     std::cout << desc << "\n" << remote_options_description() << "\n";
     return false;
+  }
+  if (vm.count("parts") && opt->expect_parts == 0) {
+    throw UsageError("--parts 0: expected the number of parts, at least 1");
   }
   if (paths.size() < 2) {
     throw UsageError("expected PART_DIR... OUTPUT (see dscache merge --help)");

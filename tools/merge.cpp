@@ -23,6 +23,7 @@
 #include "dscache/file.h"
 #include "dscache/ingest/source_list.h"
 #include "dscache/manifest.h"
+#include "dscache/remote.h"
 
 namespace dscache {
 namespace {
@@ -82,8 +83,44 @@ std::string part_name(const Manifest& m) {
   return "part " + std::to_string(m.part.index) + "/" + std::to_string(m.part.count);
 }
 
-// Reads every part and checks they make one cache; returns them sorted by part index.
-std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::string& output) {
+// --parts N (expect): every part directory holds a finished part, else one Error(kNotFound)
+// naming each that does not: unfinished (its interrupted build's partial directory is there, for
+// --resume) or missing. Reads nothing but the file system's entries; a remote part is checked
+// when it is opened.
+void check_parts_finished(const std::vector<std::string>& dirs, uint32_t expect,
+                          const std::string& output) {
+  const std::string n = std::to_string(expect);
+  if (dirs.size() != expect) {
+    throw PartsMismatchError(ErrorKind::kInvalidArgument, "--parts " + n,
+                             std::to_string(dirs.size()) + " PART_DIRs given; give the " + n +
+                                 " parts 0.." + std::to_string(expect - 1) + ", in that order");
+  }
+  std::string list, what;
+  for (uint32_t i = 0; i < expect; ++i) {
+    if (is_remote_location(dirs[i])) continue;
+    const std::string dir = strip_slashes(dirs[i]);
+    std::error_code ec;
+    if (fs::exists(dir + "/manifest.json", ec)) continue;
+    const std::string partial = CacheWriter::partial_dir_for(dir);
+    list += (list.empty() ? "" : ",") + std::to_string(i);
+    const bool interrupted = fs::is_directory(partial, ec);
+    what += (what.empty() ? "" : "; ") + ("part " + std::to_string(i)) +
+            (interrupted ? " unfinished (an interrupted build in " + partial +
+                               ": rerun its build with --resume)"
+                         : " missing (no " + dir + "/manifest.json)");
+  }
+  if (list.empty()) return;
+  const bool one = list.find(',') == std::string::npos;
+  throw Error(ErrorKind::kNotFound, output,
+              (one ? "part " : "parts ") + list + " of " + n + " did not finish: " + what +
+                  "; build " + (one ? "it" : "them") + " with dscache build --part I/" + n +
+                  " --resume, then merge again (nothing was written)");
+}
+
+// Reads every part and checks they make one cache; returns them sorted by part index. With
+// `expect` (--parts), dirs[i] must be part i/expect.
+std::vector<Part> load_parts(const std::vector<std::string>& dirs, uint32_t expect,
+                             const std::string& output) {
   std::vector<Part> parts;
   for (const auto& d : dirs) {
     Part p{strip_slashes(d), Manifest{}, nullptr};
@@ -93,6 +130,13 @@ std::vector<Part> load_parts(const std::vector<std::string>& dirs, const std::st
       throw PartsMismatchError(ErrorKind::kInvalidArgument, p.dir,
                                "not a part of a partitioned build (its manifest has no part; "
                                "build parts with dscache build --part I/N)");
+    }
+    const uint32_t place = static_cast<uint32_t>(parts.size());
+    if (expect != 0 && (p.m.part.index != place || p.m.part.count != expect)) {
+      throw PartsMismatchError(ErrorKind::kInvalidArgument, p.dir,
+                               "is " + part_name(p.m) + "; --parts " + std::to_string(expect) +
+                                   " takes part " + std::to_string(place) + "/" +
+                                   std::to_string(expect) + " here (PART_DIRs in part order)");
     }
     p.files->check_open();  // what every reader checks first: a damaged part is refused by name
     parts.push_back(std::move(p));
@@ -340,12 +384,13 @@ CacheWriterOptions writer_options(const MergeOptions& opt, const std::vector<Par
 
 MergeSummary run_merge(const MergeOptions& opt) {
   const std::string output = strip_slashes(opt.output);
+  if (opt.expect_parts != 0) check_parts_finished(opt.parts, opt.expect_parts, output);
   CacheWriterOptions claim;
   claim.force = opt.force;
   claim.resume = opt.resume;
   claim.command = opt.command;
   const auto writer = CacheWriter::claim(output, claim);  // one writer per output, first
-  std::vector<Part> parts = load_parts(opt.parts, output);
+  std::vector<Part> parts = load_parts(opt.parts, opt.expect_parts, output);
   if (opt.strict) {
     for (const Part& p : parts) {
       if (p.m.skipped == 0) continue;

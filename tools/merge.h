@@ -14,12 +14,15 @@
 namespace dscache {
 
 struct MergeOptions {
-  std::vector<std::string> parts;  // part cache directories, in any order
+  std::vector<std::string> parts;  // part cache directories, in any order (see expect_parts)
   std::string output;              // cache directory to create
   bool force = false;              // replace an existing cache at `output` / discard a partial
   bool resume = false;             // continue an interrupted merge of `output`
   bool strict = false;             // refuse parts that recorded skipped entries
   std::string command = "dscache merge";  // written into the lock file to name the holder
+  // --parts N: `parts` are parts 0..N-1, in that order; before anything else, every one must have
+  // finished (see run_merge). 0 (default): any order, N taken from the parts' manifests.
+  uint32_t expect_parts = 0;
 };
 
 struct MergeSummary {
@@ -39,11 +42,16 @@ class PartsMismatchError : public Error, public ExitsWith<ExitCode::kUsage> {
   using Error::Error;
 };
 
-// Runs the merge holding the lock on `output` (as build: LockedError when another process holds
-// it). A --resume of a merge already complete at `output` returns its summary. Throws
-// PartsMismatchError, BadSourceError (--strict and a part skipped entries), OutputExistsError (as
-// build), or Error (a part's files are corrupt or unreadable: kCorruption / kNotFound / kIOError;
-// an interrupted merge is then left for --resume).
+// With expect_parts, first (before the lock, so a refusal writes nothing): PartsMismatchError
+// when `parts` are not expect_parts directories, and Error(kNotFound) naming every part that did
+// not finish, each as missing (no manifest.json) or unfinished (a partial build beside it, for
+// `dscache build --resume`); a part that is not the part its place says is a PartsMismatchError
+// once the parts are read. Then runs the merge holding the lock on `output` (as build:
+// LockedError when another process holds it). A --resume of a merge already complete at
+// `output` returns its summary. Throws PartsMismatchError, BadSourceError (--strict and a part
+// skipped entries), OutputExistsError (as build), or Error (a part's files are corrupt or
+// unreadable: kCorruption / kNotFound / kIOError; an interrupted merge is then left for
+// --resume).
 MergeSummary run_merge(const MergeOptions& options);
 
 }  // namespace dscache

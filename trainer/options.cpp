@@ -183,7 +183,7 @@ po::options_description describe_options(TrainOptions& o, OptionWords& words) {
     ("prefetch", po::value(&o.prefetch), "loader batches buffered ahead (default 4)");
   task_group.add_options()
     ("task", po::value(&task), "classify | multilabel | regress | segment (default classify: the cache's labels)")
-    ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: float32 scalars; segment: one mask field, default the cache's only one)")
+    ("targets", po::value(&targets), "COL[,COL...]: the fields to predict (multilabel: 0/1 int64 scalars or one multi-hot array; regress: numeric scalars, integers read as float32; segment: one mask field, default the cache's only one)")
     ("loss", po::value(&loss), "--task regress: mse | l1 | huber (default mse)")
     ("target-norm", po::bool_switch(&o.task.target_norm), "--task regress: standardise targets with the training set's mean/std")
     ("ignore-index", po::value(&o.task.ignore_index), "--task segment: the mask value that counts in no loss or metric (default 255)")

@@ -160,12 +160,10 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
     const std::string bad = "--targets: field '" + name + "' in " + where + " is " + describe(f) +
                             "; --task " + task + " needs ";
     if (t.kind == TaskKind::kRegress) {
-      if (f.kind != FieldKind::kScalar || f.dtype != FieldType::kFloat32) {
-        // A table's column of integers becomes int64: say how to make it a target.
-        throw UsageError(bad + "float32 scalars" +
-                         (f.kind == FieldKind::kScalar
-                              ? " (for a table column, rebuild with --field " + name + "=float)"
-                              : std::string()));
+      // Every scalar dtype is a number: a table's integer column (int64) is a target as it is,
+      // read as float32 by batch_targets (integer_targets_note says so).
+      if (f.kind != FieldKind::kScalar) {
+        throw UsageError(bad + "scalars (float32, or integers read as float32)");
       }
       spec.names.push_back(name);
     } else if (f.kind == FieldKind::kScalar && f.dtype == FieldType::kInt64) {
@@ -188,6 +186,22 @@ TargetSpec resolve_targets(const TaskOptions& t, const SampleSource& source,
   spec.mean.assign(spec.names.size(), 0.0);
   spec.std.assign(spec.names.size(), 1.0);
   return spec;
+}
+
+std::string integer_targets_note(const TargetSpec& spec, const SampleSource& source) {
+  if (spec.kind != TaskKind::kRegress) return "";
+  std::string list;
+  for (const FieldSpec& f : source.fields()) {
+    if (f.dtype == FieldType::kFloat32 ||
+        std::find(spec.fields.begin(), spec.fields.end(), f.name) == spec.fields.end()) {
+      continue;
+    }
+    list += (list.empty() ? "" : ", ") + f.name + " (" + to_string(f.dtype) + ")";
+  }
+  if (list.empty()) return "";
+  const bool one = list.find(',') == std::string::npos;
+  return "--task regress: target" + std::string(one ? " " : "s ") + list +
+         (one ? " holds" : " hold") + " integers, read as float32";
 }
 
 void check_target_value(const TargetSpec& spec, const std::string& field, uint64_t sample,

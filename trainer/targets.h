@@ -48,6 +48,11 @@ void scan_mask_classes(const SampleSource& source, const std::string& where, Tar
 // checked first (check_target_value).
 void measure_target_stats(const SampleSource& source, const std::string& where, TargetSpec* spec);
 
+// --task regress: the line that says which targets are integer fields, which batch_targets
+// casts to float32 ("--task regress: target count (int64) holds integers, read as float32"), or
+// "" when every target is float32 (or for another task). dscache-train prints it once (rank 0).
+std::string integer_targets_note(const TargetSpec& spec, const SampleSource& source);
+
 // The one rule for a target value the task can learn from, applied to every value the trainer
 // reads (each batch, --target-norm's pass): multilabel 0 or 1, regression finite. Otherwise
 // UsageError (exit 2: a bad value, found once the cache is read) naming the field, the sample's

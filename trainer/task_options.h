@@ -28,9 +28,9 @@ const char* to_string(RegressLoss v);
 struct TaskOptions {
   TaskKind kind = TaskKind::kClassify;  // --task; default classify
   // --targets COL[,COL...]: the cache fields the head predicts, in head order. multilabel: several
-  // 0/1 int64 scalars, or one uint8/int64 array (multi-hot); regress: float32 scalars; segment:
-  // one mask field (default: the cache's only one). Required for multilabel and regress, refused
-  // for classify.
+  // 0/1 int64 scalars, or one uint8/int64 array (multi-hot); regress: scalars (integers read as
+  // float32); segment: one mask field (default: the cache's only one). Required for multilabel and
+  // regress, refused for classify.
   std::vector<std::string> targets;
   RegressLoss loss = RegressLoss::kMse;  // --loss (regress only); default mse
   bool target_norm = false;  // --target-norm (regress only): standardise each target with the

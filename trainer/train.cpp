@@ -221,6 +221,8 @@ void Run::setup() {
                  targets_.fields[0].c_str(), static_cast<long long>(targets_.outputs()),
                  names.c_str(), static_cast<long long>(targets_.ignore_index));
   }
+  const std::string cast = integer_targets_note(targets_, *data_.train);
+  if (main_rank_ && !cast.empty()) std::fprintf(stderr, "dscache-train: %s\n", cast.c_str());
   build_model();
   batches_ = data_.train_loader->batches_per_epoch();
 }

@@ -196,19 +196,19 @@ def o_direct_works(folder):
 
 
 def case_bench_direct_read(tmp):
-    """--direct-read auto (default), on (also bare, as before it took a value) and off: the
-    out-of-core row reads as asked and says why."""
+    """--direct-read=auto (default), on (also bare, as before it took a value) and off: the
+    out-of-core row reads as asked and says why (the spelling: test_bench_direct_flag.py)."""
     _, out = make_bench_cache(tmp)
     direct_ok = o_direct_works(out)
     ooc = BENCH_ARGS + ["--rows", "out-of-core", "--json"]
     for args, env, requested, direct, reason in (
             ([out], None, "auto", False, "auto: cache "),  # 0.9 MB: fits in any memory
-            ([out, "--direct-read", "auto"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "auto",
+            ([out, "--direct-read=auto"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "auto",
              direct_ok, "auto: cache "),
             (["--direct-read", out], None, "on", direct_ok, "on: direct_read on"),
             ([out, "--direct-read"], None, "on", direct_ok, "on: direct_read on"),
             ([out, "--direct-read=on"], None, "on", direct_ok, "on: direct_read on"),
-            ([out, "--direct-read", "off"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "off",
+            ([out, "--direct-read=off"], {"DSCACHE_DIRECT_READ_BUDGET_BYTES": "1"}, "off",
              False, "off: direct_read off")):
         what = f"bench {' '.join(map(str, args))} (env {env})"
         p = run(["bench", *args, *ooc], env_extra=env)
@@ -222,7 +222,7 @@ def case_bench_direct_read(tmp):
     p = run(["bench", out, "--direct-read", *BENCH_ARGS, "--rows", "out-of-core"])
     want = "O_DIRECT (on: direct_read on)" if direct_ok else "page cache (on: direct_read on"
     check(f"read path: {want}" in p.stdout, f"text output does not say {want!r}:\n{p.stdout}")
-    p = run(["bench", out, "--direct-read", "yes"], expect_rc=2)
+    p = run(["bench", out, "--direct-read=yes"], expect_rc=2)
     check("--direct-read" in p.stderr and "'yes'" in p.stderr,
           f"bad --direct-read not named: {p.stderr}")
 

@@ -204,7 +204,7 @@ def case_build_repair(tmp):
         check_states(c.wait_finished(merges[0], "the first merge"), {f"{merges[0]}_0": "FAILED"},
                      "merge with part 2 missing", tmp)
         text = job_output(tmp, merges[0], 0)
-        check("part(s) 2 of 4 did not finish" in text and
+        check("part 2 of 4 did not finish: part 2 unfinished" in text and
               "sbatch --array=2 docs/slurm-build.sh" in text, f"merge's message: {text!r}")
         check(not out.exists(), "a failed merge left OUT")
 
