@@ -474,51 +474,13 @@ void Loader::start_epoch(uint64_t seed, uint64_t epoch) { impl_->start(seed, epo
 
 void Loader::restore(const LoaderPosition& pos) { impl_->start(pos.seed, pos.epoch, pos.cursor); }
 
-void Loader::resume(const EpochPosition& pos) {
-  const Impl& i = *impl_;
-  const uint64_t n = epoch_length(), bs = i.options_.batch_size;
-  const uint64_t world = i.options_.sampler.world_size, global = bs * world;
-  if (pos.sample > n) {
-    throw invalid("position.sample " + std::to_string(pos.sample) + " > the epoch's " +
-                  std::to_string(n) + " samples");
-  }
-  uint64_t cursor = i.batches_per_epoch_;  // G == E: the epoch is finished
-  if (pos.sample < n) {
-    if (pos.sample % global != 0) {
-      const std::string g = std::to_string(pos.sample);
-      throw invalid("position.sample " + g + " is not a multiple of batch_size " +
-                    std::to_string(bs) + " x world_size " + std::to_string(world) + " = " +
-                    std::to_string(global) +
-                    ": it falls inside a global batch of this geometry; resume from a state "
-                    "taken at a global-batch boundary, or with batch_size x world_size dividing " +
-                    g);
-    }
-    // The first served batch at or after rank batch G / (bs x world): rank batches
-    // offset + j x stride.
-    const uint64_t c = pos.sample / global, offset = i.options_.batch_offset;
-    const uint64_t stride = i.options_.batch_stride;
-    cursor = std::min(c > offset ? (c - offset + stride - 1) / stride : 0, cursor);
-  }
-  impl_->start(pos.seed, pos.epoch, cursor);
-}
-
 const Batch* Loader::next() { return impl_->next(); }
 
 LoaderPosition Loader::position() const {
   return LoaderPosition{impl_->seed_, impl_->epoch_, impl_->cursor_};
 }
 
-uint64_t Loader::epoch_sample(uint64_t rank_batches) const {
-  const Impl& i = *impl_;
-  const uint64_t bs = i.options_.batch_size;
-  if (rank_batches * bs >= i.samples_per_epoch_) return epoch_length();
-  return rank_batches * bs * i.options_.sampler.world_size;
-}
-
-EpochPosition Loader::epoch_position() const {
-  const Impl& i = *impl_;
-  return EpochPosition{i.seed_, i.epoch_, epoch_sample(i.rank_batch(i.cursor_))};
-}
+const LoaderOptions& Loader::options() const { return impl_->options_; }
 
 uint64_t Loader::epoch_length() const { return impl_->source_->size(); }
 
