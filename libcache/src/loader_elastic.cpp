@@ -9,13 +9,57 @@
 
 #include "dscache/error.h"
 #include "dscache/loader.h"
+#include "dscache/sampler.h"
 
 namespace dscache {
+namespace {
+
+// The rank's batches per epoch and its samples in them (after drop_last).
+uint64_t rank_samples(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                      bool drop_last) {
+  const uint64_t per_rank = samples_per_rank(n, sampler);
+  return drop_last ? per_rank / batch_size * batch_size : per_rank;
+}
+
+Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
+
+}  // namespace
+
+uint64_t epoch_sample(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                      bool drop_last, uint64_t rank_batches) {
+  if (batch_size == 0 || sampler.world_size == 0) throw invalid("batch_size and world_size >= 1");
+  const uint64_t taken = rank_batches > n ? n : rank_batches * batch_size;  // no overflow
+  if (taken >= rank_samples(n, sampler, batch_size, drop_last)) return n;
+  return taken * sampler.world_size;
+}
+
+uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                       bool drop_last, uint64_t sample) {
+  if (batch_size == 0 || sampler.world_size == 0) throw invalid("batch_size and world_size >= 1");
+  const uint64_t world = sampler.world_size, global = batch_size * world;
+  const uint64_t samples = rank_samples(n, sampler, batch_size, drop_last);
+  const uint64_t batches = (samples + batch_size - 1) / batch_size;
+  if (sample > n) {
+    throw invalid("position.sample " + std::to_string(sample) + " > the epoch's " +
+                  std::to_string(n) + " samples");
+  }
+  if (sample == n) return batches;
+  if (sample % global != 0) {
+    const std::string g = std::to_string(sample);
+    throw invalid("position.sample " + g + " is not a multiple of batch_size " +
+                  std::to_string(batch_size) + " x world_size " + std::to_string(world) + " = " +
+                  std::to_string(global) +
+                  ": it falls inside a global batch of this geometry; resume from a state taken "
+                  "at a global-batch boundary, or with batch_size x world_size dividing " +
+                  g);
+  }
+  return std::min(sample / global, batches);
+}
 
 uint64_t Loader::epoch_sample(uint64_t rank_batches) const {
   const LoaderOptions& o = options();
-  if (rank_batches * o.batch_size >= samples_per_epoch()) return epoch_length();
-  return rank_batches * o.batch_size * o.sampler.world_size;
+  return dscache::epoch_sample(epoch_length(), o.sampler, o.batch_size, o.drop_last,
+                               rank_batches);
 }
 
 EpochPosition Loader::epoch_position() const {
@@ -24,34 +68,18 @@ EpochPosition Loader::epoch_position() const {
   return EpochPosition{p.seed, p.epoch, epoch_sample(o.batch_offset + p.cursor * o.batch_stride)};
 }
 
-void Loader::resume(const EpochPosition& pos) {
+uint64_t Loader::cursor_at(uint64_t sample) const {
   const LoaderOptions& o = options();
-  const uint64_t n = epoch_length(), bs = o.batch_size;
-  const uint64_t world = o.sampler.world_size, global = bs * world;
-  if (pos.sample > n) {
-    throw Error(ErrorKind::kInvalidArgument, "",
-                "position.sample " + std::to_string(pos.sample) + " > the epoch's " +
-                    std::to_string(n) + " samples");
-  }
-  uint64_t cursor = batches_per_epoch();  // G == E: the epoch is finished
-  if (pos.sample < n) {
-    if (pos.sample % global != 0) {
-      const std::string g = std::to_string(pos.sample);
-      throw Error(ErrorKind::kInvalidArgument, "",
-                  "position.sample " + g + " is not a multiple of batch_size " +
-                      std::to_string(bs) + " x world_size " + std::to_string(world) + " = " +
-                      std::to_string(global) +
-                      ": it falls inside a global batch of this geometry; resume from a state "
-                      "taken at a global-batch boundary, or with batch_size x world_size "
-                      "dividing " +
-                      g);
-    }
-    // The first served batch at or after rank batch c: this Loader serves rank batches
-    // batch_offset + j x batch_stride.
-    const uint64_t c = pos.sample / global, offset = o.batch_offset, stride = o.batch_stride;
-    cursor = std::min(c > offset ? (c - offset + stride - 1) / stride : 0, cursor);
-  }
-  restore(LoaderPosition{pos.seed, pos.epoch, cursor});
+  const uint64_t c =
+      rank_batch_at(epoch_length(), o.sampler, o.batch_size, o.drop_last, sample);
+  // The first served batch at or after rank batch c: this Loader serves rank batches
+  // batch_offset + j x batch_stride.
+  const uint64_t offset = o.batch_offset, stride = o.batch_stride;
+  return std::min(c > offset ? (c - offset + stride - 1) / stride : 0, batches_per_epoch());
+}
+
+void Loader::resume(const EpochPosition& pos) {
+  restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
 }
 
 }  // namespace dscache

@@ -143,6 +143,19 @@ struct EpochPosition {
                         // == epoch_length() once the epoch is finished
 };
 
+// The global cursor of a rank that has taken `rank_batches` batches of `batch_size` samples in
+// an epoch of `n` samples under `sampler` (its world_size and tail; rank and shuffle play no
+// part) and `drop_last`: rank_batches x batch_size x world_size, or n once the rank's epoch is
+// finished. The same on every rank that took as many batches.
+uint64_t epoch_sample(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                      bool drop_last, uint64_t rank_batches);
+// The inverse, for a rank of this geometry: the rank batch that starts at global cursor `sample`
+// (sample / (batch_size x world_size)), or the rank's batches per epoch when sample == n (or
+// when the rank's epoch ends before it). Throws Error(kInvalidArgument) with the numbers when
+// sample > n or sample is not a multiple of batch_size x world_size.
+uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                       bool drop_last, uint64_t sample);
+
 // With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
 // window's blocks ahead as soon as a window starts being filled, and to drop a window once all
 // its batches were filled: a Cache in pread mode serves caches larger than memory that way.
@@ -188,6 +201,9 @@ class Loader {
   // Error(kInvalidArgument) when G > epoch_length() or when G is not a multiple of batch_size x
   // world_size (a position inside a global batch of this geometry), with the numbers.
   void resume(const EpochPosition& pos);
+  // The cursor (LoaderPosition::cursor, served batches) resume() restores for global cursor
+  // `sample`; throws as resume() does.
+  uint64_t cursor_at(uint64_t sample) const;
   // The sampler options in force: options.sampler with a byte-sized window resolved to block
   // and window_blocks (samples). An auto-sized window depends on this machine's free memory;
   // save these with a checkpoint (with position()) and pass them back to resume the same order
