@@ -124,12 +124,15 @@ TEST_SUITE("loader") {
     o.sampler.world_size = 5;
     o.sampler.rank = 4;
     Loader loader(built.cache, o);
-    CHECK(invalid_argument_message([&] { loader.resume(EpochPosition{5, 2, 24}); }) ==
+    CHECK(invalid_argument_message([&] {
+            loader.resume(EpochPosition{5, 2, 24});
+          }) ==
           "position.sample 24 is not a multiple of batch_size 2 x "
           "world_size 5 = 10: it falls inside a global batch of this geometry; resume from a "
           "state taken at a global-batch boundary, or with batch_size x world_size dividing 24");
-    CHECK(invalid_argument_message([&] { loader.resume(EpochPosition{5, 2, 54}); }) ==
-          "position.sample 54 > the epoch's 53 samples");
+    CHECK(invalid_argument_message([&] {
+            loader.resume(EpochPosition{5, 2, 54});
+          }) == "position.sample 54 > the epoch's 53 samples");
     // G == E: the epoch is finished; the position says so again.
     loader.resume(EpochPosition{5, 2, 53});
     CHECK(loader.next() == nullptr);

@@ -58,8 +58,7 @@ uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch
 
 uint64_t Loader::epoch_sample(uint64_t rank_batches) const {
   const LoaderOptions& o = options();
-  return dscache::epoch_sample(epoch_length(), o.sampler, o.batch_size, o.drop_last,
-                               rank_batches);
+  return dscache::epoch_sample(epoch_length(), o.sampler, o.batch_size, o.drop_last, rank_batches);
 }
 
 EpochPosition Loader::epoch_position() const {
@@ -70,8 +69,7 @@ EpochPosition Loader::epoch_position() const {
 
 uint64_t Loader::cursor_at(uint64_t sample) const {
   const LoaderOptions& o = options();
-  const uint64_t c =
-      rank_batch_at(epoch_length(), o.sampler, o.batch_size, o.drop_last, sample);
+  const uint64_t c = rank_batch_at(epoch_length(), o.sampler, o.batch_size, o.drop_last, sample);
   // The first served batch at or after rank batch c: this Loader serves rank batches
   // batch_offset + j x batch_stride.
   const uint64_t offset = o.batch_offset, stride = o.batch_stride;

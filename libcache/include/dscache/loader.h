@@ -209,7 +209,8 @@ class Loader {
   // save these with a checkpoint (with position()) and pass them back to resume the same order
   // elsewhere.
   const SamplerOptions& sampler_options() const;
-  const LoaderOptions& options() const;  // as given, with sampler as sampler_options()
+  // The options as given, with sampler as sampler_options().
+  const LoaderOptions& options() const;
   uint64_t batches_per_epoch() const;  // this Loader serves (its stride's share of the rank's)
   uint64_t samples_per_epoch() const;  // for this rank, after drop_last (all strides together)
   // True when this epoch's windows are read with O_DIRECT (LoaderOptions::direct_read chose it
