@@ -1,6 +1,6 @@
 // Loader's global cursor and elastic resume: a rank's batch derived from the epoch's global
 // cursor G and back, so an epoch continues under another world size, batch size or worker count
-// (docs/USAGE.md "Changing the number of ranks"). Only the public Loader is needed: the global
+// (docs/SERVING.md "Changing the number of ranks"). Only the public Loader is needed: the global
 // order does not depend on the world size (epoch_order), so G / (batch_size x world_size) is the
 // rank batch every rank of the new geometry continues from.
 #include <algorithm>

@@ -1,6 +1,6 @@
 """Elastic resume of saved positions: a state's global cursor G, the samples of the epoch's
 global order all ranks together had taken, so that a state saved at one world size, batch size
-or worker count resumes at another (docs/USAGE.md "Changing the number of ranks"). G is a
+or worker count resumes at another (docs/SERVING.md "Changing the number of ranks"). G is a
 version-3 state's "sample"; an older state's is derived from its own geometry. The arithmetic is
 libcache's (dscache/loader.h epoch_sample and rank_batch_at), bound in _dscache."""
 from . import _dscache

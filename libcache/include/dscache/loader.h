@@ -135,7 +135,7 @@ struct LoaderPosition {
 
 // Where all ranks together are in an epoch: the same on every rank, so a Loader of any
 // world_size, batch_size and worker count continues it (elastic resume). Save it with a
-// checkpoint, resume() to continue. docs/USAGE.md "Changing the number of ranks".
+// checkpoint, resume() to continue. docs/SERVING.md "Changing the number of ranks".
 struct EpochPosition {
   uint64_t seed = 0;    // shuffle seed
   uint64_t epoch = 0;   // epoch number
