@@ -34,15 +34,14 @@ struct Stage {
 using Served = std::map<uint64_t, std::vector<uint64_t>>;
 
 // Runs one stage; returns the global cursor every rank reports afterwards (checked equal).
-uint64_t run_stage(const Built& built, const Stage& s, RankTail tail, const EpochPosition* at,
-                   Served* served) {
+uint64_t run_stage(const Built& built, const Stage& s, const dscache::SamplerOptions& sampler,
+                   const EpochPosition* at, Served* served) {
   std::vector<uint64_t> after;
   for (uint32_t r = 0; r < s.world; ++r) {
     CAPTURE(r);
     LoaderOptions o = small_options(s.batch);
     o.workers = s.workers;
-    o.sampler.shuffle = Shuffle::kGlobal;
-    o.sampler.tail = tail;
+    o.sampler = sampler;
     o.sampler.rank = r;
     o.sampler.world_size = s.world;
     Loader loader(built.cache, o);
@@ -75,46 +74,51 @@ TEST_SUITE("loader") {
     const Built built = build_cache(dir.path(), Spec{});  // 53 samples
     const uint64_t n = built.cache->size();
     REQUIRE(n == 53);
-    dscache::SamplerOptions one;
-    one.shuffle = Shuffle::kGlobal;
-    const std::vector<uint64_t> order = dscache::epoch_order(n, one, 5, 2);  // W = 1's order
-
-    for (RankTail tail : {RankTail::kPad, RankTail::kDrop}) {
-      CAPTURE(static_cast<int>(tail));
-      // The global batch stays 12 samples: 4 x 3, 2 x 6, 1 x 12, 3 x 4.
-      const std::vector<Stage> stages = {
-          {4, 3, 2, 2}, {2, 6, 0, 1}, {1, 12, 3, 1}, {3, 4, 1, SIZE_MAX}};
-      const std::vector<uint64_t> cursors = {24, 36, 48, n};
-      Served served;
-      EpochPosition at;
-      for (size_t i = 0; i < stages.size(); ++i) {
-        CAPTURE(i);
-        Served part;
-        const uint64_t g = run_stage(built, stages[i], tail, i == 0 ? nullptr : &at, &part);
-        CHECK(g == cursors[i]);
-        // The stage served global positions [previous cursor, cursor) (the last: the rest).
-        const uint64_t from = i == 0 ? 0 : cursors[i - 1];
-        for (const auto& [pos, samples] : part) {
-          CHECK(pos >= from);
-          if (i + 1 < stages.size()) CHECK(pos < g);
-          CHECK(served.count(pos) == 0);
-          served[pos] = samples;
+    // The windowed shuffle too, its geometry given explicitly (as a resume elsewhere must).
+    for (Shuffle shuffle : {Shuffle::kGlobal, Shuffle::kWindowed})
+      for (RankTail tail : {RankTail::kPad, RankTail::kDrop}) {
+        CAPTURE(static_cast<int>(shuffle));
+        CAPTURE(static_cast<int>(tail));
+        dscache::SamplerOptions sampler;
+        sampler.shuffle = shuffle;
+        sampler.block = 5;
+        sampler.window_blocks = 2;
+        sampler.tail = tail;
+        const std::vector<uint64_t> order = dscache::epoch_order(n, sampler, 5, 2);  // W = 1's
+        // The global batch stays 12 samples: 4 x 3, 2 x 6, 1 x 12, 3 x 4.
+        const std::vector<Stage> stages = {
+            {4, 3, 2, 2}, {2, 6, 0, 1}, {1, 12, 3, 1}, {3, 4, 1, SIZE_MAX}};
+        const std::vector<uint64_t> cursors = {24, 36, 48, n};
+        Served served;
+        EpochPosition at;
+        for (size_t i = 0; i < stages.size(); ++i) {
+          CAPTURE(i);
+          Served part;
+          const uint64_t g = run_stage(built, stages[i], sampler, i == 0 ? nullptr : &at, &part);
+          CHECK(g == cursors[i]);
+          // The stage served global positions [previous cursor, cursor) (the last: the rest).
+          const uint64_t from = i == 0 ? 0 : cursors[i - 1];
+          for (const auto& [pos, samples] : part) {
+            CHECK(pos >= from);
+            if (i + 1 < stages.size()) CHECK(pos < g);
+            CHECK(served.count(pos) == 0);
+            served[pos] = samples;
+          }
+          at = EpochPosition{5, 2, g};
         }
-        at = EpochPosition{5, 2, g};
+        // Positions below E: the uninterrupted order, each once. kPad's tail (W = 3: one more
+        // position) repeats the order's start; kDrop's (53 mod 3 = 2 positions) is not served.
+        const uint64_t last_world = stages.back().world;
+        const uint64_t end = tail == RankTail::kPad ? (n + last_world - 1) / last_world * last_world
+                                                    : n / last_world * last_world;
+        CHECK(served.size() == end);
+        for (uint64_t p = 0; p < end; ++p) {
+          CAPTURE(p);
+          REQUIRE(served.count(p) == 1);
+          REQUIRE(served[p].size() == 1);
+          CHECK(served[p][0] == order[dscache::padded_position(n, p)]);
+        }
       }
-      // Positions below E: the uninterrupted order, each once. kPad's tail (W = 3: one more
-      // position) repeats the order's start; kDrop's (53 mod 3 = 2 positions) is not served.
-      const uint64_t last_world = stages.back().world;
-      const uint64_t end = tail == RankTail::kPad ? (n + last_world - 1) / last_world * last_world
-                                                  : n / last_world * last_world;
-      CHECK(served.size() == end);
-      for (uint64_t p = 0; p < end; ++p) {
-        CAPTURE(p);
-        REQUIRE(served.count(p) == 1);
-        REQUIRE(served[p].size() == 1);
-        CHECK(served[p][0] == order[dscache::padded_position(n, p)]);
-      }
-    }
   }
 
   TEST_CASE("elastic: resume refuses a cursor inside a global batch, past the epoch") {
