@@ -79,7 +79,8 @@ __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError"
            "detection_targets"]
 __version__ = "0.1.0"
 
-STATE_VERSION = 2  # 2: records the cache's identity ("data"); 1 is read, unchecked, with a warning
+STATE_VERSION = 3  # 3: adds "sample", the global cursor (elastic resume); 2 (records the cache's
+# identity, "data") is converted from its own geometry; 1 is read, unchecked, with a warning
 
 class _Source:
     """What Cache and LazyCache share: len, indexing, shape, labels."""

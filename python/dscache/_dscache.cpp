@@ -261,6 +261,10 @@ class PyLoader {
     d["rank_tail"] = kRankTailNames.to_string(s.tail);
     return d;
   }
+  uint64_t cursor_at(uint64_t sample) const {
+    check_usable();
+    return loader_->cursor_at(sample);
+  }
   uint64_t batches_per_epoch() const {
     check_usable();
     return loader_->batches_per_epoch();
@@ -378,6 +382,28 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   return o;
 }
 
+// The global cursor and its inverse (dscache/loader.h), for states of another geometry.
+void bind_elastic(py::module_& m) {
+  m.def(
+      "epoch_sample",
+      [](uint64_t n, uint32_t world_size, const std::string& tail, uint64_t batch_size,
+         bool drop_last, uint64_t rank_batches) {
+        return epoch_sample(n, sampler_options("none", 0, 1, 0, world_size, tail), batch_size,
+                            drop_last, rank_batches);
+      },
+      py::arg("n"), py::arg("world_size"), py::arg("rank_tail"), py::arg("batch_size"),
+      py::arg("drop_last"), py::arg("rank_batches"));
+  m.def(
+      "rank_batch_at",
+      [](uint64_t n, uint32_t world_size, const std::string& tail, uint64_t batch_size,
+         bool drop_last, uint64_t sample) {
+        return rank_batch_at(n, sampler_options("none", 0, 1, 0, world_size, tail), batch_size,
+                             drop_last, sample);
+      },
+      py::arg("n"), py::arg("world_size"), py::arg("rank_tail"), py::arg("batch_size"),
+      py::arg("drop_last"), py::arg("sample"));
+}
+
 }  // namespace
 }  // namespace dscache
 
@@ -436,6 +462,7 @@ PYBIND11_MODULE(_dscache, m) {
       .def("drain", &PyLoader::drain)
       .def("position", &PyLoader::position)
       .def("sampler_options", &PyLoader::sampler_options)
+      .def("cursor_at", &PyLoader::cursor_at, py::arg("sample"))
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("reads_direct", &PyLoader::reads_direct)
       .def("direct_read_reason", &PyLoader::direct_read_reason)
@@ -464,6 +491,8 @@ PYBIND11_MODULE(_dscache, m) {
       },
       py::arg("n"), py::arg("shuffle"), py::arg("block"), py::arg("window_blocks"), py::arg("rank"),
       py::arg("world_size"), py::arg("rank_tail"), py::arg("seed"), py::arg("epoch"));
+
+  bind_elastic(m);  // epoch_sample, rank_batch_at
 
   // dscache.Transform's construction: what libcache's validate() says of these options on
   // their own (the layout-dependent rules wait for the Loader, which knows the cache).

@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from . import STATE_VERSION, _dscache, _Source
+from . import STATE_VERSION, _dscache, _elastic, _Source
 from ._batch import Batch, make_batch as _make_batch, to_torch as _batch_to_torch
 from ._checks import (_U32, _U64, _check_float, _check_int, _check_ints, _check_str,
                       _invalid)
@@ -367,19 +367,24 @@ class Loader:
         if cursor >= len(self) and len(self) > 0:
             epoch, cursor = epoch + 1, 0
         so = self._impl.sampler_options()
-        return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
-                "cursor": int(cursor), "batch_size": self.batch_size, "drop_last": self.drop_last,
-                "rank": self.rank, "world_size": self.world_size,
-                "batch_stride": self.batch_stride, "batch_offset": self.batch_offset,
-                "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
+        state = {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
+                 "cursor": int(cursor), "batch_size": self.batch_size,
+                 "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size,
+                 "batch_stride": self.batch_stride, "batch_offset": self.batch_offset,
+                 "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
+        return _elastic.with_sample(state, so["rank_tail"])
 
     def load_state_dict(self, state):
-        """Continue from state_dict()'s position at the next iteration. Refuses (dscache.
-        InvalidArgumentError) a state saved on another cache (its sample count or contents
-        differ), with another batch size, rank, world size or shuffle geometry, or with a seed or
-        epoch outside 0..2**64-1: its cursor would mean other samples."""
+        """Continue from state_dict()'s position at the next iteration. A state saved with
+        another world size, rank or batch size (version 2 or 3) continues at its global cursor
+        (the epoch's samples all ranks had taken): this loader serves the rest of that epoch's
+        global order, cut for its own geometry. Refuses (dscache.InvalidArgumentError) a state
+        saved on another cache (its sample count or contents differ), with another drop_last,
+        batch stride/offset or shuffle geometry, a global cursor that is not a multiple of
+        batch_size x world_size, or a seed or epoch outside 0..2**64-1: its position would mean
+        other samples."""
         version = state.get("version", 0)
-        if version not in (1, STATE_VERSION):
+        if version not in (1, 2, STATE_VERSION):
             raise _invalid(f"state_dict: version {version!r} is not {STATE_VERSION}")
         if version == 1:
             warnings.warn("dscache: a version 1 state_dict does not record its cache; it is "
@@ -396,9 +401,11 @@ class Loader:
         seed = _check_int("state_dict seed", state.get("seed"), 0, _U64)
         epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
         mine = self._impl.sampler_options()
-        checks = [("batch_size", self.batch_size), ("drop_last", self.drop_last),
-                  ("rank", self.rank), ("world_size", self.world_size),
-                  ("batch_stride", self.batch_stride), ("batch_offset", self.batch_offset)]
+        checks = [("drop_last", self.drop_last), ("batch_stride", self.batch_stride),
+                  ("batch_offset", self.batch_offset)]
+        if version == 1:  # no identity, no elastic resume: the position as saved
+            checks += [("batch_size", self.batch_size), ("rank", self.rank),
+                       ("world_size", self.world_size)]
         unstrided = {"batch_stride": 1, "batch_offset": 0}  # states saved before strides
         for key, val in checks:
             if state.get(key, unstrided.get(key)) != val:
@@ -412,7 +419,11 @@ class Loader:
                     f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
                     f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
                     f"sampler {key} differs")
-        cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
+        if version == 1:
+            cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
+        else:
+            sample = _elastic.state_sample(state, len(self.cache), theirs.get("rank_tail"))
+            cursor = self._impl.cursor_at(sample)
         self.seed = seed
         self._epoch = epoch
         self._active = False

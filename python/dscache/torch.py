@@ -35,11 +35,11 @@ from . import Cache, Error
 from ._checks import _U32, _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
 from ._loader import Loader, _check_options, _distributed_defaults
-from . import _shm_ring
+from . import _elastic, _shm_ring
 
 __all__ = ["CacheDataset", "CacheMapDataset"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: a rank's state adds "sample", its global cursor (elastic resume)
 _MAX_WORKERS = 256  # DataLoader workers per dataset (shared slots below)
 
 # The int64 slots CacheDataset shares with its DataLoader workers (a tensor in shared memory:
@@ -326,7 +326,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
         loader = self._loader(workers, offset)
         first = min((start + w) // workers + skip, len(loader))
         state = loader.state_dict()
-        state.update(seed=seed, epoch=epoch, cursor=first)
+        state.update(seed=seed, epoch=epoch, cursor=first, sample=None)  # G from the cursor
         loader.load_state_dict(state)
         self._pass = [seed, epoch, start, first - (start + w) // workers, workers, w, len(loader)]
         in_worker = torch.utils.data.get_worker_info() is not None
@@ -344,11 +344,11 @@ class CacheDataset(torch.utils.data.IterableDataset):
     # ---- resumable state ----------------------------------------------------------------
 
     def _state(self, seed, epoch, cursor, worker=None, workers=None, served=0):
-        return {"version": STATE_VERSION, "seed": int(seed), "epoch": int(epoch),
-                "cursor": int(cursor), "worker": worker, "num_workers": workers,
-                "served": int(served), "batch_size": self.batch_size,
-                "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size,
-                "data": self._cache()._identity()}
+        s = dict(version=STATE_VERSION, seed=int(seed), epoch=int(epoch), cursor=int(cursor),
+                 worker=worker, num_workers=workers, served=int(served), rank=self.rank,
+                 batch_size=self.batch_size, drop_last=self.drop_last,
+                 world_size=self.world_size, data=self._cache()._identity())
+        return s if worker is not None else _elastic.with_sample(s, self.rank_tail)
 
     def state_dict(self, batches=None):
         """The position to resume from, a dict of plain ints (picklable, JSON-able).
@@ -390,20 +390,20 @@ class CacheDataset(torch.utils.data.IterableDataset):
     def load_state_dict(self, state):
         """Resume from state_dict()'s position at the next pass. In the main process (before
         iter(dataloader)): a rank position, then every worker starts at its share of it. In a
-        worker (StatefulDataLoader): that worker's own state. Refuses (InvalidArgumentError) a
-        state from another cache (other samples), batch size, drop_last, rank or world size, or a
-        worker's state in the main process or in another worker."""
+        worker (StatefulDataLoader): that worker's own state. A rank's state of another batch
+        size, rank or world size resumes at its global cursor. Refuses (InvalidArgumentError) a
+        state of another cache or drop_last, a global cursor inside a global batch of this
+        geometry, a worker's state of another geometry, in the main process or another worker."""
         version = state.get("version")
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):
             raise _invalid(f"state_dict: version {version!r} is not {STATE_VERSION}")
-        mine = self._state(0, 0, 0)
-        for key in ("batch_size", "drop_last", "rank", "world_size", "data"):
-            if state.get(key) != mine[key]:
-                raise _invalid(f"state_dict: {key} was {state.get(key)!r}, this dataset has "
-                               f"{mine[key]!r}")
+        mine, rank_state = self._state(0, 0, 0, worker=0), state.get("worker") is None
+        _elastic.check_same(state, mine, ("drop_last", "data") if rank_state else
+                            ("batch_size", "drop_last", "rank", "world_size", "data"))
         seed = _check_int("state_dict seed", state.get("seed"), 0, _U64)
         epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
-        cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
+        cursor = _elastic.rank_cursor(state, mine["data"]["count"], self.rank_tail, mine) \
+            if rank_state else _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
         served = _check_int("state_dict served", state.get("served", 0), 0, _U64)
         w, workers = _worker()
         if state.get("worker") is not None:

@@ -116,8 +116,8 @@ struct FieldBatch {
 };
 
 // One batch. Its memory belongs to the Loader and is valid until the next call to next(),
-// start_epoch(), restore() or the Loader's destruction (the images and field values: see
-// hand_off_images and field_allocator).
+// start_epoch(), restore(), resume() or the Loader's destruction (the images and field values:
+// see hand_off_images and field_allocator).
 struct Batch {
   uint64_t index = 0;                 // batch number within this rank's epoch (unstrided)
   uint32_t size = 0;                  // samples in the batch (< batch_size only for the last one)
@@ -139,6 +139,29 @@ struct LoaderPosition {
   uint64_t cursor = 0;  // batches of this epoch already returned by next() (served ones only
                         // when strided)
 };
+
+// Where all ranks together are in an epoch: the same on every rank, so a Loader of any
+// world_size, batch_size and worker count continues it (elastic resume). Save it with a
+// checkpoint, resume() to continue. docs/SERVING.md "Changing the number of ranks".
+struct EpochPosition {
+  uint64_t seed = 0;    // shuffle seed
+  uint64_t epoch = 0;   // epoch number
+  uint64_t sample = 0;  // G: samples of the epoch's global order all ranks together have taken;
+                        // == epoch_length() once the epoch is finished
+};
+
+// The global cursor of a rank that has taken `rank_batches` batches of `batch_size` samples in
+// an epoch of `n` samples under `sampler` (its world_size and tail; rank and shuffle play no
+// part) and `drop_last`: rank_batches x batch_size x world_size, or n once the rank's epoch is
+// finished. The same on every rank that took as many batches.
+uint64_t epoch_sample(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                      bool drop_last, uint64_t rank_batches);
+// The inverse, for a rank of this geometry: the rank batch that starts at global cursor `sample`
+// (sample / (batch_size x world_size)), or the rank's batches per epoch when sample == n (or
+// when the rank's epoch ends before it). Throws Error(kInvalidArgument) with the numbers when
+// sample > n or sample is not a multiple of batch_size x world_size.
+uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
+                       bool drop_last, uint64_t sample);
 
 // With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
 // window's blocks ahead as soon as a window starts being filled, and to drop a window once all
@@ -171,11 +194,30 @@ class Loader {
   const Batch* next();
 
   LoaderPosition position() const;
+  // The global cursor: with this Loader's next batch being rank batch c (its cursor, or the
+  // rank batch it maps to when strided), G = c x batch_size x world_size, or epoch_length()
+  // once the rank's epoch is finished. Meaningful as a global position when every rank took
+  // the same number of batches (save at a step every rank reached).
+  EpochPosition epoch_position() const;
+  uint64_t epoch_sample(uint64_t rank_batches) const;  // the same formula for rank batch c
+  uint64_t epoch_length() const;                       // E: the epoch's samples (the source's)
+  // Continues the epoch at global sample pos.sample, whatever world_size, batch_size and
+  // workers the Loader that saved it had: this Loader serves positions [G, ...) of the same
+  // global order, cut for its own geometry (its rank batch G / (batch_size x world_size); the
+  // first batch of its stride at or after that one when strided). Throws
+  // Error(kInvalidArgument) when G > epoch_length() or when G is not a multiple of batch_size x
+  // world_size (a position inside a global batch of this geometry), with the numbers.
+  void resume(const EpochPosition& pos);
+  // The cursor (LoaderPosition::cursor, served batches) resume() restores for global cursor
+  // `sample`; throws as resume() does.
+  uint64_t cursor_at(uint64_t sample) const;
   // The sampler options in force: options.sampler with a byte-sized window resolved to block
   // and window_blocks (samples). An auto-sized window depends on this machine's free memory;
   // save these with a checkpoint (with position()) and pass them back to resume the same order
   // elsewhere.
   const SamplerOptions& sampler_options() const;
+  // The options as given, with sampler as sampler_options().
+  const LoaderOptions& options() const;
   uint64_t batches_per_epoch() const;  // this Loader serves (its stride's share of the rank's)
   uint64_t samples_per_epoch() const;  // for this rank, after drop_last (all strides together)
   // True when this epoch's windows are read with O_DIRECT (LoaderOptions::direct_read chose it

@@ -73,6 +73,16 @@ void validate(const SamplerOptions& options, uint64_t n);
 // Samples per rank per epoch: ceil(n / world) with kPad, floor(n / world) with kDrop.
 uint64_t samples_per_rank(uint64_t n, const SamplerOptions& options);
 
+// The rank split, one rule for every reader of an epoch's global order (epoch_order, the
+// read-ahead windows, the direct-read windows): rank r's k-th sample is global position
+// r + k*world. A position p >= n (kPad's tail) stands for position padded_position(n, p).
+uint64_t rank_position(const SamplerOptions& options, uint64_t k);
+// kPad's tail: position p >= n of an epoch of n samples repeats position (p - n) mod n.
+uint64_t padded_position(uint64_t n, uint64_t p);
+// How many of rank `options.rank`'s positions lie below global position g (the first k with
+// rank_position(options, k) >= g).
+uint64_t rank_positions_below(const SamplerOptions& options, uint64_t g);
+
 // The sample indices rank `options.rank` visits in epoch `epoch`, in order. A pure function of
 // (n, options, seed, epoch): independent of batch size, worker count and timing, identical on
 // every platform (own PRNG and own bounded-integer sampling, not <random>'s distributions).

@@ -111,7 +111,7 @@ std::vector<uint32_t> position_windows(const std::vector<ReadAhead::Window>& win
   for (uint64_t b = first_batch; b * batch_size < samples_per_epoch; b += stride) {
     const uint64_t last = std::min(b * batch_size + batch_size, samples_per_epoch);
     for (uint64_t p = b * batch_size; p < last; ++p) {
-      const uint64_t g = sampler.rank + p * sampler.world_size;
+      const uint64_t g = rank_position(sampler, p);
       if (g >= n) continue;
       const auto w = static_cast<uint32_t>(std::upper_bound(starts.begin(), starts.end(), g) -
                                            starts.begin() - 1);

@@ -454,6 +454,10 @@ LoaderPosition Loader::position() const {
   return LoaderPosition{impl_->seed_, impl_->epoch_, impl_->cursor_};
 }
 
+const LoaderOptions& Loader::options() const { return impl_->options_; }
+
+uint64_t Loader::epoch_length() const { return impl_->source_->size(); }
+
 const SamplerOptions& Loader::sampler_options() const { return impl_->options_.sampler; }
 
 uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch_; }

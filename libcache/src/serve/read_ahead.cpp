@@ -61,7 +61,6 @@ ReadAhead::ReadAhead(const SamplerOptions& options, uint64_t n, uint64_t seed, u
   if (blocks.empty() || samples_per_epoch == 0) return;
   const uint64_t block = options.block == 0 || options.block > n ? n : options.block;
   const uint64_t per_window = options.window_blocks;
-  const uint64_t rank = options.rank, world = options.world_size;
   uint64_t start = 0;  // the window's first position in the epoch's global order
   for (size_t b = 0; b < blocks.size(); b += per_window) {
     Window w;
@@ -72,12 +71,12 @@ ReadAhead::ReadAhead(const SamplerOptions& options, uint64_t n, uint64_t seed, u
       w.blocks.push_back(Range{first, count});
       samples += count;
     }
-    // Global positions [start, end) belong to rank `rank` at local positions p with
-    // rank + p*world in that range.
+    // Global positions [start, end) hold the rank's local positions [p_first, p_end).
     const uint64_t end = start + samples;
-    const uint64_t p_first = start <= rank ? 0 : (start - rank + world - 1) / world;
-    if (end > rank) {
-      const uint64_t p_last = std::min((end - 1 - rank) / world, samples_per_epoch - 1);
+    const uint64_t p_first = rank_positions_below(options, start);
+    const uint64_t p_end = rank_positions_below(options, end);
+    if (p_end > 0) {
+      const uint64_t p_last = std::min(p_end - 1, samples_per_epoch - 1);
       if (p_first <= p_last) {
         w.visited = true;
         w.first_batch = p_first / batch_size;

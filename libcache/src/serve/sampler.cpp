@@ -211,15 +211,24 @@ std::vector<uint64_t> epoch_order(uint64_t n, const SamplerOptions& options, uin
       break;
   }
 
-  const uint64_t world = options.world_size;
   const uint64_t per_rank = samples_per_rank(n, options);
-  const uint64_t total = per_rank * world;
   std::vector<uint64_t> mine;
   mine.reserve(per_rank);
-  for (uint64_t pos = options.rank; pos < total; pos += world) {
-    mine.push_back(order[pos < n ? pos : (pos - n) % n]);
+  for (uint64_t k = 0; k < per_rank; ++k) {
+    mine.push_back(order[padded_position(n, rank_position(options, k))]);
   }
   return mine;
+}
+
+uint64_t rank_position(const SamplerOptions& options, uint64_t k) {
+  return options.rank + k * options.world_size;
+}
+
+uint64_t padded_position(uint64_t n, uint64_t p) { return p < n ? p : (p - n) % n; }
+
+uint64_t rank_positions_below(const SamplerOptions& options, uint64_t g) {
+  const uint64_t rank = options.rank, world = options.world_size;
+  return g <= rank ? 0 : (g - rank + world - 1) / world;
 }
 
 std::vector<uint64_t> epoch_blocks(uint64_t n, const SamplerOptions& options, uint64_t seed,
