@@ -775,7 +775,7 @@ def case_local_disk_full(tmp):
     """A local cache on a disk too small for the copy: exit 7 (out of space) naming the file,
     and nothing half-written left that a later reader could trust."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
-    from test_faults import small_tmpfs
+    from test_disk_full import small_tmpfs
     with Rgw(tmp / "rgw") as s3:
         s3.make_bucket(BUCKET)
         env = s3_env(s3, tmp)
