@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from cli_helpers import (
-    DSCACHE, Failure, TIMEOUT_S, build, cache_files, check, check_cache, check_eq,
-    check_ragged_cache, load_images, load_manifest, main, make_mixed_folder, partial_dir, rand_rgb,
-    read_jsonl, run, write_bytes, write_img,
+    DSCACHE, Failure, TIMEOUT_S, build, cache_files, check, check_cache, check_eq, load_images,
+    load_manifest, main, make_mixed_folder, partial_dir, rand_rgb, read_jsonl, run, write_bytes,
+    write_img,
 )
+from ragged_helpers import check_ragged_cache
 
 N_PARTS = 4
 SIDE_FILES = ["labels.npy", "checksums.npy", "sources.jsonl", "skipped.jsonl"]
