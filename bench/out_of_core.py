@@ -258,8 +258,9 @@ def measure_round(a, cg, files, bench, sample_bytes, want, direct):
         print("- torch mmap (seed recipe)")
         peer_json = f"/tmp/dscache-ooc-peer-{os.getpid()}.json"
         out, info = run_row(cg, files, [
-            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), cache, "--recipes", "mmap",
-            "--workers", str(a.workers), "--batch", str(a.batch), "--epochs", "1",
+            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), os.path.abspath(a.cache),
+            "--recipes", "mmap", "--workers", str(a.workers), "--batch", str(a.batch),
+            "--epochs", "1",
             "--max-seconds", str(a.seconds * 3), "--json", peer_json])
         sps = 0
         if info["rc"] == 0:
