@@ -258,8 +258,9 @@ def measure_round(a, cg, files, bench, sample_bytes, want, direct):
         print("- torch mmap (seed recipe)")
         peer_json = f"/tmp/dscache-ooc-peer-{os.getpid()}.json"
         out, info = run_row(cg, files, [
-            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), cache, "--recipes", "mmap",
-            "--workers", str(a.workers), "--batch", str(a.batch), "--epochs", "1",
+            "/usr/bin/python3", os.path.join(HERE, "serve_peers.py"), os.path.abspath(a.cache),
+            "--recipes", "mmap", "--workers", str(a.workers), "--batch", str(a.batch),
+            "--epochs", "1",
             "--max-seconds", str(a.seconds * 3), "--json", peer_json])
         sps = 0
         if info["rc"] == 0:
@@ -301,6 +302,27 @@ def median_rows(rounds):
         if v:
             out_ratios[k] = {"median": v[len(v) // 2], "min": v[0], "max": v[-1], "rounds": v}
     return out, out_ratios
+
+
+def write_chart(path, a, rows, data_bytes, ratio):
+    """A PNG bar chart of samples/s per row (disk rows grey, windowed rows red) at `path`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    names = [r["name"] for r in rows]
+    vals = [r["samples_per_s"] for r in rows]
+    colors = ["#999999" if r["name"].startswith("disk") else
+              "#d62728" if "windowed" in r["name"] else "#1f77b4" for r in rows]
+    ax.barh(names[::-1], vals[::-1], color=colors[::-1])
+    for y, v in enumerate(vals[::-1]):
+        ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+    ax.set_xlabel("samples/s (disk rows: bytes/s divided by the sample size)")
+    ax.set_title(f"{data_bytes / 1e9:.2f} GB cache in a {a.limit} memory cgroup "
+                 f"({ratio:.1f}x), cold page cache, batch {a.batch}", fontsize=9)
+    ax.set_xlim(0, max(vals) * 1.18 if vals and max(vals) > 0 else 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main():
@@ -417,23 +439,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
     if a.chart:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-        names = [r["name"] for r in rows]
-        vals = [r["samples_per_s"] for r in rows]
-        colors = ["#999999" if r["name"].startswith("disk") else
-                  "#d62728" if "windowed" in r["name"] else "#1f77b4" for r in rows]
-        ax.barh(names[::-1], vals[::-1], color=colors[::-1])
-        for y, v in enumerate(vals[::-1]):
-            ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
-        ax.set_xlabel("samples/s (disk rows: bytes/s divided by the sample size)")
-        ax.set_title(f"{data_bytes / 1e9:.2f} GB cache in a {a.limit} memory cgroup "
-                     f"({ratio:.1f}x), cold page cache, batch {a.batch}", fontsize=9)
-        ax.set_xlim(0, max(vals) * 1.18 if vals and max(vals) > 0 else 1)
-        fig.tight_layout()
-        fig.savefig(a.chart, dpi=110)
+        write_chart(a.chart, a, rows, data_bytes, ratio)
     return 0
 
 

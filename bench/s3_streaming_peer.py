@@ -270,7 +270,8 @@ def write_list(a, photos_dir, path):
     return len(files)
 
 
-def main():
+def parse_args():
+    """The parser and the parsed arguments (the child-process ones included)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streaming-src", required=True,
                     help="an extracted MosaicML Streaming source tree (holds streaming/)")
@@ -301,6 +302,93 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--mds-ref", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    return ap, a
+
+
+def run_rounds(a, s3, run, rows, url, mds_url, work, mds_ref):
+    """Each row's cold, warm and rerun epochs, round by round (the rows' order rotated each
+    round), with the GETs the server saw: {row: [record per round]}."""
+    prefix = {"streaming": f"/{BUCKET}/mds/"}
+    results = {r: [] for r in rows}
+    for rnd in range(a.rounds):
+        order = rows[rnd % len(rows):] + rows[:rnd % len(rows)]
+        for row in order:
+            local = work / f"local-{row}"
+            shutil.rmtree(local, ignore_errors=True)
+            p = prefix.get(row, f"/{BUCKET}/dscache/")
+            g0 = s3.gets(p)
+            load = loadavg()
+            common = dict(row=row, url=url, mds_url=mds_url, local=local, seed=rnd)
+            cold = run.child("time", mode="cold", **common)
+            g1 = s3.gets(p)
+            if row == "streaming":
+                cold["corrupt_shards"] = corrupt_shards(local, mds_ref)
+            rerun = run.child("time", mode="rerun", **common)
+            g2 = s3.gets(p)
+            shutil.rmtree(local, ignore_errors=True)
+            rec = {"round": rnd, "load_1min": load, "cold": cold, "rerun": rerun,
+                   "gets_cold": g1 - g0, "gets_rerun": g2 - g1}
+            results[row].append(rec)
+            e0 = cold["epochs"][0]
+            warm = [e["samples"] / e["seconds"] for e in cold["epochs"][1:]]
+            print(f"round {rnd} {row:15s} cold {e0['samples'] / (cold['open_seconds'] + e0['seconds']):9.0f}/s "
+                  f"(open {cold['open_seconds']:.2f} s + epoch {e0['seconds']:.2f} s, "
+                  f"{g1 - g0} GETs)  warm {max(warm) if warm else 0:9.0f}/s best  "
+                  f"rerun {rerun['epochs'][0]['samples'] / (rerun['open_seconds'] + rerun['epochs'][0]['seconds']):9.0f}/s "
+                  f"({g2 - g1} GETs)  load {load}"
+                  + (f"  CORRUPT SHARDS: {cold['corrupt_shards']}"
+                     if cold.get("corrupt_shards") else ""), flush=True)
+    return results
+
+
+def summarize(a, rows, results):
+    """Prints the medians [min-max] per row, the ratios to streaming and whether streaming's
+    shards were intact; returns (summary, ratios, corrupt)."""
+    summary = {}
+    for row, recs in results.items():
+        cold = [r["cold"]["epochs"][0]["samples"] /
+                (r["cold"]["open_seconds"] + r["cold"]["epochs"][0]["seconds"]) for r in recs]
+        warm = [e["samples"] / e["seconds"] for r in recs for e in r["cold"]["epochs"][1:]]
+        rerun = [r["rerun"]["epochs"][0]["samples"] /
+                 (r["rerun"]["open_seconds"] + r["rerun"]["epochs"][0]["seconds"])
+                 for r in recs]
+        samples = sorted({e["samples"] for r in recs for k in ("cold", "rerun")
+                          for e in r[k]["epochs"]})
+        summary[row] = {"cold": med_range(cold), "warm": med_range(warm),
+                        "rerun": med_range(rerun), "samples_per_epoch": samples,
+                        "cold_open_s": med_range([r["cold"]["open_seconds"] for r in recs]),
+                        "item": recs[0]["cold"]["item"]}
+    print()
+    print(f"samples/s, median [min-max] of {a.rounds} rounds (warm: of {a.rounds} x "
+          f"{a.epochs} epochs); batch {a.batch}, {a.workers} workers, global/streaming "
+          f"shuffle; loopback radosgw (memstore)")
+    print(f"{'':15s} {'cold (open + epoch)':>26s} {'warm (epoch)':>26s} "
+          f"{'rerun (open + epoch)':>26s}  samples/epoch")
+    for row, s in summary.items():
+        print(f"{row:15s} {fmt(s['cold']):>26s} {fmt(s['warm']):>26s} "
+              f"{fmt(s['rerun']):>26s}  {','.join(map(str, s['samples_per_epoch']))}")
+    ratios = {}
+    if "streaming" in summary:
+        base = summary["streaming"]
+        for row in rows:
+            if row == "streaming":
+                continue
+            ratios[row] = {k: summary[row][k]["median"] / base[k]["median"]
+                           for k in ("cold", "warm", "rerun")}
+            print(f"{row} / streaming: cold {ratios[row]['cold']:.2f}x, warm "
+                  f"{ratios[row]['warm']:.2f}x, rerun {ratios[row]['rerun']:.2f}x "
+                  f"(goal >= 2 cold and warm)")
+    corrupt = [(r["round"], r["cold"]["corrupt_shards"]) for r in results.get("streaming", [])
+               if r["cold"].get("corrupt_shards")]
+    if "streaming" in results:
+        print(f"streaming's downloaded shards equal to the MDSWriter's in "
+              f"{len(results['streaming']) - len(corrupt)} of {len(results['streaming'])} "
+              f"cold runs" + (f"; CORRUPT (round, shards): {corrupt}" if corrupt else ""))
+    return summary, ratios, corrupt
+
+
+def main():
+    ap, a = parse_args()
 
     if a.child:
         result = CHILDREN[a.child](a)
@@ -372,76 +460,8 @@ def main():
                   f"(build {build_s:.1f} s); MDS: {objs['mds'][0]} objects, "
                   f"{objs['mds'][1] / 2**20:.1f} MiB (write {mds['write_seconds']:.1f} s); "
                   f"{mds['checked']} samples checked equal", flush=True)
-            prefix = {"streaming": f"/{BUCKET}/mds/"}
-            results = {r: [] for r in rows}
-            for rnd in range(a.rounds):
-                order = rows[rnd % len(rows):] + rows[:rnd % len(rows)]
-                for row in order:
-                    local = work / f"local-{row}"
-                    shutil.rmtree(local, ignore_errors=True)
-                    p = prefix.get(row, f"/{BUCKET}/dscache/")
-                    g0 = s3.gets(p)
-                    load = loadavg()
-                    common = dict(row=row, url=url, mds_url=mds_url, local=local, seed=rnd)
-                    cold = run.child("time", mode="cold", **common)
-                    g1 = s3.gets(p)
-                    if row == "streaming":
-                        cold["corrupt_shards"] = corrupt_shards(local, mds_ref)
-                    rerun = run.child("time", mode="rerun", **common)
-                    g2 = s3.gets(p)
-                    shutil.rmtree(local, ignore_errors=True)
-                    rec = {"round": rnd, "load_1min": load, "cold": cold, "rerun": rerun,
-                           "gets_cold": g1 - g0, "gets_rerun": g2 - g1}
-                    results[row].append(rec)
-                    e0 = cold["epochs"][0]
-                    warm = [e["samples"] / e["seconds"] for e in cold["epochs"][1:]]
-                    print(f"round {rnd} {row:15s} cold {e0['samples'] / (cold['open_seconds'] + e0['seconds']):9.0f}/s "
-                          f"(open {cold['open_seconds']:.2f} s + epoch {e0['seconds']:.2f} s, "
-                          f"{g1 - g0} GETs)  warm {max(warm) if warm else 0:9.0f}/s best  "
-                          f"rerun {rerun['epochs'][0]['samples'] / (rerun['open_seconds'] + rerun['epochs'][0]['seconds']):9.0f}/s "
-                          f"({g2 - g1} GETs)  load {load}"
-                          + (f"  CORRUPT SHARDS: {cold['corrupt_shards']}"
-                             if cold.get("corrupt_shards") else ""), flush=True)
-        summary = {}
-        for row, recs in results.items():
-            cold = [r["cold"]["epochs"][0]["samples"] /
-                    (r["cold"]["open_seconds"] + r["cold"]["epochs"][0]["seconds"]) for r in recs]
-            warm = [e["samples"] / e["seconds"] for r in recs for e in r["cold"]["epochs"][1:]]
-            rerun = [r["rerun"]["epochs"][0]["samples"] /
-                     (r["rerun"]["open_seconds"] + r["rerun"]["epochs"][0]["seconds"])
-                     for r in recs]
-            samples = sorted({e["samples"] for r in recs for k in ("cold", "rerun")
-                              for e in r[k]["epochs"]})
-            summary[row] = {"cold": med_range(cold), "warm": med_range(warm),
-                            "rerun": med_range(rerun), "samples_per_epoch": samples,
-                            "cold_open_s": med_range([r["cold"]["open_seconds"] for r in recs]),
-                            "item": recs[0]["cold"]["item"]}
-        print()
-        print(f"samples/s, median [min-max] of {a.rounds} rounds (warm: of {a.rounds} x "
-              f"{a.epochs} epochs); batch {a.batch}, {a.workers} workers, global/streaming "
-              f"shuffle; loopback radosgw (memstore)")
-        print(f"{'':15s} {'cold (open + epoch)':>26s} {'warm (epoch)':>26s} "
-              f"{'rerun (open + epoch)':>26s}  samples/epoch")
-        for row, s in summary.items():
-            print(f"{row:15s} {fmt(s['cold']):>26s} {fmt(s['warm']):>26s} "
-                  f"{fmt(s['rerun']):>26s}  {','.join(map(str, s['samples_per_epoch']))}")
-        ratios = {}
-        if "streaming" in summary:
-            base = summary["streaming"]
-            for row in rows:
-                if row == "streaming":
-                    continue
-                ratios[row] = {k: summary[row][k]["median"] / base[k]["median"]
-                               for k in ("cold", "warm", "rerun")}
-                print(f"{row} / streaming: cold {ratios[row]['cold']:.2f}x, warm "
-                      f"{ratios[row]['warm']:.2f}x, rerun {ratios[row]['rerun']:.2f}x "
-                      f"(goal >= 2 cold and warm)")
-        corrupt = [(r["round"], r["cold"]["corrupt_shards"]) for r in results.get("streaming", [])
-                   if r["cold"].get("corrupt_shards")]
-        if "streaming" in results:
-            print(f"streaming's downloaded shards equal to the MDSWriter's in "
-                  f"{len(results['streaming']) - len(corrupt)} of {len(results['streaming'])} "
-                  f"cold runs" + (f"; CORRUPT (round, shards): {corrupt}" if corrupt else ""))
+            results = run_rounds(a, s3, run, rows, url, mds_url, work, mds_ref)
+        summary, ratios, corrupt = summarize(a, rows, results)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"host": host_info(), "args": {k: v for k, v in vars(a).items()

@@ -85,6 +85,68 @@ def ratio_line(label, value, goal, unit="x"):
     return ok, f"  {'PASS' if ok else 'MISS'}  {label}: {v} (goal >= {goal:g}{unit})"
 
 
+def judge_goals(ds, peers):
+    """The goals against dscache bench's JSON (`ds`) and the peers' (`peers`): the loader vs the
+    memcpy ceiling and vs the fastest seed recipe, anonymous RSS vs the buffers. Returns
+    (results for summary.json, the lines to print)."""
+    results = {}
+    lines = []
+    memcpy = ds.get("memcpy_gbps")
+    loader_gbps = ds.get("loader_gbps")
+    r1 = loader_gbps / memcpy if memcpy and loader_gbps is not None else None
+    ok1, l1 = ratio_line("loader global shuffle / memcpy ceiling (GB/s)", r1, GOAL_MEMCPY)
+    lines.append(l1 + f"  [{loader_gbps or 0:.3f} / {memcpy or 0:.3f} GB/s]")
+    results["loader_vs_memcpy"] = {"ratio": r1, "goal": GOAL_MEMCPY, "pass": ok1}
+
+    best_peer = max(peers.get("recipes", []), key=lambda r: r["samples_per_s"], default=None)
+    loader_sps = ds.get("loader_samples_per_s")
+    r2 = (loader_sps / best_peer["samples_per_s"]
+          if best_peer and loader_sps is not None and best_peer["samples_per_s"] > 0 else None)
+    ok2, l2 = ratio_line("dscache loader / fastest seed recipe (samples/s)", r2, GOAL_PEERS)
+    if best_peer:
+        l2 += (f"  [{loader_sps:.0f} / {best_peer['samples_per_s']:.0f}: {best_peer['name']} "
+               f"workers={best_peer['workers']} epoch {best_peer['epoch']}]")
+    lines.append(l2)
+    results["loader_vs_fastest_peer"] = {
+        "ratio": r2, "goal": GOAL_PEERS, "pass": ok2,
+        "fastest_peer": None if not best_peer else
+        {k: best_peer[k] for k in ("name", "workers", "epoch", "samples_per_s")}}
+    per_recipe = {}
+    for r in peers.get("recipes", []):
+        key = f"{r['name']} workers={r['workers']}"
+        if r["samples_per_s"] > 0 and loader_sps:
+            per_recipe[key] = max(per_recipe.get(key, 0), r["samples_per_s"])
+    for key, sps in per_recipe.items():
+        lines.append(f"        loader / {key}: {loader_sps / sps:.1f}x  [{sps:.0f} samples/s]")
+    results["loader_vs_each_peer"] = {k: loader_sps / v for k, v in per_recipe.items()}
+
+    rss = ds.get("rss", {})
+    buffers = rss.get("buffers_mib")
+    anon_after = rss.get("anon_after_mib")
+    cache_mib = (ds.get("samples", 0) * ds.get("sample_bytes", 0)) / 2**20
+    if buffers and anon_after is not None:
+        factor = cache_mib / buffers
+        limit = buffers + RSS_SLACK_MIB
+        applies = factor >= RSS_CACHE_FACTOR
+        ok3 = anon_after <= limit
+        tag = ("PASS" if ok3 else "MISS") if applies else "n/a "
+        line = (f"  {tag}  anonymous RSS after the loaders: {anon_after:.1f} MiB (goal <= buffers "
+                f"{buffers:.1f} + {RSS_SLACK_MIB:.0f} = {limit:.1f} MiB; at start "
+                f"{rss.get('anon_start_mib', float('nan')):.1f}, before loaders "
+                f"{rss.get('anon_before_mib', float('nan')):.1f}); cache {cache_mib:.1f} MiB = "
+                f"{factor:.1f}x buffers")
+        if not applies:
+            line += f" (< {RSS_CACHE_FACTOR:g}x: not judged; use a bigger source)"
+        lines.append(line)
+        results["rss"] = {"anon_after_mib": anon_after, "limit_mib": limit,
+                          "cache_mib": cache_mib, "cache_over_buffers": factor,
+                          "applies": applies, "pass": ok3 if applies else None}
+    else:
+        lines.append("  n/a   anonymous RSS: dscache bench reported no rss/buffers")
+        results["rss"] = None
+    return results, lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group()
@@ -176,62 +238,7 @@ def main():
         peers = json.load(f)
 
     # 5. goals
-    results = {}
-    lines = []
-    memcpy = ds.get("memcpy_gbps")
-    loader_gbps = ds.get("loader_gbps")
-    r1 = loader_gbps / memcpy if memcpy and loader_gbps is not None else None
-    ok1, l1 = ratio_line("loader global shuffle / memcpy ceiling (GB/s)", r1, GOAL_MEMCPY)
-    lines.append(l1 + f"  [{loader_gbps or 0:.3f} / {memcpy or 0:.3f} GB/s]")
-    results["loader_vs_memcpy"] = {"ratio": r1, "goal": GOAL_MEMCPY, "pass": ok1}
-
-    best_peer = max(peers.get("recipes", []), key=lambda r: r["samples_per_s"], default=None)
-    loader_sps = ds.get("loader_samples_per_s")
-    r2 = (loader_sps / best_peer["samples_per_s"]
-          if best_peer and loader_sps is not None and best_peer["samples_per_s"] > 0 else None)
-    ok2, l2 = ratio_line("dscache loader / fastest seed recipe (samples/s)", r2, GOAL_PEERS)
-    if best_peer:
-        l2 += (f"  [{loader_sps:.0f} / {best_peer['samples_per_s']:.0f}: {best_peer['name']} "
-               f"workers={best_peer['workers']} epoch {best_peer['epoch']}]")
-    lines.append(l2)
-    results["loader_vs_fastest_peer"] = {
-        "ratio": r2, "goal": GOAL_PEERS, "pass": ok2,
-        "fastest_peer": None if not best_peer else
-        {k: best_peer[k] for k in ("name", "workers", "epoch", "samples_per_s")}}
-    per_recipe = {}
-    for r in peers.get("recipes", []):
-        key = f"{r['name']} workers={r['workers']}"
-        if r["samples_per_s"] > 0 and loader_sps:
-            per_recipe[key] = max(per_recipe.get(key, 0), r["samples_per_s"])
-    for key, sps in per_recipe.items():
-        lines.append(f"        loader / {key}: {loader_sps / sps:.1f}x  [{sps:.0f} samples/s]")
-    results["loader_vs_each_peer"] = {k: loader_sps / v for k, v in per_recipe.items()}
-
-    rss = ds.get("rss", {})
-    buffers = rss.get("buffers_mib")
-    anon_after = rss.get("anon_after_mib")
-    cache_mib = (ds.get("samples", 0) * ds.get("sample_bytes", 0)) / 2**20
-    if buffers and anon_after is not None:
-        factor = cache_mib / buffers
-        limit = buffers + RSS_SLACK_MIB
-        applies = factor >= RSS_CACHE_FACTOR
-        ok3 = anon_after <= limit
-        tag = ("PASS" if ok3 else "MISS") if applies else "n/a "
-        line = (f"  {tag}  anonymous RSS after the loaders: {anon_after:.1f} MiB (goal <= buffers "
-                f"{buffers:.1f} + {RSS_SLACK_MIB:.0f} = {limit:.1f} MiB; at start "
-                f"{rss.get('anon_start_mib', float('nan')):.1f}, before loaders "
-                f"{rss.get('anon_before_mib', float('nan')):.1f}); cache {cache_mib:.1f} MiB = "
-                f"{factor:.1f}x buffers")
-        if not applies:
-            line += f" (< {RSS_CACHE_FACTOR:g}x: not judged; use a bigger source)"
-        lines.append(line)
-        results["rss"] = {"anon_after_mib": anon_after, "limit_mib": limit,
-                          "cache_mib": cache_mib, "cache_over_buffers": factor,
-                          "applies": applies, "pass": ok3 if applies else None}
-    else:
-        lines.append("  n/a   anonymous RSS: dscache bench reported no rss/buffers")
-        results["rss"] = None
-
+    results, lines = judge_goals(ds, peers)
     print()
     print("goals:")
     for l in lines:

@@ -128,6 +128,37 @@ CPP_CASES = [
           return {};
         }
         """, [("long_name", 3, 9)]),
+    ("a doctest TEST_SUITE is a scope; its TEST_CASEs are functions with their SUBCASEs", """\
+        namespace {
+        int helper() { return 1; }
+        }  // namespace
+        TEST_SUITE("loader") {
+        TEST_CASE("resume {") {
+          SUBCASE("a") {
+            CHECK(helper() == 1);
+          }
+          SUBCASE("b") { CHECK(true); }
+        }
+        TEST_CASE_FIXTURE(Fix,
+                          "with a fixture") {
+          CHECK(x_ == 0);
+        }
+        }
+        """, [("helper", 2, 2), ('TEST_CASE("resume {")', 5, 10),
+              ('TEST_CASE_FIXTURE(Fix, "with a fixture")', 11, 14)]),
+    ("TEST_SUITE with decorators, TEST_SUITE_BEGIN/END, SCENARIO and TEST_CASE_TEMPLATE", """\
+        TEST_SUITE("slow" * doctest::timeout(5) * doctest::skip(false)) {
+        SCENARIO("a user resumes") { GIVEN("x") { CHECK(1); } }
+        }
+        TEST_SUITE_BEGIN("cli");
+        TEST_CASE("a" * doctest::may_fail()) {
+          CHECK(1);
+        }
+        TEST_SUITE_END();
+        TEST_CASE_TEMPLATE("t", T, int, float) { CHECK(sizeof(T)); }
+        """, [('SCENARIO("a user resumes")', 2, 2),
+              ('TEST_CASE("a" * doctest::may_fail())', 5, 7),
+              ('TEST_CASE_TEMPLATE("t", T, int, float)', 9, 9)]),
 ]
 
 # [what, Python source, expected (qualified name, first line, last line)]
@@ -191,9 +222,27 @@ def main():
         if rc != 1 or any(w not in out for w in want):
             failures.append(f"report over the limits: rc {rc}, output:\n{out}")
 
+    # A 300-line TEST_SUITE of short cases is not over; a 121-line TEST_CASE in it is.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "tests").mkdir()
+        short = "".join(f'TEST_CASE("c{i}") {{\n  CHECK(true);\n}}\n' for i in range(100))
+        suite = 'TEST_SUITE("s") {\n' + short + "}\n"
+        (root / "tests" / "test_suite.cpp").write_text(suite)
+        rc, out = run_report(module, root, "tests")
+        if rc != 0 or "0 functions over 120 lines (1 files" not in out:
+            failures.append(f"a long TEST_SUITE of short cases: rc {rc}, output:\n{out}")
+        long_case = 'TEST_CASE("long") {\n' + "  CHECK(true);\n" * 119 + "}\n"
+        (root / "tests" / "test_suite.cpp").write_text('TEST_SUITE("s") {\n' + short + long_case +
+                                                        "}\n")
+        rc, out = run_report(module, root, "tests")
+        want = 'tests/test_suite.cpp:302: function TEST_CASE("long") is 121 lines'
+        if rc != 1 or want not in out:
+            failures.append(f"a long TEST_CASE in a TEST_SUITE: rc {rc}, output:\n{out}")
+
     for f in failures:
         print("FAIL", f)
-    print(f"test_code_size: {len(CPP_CASES) + len(PY_CASES) + 2 - len(failures)} passed, "
+    print(f"test_code_size: {len(CPP_CASES) + len(PY_CASES) + 4 - len(failures)} passed, "
           f"{len(failures)} failed")
     return 1 if failures else 0
 

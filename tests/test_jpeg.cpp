@@ -21,6 +21,52 @@
 // The library's names the tests use unqualified come with jpeg_fixtures.h.
 using namespace dscache::test;
 
+namespace {
+
+// Damages `b` with 1 to 3 random mutations: bit flips, byte sets, inserted/deleted bytes, bogus
+// markers, header bytes, truncation.
+void mutate(std::vector<uint8_t>& b, std::mt19937_64& rng) {
+  static const uint8_t markers[] = {0xD8, 0xD9, 0xDA, 0xDB, 0xC0, 0xC2, 0xC4, 0xDD,
+                                    0xD0, 0xE1, 0xFE, 0xC9, 0xCF, 0x00, 0xFF};
+  const int mutations = 1 + static_cast<int>(rng() % 3);
+  for (int m = 0; m < mutations; ++m) {
+    const size_t pos = b.empty() ? 0 : rng() % b.size();
+    switch (rng() % 7) {
+      case 0:  // flip a bit
+        if (!b.empty()) b[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
+        break;
+      case 1:  // set a byte
+        if (!b.empty()) b[pos] = static_cast<uint8_t>(rng());
+        break;
+      case 2:  // insert a byte
+        b.insert(b.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<uint8_t>(rng()));
+        break;
+      case 3:  // delete a byte
+        if (!b.empty()) b.erase(b.begin() + static_cast<std::ptrdiff_t>(pos));
+        break;
+      case 4:  // a bogus marker
+        if (b.size() > 1) {
+          const size_t p = std::min(pos, b.size() - 2);
+          b[p] = 0xFF;
+          b[p + 1] = markers[rng() % sizeof markers];
+        }
+        break;
+      case 5:  // a header byte (the first 700 hold the tables and SOF)
+        if (!b.empty()) b[rng() % std::min<size_t>(b.size(), 700)] = static_cast<uint8_t>(rng());
+        break;
+      case 6:  // truncate, keeping EOI so the damage reaches libjpeg
+        if (b.size() > 2) {
+          b.resize(pos);
+          b.push_back(0xFF);
+          b.push_back(0xD9);
+        }
+        break;
+    }
+  }
+}
+
+}  // namespace
+
 TEST_SUITE("jpeg") {
   TEST_CASE("this build has JPEG support") { CHECK(dscache::jpeg_supported()); }
 
@@ -259,49 +305,12 @@ TEST_SUITE("jpeg") {
 
     // Random mutations: bit flips, byte sets, inserted/deleted bytes, bogus markers, truncation.
     std::mt19937_64 rng(0x1F1F);
-    const uint8_t markers[] = {0xD8, 0xD9, 0xDA, 0xDB, 0xC0, 0xC2, 0xC4, 0xDD,
-                               0xD0, 0xE1, 0xFE, 0xC9, 0xCF, 0x00, 0xFF};
     uint64_t mutated_ok = 0, mutated_caught = 0;
     constexpr int kIterations = 6000;
     for (int iter = 0; iter < kIterations; ++iter) {
       const size_t k = iter % bases.size();
       std::vector<uint8_t> b = bases[k];
-      const int mutations = 1 + static_cast<int>(rng() % 3);
-      for (int m = 0; m < mutations; ++m) {
-        const size_t pos = b.empty() ? 0 : rng() % b.size();
-        switch (rng() % 7) {
-          case 0:  // flip a bit
-            if (!b.empty()) b[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
-            break;
-          case 1:  // set a byte
-            if (!b.empty()) b[pos] = static_cast<uint8_t>(rng());
-            break;
-          case 2:  // insert a byte
-            b.insert(b.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<uint8_t>(rng()));
-            break;
-          case 3:  // delete a byte
-            if (!b.empty()) b.erase(b.begin() + static_cast<std::ptrdiff_t>(pos));
-            break;
-          case 4:  // a bogus marker
-            if (b.size() > 1) {
-              const size_t p = std::min(pos, b.size() - 2);
-              b[p] = 0xFF;
-              b[p + 1] = markers[rng() % sizeof markers];
-            }
-            break;
-          case 5:  // a header byte (the first 700 hold the tables and SOF)
-            if (!b.empty())
-              b[rng() % std::min<size_t>(b.size(), 700)] = static_cast<uint8_t>(rng());
-            break;
-          case 6:  // truncate, keeping EOI so the damage reaches libjpeg
-            if (b.size() > 2) {
-              b.resize(pos);
-              b.push_back(0xFF);
-              b.push_back(0xD9);
-            }
-            break;
-        }
-      }
+      mutate(b, rng);
       const uint64_t before_ok = ok;
       run_all(b, images[k]);
       mutated_ok += ok - before_ok;

@@ -1,4 +1,5 @@
-// manifest.json: round trip, field-naming validation, atomic writes.
+// manifest.json: round trip, layout rules, read and atomic writes. Corruptions, each naming its
+// field, are in test_manifest_corrupt.cpp.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include "dscache/error.h"
 #include "dscache/manifest.h"
+#include "manifest_fixtures.h"
 #include "test_util.h"
 
 namespace {
@@ -22,123 +24,6 @@ using dscache::Manifest;
 using Json = nlohmann::json;
 
 using namespace dscache::test;
-
-// Every field set to a value different from its default.
-Manifest full_manifest() {
-  Manifest m;
-  m.format_version = 1;
-  m.layout = dscache::Layout::kFixed;
-  m.storage = dscache::Storage::kHdf5;
-  m.dtype = "uint8";
-  m.height = 32;
-  m.width = 48;
-  m.channels = 3;
-  m.channel_order = "RGB";
-  m.count = 2500;
-  m.classes = {"cat", "dog", "émeu"};
-  m.class_counts = {1000, 1000, 500};
-  m.shards = {
-      {"images-00000.h5", 0, 1000, 4608123, 0xFFFFFFFFFFFFFFFFULL},
-      {"images-00001.h5", 1000, 1000, 4608123, 0x0000000000000001ULL},
-      {"images-00002.h5", 2000, 500, 2304999, 0x0123456789ABCDEFULL},
-  };
-  m.labels = {"labels.npy", 20128, 0xDEADBEEFCAFEF00DULL};
-  m.checksums = {"checksums.npy", 20128, 0x1111111111111111ULL};
-  m.sources = {"sources.jsonl", 77777, 0x2222222222222222ULL};
-  m.skips = {"skipped.jsonl", 42, 0x3333333333333333ULL};
-  m.skipped = 3;
-  m.source = {"folder", "/data/pets", "", 2503, 0xFEDCBA9876543210ULL};
-  m.recipe.height = 32;
-  m.recipe.width = 48;
-  m.recipe.channels = 3;
-  m.recipe.resize = dscache::ResizePolicy::kPad;
-  m.recipe.reduced_decode = false;
-  m.recipe.max_pixels = 100000000;
-  m.recipe.shard_bytes = 4608000;
-  m.tool_version = "0.1.0";
-  m.created_utc = "2024-06-01T12:34:56Z";
-  return m;
-}
-
-// A valid ragged manifest: shape [0, 0, C], an index, recipe.max_side.
-Manifest ragged_manifest() {
-  Manifest m = full_manifest();
-  m.layout = dscache::Layout::kRagged;
-  m.storage = dscache::Storage::kNpy;
-  m.height = 0;
-  m.width = 0;
-  for (size_t i = 0; i < m.shards.size(); ++i)
-    m.shards[i].file = "images-0000" + std::to_string(i) + ".npy";
-  m.index = {"ragged-index.npy", 60128, 0x4444444444444444ULL};
-  m.recipe.height = 0;
-  m.recipe.width = 0;
-  m.recipe.max_side = 160;
-  return m;
-}
-
-// The error manifest_from_json refuses `j` with (as read from /x/manifest.json); a FAIL when it
-// accepts it.
-Error refusal(const Json& j) {
-  try {
-    dscache::manifest_from_json(j.dump(), "/x/manifest.json");
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("accepted");
-  return Error(ErrorKind::kInvalidArgument, "", "unreachable");
-}
-
-void check_equal(const Manifest& a, const Manifest& b) {
-  CHECK(a.format_version == b.format_version);
-  CHECK(a.layout == b.layout);
-  CHECK(a.storage == b.storage);
-  CHECK(a.dtype == b.dtype);
-  CHECK(a.height == b.height);
-  CHECK(a.width == b.width);
-  CHECK(a.channels == b.channels);
-  CHECK(a.channel_order == b.channel_order);
-  CHECK(a.count == b.count);
-  CHECK(a.classes == b.classes);
-  CHECK(a.class_counts == b.class_counts);
-  REQUIRE(a.shards.size() == b.shards.size());
-  for (size_t i = 0; i < a.shards.size(); ++i) {
-    CAPTURE(i);
-    CHECK(a.shards[i].file == b.shards[i].file);
-    CHECK(a.shards[i].first == b.shards[i].first);
-    CHECK(a.shards[i].count == b.shards[i].count);
-    CHECK(a.shards[i].bytes == b.shards[i].bytes);
-    CHECK(a.shards[i].xxh64 == b.shards[i].xxh64);
-  }
-  const std::pair<const dscache::FileEntry*, const dscache::FileEntry*> files[] = {
-      {&a.labels, &b.labels},
-      {&a.checksums, &b.checksums},
-      {&a.sources, &b.sources},
-      {&a.skips, &b.skips},
-      {&a.index, &b.index}};
-  for (const auto& f : files) {
-    CHECK(f.first->file == f.second->file);
-    CHECK(f.first->bytes == f.second->bytes);
-    CHECK(f.first->xxh64 == f.second->xxh64);
-  }
-  CHECK(a.skipped == b.skipped);
-  CHECK(a.source.kind == b.source.kind);
-  CHECK(a.source.root == b.source.root);
-  CHECK(a.source.labels == b.source.labels);
-  CHECK(a.source.entries == b.source.entries);
-  CHECK(a.source.digest == b.source.digest);
-  CHECK(a.recipe.height == b.recipe.height);
-  CHECK(a.recipe.width == b.recipe.width);
-  CHECK(a.recipe.channels == b.recipe.channels);
-  CHECK(a.recipe.resize == b.recipe.resize);
-  CHECK(a.recipe.reduced_decode == b.recipe.reduced_decode);
-  CHECK(a.recipe.max_pixels == b.recipe.max_pixels);
-  CHECK(a.recipe.shard_bytes == b.recipe.shard_bytes);
-  CHECK(a.recipe.max_side == b.recipe.max_side);
-  CHECK(a.recipe.shuffled == b.recipe.shuffled);
-  CHECK(a.recipe.shuffle_seed == b.recipe.shuffle_seed);
-  CHECK(a.tool_version == b.tool_version);
-  CHECK(a.created_utc == b.created_utc);
-}
 
 }  // namespace
 
@@ -358,125 +243,6 @@ TEST_SUITE("unit") {
     j["shards"][2]["xxh64"] = "0123456789ABCDEF";
     const Manifest m = dscache::manifest_from_json(j.dump(), "m.json");
     check_equal(m, full_manifest());
-  }
-
-  TEST_CASE("each single-field corruption is rejected, naming the field") {
-    struct Case {
-      const char* name;
-      std::function<void(Json&)> mutate;
-      ErrorKind kind;
-      const char* message;  // must appear in what()
-    };
-    const Case cases[] = {
-        {"non-contiguous shards", [](Json& j) { j["shards"][1]["first"] = 900; },
-         ErrorKind::kCorruption, "shards[1].first is 900, expected 1000"},
-        {"gap before last shard", [](Json& j) { j["shards"][2]["first"] = 2001; },
-         ErrorKind::kCorruption, "shards[2].first is 2001, expected 2000"},
-        {"count mismatch", [](Json& j) { j["count"] = 2600; }, ErrorKind::kCorruption,
-         "count is 2600"},
-        {"shard count mismatch", [](Json& j) { j["shards"][2]["count"] = 499; },
-         ErrorKind::kCorruption, "shards cover 2499 samples, count is 2500"},
-        {"class_counts sum", [](Json& j) { j["class_counts"][1] = 999; }, ErrorKind::kCorruption,
-         "class_counts sum to 2499"},
-        {"class_counts length", [](Json& j) { j["class_counts"].erase(2); }, ErrorKind::kCorruption,
-         "class_counts has 2 entries"},
-        {"slash in shard name", [](Json& j) { j["shards"][0]["file"] = "../images-00000.h5"; },
-         ErrorKind::kCorruption, "shards[0].file"},
-        {"dot-dot file name", [](Json& j) { j["files"]["labels"]["file"] = ".."; },
-         ErrorKind::kCorruption, "files.labels.file is '..'"},
-        {"dot file name", [](Json& j) { j["files"]["skips"]["file"] = "."; },
-         ErrorKind::kCorruption, "files.skips.file"},
-        {"absolute file name", [](Json& j) { j["files"]["sources"]["file"] = "/etc/passwd"; },
-         ErrorKind::kCorruption, "files.sources.file"},
-        {"empty file name", [](Json& j) { j["files"]["checksums"]["file"] = ""; },
-         ErrorKind::kCorruption, "files.checksums.file is empty"},
-        {"NUL in file name", [](Json& j) { j["shards"][1]["file"] = std::string("a\0b", 3); },
-         ErrorKind::kCorruption, "shards[1].file contains a NUL"},
-        {"unknown storage", [](Json& j) { j["storage"] = "zarr"; }, ErrorKind::kCorruption,
-         "storage is 'zarr', expected one of npy, hdf5"},
-        {"unknown layout", [](Json& j) { j["layout"] = "jagged"; }, ErrorKind::kCorruption,
-         "layout is 'jagged', expected one of fixed, ragged"},
-        {"unknown resize", [](Json& j) { j["recipe"]["resize"] = "squash"; },
-         ErrorKind::kCorruption, "recipe.resize is 'squash', expected one of stretch, crop, pad"},
-        {"negative shape", [](Json& j) { j["shape"][0] = -32; }, ErrorKind::kCorruption,
-         "shape[0] is -32"},
-        {"zero shape", [](Json& j) { j["shape"][1] = 0; }, ErrorKind::kCorruption, "shape[1] is 0"},
-        {"float shape", [](Json& j) { j["shape"][1] = 4.5; }, ErrorKind::kCorruption,
-         "shape[1] is a float"},
-        {"two-element shape", [](Json& j) { j["shape"].erase(2); }, ErrorKind::kCorruption,
-         "shape has 2 elements"},
-        {"five channels", [](Json& j) { j["shape"][2] = 5; }, ErrorKind::kCorruption,
-         "shape[2] is 5"},
-        {"channel order", [](Json& j) { j["channel_order"] = "BGR"; }, ErrorKind::kCorruption,
-         "channel_order is 'BGR'"},
-        {"dtype", [](Json& j) { j["dtype"] = "float32"; }, ErrorKind::kCorruption,
-         "dtype is 'float32'"},
-        {"format_version 99", [](Json& j) { j["format_version"] = 99; }, ErrorKind::kUnsupported,
-         "format_version is 99"},
-        {"format_version 0", [](Json& j) { j["format_version"] = 0; }, ErrorKind::kCorruption,
-         "format_version is 0"},
-        {"format_version string", [](Json& j) { j["format_version"] = "1"; },
-         ErrorKind::kCorruption, "format_version"},
-        {"missing count", [](Json& j) { j.erase("count"); }, ErrorKind::kCorruption,
-         "count is missing"},
-        {"missing shards", [](Json& j) { j.erase("shards"); }, ErrorKind::kCorruption,
-         "shards is missing"},
-        {"missing files.labels", [](Json& j) { j["files"].erase("labels"); },
-         ErrorKind::kCorruption, "files.labels is missing"},
-        {"missing shard xxh64", [](Json& j) { j["shards"][2].erase("xxh64"); },
-         ErrorKind::kCorruption, "shards[2].xxh64 is missing"},
-        {"missing recipe field", [](Json& j) { j["recipe"].erase("shard_bytes"); },
-         ErrorKind::kCorruption, "recipe.shard_bytes is missing"},
-        {"missing source digest", [](Json& j) { j["source"].erase("digest"); },
-         ErrorKind::kCorruption, "source.digest is missing"},
-        {"short checksum", [](Json& j) { j["shards"][0]["xxh64"] = "abc"; }, ErrorKind::kCorruption,
-         "shards[0].xxh64 is 'abc', expected 16 hex digits"},
-        {"non-hex checksum", [](Json& j) { j["files"]["labels"]["xxh64"] = "zzzzzzzzzzzzzzzz"; },
-         ErrorKind::kCorruption, "files.labels.xxh64"},
-        {"checksum as number", [](Json& j) { j["shards"][0]["xxh64"] = 12; },
-         ErrorKind::kCorruption, "shards[0].xxh64 is a number"},
-        {"negative bytes", [](Json& j) { j["shards"][1]["bytes"] = -1; }, ErrorKind::kCorruption,
-         "shards[1].bytes is -1"},
-        {"count as string", [](Json& j) { j["count"] = "2500"; }, ErrorKind::kCorruption,
-         "count is a string"},
-        {"class name not a string", [](Json& j) { j["classes"][1] = 7; }, ErrorKind::kCorruption,
-         "classes[1] is a number"},
-        {"shards not an array", [](Json& j) { j["shards"] = Json::object(); },
-         ErrorKind::kCorruption, "shards is an object"},
-        {"shard not an object", [](Json& j) { j["shards"][1] = 5; }, ErrorKind::kCorruption,
-         "shards[1] is not an object"},
-        {"reduced_decode not bool", [](Json& j) { j["recipe"]["reduced_decode"] = 1; },
-         ErrorKind::kCorruption, "recipe.reduced_decode"},
-        {"recipe height too big", [](Json& j) { j["recipe"]["height"] = 1ULL << 33; },
-         ErrorKind::kCorruption, "recipe.height"},
-        {"top level is an array",
-         [](Json& j) {
-           j = Json::array({1, 2});
-         },
-         ErrorKind::kCorruption, "not a JSON object"},
-    };
-    const std::string good = dscache::to_json(full_manifest());
-    for (const Case& c : cases) {
-      CAPTURE(c.name);
-      Json j = Json::parse(good);
-      c.mutate(j);
-      const Error e = refusal(j);
-      CAPTURE(e.what());
-      CHECK(e.kind() == c.kind);
-      CHECK(e.path() == "/x/manifest.json");
-      const std::string prefix = std::string(dscache::to_string(c.kind)) + ": /x/manifest.json: ";
-      CHECK(std::string(e.what()).rfind(prefix, 0) == 0);
-      CHECK(std::string(e.what()).find(c.message) != std::string::npos);
-    }
-  }
-
-  TEST_CASE("text that is not JSON is Corruption") {
-    for (const char* text : {"", "not json at all", "{\"count\": ", "{'single': 1}", "\x89PNG"}) {
-      CAPTURE(text);
-      CHECK_THROWS_WITH_AS(dscache::manifest_from_json(text, "/x/manifest.json"),
-                           doctest::Contains("Corruption: /x/manifest.json: not valid JSON"),
-                           Error);
-    }
   }
 
   TEST_CASE("read_manifest: NotFound for a missing dir or missing manifest, naming the path") {

@@ -19,6 +19,133 @@
 // The library's names the tests use unqualified come with npy_fixtures.h.
 using namespace dscache::test;
 
+namespace {
+
+// A header parse must refuse as Corruption, with `reason_part` in its reason.
+struct BadHeader {
+  const char* name;
+  std::string bytes;
+  const char* reason_part;
+};
+
+// Bad framing (magic, version, header length, truncations), dict syntax and keys.
+std::vector<BadHeader> bad_framing_and_keys() {
+  const std::string good = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }";
+  const std::string valid = make_header(1, good);
+  std::string long_len = valid;
+  long_len[8] = static_cast<char>(0xFF);
+  long_len[9] = static_cast<char>(0xFF);
+  std::string v2_long = make_header(2, good);
+  v2_long[11] = static_cast<char>(0x7F);
+  std::string bad_version = valid;
+  bad_version[6] = 4;
+  std::string bad_minor = valid;
+  bad_minor[7] = 1;
+  return {
+      {"empty", "", "empty"},
+      {"bad magic", "\x93NUMPX" + valid.substr(6), "magic"},
+      {"not npy at all", "hello world, this is text", "magic"},
+      {"truncated magic", valid.substr(0, 4), ""},
+      {"truncated before length", valid.substr(0, 9), "truncated"},
+      {"v2 truncated length", make_header(2, good).substr(0, 11), "truncated"},
+      {"header_len past buffer", long_len, "runs past"},
+      {"v2 header_len past buffer", v2_long, "runs past"},
+      {"truncated dict", valid.substr(0, 40), "runs past"},
+      {"version 4.0", bad_version, "version"},
+      {"version 1.1", bad_minor, "version"},
+      {"no braces", make_header(1, "'descr': '|u1', 'fortran_order': False, 'shape': (2,)"), ""},
+      {"unclosed dict", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,)"),
+       ""},
+      {"missing colon", make_header(1, "{'descr' '|u1', 'fortran_order': False, 'shape': (2,)}"),
+       "':'"},
+      {"double comma", make_header(1, "{'descr': '|u1',, 'fortran_order': False, 'shape': (2,)}"),
+       ""},
+      {"unquoted key", make_header(1, "{descr: '|u1', 'fortran_order': False, 'shape': (2,)}"), ""},
+      {"empty dict", make_header(1, "{}"), "missing key"},
+      {"missing shape", make_header(1, "{'descr': '|u1', 'fortran_order': False}"),
+       "missing key 'shape'"},
+      {"missing descr", make_header(1, "{'fortran_order': False, 'shape': (2,)}"),
+       "missing key 'descr'"},
+      {"missing fortran_order", make_header(1, "{'descr': '|u1', 'shape': (2,)}"),
+       "missing key 'fortran_order'"},
+      {"duplicate key",
+       make_header(1, "{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (2,)}"),
+       "duplicate key 'descr'"},
+      {"duplicate shape",
+       make_header(1, "{'descr': '|u1', 'shape': (1,), 'fortran_order': False, 'shape': (2,)}"),
+       "duplicate key 'shape'"},
+  };
+}
+
+// Bad values: descr, shape and fortran_order, text after the dict, a NUL inside it.
+std::vector<BadHeader> bad_values() {
+  const std::string good = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }";
+  std::string nul_inside = make_header(1, good);
+  nul_inside[20] = '\0';
+  return {
+      {"unknown key",
+       make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), 'extra': 1}"),
+       "unknown key 'extra'"},
+      {"big-endian descr",
+       make_header(1, "{'descr': '>u4', 'fortran_order': False, 'shape': (2,)}"), "big-endian"},
+      {"object descr", make_header(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,)}"),
+       "object"},
+      {"unicode descr", make_header(1, "{'descr': '<U10', 'fortran_order': False, 'shape': (2,)}"),
+       "unsupported descr"},
+      {"complex descr", make_header(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,)}"),
+       "unsupported descr"},
+      {"structured descr",
+       make_header(1, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,)}"),
+       "structured"},
+      {"negative dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (-1, 3)}"),
+       "negative"},
+      {"dim 2^64",
+       make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551616,)}"),
+       "64 bits"},
+      {"product overflows",
+       make_header(1,
+                   "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296)}"),
+       "overflows"},
+      {"bytes overflow",
+       make_header(1, "{'descr': '<u8', 'fortran_order': False, 'shape': (2305843009213693952,)}"),
+       "overflows"},
+      {"float dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2.5,)}"),
+       ""},
+      {"hex dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (0x10,)}"), ""},
+      {"shape not a tuple",
+       make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5)}"), "tuple"},
+      {"shape is a list", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': [5]}"),
+       "tuple"},
+      {"shape is an int", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': 5}"),
+       "tuple"},
+      {"unclosed shape", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5,"),
+       ""},
+      {"unterminated string", make_header(1, "{'descr': '|u1", false), "unterminated"},
+      {"unterminated key", make_header(1, "{'descr", false), "unterminated"},
+      {"newline in string",
+       make_header(1, "{'des\ncr': '|u1', 'fortran_order': False, 'shape': (2,)}"), "unterminated"},
+      {"escape in string",
+       make_header(1, "{'descr': '|u\\1', 'fortran_order': False, 'shape': (2,)}"), "escape"},
+      {"mismatched quotes",
+       make_header(1, "{'descr\": '|u1', 'fortran_order': False, 'shape': (2,)}"), ""},
+      {"fortran_order 0", make_header(1, "{'descr': '|u1', 'fortran_order': 0, 'shape': (2,)}"),
+       "fortran_order"},
+      {"fortran_order lowercase",
+       make_header(1, "{'descr': '|u1', 'fortran_order': false, 'shape': (2,)}"), "fortran_order"},
+      {"fortran_order string",
+       make_header(1, "{'descr': '|u1', 'fortran_order': 'False', 'shape': (2,)}"),
+       "fortran_order"},
+      {"fortran_order Truex",
+       make_header(1, "{'descr': '|u1', 'fortran_order': Truex, 'shape': (2,)}"), "fortran_order"},
+      {"text after dict", make_header(1, good + " junk"), "after"},
+      {"NUL inside dict", nul_inside, ""},
+      {"descr not a string", make_header(1, "{'descr': 1, 'fortran_order': False, 'shape': (2,)}"),
+       "descr"},
+  };
+}
+
+}  // namespace
+
 TEST_SUITE("unit") {
   TEST_CASE("format then parse round-trips every descr and many shapes") {
     const std::vector<std::vector<uint64_t>> shapes = {
@@ -154,126 +281,9 @@ TEST_SUITE("unit") {
   }
 
   TEST_CASE("malformed and hostile headers are rejected as Corruption") {
-    const std::string good = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }";
-    const std::string valid = make_header(1, good);
-    std::string long_len = valid;
-    long_len[8] = static_cast<char>(0xFF);
-    long_len[9] = static_cast<char>(0xFF);
-    std::string v2_long = make_header(2, good);
-    v2_long[11] = static_cast<char>(0x7F);
-    std::string bad_version = valid;
-    bad_version[6] = 4;
-    std::string bad_minor = valid;
-    bad_minor[7] = 1;
-    std::string nul_inside = make_header(1, good);
-    nul_inside[20] = '\0';
-
-    struct Case {
-      const char* name;
-      std::string bytes;
-      const char* reason_part;
-    };
-    const Case cases[] = {
-        {"empty", "", "empty"},
-        {"bad magic", "\x93NUMPX" + valid.substr(6), "magic"},
-        {"not npy at all", "hello world, this is text", "magic"},
-        {"truncated magic", valid.substr(0, 4), ""},
-        {"truncated before length", valid.substr(0, 9), "truncated"},
-        {"v2 truncated length", make_header(2, good).substr(0, 11), "truncated"},
-        {"header_len past buffer", long_len, "runs past"},
-        {"v2 header_len past buffer", v2_long, "runs past"},
-        {"truncated dict", valid.substr(0, 40), "runs past"},
-        {"version 4.0", bad_version, "version"},
-        {"version 1.1", bad_minor, "version"},
-        {"no braces", make_header(1, "'descr': '|u1', 'fortran_order': False, 'shape': (2,)"), ""},
-        {"unclosed dict", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,)"),
-         ""},
-        {"missing colon", make_header(1, "{'descr' '|u1', 'fortran_order': False, 'shape': (2,)}"),
-         "':'"},
-        {"double comma", make_header(1, "{'descr': '|u1',, 'fortran_order': False, 'shape': (2,)}"),
-         ""},
-        {"unquoted key", make_header(1, "{descr: '|u1', 'fortran_order': False, 'shape': (2,)}"),
-         ""},
-        {"empty dict", make_header(1, "{}"), "missing key"},
-        {"missing shape", make_header(1, "{'descr': '|u1', 'fortran_order': False}"),
-         "missing key 'shape'"},
-        {"missing descr", make_header(1, "{'fortran_order': False, 'shape': (2,)}"),
-         "missing key 'descr'"},
-        {"missing fortran_order", make_header(1, "{'descr': '|u1', 'shape': (2,)}"),
-         "missing key 'fortran_order'"},
-        {"duplicate key",
-         make_header(1, "{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (2,)}"),
-         "duplicate key 'descr'"},
-        {"duplicate shape",
-         make_header(1, "{'descr': '|u1', 'shape': (1,), 'fortran_order': False, 'shape': (2,)}"),
-         "duplicate key 'shape'"},
-        {"unknown key",
-         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), 'extra': 1}"),
-         "unknown key 'extra'"},
-        {"big-endian descr",
-         make_header(1, "{'descr': '>u4', 'fortran_order': False, 'shape': (2,)}"), "big-endian"},
-        {"object descr", make_header(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,)}"),
-         "object"},
-        {"unicode descr",
-         make_header(1, "{'descr': '<U10', 'fortran_order': False, 'shape': (2,)}"),
-         "unsupported descr"},
-        {"complex descr", make_header(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,)}"),
-         "unsupported descr"},
-        {"structured descr",
-         make_header(1, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,)}"),
-         "structured"},
-        {"negative dim",
-         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (-1, 3)}"), "negative"},
-        {"dim 2^64",
-         make_header(1,
-                     "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551616,)}"),
-         "64 bits"},
-        {"product overflows",
-         make_header(1,
-                     "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296)}"),
-         "overflows"},
-        {"bytes overflow",
-         make_header(1,
-                     "{'descr': '<u8', 'fortran_order': False, 'shape': (2305843009213693952,)}"),
-         "overflows"},
-        {"float dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2.5,)}"),
-         ""},
-        {"hex dim", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (0x10,)}"),
-         ""},
-        {"shape not a tuple",
-         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5)}"), "tuple"},
-        {"shape is a list",
-         make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': [5]}"), "tuple"},
-        {"shape is an int", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': 5}"),
-         "tuple"},
-        {"unclosed shape", make_header(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (5,"),
-         ""},
-        {"unterminated string", make_header(1, "{'descr': '|u1", false), "unterminated"},
-        {"unterminated key", make_header(1, "{'descr", false), "unterminated"},
-        {"newline in string",
-         make_header(1, "{'des\ncr': '|u1', 'fortran_order': False, 'shape': (2,)}"),
-         "unterminated"},
-        {"escape in string",
-         make_header(1, "{'descr': '|u\\1', 'fortran_order': False, 'shape': (2,)}"), "escape"},
-        {"mismatched quotes",
-         make_header(1, "{'descr\": '|u1', 'fortran_order': False, 'shape': (2,)}"), ""},
-        {"fortran_order 0", make_header(1, "{'descr': '|u1', 'fortran_order': 0, 'shape': (2,)}"),
-         "fortran_order"},
-        {"fortran_order lowercase",
-         make_header(1, "{'descr': '|u1', 'fortran_order': false, 'shape': (2,)}"),
-         "fortran_order"},
-        {"fortran_order string",
-         make_header(1, "{'descr': '|u1', 'fortran_order': 'False', 'shape': (2,)}"),
-         "fortran_order"},
-        {"fortran_order Truex",
-         make_header(1, "{'descr': '|u1', 'fortran_order': Truex, 'shape': (2,)}"),
-         "fortran_order"},
-        {"text after dict", make_header(1, good + " junk"), "after"},
-        {"NUL inside dict", nul_inside, ""},
-        {"descr not a string",
-         make_header(1, "{'descr': 1, 'fortran_order': False, 'shape': (2,)}"), "descr"},
-    };
-    for (const Case& c : cases) {
+    std::vector<BadHeader> cases = bad_framing_and_keys();
+    for (BadHeader& c : bad_values()) cases.push_back(std::move(c));
+    for (const BadHeader& c : cases) {
       CAPTURE(c.name);
       try {
         parse(c.bytes);

@@ -21,9 +21,10 @@ import numpy as np
 from PIL import Image
 
 from cli_helpers import (
-    build, check, check_cache, check_eq, check_ragged_cache, compare_caches, load_images,
-    load_manifest, main, partial_dir, run, run_json,
+    build, check, check_cache, check_eq, compare_caches, load_images, load_manifest, main,
+    partial_dir, run, run_json,
 )
+from ragged_helpers import check_ragged_cache
 
 H, W = 6, 8
 N_TRANSPARENT = 4  # rgba, grey+alpha, palette+tRNS, rgba16

@@ -16,10 +16,11 @@ import h5py
 import numpy as np
 
 from cli_helpers import (
-    build, check, check_cache, check_eq, check_pixels_equal, check_ragged_cache, compare_caches,
-    imread_grey, imread_rgb, kept_shards, main, make_ragged_folder, make_simple_folder,
-    partial_dir, read_jsonl, run, smooth_rgb, write_img,
+    build, check, check_cache, check_eq, check_pixels_equal, compare_caches, imread_grey,
+    imread_rgb, kept_shards, main, make_simple_folder, partial_dir, read_jsonl, run, smooth_rgb,
+    write_img,
 )
+from ragged_helpers import check_ragged_cache, make_ragged_folder
 
 
 def ragged_size(h, w, s):

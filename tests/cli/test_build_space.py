@@ -16,7 +16,7 @@ import numpy as np
 
 from fields_helpers import make_coco, make_table
 from test_build_lists import idx_bytes
-from test_faults import small_tmpfs
+from test_disk_full import small_tmpfs
 from test_fields import COCO_IMAGES
 
 EXIT_NO_SPACE = 7

@@ -19,10 +19,10 @@ import h5py
 import numpy as np
 
 from cli_helpers import (
-    build, check, check_cache, check_eq, check_ragged_cache, file_xxh64, imread_rgb, main,
-    make_ragged_folder, make_simple_folder, npy_header, rand_rgb, read_jsonl, run, run_json,
-    smooth_rgb, write_img, xxh64,
+    build, check, check_cache, check_eq, file_xxh64, imread_rgb, main, make_simple_folder,
+    npy_header, rand_rgb, read_jsonl, run, run_json, smooth_rgb, write_img, xxh64,
 )
+from ragged_helpers import check_ragged_cache, make_ragged_folder
 
 
 def _sample_offset_npy(path, local_index):

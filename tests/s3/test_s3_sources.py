@@ -23,7 +23,7 @@ import testrunner  # noqa: E402
 
 from nginx import Nginx  # noqa: E402
 from rgw import Rgw, run_cases  # noqa: E402
-from test_s3_cache import BUCKET, check, run, s3_env, samples, use_env, write_pngs  # noqa: E402
+from s3_cache_helpers import BUCKET, check, run, s3_env, samples, use_env, write_pngs  # noqa: E402
 
 OPTS = ["--size", "16", "--shard-size", "2K"]
 
