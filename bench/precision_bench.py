@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,6 +101,7 @@ def main():
                     rows.setdefault((kind, impl, prec), []).append(round(ms, 3))
                     print("round %d %s %s %s: %.2f CPU ms/sample (load %.1f)" % (
                         rnd + 1, kind, impl, prec, ms, os.getloadavg()[0]), flush=True)
+    shutil.rmtree(out, ignore_errors=True)
     print("\n| model | run | bf16 CPU ms/sample | fp32 CPU ms/sample | bf16 speed / fp32 |")
     print("|---|---|---:|---:|---:|")
     result = []
