@@ -269,6 +269,52 @@ def median_rows(runs):
     return rows
 
 
+def report_goals(results):
+    """Prints the goals' ratios (dscache-train bf16 against the best seed rows, data wait)
+    and returns them as a dict for the JSON."""
+    def find(impl, prec, workers=None):
+        for r in results:
+            if r["impl"] == impl and r["precision"] == prec and (workers is None or r["workers"] == workers):
+                return r
+        return None
+
+    def best_seed(prec):
+        c = [r for r in results if r["impl"] == "seed" and r["precision"] == prec]
+        return max(c, key=lambda r: r["samples_per_s"])
+
+    d_bf16 = find("dscache-train", "bf16")
+    s_fp32, s_bf16 = best_seed("fp32"), best_seed("bf16")
+    goals = {
+        "vs_seed_fp32": {"ratio": round(d_bf16["samples_per_s"] / s_fp32["samples_per_s"], 2),
+                         "goal": GOAL_VS_SEED_FP32, "seed_workers": s_fp32["workers"]},
+        "vs_seed_bf16": {"ratio": round(d_bf16["samples_per_s"] / s_bf16["samples_per_s"], 2),
+                         "goal": GOAL_VS_SEED_BF16, "seed_workers": s_bf16["workers"]},
+        "data_wait": {"value": d_bf16["data_wait"], "goal": GOAL_DATA_WAIT},
+    }
+    for k in ("vs_seed_fp32", "vs_seed_bf16"):
+        goals[k]["met"] = goals[k]["ratio"] >= goals[k]["goal"]
+    dw = [r["data_wait"] for r in results if r["impl"] == "dscache-train" and r["data_wait"] is not None]
+    goals["data_wait"]["max_dscache"] = max(dw) if dw else None
+    goals["data_wait"]["met"] = bool(dw) and max(dw) <= GOAL_DATA_WAIT
+    print()
+    print("dscache-train bf16 / seed fp32 (best, workers=%d): %.2fx (goal >= %.1fx) %s" % (
+        s_fp32["workers"], goals["vs_seed_fp32"]["ratio"], GOAL_VS_SEED_FP32,
+        "met" if goals["vs_seed_fp32"]["met"] else "NOT met"))
+    print("dscache-train bf16 / seed bf16 (best, workers=%d): %.2fx (goal >= %.1fx) %s" % (
+        s_bf16["workers"], goals["vs_seed_bf16"]["ratio"], GOAL_VS_SEED_BF16,
+        "met" if goals["vs_seed_bf16"]["met"] else "NOT met"))
+    print("dscache-train data wait (worst of fp32/bf16): %s (goal <= %.0f%%) %s" % (
+        fmt(goals["data_wait"]["max_dscache"], True), 100 * GOAL_DATA_WAIT,
+        "met" if goals["data_wait"]["met"] else "NOT met"))
+    for prec in ("fp32", "bf16"):
+        f = find("seed+ftz", prec)
+        if f:
+            goals["vs_seed_ftz_" + prec] = round(d_bf16["samples_per_s"] / f["samples_per_s"], 2)
+            print("(informational) dscache-train bf16 / seed+ftz %s (workers=0): %.2fx" % (
+                prec, goals["vs_seed_ftz_" + prec]))
+    return goals
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dscache-train", default=os.path.join(ROOT, "build", "trainer", "dscache-train"))
@@ -348,46 +394,7 @@ def main():
             fmt(r["data_wait"], True), r["micro_batches"],
             r["load_before"][0], r["load_after"][0]))
 
-    def find(impl, prec, workers=None):
-        for r in results:
-            if r["impl"] == impl and r["precision"] == prec and (workers is None or r["workers"] == workers):
-                return r
-        return None
-
-    def best_seed(prec):
-        c = [r for r in results if r["impl"] == "seed" and r["precision"] == prec]
-        return max(c, key=lambda r: r["samples_per_s"])
-
-    d_bf16 = find("dscache-train", "bf16")
-    s_fp32, s_bf16 = best_seed("fp32"), best_seed("bf16")
-    goals = {
-        "vs_seed_fp32": {"ratio": round(d_bf16["samples_per_s"] / s_fp32["samples_per_s"], 2),
-                         "goal": GOAL_VS_SEED_FP32, "seed_workers": s_fp32["workers"]},
-        "vs_seed_bf16": {"ratio": round(d_bf16["samples_per_s"] / s_bf16["samples_per_s"], 2),
-                         "goal": GOAL_VS_SEED_BF16, "seed_workers": s_bf16["workers"]},
-        "data_wait": {"value": d_bf16["data_wait"], "goal": GOAL_DATA_WAIT},
-    }
-    for k in ("vs_seed_fp32", "vs_seed_bf16"):
-        goals[k]["met"] = goals[k]["ratio"] >= goals[k]["goal"]
-    dw = [r["data_wait"] for r in results if r["impl"] == "dscache-train" and r["data_wait"] is not None]
-    goals["data_wait"]["max_dscache"] = max(dw) if dw else None
-    goals["data_wait"]["met"] = bool(dw) and max(dw) <= GOAL_DATA_WAIT
-    print()
-    print("dscache-train bf16 / seed fp32 (best, workers=%d): %.2fx (goal >= %.1fx) %s" % (
-        s_fp32["workers"], goals["vs_seed_fp32"]["ratio"], GOAL_VS_SEED_FP32,
-        "met" if goals["vs_seed_fp32"]["met"] else "NOT met"))
-    print("dscache-train bf16 / seed bf16 (best, workers=%d): %.2fx (goal >= %.1fx) %s" % (
-        s_bf16["workers"], goals["vs_seed_bf16"]["ratio"], GOAL_VS_SEED_BF16,
-        "met" if goals["vs_seed_bf16"]["met"] else "NOT met"))
-    print("dscache-train data wait (worst of fp32/bf16): %s (goal <= %.0f%%) %s" % (
-        fmt(goals["data_wait"]["max_dscache"], True), 100 * GOAL_DATA_WAIT,
-        "met" if goals["data_wait"]["met"] else "NOT met"))
-    for prec in ("fp32", "bf16"):
-        f = find("seed+ftz", prec)
-        if f:
-            goals["vs_seed_ftz_" + prec] = round(d_bf16["samples_per_s"] / f["samples_per_s"], 2)
-            print("(informational) dscache-train bf16 / seed+ftz %s (workers=0): %.2fx" % (
-                prec, goals["vs_seed_ftz_" + prec]))
+    goals = report_goals(results)
     print("load average at the end: %s on %d cores" % (loadavg(), os.cpu_count()))
 
     if args.json:
