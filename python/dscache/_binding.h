@@ -7,8 +7,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "dscache/sampler.h"
 
 namespace dscache {
 
@@ -30,5 +33,11 @@ py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> sh
 
 void bind_sources(py::module_& m);  // _sources.cpp: SampleSource, Cache, LazyCache
 void bind_writer(py::module_& m);   // _writer.cpp: Writer
+void bind_order(py::module_& m);    // _order.cpp: epoch_order, epoch_sample, rank_batch_at
+
+// The sampler's options Loader and epoch_order share (the byte sizes are the Loader's own);
+// _order.cpp.
+SamplerOptions sampler_options(const std::string& shuffle, uint64_t block, uint64_t window_blocks,
+                               uint32_t rank, uint32_t world_size, const std::string& rank_tail);
 
 }  // namespace dscache

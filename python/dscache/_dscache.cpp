@@ -56,8 +56,6 @@ void raise_python_error(const Error& e) {
 
 // Each keyword's names come from libcache's table; an unknown one is Error(kInvalidArgument)
 // naming the keyword and listing the names (ValueError in Python).
-Shuffle parse_shuffle(const std::string& s) { return kShuffleNames.parse(s, "shuffle"); }
-RankTail parse_tail(const std::string& s) { return kRankTailNames.parse(s, "rank_tail"); }
 CropMode parse_crop(const std::string& s) { return kCropModeNames.parse(s, "transform.crop"); }
 
 // The Loader as Python sees it: views that hold their buffers, the GIL released whenever it may
@@ -325,19 +323,6 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
-// The sampler's options Loader and epoch_order share (the byte sizes are the Loader's own).
-SamplerOptions sampler_options(const std::string& shuffle, uint64_t block, uint64_t window_blocks,
-                               uint32_t rank, uint32_t world_size, const std::string& rank_tail) {
-  SamplerOptions s;
-  s.shuffle = parse_shuffle(shuffle);
-  s.block = block;
-  s.window_blocks = window_blocks;
-  s.rank = rank;
-  s.world_size = world_size;
-  s.tail = parse_tail(rank_tail);
-  return s;
-}
-
 // dscache.Transform's values as libcache's options (the crop name parsed: an unknown one is
 // InvalidArgument listing the known names).
 TransformOptions transform_options(const std::string& crop, uint32_t height, uint32_t width,
@@ -380,28 +365,6 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
   o.fields = fields;
   o.min_box_visibility = min_box_visibility;
   return o;
-}
-
-// The global cursor and its inverse (dscache/loader.h), for states of another geometry.
-void bind_elastic(py::module_& m) {
-  m.def(
-      "epoch_sample",
-      [](uint64_t n, uint32_t world_size, const std::string& tail, uint64_t batch_size,
-         bool drop_last, uint64_t rank_batches) {
-        return epoch_sample(n, sampler_options("none", 0, 1, 0, world_size, tail), batch_size,
-                            drop_last, rank_batches);
-      },
-      py::arg("n"), py::arg("world_size"), py::arg("rank_tail"), py::arg("batch_size"),
-      py::arg("drop_last"), py::arg("rank_batches"));
-  m.def(
-      "rank_batch_at",
-      [](uint64_t n, uint32_t world_size, const std::string& tail, uint64_t batch_size,
-         bool drop_last, uint64_t sample) {
-        return rank_batch_at(n, sampler_options("none", 0, 1, 0, world_size, tail), batch_size,
-                             drop_last, sample);
-      },
-      py::arg("n"), py::arg("world_size"), py::arg("rank_tail"), py::arg("batch_size"),
-      py::arg("drop_last"), py::arg("sample"));
 }
 
 }  // namespace
@@ -476,23 +439,7 @@ PYBIND11_MODULE(_dscache, m) {
       .def("close", &PyLoader::close)
       .def("mark_forked", &PyLoader::mark_forked);
 
-  m.def(
-      "epoch_order",
-      [](uint64_t n, const std::string& shuffle, uint64_t block, uint64_t window_blocks,
-         uint32_t rank, uint32_t world_size, const std::string& tail, uint64_t seed,
-         uint64_t epoch) {
-        const SamplerOptions s =
-            sampler_options(shuffle, block, window_blocks, rank, world_size, tail);
-        validate(s, n);
-        std::vector<uint64_t> order = epoch_order(n, s, seed, epoch);
-        py::array_t<uint64_t> out(static_cast<py::ssize_t>(order.size()));
-        std::memcpy(out.mutable_data(), order.data(), order.size() * sizeof(uint64_t));
-        return out;
-      },
-      py::arg("n"), py::arg("shuffle"), py::arg("block"), py::arg("window_blocks"), py::arg("rank"),
-      py::arg("world_size"), py::arg("rank_tail"), py::arg("seed"), py::arg("epoch"));
-
-  bind_elastic(m);  // epoch_sample, rank_batch_at
+  bind_order(m);  // _order.cpp: epoch_order, epoch_sample, rank_batch_at
 
   // dscache.Transform's construction: what libcache's validate() says of these options on
   // their own (the layout-dependent rules wait for the Loader, which knows the cache).
