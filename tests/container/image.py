@@ -197,7 +197,7 @@ def build_image(podman, source_root, logfile):
     args = ["build", "--network", "host", *podman.limits,
             "--volume", f"{ccache_dir(podman)}:/ccache",
             "--build-arg", f"BASE={BASE_TAG}", "--build-arg", "CCACHE_DIR=/ccache",
-            "--build-arg", f"JOBS={os.environ.get('DSCACHE_CONTAINER_JOBS', '1')}"]
+            "--build-arg", f"JOBS={os.environ.get('DSCACHE_CONTAINER_JOBS', os.cpu_count() or 1)}"]
     if os.geteuid() == 0 and os.access(APT_ARCHIVES, os.W_OK):
         args += ["--volume", f"{APT_ARCHIVES}:{APT_ARCHIVES}"]
     # ccache hashes these: the host's values give the host build's keys.

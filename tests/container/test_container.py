@@ -10,7 +10,7 @@ programs run on real data:
   labels equal to the shards the host built.
 
 Usage: test_container.py image   (env DSCACHE: the host's dscache; DSCACHE_SOURCE_ROOT;
-DSCACHE_CONTAINER_CACHE, DSCACHE_CONTAINER_JOBS (compile jobs in the image, default 1),
+DSCACHE_CONTAINER_CACHE, DSCACHE_CONTAINER_JOBS (compile jobs in the image, default one per CPU),
 DSCACHE_DEBIAN_MIRROR: image.py). SKIP (77) only where podman is not installed or cannot run a
 container here (the reason is printed: its own error).
 """
