@@ -14,6 +14,11 @@ ratios, and of CPU time per sample.
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/py_fields_serve.py [--work DIR]
            [--size 128] [--count 4000] [--batch 32] [--rounds 5] [--workers 2] [--json OUT]
+           [--profile {image,fields} --epochs N]
+
+--profile runs only one mode as stored (image only, or all fields) for --epochs epochs after
+the warm one and prints its CPU us per sample: a loop to run under `perf record`, whose
+samples then belong to that mode alone (the cache is written first when missing).
 """
 import argparse
 import json
@@ -88,9 +93,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", choices=("image", "fields"), default=None)
+    ap.add_argument("--epochs", type=int, default=100)
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="dscache-fields-")
     cache = dscache.Cache(make_cache(work, a.size, a.count))
+    if a.profile:
+        loader = dscache.Loader(cache, batch_size=a.batch, seed=1, workers=a.workers,
+                                fields=[] if a.profile == "image" else None)
+        epoch(loader, 0)
+        cpu = statistics.median(epoch(loader, e)[1] for e in range(1, a.epochs + 1))
+        print(f"{a.profile}: {cpu:.2f} CPU us per sample (median of {a.epochs} epochs)")
+        return
     transforms = {"as stored": None,
                   "random_resized + flip": dscache.Transform("random_resized", a.size,
                                                              flip=True)}

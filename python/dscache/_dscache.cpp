@@ -69,12 +69,21 @@ struct Interrupted {};
 // Loader hands its field buffers off, LoaderOptions::field_allocator) values are views whose
 // base holds the pool's buffer, as the images' do: no copy, and never refilled while an array
 // refers to it. Without (copy=False: the C++ Loader refills a slot's field buffers, and grows
-// them, under a view) they are copies.
-py::list field_arrays(const Batch& b, BufferPool* pool) {
+// them, under a view) they are copies. `names` holds each field's (name, dtype) objects, made on
+// the first batch (a Loader's fields never change), not parsed again for every batch.
+py::list field_arrays(const Batch& b, BufferPool* pool,
+                      std::vector<std::pair<py::str, py::dtype>>* names) {
   py::list out;
-  for (const FieldBatch& f : b.fields) {
+  if (names->size() != b.fields.size()) {
+    names->clear();
+    for (const FieldBatch& f : b.fields) {
+      names->emplace_back(py::str(f.spec->name), py::dtype(npy_descr(f.spec->dtype)));
+    }
+  }
+  for (size_t i = 0; i < b.fields.size(); ++i) {
+    const FieldBatch& f = b.fields[i];
     std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
-    const py::dtype dtype(npy_descr(f.spec->dtype));
+    const py::dtype& dtype = (*names)[i].second;
     py::array values;
     if (pool != nullptr) {
       std::shared_ptr<Buffer> held = pool->hold(f.data);
@@ -99,7 +108,7 @@ py::list field_arrays(const Batch& b, BufferPool* pool) {
       std::memcpy(o.mutable_data(), f.offsets, sizeof(int64_t) * (b.size + 1));
       offsets = o;
     }
-    out.append(py::make_tuple(f.spec->name, values, offsets));
+    out.append(py::make_tuple((*names)[i].first, values, offsets));
   }
   return out;
 }
@@ -187,7 +196,7 @@ class PyLoader {
     py::array_t<uint8_t> images = view_array(b->images, dims, held, true);
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
     std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
-    py::list fields = field_arrays(*b, fields_handed_off_ ? pool_.get() : nullptr);
+    py::list fields = field_arrays(*b, fields_handed_off_ ? pool_.get() : nullptr, &field_names_);
     if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index, fields);
     py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
     std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
@@ -319,6 +328,7 @@ class PyLoader {
   bool busy_ = false;    // read and written only with the GIL held
   bool forked_ = false;  // set in a fork's child (os.register_at_fork, dscache/__init__.py)
   bool fields_handed_off_ = false;  // field values are views of pool_'s buffers
+  std::vector<std::pair<py::str, py::dtype>> field_names_;  // see field_arrays
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };

@@ -352,7 +352,12 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
         if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
         --run_left;
       }
-      if (t.flip || with_fields_) box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
+      // Crop none: the whole sample, mirrored by the sample's draw when flip is on.
+      if (t.flip) {
+        box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
+      } else {
+        box = CropBox{0, 0, out_h_, out_w_, false};
+      }
       if (box.flip) mirror_rows(out, out_h_, out_w_, channels_);
     } else {
       // Only the crop box is copied out of view() memory, row by row through guarded_copy, and
