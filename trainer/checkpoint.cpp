@@ -72,36 +72,13 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::st
   write_file_atomic(path, bytes.data(), bytes.size());  // temp + fsync + rename
 }
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
-
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 }  // namespace
 
 namespace {
-std::string targets_text(const TaskOptions& t) {
-  std::string s;
-  for (const auto& n : t.targets) s += (s.empty() ? "" : ",") + n;
-  return s.empty() ? "(none)" : s;
-}
-// --task segment's classes, --ignore-index and --class-weights, as a user would give them.
-std::string segment_text(const TaskOptions& t, const DataInfo& m) {
-  if (t.kind != TaskKind::kSegment) return "(none)";
-  std::string s = std::to_string(m.targets.outputs()) + " classes, --ignore-index " +
-                  std::to_string(t.ignore_index) + ", --class-weights ";
-  if (t.class_weights.empty()) return s + "(none)";
-  for (size_t i = 0; i < t.class_weights.size(); ++i) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%s%.17g", i ? "," : "", t.class_weights[i]);
-    s += buf;
-  }
-  return s;
-}
-// What a checkpoint from before --task existed implies for the settings it lacks.
+// What a checkpoint from before --task (or elastic resume) existed implies for the settings it
+// lacks.
 std::string saved_setting(torch::serialize::InputArchive& a, const std::string& k) {
   c10::IValue v;
   if (a.try_read("cfg/" + k, v)) return v.toStringRef();
@@ -109,82 +86,22 @@ std::string saved_setting(torch::serialize::InputArchive& a, const std::string& 
   if (k == "targets" || k == "loss") return "(none)";
   if (k == "target-norm") return "off";
   if (k == "segment") return "(none)";
+  if (k == kGlobalBatch) {  // before elastic resume: the product of its three fixed factors
+    return std::to_string(std::stoull(read_s(a, std::string("cfg/") + kBatch)) *
+                          std::stoull(read_s(a, std::string("cfg/") + kAccumSteps)) *
+                          std::stoull(read_s(a, std::string("cfg/") + kWorldSize)));
+  }
   return read_s(a, "cfg/" + k);  // throws: the key should be there
 }
-}  // namespace
 
-RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
-                         const SamplerOptions& sampler) {
-  const std::string shuffle =
-      sampler.shuffle != Shuffle::kWindowed
-          ? "global"
-          : "windowed (blocks of " + std::to_string(sampler.block) + " samples, windows of " +
-                std::to_string(sampler.window_blocks) +
-                " blocks; pass the same --window-bytes to resume elsewhere)";
-  const bool scaling = o.loss_scaling == LossScaling::kOn ||
-                       (o.loss_scaling == LossScaling::kAuto && o.precision == Precision::kFp16);
-  RunSettings s;
-  // Fixed: the checkpoint's state (Loader position, optimizer state, weights, normalization)
-  // means something only under these values; another value would silently continue a different
-  // run.
-  s.fixed = {
-      // the sample order of every epoch, which the Loader position indexes
-      {"shuffle", shuffle},
-      // each rank's shard of that order, and the samples per window
-      {"world-size (WORLD_SIZE)", std::to_string(world)},
-      // the parameters' names and shapes
-      {"model", to_string(o.model)},
-      // the Loader position counts batches; a window is batch x accum-steps samples
-      {"batch", std::to_string(o.batch)},
-      {"accum-steps", std::to_string(o.accum_steps)},
-      // the optimizer state's layout (momentum buffers vs Adam moments)
-      {"optimizer", to_string(o.optimizer)},
-      // the shuffle of every epoch and the initial weights
-      {"seed", std::to_string(o.seed)},
-      // the dataset the position indexes and the classes the output layer names
-      {"train", std::to_string(m.count) + " samples " + std::to_string(m.height) + "x" +
-                    std::to_string(m.width) + "x" + std::to_string(m.channels) + ", " +
-                    std::to_string(m.classes.size()) + " classes"},
-      // the input shape the weights were trained on
-      {"image-size", std::to_string(o.image_size)},
-      // the input distribution the weights were trained on (the checkpoint's values are used)
-      {"normalize", to_string(o.normalize)},
-      // the scaler's state exists only with scaling (fp16 turns it on under auto)
-      {"loss-scaling (resolved)", scaling ? "on" : "off"},
-      // what the head predicts and the loss it was trained with (the targets' units)
-      {"task", to_string(o.task.kind)},
-      {"targets", targets_text(o.task)},
-      {"loss", o.task.kind == TaskKind::kRegress ? to_string(o.task.loss) : "(none)"},
-      {"target-norm", o.task.target_norm ? "on" : "off"},
-      {"segment", segment_text(o.task, m)},
-  };
-  // Adjustable: read afresh at every step (or only at the end of the run), and the state stays
-  // valid under a new value: the LR is recomputed from the step count, momentum buffers and Adam
-  // moments do not depend on lr or weight decay, weights are fp32 whatever the autocast
-  // precision, clipping and BatchNorm's synchronisation act on the next steps only, the number of
-  // epochs or steps only moves the end (and the cosine/step schedules' length), and validation
-  // only reads the weights.
-  s.adjustable = {
-      {"lr", num(o.lr)},
-      {"momentum", num(o.momentum)},
-      {"weight-decay", num(o.weight_decay)},
-      {"schedule", to_string(o.schedule)},
-      {"warmup-steps", std::to_string(o.warmup_steps)},
-      {"step-size", std::to_string(o.step_size)},
-      {"gamma", num(o.gamma)},
-      {"clip-grad", num(o.clip_grad)},
-      {"epochs", std::to_string(o.epochs)},
-      {"max-steps", std::to_string(o.max_steps)},
-      {"precision", to_string(o.precision)},
-      {"device", to_string(o.device)},
-      {"channels-last", o.channels_last ? "on" : "off"},
-      {"sync-bn", o.sync_bn ? "on" : "off"},
-      {"val", o.val.empty() ? "(none)" : o.val},
-  };
-  s.data = m.identity;
-  s.allow_data_change = o.allow_data_change;
-  return s;
+StepGeometry saved_geometry(torch::serialize::InputArchive& a) {
+  StepGeometry g;
+  g.batch = std::stoull(read_s(a, std::string("cfg/") + kBatch));
+  g.accum_steps = std::stoull(read_s(a, std::string("cfg/") + kAccumSteps));
+  g.world_size = std::stoull(read_s(a, std::string("cfg/") + kWorldSize));
+  return g;
 }
+}  // namespace
 
 void save_checkpoint(const std::string& dir, const RunSettings& settings, const CheckpointParts& p,
                      bool keep_previous) {
@@ -192,6 +109,7 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   torch::serialize::OutputArchive a;
   write_i(a, "format", kArchiveFormat);
   for (const auto& [k, v] : settings.fixed) a.write("cfg/" + k, c10::IValue(v));
+  for (const auto& [k, v] : settings.elastic) a.write("cfg/" + k, c10::IValue(v));
   for (const auto& [k, v] : settings.adjustable) a.write("now/" + k, c10::IValue(v));
   a.write("data/recipe", c10::IValue(settings.data.recipe));
   a.write("data/content", c10::IValue(settings.data.content));
@@ -212,6 +130,7 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
   write_i(a, "loader_seed", static_cast<int64_t>(st.position.seed));
   write_i(a, "loader_epoch", static_cast<int64_t>(st.position.epoch));
   write_i(a, "loader_cursor", static_cast<int64_t>(st.position.cursor));
+  write_i(a, "loader_sample", static_cast<int64_t>(st.epoch_position.sample));
   write_d(a, "epoch_loss", st.epoch_loss);
   write_i(a, "epoch_correct", st.epoch_correct);
   write_i(a, "epoch_samples", st.epoch_samples);
@@ -300,30 +219,10 @@ std::string verified_checkpoint_payload(const std::string& path) {
 
 namespace {
 
-// Restores `p` from a verified payload. Throws UsageError for other fixed settings.
-void restore(const std::string& payload, const std::string& path, const RunSettings& settings,
-             torch::Device device, const CheckpointParts& p, std::vector<std::string>* adjusted,
-             std::string* data_note) {
-  torch::serialize::InputArchive a;
-  std::istringstream in(payload);
-  a.load_from(in, device);
-  if (read_i(a, "format") != kArchiveFormat) {
-    throw CheckpointError(path + ": archive format " + std::to_string(read_i(a, "format")) +
-                          " is not " + std::to_string(kArchiveFormat));
-  }
-  std::string refused;
-  for (const auto& [k, v] : settings.fixed) {
-    const std::string saved = saved_setting(a, k);
-    if (saved != v)
-      refused += (refused.empty() ? "--" : ", --") + k + " " + saved + " (this run: " + v + ")";
-  }
-  if (!refused.empty()) {
-    throw UsageError("--resume: " + path +
-                     " was made with other settings that change the run's meaning: " + refused +
-                     "; give the checkpoint's values to continue it, or --force to start over");
-  }
-  // The data: the same bytes (content digest) or, with --allow-data-change, said so. Checkpoints
-  // from before the record are resumed with a note (nothing to compare).
+// The data: the same bytes (content digest) or, with --allow-data-change, said so (data_note);
+// otherwise UsageError.
+void check_data(torch::serialize::InputArchive& a, const std::string& path,
+                const RunSettings& settings, std::string* data_note) {
   data_note->clear();
   c10::IValue saved_content, saved_recipe;
   if (!a.try_read("data/content", saved_content) || !a.try_read("data/recipe", saved_recipe)) {
@@ -346,6 +245,34 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
     }
     *data_note = "--allow-data-change: continuing " + path + " on other training data: " + what;
   }
+}
+
+// Restores `p` from a verified payload. Throws UsageError for other fixed settings.
+void restore(const std::string& payload, const std::string& path, const SettingsFor& settings_for,
+             torch::Device device, const CheckpointParts& p, LoadResult* r) {
+  std::vector<std::string>* adjusted = &r->adjusted;
+  std::string* data_note = &r->data_note;
+  torch::serialize::InputArchive a;
+  std::istringstream in(payload);
+  a.load_from(in, device);
+  if (read_i(a, "format") != kArchiveFormat) {
+    throw CheckpointError(path + ": archive format " + std::to_string(read_i(a, "format")) +
+                          " is not " + std::to_string(kArchiveFormat));
+  }
+  r->saved = saved_geometry(a);
+  const RunSettings settings = settings_for(r->saved);
+  std::string refused;
+  for (const auto& [k, v] : settings.fixed) {
+    const std::string saved = saved_setting(a, k);
+    if (saved != v)
+      refused += (refused.empty() ? "--" : ", --") + k + " " + saved + " (this run: " + v + ")";
+  }
+  if (!refused.empty()) {
+    throw UsageError("--resume: " + path +
+                     " was made with other settings that change the run's meaning: " + refused +
+                     "; give the checkpoint's values to continue it, or --force to start over");
+  }
+  check_data(a, path, settings, data_note);
   adjusted->clear();
   for (const auto& [k, v] : settings.adjustable) {
     const std::string saved = read_s(a, "now/" + k);
@@ -372,6 +299,13 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
   st.position.seed = static_cast<uint64_t>(read_i(a, "loader_seed"));
   st.position.epoch = static_cast<uint64_t>(read_i(a, "loader_epoch"));
   st.position.cursor = static_cast<uint64_t>(read_i(a, "loader_cursor"));
+  st.epoch_position.seed = st.position.seed;
+  st.epoch_position.epoch = st.position.epoch;
+  c10::IValue sample;
+  st.epoch_position.sample =
+      a.try_read("loader_sample", sample)
+          ? static_cast<uint64_t>(sample.toInt())
+          : st.position.cursor * r->saved.batch * r->saved.world_size;  // older checkpoints
   st.epoch_loss = read_d(a, "epoch_loss");
   st.epoch_correct = read_i(a, "epoch_correct");
   st.epoch_samples = read_i(a, "epoch_samples");
@@ -423,7 +357,7 @@ void restore(const std::string& payload, const std::string& path, const RunSetti
 
 }  // namespace
 
-LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
+LoadResult load_checkpoint(const std::string& dir, const SettingsFor& settings_for,
                            torch::Device device, const CheckpointParts& p) {
   LoadResult r;
   const std::string names[2] = {kCheckpointName, kPreviousCheckpointName};
@@ -441,8 +375,7 @@ LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
     }
     r.found = true;
     try {
-      restore(verified_checkpoint_payload(path), path, settings, device, p, &r.adjusted,
-              &r.data_note);
+      restore(verified_checkpoint_payload(path), path, settings_for, device, p, &r);
       r.path = path;
       if (i == 1) {
         r.fallback = problems.front();

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "amp.h"
 #include "data.h"
 #include "dscache/loader.h"
+#include "elastic.h"
 #include "models.h"
 #include "options.h"
 
@@ -24,7 +26,13 @@ struct RunState {
   uint64_t global_step = 0;  // optimizer steps attempted (windows done), skipped ones included
   uint64_t sched_step = 0;   // optimizer steps taken: what the LR schedule counts
   int64_t nonfinite_run = 0;
-  LoaderPosition position;  // after the last finished window
+  LoaderPosition position;  // this rank's, after the last finished window (archived as
+                            // loader_cursor too, which older dscache-train versions read)
+  // All ranks' global cursor after the last finished window: what a resume continues from, on
+  // any number of ranks (sample == the epoch's length: the epoch is finished). Checkpoints from
+  // before it derive sample from loader_cursor x their batch x world size, which can exceed
+  // the epoch's length for a finished epoch.
+  EpochPosition epoch_position;
   // The current epoch's running totals, so a resumed epoch reports the whole epoch.
   double epoch_loss = 0;
   int64_t epoch_correct = 0, epoch_samples = 0, epoch_skipped = 0;
@@ -40,16 +48,26 @@ struct RunState {
   uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs
 };
 
+// The fixed setting an elastic resume keeps, and the keys of its three factors (RunSettings).
+constexpr const char* kGlobalBatch = "global batch (batch x accum-steps x world size)";
+constexpr const char* kBatch = "batch";
+constexpr const char* kAccumSteps = "accum-steps";
+constexpr const char* kWorldSize = "world-size (WORLD_SIZE)";
+
 // Settings as (option, value) in the form the user gives them.
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;
 
 // What a checkpoint records of the options it was made with (all of it covered by its checksum).
 // `fixed`: options that change the run's meaning; resuming with another value is refused.
+// `elastic`: --batch, --accum-steps and the world size, recorded (under their old keys among
+// the fixed ones) so a resume can keep their product, the global batch, which is fixed
+// (elastic.h).
 // `adjustable`: options whose new value may take effect from the resumed step on; a resume names
 // each one that differs. Options absent from both (threads, workers, log-every...) change neither
 // the result's meaning nor its numbers beyond rounding.
 struct RunSettings {
   Fingerprint fixed;
+  Fingerprint elastic;
   Fingerprint adjustable;
   // The training data's identity (DataIdentity): a checkpoint made on other samples (content
   // digest differs) is refused unless allow_data_change, since its Loader position, weights and
@@ -92,14 +110,21 @@ struct LoadResult {
   std::vector<std::string> adjusted;  // "--lr 0.1 (checkpoint: 0.05)" for each adjustable change
   std::string data_note;  // non-empty: the data changed (allowed) or the checkpoint predates the
                           // record of its data; one line saying which
+  StepGeometry saved;     // the checkpoint's --batch, --accum-steps and world size
 };
 
+// This run's settings for a checkpoint made with `saved` (its --batch, --accum-steps and world
+// size): an elastic resume picks its --accum-steps from them first (plan_elastic), and may
+// refuse with UsageError.
+using SettingsFor = std::function<RunSettings(const StepGeometry& saved)>;
+
 // Restores `parts` and the CPU generator from DIR/checkpoint.pt, or from checkpoint.prev.pt when
-// the newer one is missing or does not verify; tensors loaded onto `device`. A checkpoint is
+// the newer one is missing or does not verify; tensors loaded onto `device`; the settings to
+// compare come from `settings_for` called with the checkpoint's geometry. A checkpoint is
 // opened only when it is a regular file (no FIFO or device can block) and used only when its
 // header and checksum verify. Throws UsageError listing every fixed option that differs (or loss
 // scaling on/off), CheckpointError when checkpoints exist but none verifies.
-LoadResult load_checkpoint(const std::string& dir, const RunSettings& settings,
+LoadResult load_checkpoint(const std::string& dir, const SettingsFor& settings_for,
                            torch::Device device, const CheckpointParts& parts);
 
 // The bytes of a checkpoint file when its header and checksum verify; throws CheckpointError

@@ -303,6 +303,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("accum-steps") && vm.count("effective-batch")) {
     throw UsageError("--accum-steps and --effective-batch: give one, not both");
   }
+  // An explicit --accum-steps is kept as the samples per step it means, as --effective-batch
+  // would be: a positive effective_batch tells a --resume on another world size that the user
+  // chose the steps (plan_elastic refuses another global batch instead of choosing).
+  if (vm.count("accum-steps")) o.effective_batch = uint64_t{o.accum_steps} * o.batch;
   return o;
 }
 

@@ -89,7 +89,7 @@ class Run {
 
   // train_loop.cpp: the step loop.
   void run_epochs(bool resumed);
-  EpochClock start_epoch(uint64_t epoch, bool restore);
+  EpochClock start_epoch(uint64_t epoch, bool resume);
   // The micro-batches of one window: forward and backward, the gradients all-reduced.
   Window run_window(EpochClock* ec);
   // The optimizer step of a window, its counters, logs, checkpoint and stop request.
@@ -109,6 +109,7 @@ class Run {
   std::unique_ptr<GradSync> grad_sync_;  // with comm_: the gradient all-reduce
   bool main_rank_ = true;                // rank 0: the only one that logs and writes files
   std::string threads_note_;  // set_up_device: the default --threads when the CPUs are cut
+  std::string elastic_note_;  // read_checkpoint: --accum-steps chosen for another geometry
   torch::Device device_{torch::kCPU};
   TrainData data_;
   std::shared_ptr<Classifier> model_;

@@ -1,8 +1,13 @@
 #include "test_hooks.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace dscache {
@@ -17,6 +22,7 @@ struct HookConfig {
   int signal = 0;             // its value
   bool stop_instead = false;  // DSCACHE_TEST_STOP_INSTEAD
   bool twice = false;         // DSCACHE_TEST_SIGNAL_TWICE
+  std::string sample_log;     // DSCACHE_TEST_SAMPLE_LOG; "" = none
 };
 
 const HookConfig& config() {
@@ -35,6 +41,7 @@ const HookConfig& config() {
     }
     h.stop_instead = std::getenv("DSCACHE_TEST_STOP_INSTEAD") != nullptr;
     h.twice = std::getenv("DSCACHE_TEST_SIGNAL_TWICE") != nullptr;
+    if (const char* v = std::getenv("DSCACHE_TEST_SAMPLE_LOG")) h.sample_log = v;
     return h;
   }();
   return c;
@@ -50,6 +57,20 @@ void step_hook(uint64_t step, int rank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     std::raise(c.signal);
   }
+}
+
+void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices, uint32_t size) {
+  const HookConfig& c = config();
+  if (c.sample_log.empty()) return;
+  std::string line =
+      std::to_string(epoch) + " " + std::to_string(step) + " " + std::to_string(rank);
+  for (uint32_t i = 0; i < size; ++i) line += " " + std::to_string(indices[i]);
+  line += "\n";
+  const int fd = ::open(c.sample_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const bool ok =
+      fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("DSCACHE_TEST_SAMPLE_LOG: cannot append to " + c.sample_log);
 }
 
 }  // namespace train

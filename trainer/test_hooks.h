@@ -1,5 +1,6 @@
-// Test hooks of dscache-train: one point in the step loop where a test can kill, stop or signal
-// the process, so the resume and stop tests (tests/trainer/) hit a chosen step deterministically.
+// Test hooks of dscache-train: a point after each step where a test can kill, stop or signal the
+// process, so the resume and stop tests (tests/trainer/) hit a chosen step deterministically, and
+// one per batch that logs the samples each step took.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,13 @@ namespace train {
 //   DSCACHE_TEST_SIGNAL_TWICE        set, with KILL_SIGNAL: raises S again 1.2 s later.
 // Called from the training thread only.
 void step_hook(uint64_t step, int rank);
+
+// Called for every training batch the step loop takes, before its forward pass, with the epoch
+// (0-based), the optimizer step it belongs to (1-based, over the run), this process's rank and
+// the batch's sample indices. With DSCACHE_TEST_SAMPLE_LOG=FILE set, appends one line to FILE:
+// "EPOCH STEP RANK INDEX..." in a single O_APPEND write, so ranks can share the file (the
+// elastic resume tests compare the samples of every step). Otherwise does nothing.
+void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices, uint32_t size);
 
 }  // namespace train
 }  // namespace dscache

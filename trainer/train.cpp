@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dscache/cpus.h"
+#include "elastic.h"
 #include "model_card.h"
 #include "precision.h"
 #include "run.h"
@@ -93,9 +94,23 @@ void Run::write_checkpoint() {
 }
 
 LoadResult Run::read_checkpoint() {
-  LoadResult r = load_checkpoint(o_.output, settings(), device_,
+  // --accum-steps keeps the checkpoint's global batch on this run's ranks and --batch (a
+  // positive effective_batch: the user gave --accum-steps or --effective-batch, options.cpp)
+  const uint64_t asked = o_.effective_batch > 0 ? o_.accum_steps : 0;
+  const auto settings_for = [this, asked](const StepGeometry& saved) {
+    const ElasticPlan plan =
+        plan_elastic(saved, o_.batch, static_cast<uint64_t>(dist_.world_size), asked);
+    o_.accum_steps = plan.accum_steps;
+    elastic_note_ = plan.note;
+    return settings();
+  };
+  LoadResult r = load_checkpoint(o_.output, settings_for, device_,
                                  {*model_, *optimizer_, scaler_ ? &*scaler_ : nullptr, st_, norm_,
                                   fields_task() ? &targets_ : nullptr});
+  // Older checkpoints derive the global cursor from their own cursor: a finished epoch's may pass
+  // the epoch's end.
+  const uint64_t epoch_length = data_.train_loader->epoch_length();
+  st_.epoch_position.sample = std::min(st_.epoch_position.sample, epoch_length);
   keep_previous_ = !r.current_bad;  // never keep a damaged checkpoint as the fallback
   if (r.found) {
     // The optimizer's archive restores its hyper-parameters too; the adjustable ones take this
@@ -232,17 +247,18 @@ void Run::report_resume(const LoadResult& r) const {
     std::fprintf(stderr, "dscache-train: %s; falling back to the older %s\n", r.fallback.c_str(),
                  r.path.c_str());
   }
-  const bool closed = st_.position.cursor >= batches_;
+  const bool closed = st_.epoch_position.sample >= data_.train_loader->epoch_length();
   std::fprintf(stderr,
                "dscache-train: resuming from %s at %s of epoch %llu/%u, step %llu "
                "(%llu samples seen)\n",
                r.path.c_str(), closed ? "the end" : "a step",
-               static_cast<unsigned long long>(st_.position.epoch + 1), o_.epochs,
+               static_cast<unsigned long long>(st_.epoch_position.epoch + 1), o_.epochs,
                static_cast<unsigned long long>(st_.global_step),
                static_cast<unsigned long long>(st_.samples_seen));
   if (!r.data_note.empty()) {
     std::fprintf(stderr, "dscache-train: warning: %s\n", r.data_note.c_str());
   }
+  if (!elastic_note_.empty()) std::fprintf(stderr, "dscache-train: %s\n", elastic_note_.c_str());
   if (!r.adjusted.empty()) {
     std::string list;
     for (const auto& a : r.adjusted) list += (list.empty() ? "" : ", ") + a;
@@ -291,6 +307,7 @@ bool Run::resume() {
       measure_target_stats(*data_.train, "--train " + o_.train, &targets_);
     }
     st_.position = {o_.seed, 0, 0};
+    st_.epoch_position = {o_.seed, 0, 0};
   }
   return resumed;
 }

@@ -37,19 +37,19 @@ uint64_t run_batches_left(const TrainOptions& o, uint64_t epoch, uint64_t b, uin
 }  // namespace
 
 void Run::run_epochs(bool resumed) {
-  uint64_t epoch = st_.position.epoch;
-  bool restore = resumed;
-  if (resumed && st_.position.cursor >= batches_) {  // the checkpoint closed its epoch
-    ++epoch;
-    restore = false;
+  uint64_t epoch = st_.epoch_position.epoch;
+  bool resume = resumed;
+  if (resumed && st_.epoch_position.sample >= data_.train_loader->epoch_length()) {
+    ++epoch;  // the checkpoint closed its epoch
+    resume = false;
   }
   done_ = o_.max_steps && st_.global_step >= o_.max_steps;
   log_samples_ = 0;  // st_.log_loss/log_weight: 0 on a fresh run, the checkpoint's on resume
   log_start_ = Clock::now();
   stop_signals_training();  // from now on a signal asks to stop at a step boundary
   for (; epoch < o_.epochs && !done_; ++epoch) {
-    EpochClock ec = start_epoch(epoch, restore);
-    restore = false;
+    EpochClock ec = start_epoch(epoch, resume);
+    resume = false;
     while (ec.b < batches_ && !done_) apply_step(&ec, run_window(&ec));
     if (stop_sig_ &&
         ec.b < batches_) {  // mid-epoch: checkpoint here (the epoch's line comes later)
@@ -62,11 +62,15 @@ void Run::run_epochs(bool resumed) {
   }
 }
 
-Run::EpochClock Run::start_epoch(uint64_t epoch, bool restore) {
+Run::EpochClock Run::start_epoch(uint64_t epoch, bool resume) {
   Loader& train_loader = *data_.train_loader;
-  conv_->wait_copied();  // start_epoch/restore may refill the buffer of the last batch
-  if (restore) {
-    train_loader.restore(st_.position);
+  conv_->wait_copied();  // start_epoch/resume may refill the buffer of the last batch
+  if (resume) {
+    // The global cursor, cut for this run's ranks and --batch: on another world size too, each
+    // rank continues at batch G / (batch x world size), a window boundary since the global batch
+    // is kept (elastic.h).
+    train_loader.resume(st_.epoch_position);
+    st_.position = train_loader.position();  // this geometry's cursor, for loader_cursor
   } else {
     train_loader.start_epoch(o_.seed, epoch);
     st_.epoch_loss = st_.epoch_weight = 0;
@@ -102,6 +106,7 @@ Run::Window Run::run_window(EpochClock* ec) {
     conv_->wait_copied();  // the Loader may refill the previous batch's buffer now
     const Batch* batch = train_loader.next();
     if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
+    batch_hook(ec->epoch, st_.global_step + 1, dist_.rank, batch->indices, batch->size);
     const torch::Tensor x = conv_->images(*batch);
     if (grad_sync_ && ec->b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
     GradScaler* scaler = scaler_ ? &*scaler_ : nullptr;
@@ -195,6 +200,7 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
   st_.log_weight += w.weight;
   log_samples_ += w.samples;
   st_.position = data_.train_loader->position();
+  st_.epoch_position = data_.train_loader->epoch_position();
   const double secs = seconds_since(ec->start);
   progress_->show({ec->epoch, ec->b, batches_,
                    run_batches_left(o_, ec->epoch, ec->b, batches_, st_.global_step),
