@@ -11,7 +11,27 @@
 #include <cstring>
 #include <vector>
 
+#include "dscache/transform.h"
+
 namespace dscache::test {
+
+// The nearest rule of dscache/transform.h, spelled out per pixel for a one-channel mask of T:
+// sy = box.y + floor((oy + 0.5) * box.height / out_h), sx likewise from the mirrored column
+// when flipped.
+template <typename T>
+std::vector<T> nearest_reference(const std::vector<T>& src, uint32_t src_w, const CropBox& b,
+                                 uint32_t oh, uint32_t ow) {
+  std::vector<T> out(size_t{oh} * ow);
+  for (uint32_t oy = 0; oy < oh; ++oy) {
+    for (uint32_t ox = 0; ox < ow; ++ox) {
+      const uint32_t mx = b.flip ? ow - 1 - ox : ox;
+      const uint64_t sy = b.y + static_cast<uint64_t>((oy + 0.5L) * b.height / oh);
+      const uint64_t sx = b.x + static_cast<uint64_t>((mx + 0.5L) * b.width / ow);
+      out[size_t{oy} * ow + ox] = src[sy * src_w + sx];
+    }
+  }
+  return out;
+}
 
 // An h x w x c image, black but for the rectangle [x1, x2) x [y1, y2) (every channel 255); a
 // mask of `mask_bytes` (1 or 2) per pixel holding `cls` in that rectangle and 0 elsewhere; one

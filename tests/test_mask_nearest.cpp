@@ -8,30 +8,16 @@
 #include <vector>
 
 #include "dscache/transform.h"
+#include "spatial_fixtures.h"
 
 using dscache::choose_crop;
 using dscache::CropBox;
 using dscache::CropMode;
 using dscache::SpatialTransform;
 using dscache::TransformOptions;
+using dscache::test::nearest_reference;
 
 namespace {
-
-// The header's rule per pixel: sy = box.y + floor((oy + 0.5) * box.height / out_h), sx likewise
-// from the mirrored column when flipped.
-std::vector<uint8_t> reference(const std::vector<uint8_t>& src, uint32_t src_w, const CropBox& b,
-                               uint32_t oh, uint32_t ow) {
-  std::vector<uint8_t> out(size_t{oh} * ow);
-  for (uint32_t oy = 0; oy < oh; ++oy) {
-    for (uint32_t ox = 0; ox < ow; ++ox) {
-      const uint32_t mx = b.flip ? ow - 1 - ox : ox;
-      const uint64_t sy = b.y + static_cast<uint64_t>((oy + 0.5L) * b.height / oh);
-      const uint64_t sx = b.x + static_cast<uint64_t>((mx + 0.5L) * b.width / ow);
-      out[size_t{oy} * ow + ox] = src[sy * src_w + sx];
-    }
-  }
-  return out;
-}
 
 // Pixels of `t`'s mask of `src` (h x w) that differ from the rule.
 int wrong(const std::vector<uint8_t>& src, uint32_t h, uint32_t w, const CropBox& b, uint32_t oh,
@@ -39,7 +25,7 @@ int wrong(const std::vector<uint8_t>& src, uint32_t h, uint32_t w, const CropBox
   const SpatialTransform t(b, h, w, oh, ow);
   std::vector<uint8_t> got(size_t{oh} * ow, 0xEE);
   t.mask(src.data(), 1, got.data());
-  const std::vector<uint8_t> want = reference(src, w, b, oh, ow);
+  const std::vector<uint8_t> want = nearest_reference(src, w, b, oh, ow);
   int n = 0;
   for (size_t i = 0; i < want.size(); ++i) n += got[i] != want[i];
   return n;

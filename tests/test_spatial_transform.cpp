@@ -22,6 +22,7 @@ using dscache::ImageView;
 using dscache::SpatialTransform;
 using dscache::TransformOptions;
 using dscache::test::JointSeen;
+using dscache::test::nearest_reference;
 using dscache::test::Scene;
 
 CropBox crop(uint32_t y, uint32_t x, uint32_t h, uint32_t w, bool flip = false) {
@@ -54,22 +55,6 @@ Applied apply(const SpatialTransform& t, const Scene& s, const CropBox* mask_box
   m.mask(s.mask.data(), s.mask_bytes, a.mask.data());
   a.n = t.boxes(s.box.data(), 1, 0.0, a.boxes.data(), a.kept.data());
   return a;
-}
-
-// The reference rule of the header, spelled out per pixel: sy = box.y + floor((oy + 0.5) *
-// box.height / out_h), sx likewise from the mirrored column when flipped.
-std::vector<uint16_t> reference_mask(const std::vector<uint16_t>& src, uint32_t src_w,
-                                     const CropBox& b, uint32_t oh, uint32_t ow) {
-  std::vector<uint16_t> out(size_t{oh} * ow);
-  for (uint32_t oy = 0; oy < oh; ++oy) {
-    for (uint32_t ox = 0; ox < ow; ++ox) {
-      const uint32_t mx = b.flip ? ow - 1 - ox : ox;
-      const uint64_t sy = b.y + static_cast<uint64_t>((oy + 0.5L) * b.height / oh);
-      const uint64_t sx = b.x + static_cast<uint64_t>((mx + 0.5L) * b.width / ow);
-      out[size_t{oy} * ow + ox] = src[sy * src_w + sx];
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -192,7 +177,7 @@ TEST_SUITE("spatial_transform") {
       CAPTURE(c.box.x);
       CAPTURE(c.box.flip);
       const SpatialTransform t(c.box, h, w, c.oh, c.ow);
-      const std::vector<uint16_t> want = reference_mask(src, w, c.box, c.oh, c.ow);
+      const std::vector<uint16_t> want = nearest_reference(src, w, c.box, c.oh, c.ow);
       std::vector<uint8_t> got16(want.size() * 2, 0xEE), got8(want.size(), 0xEE);
       t.mask(src16.data(), 2, got16.data());
       t.mask(src8.data(), 1, got8.data());
