@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dscache/direct_read.h"
+#include "dscache/mixture.h"
 #include "dscache/sample_source.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
@@ -126,7 +127,10 @@ struct Batch {
   uint32_t channels = 0;              // 1, 3 or 4 (RGBA)
   const uint8_t* images = nullptr;    // size*height*width*channels bytes, NHWC, 64-byte aligned
   const int64_t* labels = nullptr;    // size labels
-  const uint64_t* indices = nullptr;  // size sample indices into the source
+  const uint64_t* indices = nullptr;  // size sample indices into the source (a mixture: into
+                                      // the sample's own source, sources[k])
+  const uint32_t* sources = nullptr;  // a mixture: size source numbers (Mixture::source(k));
+                                      // null for a single source
   std::vector<FieldBatch> fields;     // LoaderOptions::fields, in that order
   // The field named `name`, or null when the batch does not carry it.
   const FieldBatch* field(const std::string& name) const;
@@ -143,12 +147,30 @@ struct LoaderPosition {
 // Where all ranks together are in an epoch: the same on every rank, so a Loader of any
 // world_size, batch_size and worker count continues it (elastic resume). Save it with a
 // checkpoint, resume() to continue. docs/SERVING.md "Changing the number of ranks".
+// A mixture's part of it (empty for a single source): enough to rebuild the epoch's order from
+// any position and to continue the sources' streams (dscache/mix_order.h).
+struct MixState {
+  uint64_t fingerprint = 0;    // Mixture::fingerprint() of the shares in force
+  uint32_t segment = 0;        // weight changes within this epoch (MixSegment::segment)
+  uint64_t segment_start = 0;  // global position where the shares in force took effect
+  std::vector<uint64_t> segment_drawn;  // per source: stream position of the segment's first draw
+  std::vector<uint64_t> drawn;  // per source: stream position after the `sample` samples taken
+                                // (its pass: drawn / size); where new shares continue from
+  std::vector<uint64_t> taken;  // per source: samples of this epoch among the `sample` taken
+};
+
 struct EpochPosition {
   uint64_t seed = 0;    // shuffle seed
   uint64_t epoch = 0;   // epoch number
   uint64_t sample = 0;  // G: samples of the epoch's global order all ranks together have taken;
                         // == epoch_length() once the epoch is finished
+  MixState mix;         // a Loader over a Mixture; empty otherwise
 };
+
+// What resume() does with a position saved under other mixture shares (weights, repeats,
+// epoch_samples): refuse it, or keep the samples already taken and serve the rest of the epoch
+// under the new shares (docs/SERVING.md "Mixing caches", "New weights at a checkpoint").
+enum class WeightChange { kRefuse, kContinue };
 
 // The global cursor of a rank that has taken `rank_batches` batches of `batch_size` samples in
 // an epoch of `n` samples under `sampler` (its world_size and tail; rank and shuffle play no
@@ -173,6 +195,10 @@ class Loader {
  public:
   // Validates the options against the source; throws Error(kInvalidArgument) naming the field.
   Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
+  // Serves the mixture's order (dscache/mix_order.h) over mixture->view(): batches say each
+  // sample's source (Batch::sources) and index within it. Shuffle kGlobal or kNone (kWindowed is
+  // refused: see docs/SERVING.md "Mixing caches"); direct_read does not apply.
+  Loader(std::shared_ptr<const Mixture> mixture, const LoaderOptions& options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -207,7 +233,12 @@ class Loader {
   // first batch of its stride at or after that one when strided). Throws
   // Error(kInvalidArgument) when G > epoch_length() or when G is not a multiple of batch_size x
   // world_size (a position inside a global batch of this geometry), with the numbers.
-  void resume(const EpochPosition& pos);
+  // A mixture: pos.mix.fingerprint must be this Loader's (else Error(kInvalidArgument) naming
+  // the old and new shares) unless `change` is kContinue, which keeps [0, G) as taken and
+  // serves the rest of the epoch under this Loader's shares from the sources' saved streams.
+  void resume(const EpochPosition& pos, WeightChange change = WeightChange::kRefuse);
+  // The mixture served, or null for a single source.
+  const std::shared_ptr<const Mixture>& mixture() const;
   // The cursor (LoaderPosition::cursor, served batches) resume() restores for global cursor
   // `sample`; throws as resume() does.
   uint64_t cursor_at(uint64_t sample) const;

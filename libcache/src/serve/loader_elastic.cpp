@@ -76,7 +76,7 @@ uint64_t Loader::cursor_at(uint64_t sample) const {
   return std::min(c > offset ? (c - offset + stride - 1) / stride : 0, batches_per_epoch());
 }
 
-void Loader::resume(const EpochPosition& pos) {
+void Loader::resume(const EpochPosition& pos, WeightChange /*change*/) {
   restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
 }
 
