@@ -188,6 +188,21 @@ TEST_SUITE("loader") {
         CHECK(t.indices[e] == rest[q].local);
       }
     }
+    // Three ranks from G = 30: the pad (positions 70, 71) repeats the segment's first two
+    // positions (30, 31), never the old shares' [0, 30).
+    std::map<uint64_t, Served> three;
+    for (uint32_t r = 0; r < 3; ++r) {
+      Loader l(new_mix, opts(5, r, 3));
+      l.resume(pos, WeightChange::kContinue);
+      collect(drain_mix(l), 5, r, 3, &three);
+    }
+    REQUIRE(three.size() == 42);
+    for (uint64_t g = 30; g < 72; ++g) {
+      CAPTURE(g);
+      const MixEntry& e = rest[g < 70 ? g - 30 : g - 70];
+      CHECK(three.at(g).source == e.source);
+      CHECK(three.at(g).local == e.local);
+    }
     // No sample repeats within a pass across the change.
     const std::vector<MixEntry> old_ref = reference_order(*old_mix, true, 10, 6, 3);
     std::set<std::pair<uint32_t, uint64_t>> seen[2];
