@@ -290,6 +290,16 @@ TEST_SUITE("mix_order") {
                    {0, 2, 4},
                    {1, 2, 0},
                    {0, 2, 3}}));
+    MixSegment later;  // a later segment: its own key, draws continuing the streams
+    later.epoch = 1;
+    later.segment = 1;
+    later.start = 3;
+    later.counts = {4, 3};
+    later.drawn = {7, 5};
+    const std::vector<MixEntry> l =
+        mix_segment_order(plan_of({5, 3}, MixBatching::kStratified, 2), later, 2024);
+    INFO("golden later segment: " << show(l));
+    CHECK(same(l, {{0, 1, 3}, {1, 1, 1}, {1, 2, 1}, {0, 1, 1}, {1, 2, 0}, {0, 1, 4}, {0, 2, 4}}));
     const MixPlan three = plan_of({5, 3, 1000}, MixBatching::kRandom);
     CHECK(dscache::mix_stream_sample(three, 2024, 2, 123456789) == 192);
     CHECK(dscache::mix_stream_sample(three, 2024, 1, 123456789) == 2);
