@@ -102,6 +102,18 @@ TEST_SUITE("loader") {
       CHECK(pos.mix.taken == taken);
       CHECK(pos.mix.drawn == std::vector<uint64_t>{3 * 49 + taken[0], 3 * 21 + taken[1]});
 
+      // The state after every batch, and again after going back (restore to batch 1).
+      Loader stepping(m, opts(5, r, 2));
+      stepping.start_epoch(6, 3);
+      for (int round = 0; round < 2; ++round) {
+        while (stepping.next() != nullptr) {
+          const EpochPosition at = stepping.epoch_position();
+          CHECK(at.mix.taken == count(ref, 0, at.sample));
+        }
+        stepping.restore(dscache::LoaderPosition{6, 3, 1});
+        CHECK(stepping.epoch_position().mix.taken == count(ref, 0, 10));
+      }
+
       Loader resumed(m, opts(5, r, 2, 1));
       resumed.resume(pos);
       const std::vector<MixTaken> rest = drain_mix(resumed);

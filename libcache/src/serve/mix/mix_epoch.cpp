@@ -77,6 +77,7 @@ std::vector<uint64_t> MixEpoch::rank_order(uint64_t seed, uint64_t epoch, uint64
   }
   global_ = e > s ? mix_segment_order(plan_, seg, seed) : std::vector<MixEntry>{};
   segment_ = std::move(seg);
+  counted_.clear();
   const size_t k_count = mixture_->sources();
   prior_taken_.assign(k_count, 0);
   if (resumed_ && segment_.epoch == resumed_segment_.epoch) {
@@ -112,12 +113,19 @@ MixState MixEpoch::state(uint64_t g) const {
   st.segment = segment_.segment;
   st.segment_start = segment_.start;
   st.segment_drawn = segment_.drawn;
+  // The segment's entries before g, per source: counted on from the last call when g moved
+  // forward (a checkpoint per step costs the steps' samples, not the epoch's square).
+  const uint64_t s = segment_.start, end = std::max(s, std::min(g, s + global_.size()));
+  if (counted_.size() != segment_.drawn.size() || end < counted_to_) {
+    counted_.assign(segment_.drawn.size(), 0);
+    counted_to_ = s;
+  }
+  for (; counted_to_ < end; ++counted_to_) ++counted_[global_[counted_to_ - s].source];
   st.drawn = segment_.drawn;
   st.taken = prior_taken_;
-  const uint64_t s = segment_.start, end = std::min(g, length());
-  for (uint64_t p = s; p < end && p - s < global_.size(); ++p) {
-    ++st.drawn[global_[p - s].source];
-    ++st.taken[global_[p - s].source];
+  for (size_t k = 0; k < counted_.size(); ++k) {
+    st.drawn[k] += counted_[k];
+    st.taken[k] += counted_[k];
   }
   return st;
 }

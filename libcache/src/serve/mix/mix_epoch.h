@@ -40,7 +40,7 @@ class MixEpoch {
   uint64_t xform_key(uint64_t k) const;
 
   uint64_t fingerprint() const { return mixture_->fingerprint(plan_.stratum); }
-  // The built epoch's MixState at global cursor g.
+  // The built epoch's MixState at global cursor g. Not thread-safe (the consumer's thread).
   MixState state(uint64_t g) const;
   // resume(): takes pos's segment (same fingerprint) or starts a new one at pos.sample under
   // this mixture's shares (kContinue); the next start of pos.epoch builds it. Throws
@@ -67,6 +67,9 @@ class MixEpoch {
   std::vector<MixEntry> global_;       // positions [segment_.start, E)
   std::vector<uint64_t> prior_taken_;  // per source: taken before segment_.start
   std::vector<MixEntry> rank_;         // this rank's positions
+  // state()'s running count: per source, the segment's entries in [segment_.start, counted_to_).
+  mutable std::vector<uint64_t> counted_;
+  mutable uint64_t counted_to_ = 0;
 };
 
 }  // namespace detail
