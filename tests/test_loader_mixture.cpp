@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "dscache/loader.h"
 #include "dscache/transform.h"
+#include "field_fixtures.h"
 #include "mix_fixtures.h"
 #include "test_util.h"
 
@@ -267,5 +269,50 @@ TEST_SUITE("loader") {
       if (!same(boxes[0], boxes[1]) || !same(boxes[1], boxes[2])) ++differing;
     }
     CHECK(differing >= 15);
+  }
+
+  TEST_CASE("mixture: fields come from the sample's own source; labels without classes pass") {
+    FieldSource::Options oa, ob;
+    ob.count = 10;
+    ob.ragged = true;
+    auto a = std::make_shared<FieldSource>(oa);
+    auto b = std::make_shared<FieldSource>(ob);
+    MixSource sa, sb;
+    sa.source = a;
+    sb.source = b;
+    sa.weight = 0.5;
+    sb.weight = 0.5;
+    auto m = Mixture::make({sa, sb});
+    CHECK(m->classes().empty());
+    LoaderOptions o = small_options(6);
+    o.transform.crop = CropMode::kCenter;
+    o.transform.height = o.transform.width = 32;
+    o.fields = std::vector<std::string>{"score", "hot", "box_id"};
+    Loader loader(m, o);
+    loader.start_epoch(1, 0);
+    uint64_t seen = 0;
+    while (const Batch* batch = loader.next()) {
+      REQUIRE(batch->sources != nullptr);
+      const std::vector<TakenField> f = fields_of(*batch);
+      REQUIRE(f.size() == 3);
+      for (uint32_t k = 0; k < batch->size; ++k, ++seen) {
+        const uint64_t i = batch->indices[k];
+        CAPTURE(i);
+        CHECK(i < (batch->sources[k] == 0 ? 24u : 10u));
+        CHECK(batch->labels[k] == int64_t(i % 7));
+        float score = 0;
+        std::memcpy(&score, f[0].sample(k, batch->size, 4).data(), 4);
+        CHECK(score == float(i) + 0.25f);
+        CHECK(f[1].sample(k, batch->size, 1) ==
+              std::vector<uint8_t>{uint8_t(i % 2), uint8_t(i % 3), uint8_t(i % 5)});
+        const std::vector<uint8_t> ids = f[2].sample(k, batch->size, 8);
+        for (size_t r = 0; r < ids.size() / 8; ++r) {
+          int64_t id = 0;
+          std::memcpy(&id, ids.data() + r * 8, 8);
+          CHECK(id / 100 == int64_t(i));
+        }
+      }
+    }
+    CHECK(seen == 34);
   }
 }
