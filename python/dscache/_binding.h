@@ -7,11 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dscache/loader.h"
 #include "dscache/sampler.h"
+#include "dscache/transform.h"
 
 namespace dscache {
 
@@ -34,6 +37,22 @@ py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> sh
 void bind_sources(py::module_& m);  // _sources.cpp: SampleSource, Cache, LazyCache
 void bind_writer(py::module_& m);   // _writer.cpp: Writer
 void bind_order(py::module_& m);    // _order.cpp: epoch_order, epoch_sample, rank_batch_at
+
+// _options.cpp: dscache.Transform's values, and the Loader's keywords, as libcache's options
+// (names parsed by libcache's tables: an unknown one is InvalidArgument listing the names).
+TransformOptions transform_options(const std::string& crop, uint32_t height, uint32_t width,
+                                   double scale_min, double scale_max, double ratio_min,
+                                   double ratio_max, bool flip);
+LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std::string& shuffle,
+                                  uint64_t block, uint64_t window_blocks, uint64_t block_bytes,
+                                  uint64_t window_bytes, uint32_t rank, uint32_t world_size,
+                                  const std::string& rank_tail, uint32_t workers, uint32_t prefetch,
+                                  const std::string& crop, uint32_t height, uint32_t width,
+                                  double scale_min, double scale_max, double ratio_min,
+                                  double ratio_max, bool flip,
+                                  const std::optional<std::vector<std::string>>& fields,
+                                  double min_box_visibility, uint32_t batch_stride,
+                                  uint32_t batch_offset);
 
 // The sampler's options Loader and epoch_order share (the byte sizes are the Loader's own);
 // _order.cpp.
