@@ -45,6 +45,10 @@ Cache.fields and Cache.field(i, "boxes"). A Loader over such a cache yields a di
 batch["boxes_offsets"] (B + 1,)); dscache.per_sample(batch, "boxes") and
 dscache.detection_targets(batch) cut them per sample. Loader(fields=[...]) serves only those.
 
+Several caches as one, each with its share of an epoch: dscache.Mixture([a, b], weights=[0.7,
+0.3]) goes wherever a Cache goes (Loader, dscache.torch.CacheDataset); its batches carry
+"source" beside "index" (docs/PYTHON.md "Mixing caches").
+
 PyTorch mirrors of dscache-train's models (cnn, resnet18, unet-small), with its parameter names:
 dscache.models (imports torch; `import dscache` does not).
 
@@ -76,7 +80,7 @@ __all__ = ["Cache", "LazyCache", "Loader", "Transform", "Error", "NotFoundError"
            "CorruptionError", "InvalidArgumentError", "IOError", "UnsupportedError",
            "BusyError", "RemoteError", "remote_options", "epoch_order", "Writer", "build_order", "Field", "Mask", "Scalar",
            "Array", "Boxes", "Rows", "Text", "Bytes", "Batch", "per_sample",
-           "detection_targets"]
+           "detection_targets", "Mixture", "MixtureSource"]
 __version__ = "0.1.0"
 
 STATE_VERSION = 3  # 3: adds "sample", the global cursor (elastic resume); 2 (records the cache's
@@ -356,5 +360,6 @@ def epoch_order(n, shuffle="global", seed=0, epoch=0, rank=0, world_size=1, rank
                                 u64[3], u64[4])
 
 
+from ._mixture import Mixture, MixtureSource  # noqa: E402 (after the names it uses)
 from ._loader import Loader, Transform  # noqa: E402 (after the names it uses)
 from ._writer import Writer, build_order  # noqa: E402

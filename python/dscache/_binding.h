@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dscache/loader.h"
+#include "dscache/mixture.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
 
@@ -37,6 +38,7 @@ py::array_t<uint8_t> view_array(const uint8_t* data, std::vector<py::ssize_t> sh
 void bind_sources(py::module_& m);  // _sources.cpp: SampleSource, Cache, LazyCache
 void bind_writer(py::module_& m);   // _writer.cpp: Writer
 void bind_order(py::module_& m);    // _order.cpp: epoch_order, epoch_sample, rank_batch_at
+void bind_mixture(py::module_& m);  // _mixture.cpp: Mixture
 
 // _options.cpp: dscache.Transform's values, and the Loader's keywords, as libcache's options
 // (names parsed by libcache's tables: an unknown one is InvalidArgument listing the names).
@@ -53,6 +55,13 @@ LoaderOptions make_loader_options(uint32_t batch_size, bool drop_last, const std
                                   const std::optional<std::vector<std::string>>& fields,
                                   double min_box_visibility, uint32_t batch_stride,
                                   uint32_t batch_offset);
+
+// _mixture.cpp: the Mixture a Python object binds, or null when it is not one (a SampleSource);
+// a Loader position's mixture part as a dict of ints and lists (fingerprint, segment,
+// segment_start, segment_drawn, drawn, taken) and back.
+std::shared_ptr<const Mixture> as_mixture(py::handle source);
+py::dict mix_state_dict(const MixState& s);
+MixState mix_state_from(const py::dict& d);
 
 // The sampler's options Loader and epoch_order share (the byte sizes are the Loader's own);
 // _order.cpp.

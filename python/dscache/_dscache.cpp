@@ -1,4 +1,5 @@
-// _dscache: the pybind11 binding of libcache's public contract (Cache, LazyCache, Loader, Error).
+// _dscache: the pybind11 binding of libcache's public contract (Cache, LazyCache, Mixture, Loader,
+// Error).
 // The Python package dscache (__init__.py) wraps it; users import that, not this.
 //
 // Zero-copy: Cache.view() and Loader.next(copy=False) return numpy arrays that point into the
@@ -108,10 +109,11 @@ py::list field_arrays(const Batch& b, BufferPool* pool,
 
 class PyLoader {
  public:
-  // slots: dscache.torch's ring (see attach_shared_slots), attached before the C++ Loader
-  // allocates its ring buffers, so that its first batches fill slots too; null: none.
-  PyLoader(std::shared_ptr<const SampleSource> source, const LoaderOptions& base,
-           std::shared_ptr<SharedSlots> slots)
+  // Over `mixture` when it is not null, else over `source`. slots: dscache.torch's ring (see
+  // attach_shared_slots), attached before the C++ Loader allocates its ring buffers, so that its
+  // first batches fill slots too; null: none.
+  PyLoader(std::shared_ptr<const SampleSource> source, std::shared_ptr<const Mixture> mixture,
+           const LoaderOptions& base, std::shared_ptr<SharedSlots> slots)
       : pool_(std::make_shared<BufferPool>()) {
     if (slots) pool_->attach(std::move(slots));
     LoaderOptions o = base;
@@ -130,7 +132,8 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw Interrupted();  // the exception stays set
     };
     py::gil_scoped_release nogil;
-    loader_ = std::make_unique<Loader>(std::move(source), o);
+    loader_ = mixture ? std::make_unique<Loader>(std::move(mixture), o)
+                      : std::make_unique<Loader>(std::move(source), o);
   }
   ~PyLoader() { close(); }
 
@@ -167,7 +170,8 @@ class PyLoader {
   }
 
   // (images NHWC uint8 view, labels int64 copy, indices uint64 copy or None, batch index,
-  // fields [(name, values, offsets or None)]: see field_arrays) or None at the end of the epoch.
+  // fields [(name, values, offsets or None)]: see field_arrays; a mixture's first is ("source",
+  // uint32 copy, None)) or None at the end of the epoch.
   // The view holds its buffer: with hand_off_images a buffer of its own, else one of the ring's.
   py::object next(bool with_indices) {
     const Batch* b = nullptr;
@@ -190,6 +194,11 @@ class PyLoader {
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(b->size));
     std::memcpy(labels.mutable_data(), b->labels, sizeof(int64_t) * b->size);
     py::list fields = field_arrays(*b, fields_handed_off_ ? pool_.get() : nullptr, &field_names_);
+    if (b->sources != nullptr) {
+      py::array_t<uint32_t> sources(static_cast<py::ssize_t>(b->size));
+      std::memcpy(sources.mutable_data(), b->sources, sizeof(uint32_t) * b->size);
+      fields.insert(0, py::make_tuple("source", sources, py::none()));
+    }
     if (!with_indices) return py::make_tuple(images, labels, py::none(), b->index, fields);
     py::array_t<uint64_t> indices(static_cast<py::ssize_t>(b->size));
     std::memcpy(indices.mutable_data(), b->indices, sizeof(uint64_t) * b->size);
@@ -261,6 +270,21 @@ class PyLoader {
     d["rank_tail"] = kRankTailNames.to_string(s.tail);
     return d;
   }
+  // (seed, epoch, sample, the mixture's MixState as a dict or None): Loader::epoch_position().
+  py::tuple epoch_position() const {
+    check_usable();
+    const EpochPosition p = loader_->epoch_position();
+    py::object mix = loader_->mixture() ? py::object(mix_state_dict(p.mix)) : py::none();
+    return py::make_tuple(p.seed, p.epoch, p.sample, mix);
+  }
+  // Loader::resume(); new_weights: WeightChange::kContinue.
+  void resume(uint64_t seed, uint64_t epoch, uint64_t sample, const std::optional<py::dict>& mix,
+              bool new_weights) {
+    const EpochPosition p{seed, epoch, sample, mix ? mix_state_from(*mix) : MixState{}};
+    Exclusive ex(this);
+    py::gil_scoped_release nogil;
+    loader_->resume(p, new_weights ? WeightChange::kContinue : WeightChange::kRefuse);
+  }
   uint64_t cursor_at(uint64_t sample) const {
     check_usable();
     return loader_->cursor_at(sample);
@@ -325,7 +349,6 @@ class PyLoader {
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<Loader> loader_;
 };
-
 }  // namespace
 }  // namespace dscache
 
@@ -344,7 +367,7 @@ PYBIND11_MODULE(_dscache, m) {
   bind_sources(m);  // SampleSource, Cache and LazyCache: the Loader takes a SampleSource
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init([](std::shared_ptr<SampleSource> source, uint32_t batch_size, bool drop_last,
+      .def(py::init([](const py::object& source, uint32_t batch_size, bool drop_last,
                        const std::string& shuffle, uint64_t block, uint64_t window_blocks,
                        uint64_t block_bytes, uint64_t window_bytes, uint32_t rank,
                        uint32_t world_size, const std::string& rank_tail, uint32_t workers,
@@ -367,7 +390,10 @@ PYBIND11_MODULE(_dscache, m) {
                const auto& [path, header, slot_bytes, count] = *shared_slots;
                slots = SharedSlots::map(path, header, slot_bytes, count);
              }
-             return std::make_unique<PyLoader>(std::move(source), o, std::move(slots));
+             std::shared_ptr<const Mixture> mixture = as_mixture(source);  // else a SampleSource
+             return std::make_unique<PyLoader>(
+                 mixture ? nullptr : source.cast<std::shared_ptr<SampleSource>>(),
+                 std::move(mixture), o, std::move(slots));
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("drop_last"), py::arg("shuffle"),
            py::arg("block"), py::arg("window_blocks"), py::arg("block_bytes"),
@@ -385,6 +411,9 @@ PYBIND11_MODULE(_dscache, m) {
       .def("position", &PyLoader::position)
       .def("sampler_options", &PyLoader::sampler_options)
       .def("cursor_at", &PyLoader::cursor_at, py::arg("sample"))
+      .def("epoch_position", &PyLoader::epoch_position)
+      .def("resume", &PyLoader::resume, py::arg("seed"), py::arg("epoch"), py::arg("sample"),
+           py::arg("mix"), py::arg("new_weights"))
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("reads_direct", &PyLoader::reads_direct)
       .def("direct_read_reason", &PyLoader::direct_read_reason)
@@ -398,7 +427,8 @@ PYBIND11_MODULE(_dscache, m) {
       .def("close", &PyLoader::close)
       .def("mark_forked", &PyLoader::mark_forked);
 
-  bind_order(m);  // _order.cpp: epoch_order, epoch_sample, rank_batch_at
+  bind_order(m);    // _order.cpp: epoch_order, epoch_sample, rank_batch_at
+  bind_mixture(m);  // _mixture.cpp: Mixture, which the Loader takes like a SampleSource
 
   // dscache.Transform's construction: what libcache's validate() says of these options on
   // their own (the layout-dependent rules wait for the Loader, which knows the cache).

@@ -1,6 +1,6 @@
-"""dscache.Loader and dscache.Transform: batches from a Cache or LazyCache (libcache's Loader),
-and the per-sample crop/flip its workers apply. Imported by dscache/__init__.py, whose names
-(Cache, LazyCache) it checks against."""
+"""dscache.Loader and dscache.Transform: batches from a Cache, LazyCache or Mixture (libcache's
+Loader), and the per-sample crop/flip its workers apply. Imported by dscache/__init__.py, whose
+names (Cache, LazyCache, Mixture) it checks against."""
 import atexit
 import os
 import sys
@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from . import STATE_VERSION, _dscache, _elastic, _Source
+from . import STATE_VERSION, _dscache, _elastic, _mixture, _Source
 from ._batch import Batch, make_batch as _make_batch, to_torch as _batch_to_torch
 from ._checks import (_U32, _U64, _check_float, _check_int, _check_ints, _check_str,
                       _invalid)
@@ -189,7 +189,8 @@ class Loader:
                  window_bytes=0, fields=None, min_box_visibility=0.0, batch_stride=1,
                  batch_offset=0, direct_read="auto", _slots=None):
         if not isinstance(cache, _Source):
-            raise TypeError("dscache.Loader needs a dscache.Cache or dscache.LazyCache")
+            raise TypeError("dscache.Loader needs a dscache.Cache, LazyCache or Mixture")
+        mixture = cache if isinstance(cache, _mixture.Mixture) else None
         if rank is None or world_size is None:
             d_rank, d_world = _distributed_defaults()
             rank = d_rank if rank is None else rank
@@ -212,9 +213,10 @@ class Loader:
         self.return_indices = bool(return_indices)
         self.transform = t
         self.fields, names = self._select_fields(cache, fields)
-        self._as_dict = bool(cache.fields)  # a cache with fields yields Batch dicts
+        self._as_dict = bool(cache.fields) or mixture is not None  # these yield Batch dicts
+        self._mixture = mixture
         self._impl = _dscache.Loader(
-            cache._src, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
+            cache._src if mixture is None else mixture._mix, self.batch_size, self.drop_last, shuffle, int(block), int(window_blocks),
             int(block_bytes), int(window_bytes), self.rank, self.world_size, rank_tail,
             int(workers), int(prefetch), t.crop, t.height, t.width, t.scale[0], t.scale[1],
             t.ratio[0], t.ratio[1], t.flip, names,
@@ -225,6 +227,9 @@ class Loader:
         self._active = False     # an epoch was started and not finished
         self._pending = None     # a position from load_state_dict() for the next iter()
         self._generation = 0     # bumped on every iter(): an abandoned iterator stops
+        # A mixture: the C++ Loader is already where the next iter() starts (a resume), it ran
+        # an epoch, and its streams left the pure epochs' (_mixture.py, positions).
+        self._positioned = self._ran = self._moved = False
         _live_loaders.add(self)
 
     copy = property(lambda self: self._copy,
@@ -259,7 +264,8 @@ class Loader:
             if not isinstance(n, str):
                 raise TypeError(f"fields: a field name must be a str, got {n!r}")
         served = {n: specs[n] for n in names if n in specs}
-        keys = ["image", "label", "index"]
+        keys = ["image", "label", "index"] + (["source"] if isinstance(
+            cache, _mixture.Mixture) else [])
         for n, f in served.items():
             keys += [n, n + "_offsets"] if f.variable else [n]
         for k in keys:
@@ -275,7 +281,7 @@ class Loader:
         is optional: each complete pass advances the epoch by one."""
         self._epoch = _check_int("epoch", epoch, 0, _U64)
         self._pending = None
-        self._active = False
+        self._active = self._positioned = False
 
     @property
     def epoch(self):
@@ -291,7 +297,9 @@ class Loader:
 
     def __iter__(self):
         # The C++ call first: if it fails (e.g. another thread is iterating), nothing changed.
-        if self._pending is not None:
+        if self._positioned:
+            self._positioned = False
+        elif self._pending is not None:
             seed, epoch, cursor = self._pending
             self._impl.restore(seed, epoch, cursor)
             self._pending = None
@@ -299,7 +307,7 @@ class Loader:
         else:
             self._impl.start_epoch(self.seed, self._epoch)
         self._generation += 1
-        self._active = True
+        self._active = self._ran = True
         return self._batches(self._generation)
 
     def _batches(self, gen):
@@ -372,9 +380,11 @@ class Loader:
                  "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size,
                  "batch_stride": self.batch_stride, "batch_offset": self.batch_offset,
                  "batches_per_epoch": len(self), "sampler": so, "data": self.cache._identity()}
+        if self._mixture is not None:  # "sample" and "mix" from the C++ Loader's position
+            return _mixture.loader_state(self, state)
         return _elastic.with_sample(state, so["rank_tail"])
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, allow_new_weights=False):
         """Continue from state_dict()'s position at the next iteration. A state saved with
         another world size, rank or batch size (version 2 or 3) continues at its global cursor
         (the epoch's samples all ranks had taken): this loader serves the rest of that epoch's
@@ -382,7 +392,13 @@ class Loader:
         saved on another cache (its sample count or contents differ), with another drop_last,
         batch stride/offset or shuffle geometry, a global cursor that is not a multiple of
         batch_size x world_size, or a seed or epoch outside 0..2**64-1: its position would mean
-        other samples."""
+        other samples.
+
+        Over a Mixture the state carries its position in the mixed epoch ("mix"): it resumes
+        only under the same shares (weights or repeat, epoch_samples, batching), else
+        InvalidArgumentError naming both, unless allow_new_weights=True: the samples already
+        taken stand and the rest of that epoch is served under this loader's shares, each
+        source's stream continuing where it was (docs/PYTHON.md "Mixing caches")."""
         version = state.get("version", 0)
         if version not in (1, 2, STATE_VERSION):
             raise _invalid(f"state_dict: version {version!r} is not {STATE_VERSION}")
@@ -419,14 +435,17 @@ class Loader:
                     f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
                     f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
                     f"sampler {key} differs")
+        if self._mixture is not None and state.get("sample") is not None and "mix" in state:
+            return _mixture.resume_loader(self, state, seed, epoch, allow_new_weights)
         if version == 1:
             cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
         else:
-            sample = _elastic.state_sample(state, len(self.cache), theirs.get("rank_tail"))
+            sample = _elastic.state_sample(state, _mixture.epoch_samples(self.cache),
+                                           theirs.get("rank_tail"))
             cursor = self._impl.cursor_at(sample)
         self.seed = seed
         self._epoch = epoch
-        self._active = False
+        self._active = self._positioned = False
         self._pending = (self.seed, self._epoch, cursor)
 
     def __reduce_ex__(self, protocol):

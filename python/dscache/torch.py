@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from . import Cache, Error
+from . import Cache, Error, _mixture
 from ._checks import _U32, _U64, _check_int, _invalid
 from ._batch import Batch, to_torch as _batch_to_torch
 from ._loader import Loader, _check_options, _distributed_defaults
@@ -128,7 +128,7 @@ def _worker():
 
 
 class CacheDataset(torch.utils.data.IterableDataset):
-    """A cache's batches for DataLoader(ds, batch_size=None, num_workers=W, ...).
+    """A cache's or a dscache.Mixture's batches for DataLoader(ds, batch_size=None, num_workers=W).
 
     Options are dscache.Loader's: batch_size, shuffle (True/"global", False/"none",
     "windowed"), seed, drop_last, transform (a dscache.Transform), fields, rank and
@@ -183,7 +183,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
             window_blocks=window_blocks, block_bytes=block_bytes, window_bytes=window_bytes,
             direct_read=direct_read, fields=None if fields is None else list(fields),
             min_box_visibility=min_box_visibility)
-        self.path = os.fspath(path)
+        self.path = path if isinstance(path, _mixture.Mixture) else os.fspath(path)
         self.batch_size, self.drop_last = o["batch_size"], o["drop_last"]
         self.rank, self.world_size = o["rank"], o["world_size"]
         self.rank_tail = rank_tail
@@ -215,7 +215,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     def _cache(self):
         if self._proc is None or self._proc[0] != os.getpid():
-            self._proc = (os.getpid(), Cache(self.path, memory=self.memory), None, None)
+            self._proc = (os.getpid(), _mixture.open_source(self.path, self.memory), None, None)
         return self._proc[1]
 
     def _loader(self, stride, offset):
@@ -262,7 +262,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
 
     def __len__(self):
         """Batches per epoch of this rank (all DataLoader workers together)."""
-        n = self._cache().count
+        n = _mixture.epoch_samples(self._cache())
         world = self.world_size
         if world < 1 or self.rank >= world:
             raise _invalid(f"rank {self.rank} must be < world_size {world}")
@@ -348,7 +348,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
                  worker=worker, num_workers=workers, served=int(served), rank=self.rank,
                  batch_size=self.batch_size, drop_last=self.drop_last,
                  world_size=self.world_size, data=self._cache()._identity())
-        return s if worker is not None else _elastic.with_sample(s, self.rank_tail)
+        return s if worker is not None else _mixture.dataset_state(self, s)
 
     def state_dict(self, batches=None):
         """The position to resume from, a dict of plain ints (picklable, JSON-able).
@@ -402,7 +402,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
                             ("batch_size", "drop_last", "rank", "world_size", "data"))
         seed = _check_int("state_dict seed", state.get("seed"), 0, _U64)
         epoch = _check_int("state_dict epoch", state.get("epoch"), 0, _U64)
-        cursor = _elastic.rank_cursor(state, mine["data"]["count"], self.rank_tail, mine) \
+        cursor = _mixture.dataset_cursor(self, state, mine) \
             if rank_state else _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
         served = _check_int("state_dict served", state.get("served", 0), 0, _U64)
         w, workers = _worker()
