@@ -1,7 +1,7 @@
 # Type stubs for the dscache package (python/dscache/__init__.py); see its docstrings.
 import os
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 import numpy.typing as npt
@@ -126,6 +126,37 @@ class LazyCache(_Source):
     @property
     def misses(self) -> int: ...
 
+class MixtureSource(NamedTuple):
+    name: str
+    cache: Cache
+    weight: Optional[float]
+    repeat: Optional[float]
+
+# Several caches as one (docs/PYTHON.md "Mixing caches"); batches carry "source" beside "index".
+class Mixture(_Source):
+    def __init__(self, sources: Sequence[Union[Cache, str, "os.PathLike[str]"]],
+                 weights: Optional[Sequence[float]] = ..., repeat: Optional[Sequence[float]] = ...,
+                 epoch_samples: Optional[int] = ..., batching: str = ...,
+                 global_batch: Optional[int] = ..., names: Optional[Sequence[str]] = ...,
+                 classes: Optional[Sequence[str]] = ...) -> None: ...
+    @property
+    def classes(self) -> List[str]: ...
+    @property
+    def counts(self) -> List[int]: ...
+    @property
+    def epoch_samples(self) -> int: ...
+    @property
+    def batching(self) -> str: ...
+    @property
+    def global_batch(self) -> Optional[int]: ...
+    @property
+    def names(self) -> List[str]: ...
+    @property
+    def sources(self) -> List[MixtureSource]: ...
+    @property
+    def fields(self) -> List[Field]: ...
+    def locate(self, i: int) -> Tuple[int, int]: ...
+
 class Transform:
     crop: str
     height: int
@@ -199,7 +230,8 @@ class Loader:
               pin_memory: bool = ...) -> Iterator[Union[Tuple[Any, ...], Batch]]: ...
     def wait_seconds(self) -> float: ...
     def state_dict(self) -> Dict[str, Any]: ...
-    def load_state_dict(self, state: Dict[str, Any]) -> None: ...
+    # allow_new_weights: a Mixture's state saved under other shares continues under these
+    def load_state_dict(self, state: Dict[str, Any], allow_new_weights: bool = ...) -> None: ...
 
 def remote_options(endpoint: Optional[str] = ...,
                    local_cache: Optional[Union[str, "os.PathLike[str]"]] = ...,

@@ -5,17 +5,18 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 import torch
 import torch.utils.data
 
-from . import Batch, Transform
+from . import Batch, Mixture, Transform
 
 _Path = Union[str, "os.PathLike[str]"]
 
 class CacheDataset(torch.utils.data.IterableDataset):
-    path: str
+    path: Union[str, Mixture]
     batch_size: int
     drop_last: bool
     rank: int
     world_size: int
-    def __init__(self, path: _Path, batch_size: int = ..., shuffle: Union[bool, str] = ...,
+    def __init__(self, path: Union[_Path, Mixture], batch_size: int = ...,
+                 shuffle: Union[bool, str] = ...,
                  seed: int = ..., drop_last: bool = ..., transform: Optional[Transform] = ...,
                  fields: Optional[Sequence[str]] = ..., threads: int = ..., prefetch: int = ...,
                  rank: Optional[int] = ..., world_size: Optional[int] = ...,

@@ -3,13 +3,15 @@
 largest remainder computed here; stratified batches hold each source's share (floor or ceil);
 labels are unified by class name; a batch's "source" and "index" name the member cache's own
 sample (bytes equal); bad input is a named error; a Mixture pickles, and CacheDataset over it
-(0 and 2 DataLoader workers) serves the Loader's samples.
+(0 and 2 DataLoader workers) serves the Loader's samples; docs/PYTHON.md's example runs.
 Resume (kill, world size, new weights): test_py_mixture_resume.py."""
 import math
 import os
 import pickle
+import re
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
@@ -254,6 +256,22 @@ def test_mixture_pickles_and_feeds_dataloader(tmp):
             raise AssertionError(f"{text}: accepted")
         except dscache.InvalidArgumentError as e:
             assert text in str(e), str(e)
+
+
+def test_mixture_docs_example_runs(tmp):
+    """docs/PYTHON.md "Mixing caches": its example, run as written in a fresh directory."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "PYTHON.md").read_text()
+    section = doc.split("### Mixing caches", 1)[1].split("\n### ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert code, "no python example in docs/PYTHON.md's \"Mixing caches\""
+    cwd = os.getcwd()
+    os.chdir(str(tmp))
+    try:
+        scope = {}
+        exec(compile(code[0], "PYTHON.md Mixing caches", "exec"), scope)
+    finally:
+        os.chdir(cwd)
+    assert isinstance(scope.get("mix"), dscache.Mixture), "the example makes no `mix`"
 
 
 if __name__ == "__main__":
