@@ -209,6 +209,33 @@ def test_mixture_bad_input_is_named(tmp):
             assert "out of range" in str(e)
 
 
+def test_mixture_fields_follow_their_source(tmp):
+    """A mixture of caches with fields: each sample's field values are its own source's (the
+    field "n" holds the sample's index there); "source" is a batch key, so a field of that name
+    is refused by name."""
+    one = dscache.Cache(write_cache(tmp, "f1", 11, ["cat"], 6, fields=True))
+    two = dscache.Cache(write_cache(tmp, "f2", 7, ["cat", "dog"], 7, fields=True))
+    m = dscache.Mixture([one, two], repeat=[1, 2])
+    assert [f.name for f in m.fields] == ["n"]
+    served = 0
+    for batch in dscache.Loader(m, batch_size=4, seed=1, workers=2):
+        assert list(batch)[:5] == ["image", "label", "index", "source", "n"], list(batch)
+        assert np.array_equal(batch["n"], batch["index"].astype(np.int64))
+        served += len(batch["n"])
+    assert served == 11 + 14 == m.epoch_samples
+    path = os.path.join(str(tmp), "named")
+    with dscache.Writer(path, shape=(6, 5), classes=["cat"],
+                        fields={"source": dscache.Scalar("int64")}) as w:
+        w.write(np.zeros((6, 5, 3), np.uint8), 0, source=0)
+    named = dscache.Mixture([dscache.Cache(path)])
+    try:
+        dscache.Loader(named)
+        raise AssertionError("a field named 'source' was accepted")
+    except dscache.InvalidArgumentError as e:
+        assert "two arrays named 'source'" in str(e), str(e)
+    assert len(dscache.Loader(named, fields=[])) == 1  # served without it
+
+
 def test_mixture_pickles_and_feeds_dataloader(tmp):
     a, b = two_caches(tmp)
     m = dscache.Mixture([a, b], weights=[0.4, 0.6], epoch_samples=50, names=["a", "b"])
