@@ -200,5 +200,37 @@ def test_mixture_new_weights_refused_then_continued(tmp):
         largest_remainder(60, [q32(0.2), q32(0.8)])
 
 
+def test_mixture_dataloader_worker_states(tmp):
+    """torchdata StatefulDataLoader's protocol over a mixture (test_py_torch's _Snapshotting):
+    each DataLoader worker's own state resumes that worker, the rest equal to the Loader's."""
+    from test_py_torch import _round_robin, _Snapshotting, need_torch
+    need_torch()
+    from torch.utils.data import DataLoader
+    from dscache.torch import CacheDataset
+    a = dscache.Cache(write_cache(tmp, "a", 37, ["cat", "dog", "emu"], 1))
+    b = dscache.Cache(write_cache(tmp, "b", 23, ["dog", "fox"], 2))
+    m = dscache.Mixture([a, b], weights=[0.3, 0.7], epoch_samples=70, batching="stratified",
+                        global_batch=6)
+    loader = dscache.Loader(m, batch_size=6, seed=3)
+    loader.set_epoch(1)
+    ref = [(x["source"].tolist(), x["index"].tolist()) for x in loader]
+    for n in (3, 6):
+        ds = CacheDataset(m, batch_size=6, seed=3, threads=1)
+        ds.set_epoch(1)
+        it = iter(DataLoader(_Snapshotting.make(ds), batch_size=None, num_workers=2))
+        snapshots = [None, None]
+        for _ in range(n):
+            w, _, snap = next(it)
+            snapshots[w] = snap
+        del it
+        assert all(s is not None and s["worker"] == w for w, s in enumerate(snapshots))
+        ds2 = CacheDataset(m, batch_size=6, seed=0, threads=1)
+        got = list(DataLoader(_Snapshotting.make(ds2, snapshots), batch_size=None,
+                              num_workers=2))
+        streams = [[(x["source"].tolist(), x["index"].tolist()) for w, x, _ in got if w == k]
+                   for k in range(2)]
+        assert _round_robin(streams, n % 2) == ref[n:], f"after {n} batches"
+
+
 if __name__ == "__main__":
     sys.exit(main(globals()))
