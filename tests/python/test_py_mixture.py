@@ -251,11 +251,12 @@ def test_mixture_pickles_and_feeds_dataloader(tmp):
     except ImportError:
         raise Skip("python3-torch is not installed (scripts/setup-deps installs it)")
     from dscache.torch import CacheDataset
-    for workers in (0, 2):
+    for workers, context in ((0, None), (2, None), (1, "spawn")):  # spawn: the Mixture pickled
         ds = CacheDataset(m, batch_size=6, seed=4, threads=1)
         assert len(ds) == -(-50 // 6)
         got = [(b["source"].tolist(), b["index"].tolist(), b["image"].numpy())
-               for b in DataLoader(ds, batch_size=None, num_workers=workers)]
+               for b in DataLoader(ds, batch_size=None, num_workers=workers,
+                                   multiprocessing_context=context)]
         assert len(got) == len(ref), (workers, len(got))
         for j, (g, r) in enumerate(zip(got, ref)):
             assert g[0] == r[0] and g[1] == r[1], f"{workers} workers, batch {j}"
