@@ -51,7 +51,7 @@ while loader.epoch < end:
             with open(state_path + ".tmp", "w") as f:
                 json.dump(state, f)
             os.replace(state_path + ".tmp", state_path)
-        time.sleep(0.005)
+        time.sleep(0.02)  # the parent kills it while it runs
 """
 
 
@@ -91,7 +91,7 @@ def test_mixture_kill_and_resume_is_bit_exact(tmp):
         assert len(ref) == 3 * 8 and [int(s) for s, _ in ref] == list(range(24))
         # A state every 4 batches, 8 an epoch: the first kill resumes from the state taken
         # after an epoch's last batch (the next epoch's start), the second from anywhere.
-        for trial, kill_at in enumerate((rng.randrange(9, 13), rng.randrange(5, 23))):
+        for trial, kill_at in enumerate((rng.randrange(9, 13), rng.randrange(5, 20))):
             state, log = os.path.join(d, f"s{trial}.json"), os.path.join(d, f"k{trial}.log")
             run_child(tmp, a, b, batching, state, log, kill_after=kill_at)
             killed = digests(log)
