@@ -2,6 +2,8 @@
 // timed beside the single Loader over CACHE.
 #include "bench_mixture.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,11 +41,21 @@ struct Timed {
   std::unique_ptr<Loader> loader;
   MixTiming t;
   double seconds = 0;
+  double cpu_seconds = 0;
 };
 
+// CPU seconds of this process, every thread (the Loaders' workers and the consumer).
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
 // Whole epochs of `x`'s Loader until `min_seconds` passed (at least one), counting samples and,
-// for a mixture, the samples of each source. Epoch numbers continue across rounds.
+// for a mixture, the samples of each source, and the process's CPU time meanwhile (the other
+// Loaders are idle: their epochs ended). Epoch numbers continue across rounds.
 void time_epochs(Timed* x, double min_seconds) {
+  const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   double elapsed = 0;
   do {
@@ -57,6 +69,7 @@ void time_epochs(Timed* x, double min_seconds) {
     elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   } while (elapsed < min_seconds);
   x->seconds += elapsed;
+  x->cpu_seconds += process_cpu_seconds() - cpu0;
 }
 
 std::string row_name(bool mixture, MixBatching batching) {
@@ -166,6 +179,7 @@ MixtureRows mixture_rows(const std::shared_ptr<const Cache>& serving, const Benc
       x.t.name = row_name(x.t.mixture, x.t.batching);
       x.t.threads = threads;
       x.t.samples_per_s = x.t.samples / x.seconds;
+      x.t.cpu_us_per_sample = x.cpu_seconds * 1e6 / x.t.samples;
       out.rows.push_back({x.t.name, threads, x.t.samples_per_s, x.t.samples_per_s * sb / 1e9});
       out.timings.push_back(x.t);
     }
@@ -173,14 +187,18 @@ MixtureRows mixture_rows(const std::shared_ptr<const Cache>& serving, const Benc
   return out;
 }
 
-double mixture_ratio(const MixtureRows& m, MixBatching batching, int threads) {
-  double single = 0, mixed = 0;
+MixRatio mixture_ratio(const MixtureRows& m, MixBatching batching, int threads) {
+  const MixTiming *single = nullptr, *mixed = nullptr;
   for (const MixTiming& t : m.timings) {
     if (t.threads != threads) continue;
-    if (!t.mixture) single = t.samples_per_s;
-    if (t.mixture && t.batching == batching) mixed = t.samples_per_s;
+    if (!t.mixture) single = &t;
+    if (t.mixture && t.batching == batching) mixed = &t;
   }
-  return single > 0 && mixed > 0 ? mixed / single : 0;
+  MixRatio r;
+  if (single == nullptr || mixed == nullptr) return r;
+  if (single->samples_per_s > 0) r.wall = mixed->samples_per_s / single->samples_per_s;
+  if (mixed->cpu_us_per_sample > 0) r.cpu = single->cpu_us_per_sample / mixed->cpu_us_per_sample;
+  return r;
 }
 
 namespace {
@@ -218,14 +236,17 @@ void print_mixture_text(const MixtureRows& m) {
   for (MixBatching b : batchings_timed(m)) {
     std::printf("mixture / single, %s:", kMixBatchingNames.to_string(b));
     for (int t : thread_counts(m)) {
-      std::printf(" %.3fx (%d thread%s)", mixture_ratio(m, b, t), t, t == 1 ? "" : "s");
+      std::printf(" %.3fx (%d thread%s)", mixture_ratio(m, b, t).wall, t, t == 1 ? "" : "s");
     }
+    std::printf("; by CPU time per sample:");
+    for (int t : thread_counts(m)) std::printf(" %.3fx", mixture_ratio(m, b, t).cpu);
     std::printf("\n");
   }
   for (const MixTiming& t : m.timings) {
-    std::printf("  served: %-30s %2d thread%s: %llu samples in %llu epochs", t.name.c_str(),
-                t.threads, t.threads == 1 ? "" : "s", static_cast<unsigned long long>(t.samples),
-                static_cast<unsigned long long>(t.epochs));
+    std::printf("  served: %-30s %2d thread%s: %llu samples in %llu epochs, %.3f CPU us each",
+                t.name.c_str(), t.threads, t.threads == 1 ? "" : "s",
+                static_cast<unsigned long long>(t.samples),
+                static_cast<unsigned long long>(t.epochs), t.cpu_us_per_sample);
     for (size_t k = 0; k < t.per_source.size(); ++k) {
       std::printf("%s%llu", k ? " + " : " (", static_cast<unsigned long long>(t.per_source[k]));
     }
@@ -247,6 +268,7 @@ json mixture_json(const MixtureRows& m) {
          {"batching", t.mixture ? json(kMixBatchingNames.to_string(t.batching)) : json(nullptr)},
          {"threads", t.threads},
          {"samples_per_s", t.samples_per_s},
+         {"cpu_us_per_sample", t.cpu_us_per_sample},
          {"samples", t.samples},
          {"epochs", t.epochs},
          {"per_source", t.mixture ? json(t.per_source) : json(nullptr)}});
@@ -254,9 +276,11 @@ json mixture_json(const MixtureRows& m) {
   json ratios = json::array();
   for (MixBatching b : batchings_timed(m)) {
     for (int t : thread_counts(m)) {
+      const MixRatio r = mixture_ratio(m, b, t);
       ratios.push_back({{"batching", kMixBatchingNames.to_string(b)},
                         {"threads", t},
-                        {"ratio", mixture_ratio(m, b, t)}});
+                        {"ratio", r.wall},
+                        {"cpu_ratio", r.cpu}});
     }
   }
   return {{"sources", sources},

@@ -48,8 +48,9 @@ struct MixTiming {
   MixBatching batching = MixBatching::kRandom;  // the mixture's batching (mixture only)
   int threads = 0;                              // Loader workers
   double samples_per_s = 0;                     // samples served / seconds timed
-  uint64_t samples = 0;                         // samples served over the timed epochs
-  uint64_t epochs = 0;                          // whole epochs timed
+  double cpu_us_per_sample = 0;      // the process's CPU time (all threads) / samples served
+  uint64_t samples = 0;              // samples served over the timed epochs
+  uint64_t epochs = 0;               // whole epochs timed
   std::vector<uint64_t> per_source;  // mixture: samples served from each source (Batch::sources)
 };
 
@@ -76,8 +77,13 @@ struct MixtureRows {
 MixtureRows mixture_rows(const std::shared_ptr<const Cache>& serving, const BenchMixture& mix,
                          const BenchSettings& s);
 
-// mixture / single samples/s of `batching` at `threads`; 0 when either was not timed.
-double mixture_ratio(const MixtureRows& m, MixBatching batching, int threads);
+// Mixture against single at one thread count: > 1 is the mixture faster (or cheaper).
+struct MixRatio {
+  double wall = 0;  // mixture / single samples/s (0: either not timed)
+  double cpu = 0;   // single / mixture CPU time per sample: steadier than wall time where
+                    // other processes share the cores, since it counts only this one's work
+};
+MixRatio mixture_ratio(const MixtureRows& m, MixBatching batching, int threads);
 
 // The report's parts: the text lines after the table, and the JSON object (null when not run).
 void print_mixture_text(const MixtureRows& m);

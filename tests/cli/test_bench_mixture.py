@@ -73,13 +73,17 @@ def check_mixture(j, epoch, counts, batchings, what):
             check_eq(r["per_source"], None, f"{rw}: per_source")
         else:
             check_eq(r["per_source"], [r["epochs"] * c for c in counts], f"{rw}: per source")
-        check(r["samples_per_s"] > 0, f"{rw}: samples_per_s {r['samples_per_s']}")
-        sps[(r["batching"], r["threads"])] = r["samples_per_s"]
+        check(r["samples_per_s"] > 0 and r["cpu_us_per_sample"] > 0,
+              f"{rw}: samples_per_s {r['samples_per_s']}, cpu_us_per_sample "
+              f"{r['cpu_us_per_sample']}")
+        sps[(r["batching"], r["threads"])] = (r["samples_per_s"], r["cpu_us_per_sample"])
     check_eq([(x["batching"], x["threads"]) for x in mx["ratios"]],
              [(b, t) for b in batchings for t in (1, 2)], f"{what}: ratios")
     for x in mx["ratios"]:
-        want = sps[(x["batching"], x["threads"])] / sps[(None, x["threads"])]
-        check(abs(x["ratio"] - want) <= 1e-9 * want, f"{what}: ratio {x} != {want}")
+        m_sps, m_cpu = sps[(x["batching"], x["threads"])]
+        s_sps, s_cpu = sps[(None, x["threads"])]
+        for key, want in (("ratio", m_sps / s_sps), ("cpu_ratio", s_cpu / m_cpu)):
+            check(abs(x[key] - want) <= 1e-9 * want, f"{what}: {key} of {x} != {want}")
     table = [r["name"] for r in j["rows"]]
     check_eq(table, [r[0] for r in want_rows], f"{what}: the table's rows (--rows mixture only)")
     return mx
@@ -105,13 +109,14 @@ def case_bench_mixture_rows(tmp):
         lines = [l for l in out.splitlines() if l.startswith(name)]
         check_eq(len(lines), 2, f"text: table lines for {name!r} (1 and 2 threads)\n{out}")
     for b in ("random", "stratified"):
-        check(re.search(rf"^mixture / single, {b}: [0-9.]+x \(1 thread\) [0-9.]+x \(2 threads\)$",
-                        out, re.M), f"text: no ratio line for {b}:\n{out}")
+        check(re.search(rf"^mixture / single, {b}: [0-9.]+x \(1 thread\) [0-9.]+x \(2 threads\); "
+                        r"by CPU time per sample: [0-9.]+x [0-9.]+x$", out, re.M),
+              f"text: no ratio line for {b}:\n{out}")
     check(re.search(rf"^mixture: 2 sources \(.*part0 {sizes[0]} samples, .*part1 {sizes[1]} "
                     rf"samples; .*\): epoch {n} samples, CACHE {n}$", out, re.M),
           f"text: no mixture line:\n{out}")
     served = re.findall(r"^  served: mixture Loader, random +2 threads: (\d+) samples in (\d+) "
-                        r"epochs \((\d+) \+ (\d+) by source\)$", out, re.M)
+                        r"epochs, [0-9.]+ CPU us each \((\d+) \+ (\d+) by source\)$", out, re.M)
     check_eq(len(served), 1, f"text: served line of the random mixture at 2 threads:\n{out}")
     total, epochs, a, b = map(int, served[0])
     check_eq((total, a, b), (epochs * n, epochs * sizes[0], epochs * sizes[1]), "text: served")
