@@ -15,9 +15,11 @@ For each --configs entry SIDE:CHANNELS (default 28:1 and 64:3):
              mixture / single in samples/s and single / mixture in CPU time per sample (the
              process's, all threads: steadier than samples/s where other processes share the
              cores), their ranges, and markdown rows for docs/BENCHMARKS.md
+  5. split   with --split: build/bench/mixture_split on the same caches, the CPU time of each
+             step a mixture Loader adds (view dispatch, transform keys, order building)
 
 Usage: mixture.py [--dscache build/tools/dscache] [--idx FILE] [--work DIR] [--configs 28:1,64:3]
-                  [--runs 3] [--seconds 6] [--batch 256] [--threads 0] [--json F]
+                  [--runs 3] [--seconds 6] [--batch 256] [--threads 0] [--split] [--json F]
 Run it with Debian's /usr/bin/python3. About a minute per configuration at the defaults.
 """
 import argparse
@@ -119,9 +121,13 @@ def main():
     ap.add_argument("--seconds", default="6", help="dscache bench --seconds (per Loader row)")
     ap.add_argument("--batch", default="256")
     ap.add_argument("--threads", default="0", help="dscache bench --threads (0 = all)")
+    ap.add_argument("--split", action="store_true", help="run bench/mixture_split too")
+    ap.add_argument("--split-binary", default=os.path.join(REPO, "build", "bench", "mixture_split"))
     ap.add_argument("--json", help="write every run's figures here")
     a = ap.parse_args()
     dscache = built(PROG, "", [a.dscache], "build it: ninja -C build tools/dscache")[0]
+    if a.split:
+        built(PROG, "", [a.split_binary], "build it: ninja -C build bench/mixture_split")
     if not os.path.isfile(a.idx):
         sys.exit(f"{PROG}: {a.idx} is missing (apt-get install dataset-fashion-mnist, or --idx)")
     print("machine:", json.dumps(host_info()))
@@ -136,6 +142,10 @@ def main():
         rows = report(config, runs[0][0], summarize(runs), loads)
         results.append({"config": "x".join(config), "rows": rows, "loads": loads,
                         "runs": [j for j, _, _ in runs]})
+        if a.split:
+            split = checked_run(PROG, [a.split_binary, os.path.dirname(cache), 15], "split")
+            print(split, end="")
+            results[-1]["split"] = split
     for key, what in (("ratio_median", "samples/s"), ("cpu_ratio_median", "CPU time per sample")):
         worst = min(r[key] for res in results for r in res["rows"])
         print(f"worst median mixture / single by {what}: {worst:.2f}x (goal >= {GOAL}x) "
