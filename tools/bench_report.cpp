@@ -47,7 +47,7 @@ json out_of_core_json(const BenchReport& r) {
 
 std::vector<BenchRow> BenchReport::rows() const {
   std::vector<BenchRow> all = memcpy;
-  for (const auto* group : {&loader.rows, &decode.rows, &disk.rows}) {
+  for (const auto* group : {&loader.rows, &decode.rows, &mixture.rows, &disk.rows}) {
     all.insert(all.end(), group->begin(), group->end());
   }
   return all;
@@ -93,6 +93,7 @@ void print_bench_json(const BenchReport& r) {
            {"windowed_out_of_core_samples_per_s", or_null(r.want_out_of_core, disk.ooc_sps)},
            {"windowed_out_of_core_bytes_per_s", or_null(r.want_out_of_core, disk.ooc_sps * sb)},
            {"windowed_out_of_core", out_of_core_json(r)},
+           {"mixture", mixture_json(r.mixture)},
            {"rows", jr},
            {"rss",
             {{"anon_start_mib", r.rss_start.anon_mib},
@@ -132,6 +133,7 @@ void print_bench_text(const BenchReport& r) {
       "RSS file (mapped cache pages): %.1f MiB\n",
       r.loader.before.anon_mib, r.loader.after.anon_mib, r.loader.buffers_mib,
       r.loader.after.file_mib);
+  print_mixture_text(r.mixture);
   if (r.want_disk) {
     std::printf(
         "disk (cold, page cache dropped): sequential %.3f GB/s (%s), random "

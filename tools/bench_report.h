@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_mixture.h"
 #include "bench_rows.h"
 
 namespace dscache {
@@ -34,13 +35,14 @@ struct BenchReport {
   std::vector<BenchRow> memcpy;  // the groups' results, in run order
   LoaderRows loader;
   DecodeRows decode;
+  MixtureRows mixture;
   DiskRows disk;
 
   std::vector<BenchRow> rows() const;  // every group's rows, in run order
 };
 
 // The table on stdout: a header, one line per row (with its share of the memcpy ceiling), the
-// RSS figures, the disk and out-of-core summaries and any note.
+// RSS figures, the mixture's ratios and counts, the disk and out-of-core summaries and any note.
 void print_bench_text(const BenchReport& r);
 // One JSON object on stdout (2-space indent); rows and figures of groups not run are null.
 void print_bench_json(const BenchReport& r);

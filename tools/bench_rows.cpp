@@ -31,8 +31,8 @@
 namespace dscache {
 using Clock = std::chrono::steady_clock;
 
-const char* const kBenchRowGroups[6] = {"memcpy", "global", "windowed",
-                                        "decode", "disk",   "out-of-core"};
+const char* const kBenchRowGroups[7] = {"memcpy", "global",      "windowed", "decode",
+                                        "disk",   "out-of-core", "mixture"};
 
 Rss read_rss() {
   Rss r;

@@ -30,7 +30,7 @@ struct Rss {
 Rss read_rss();
 
 // The row groups --rows selects, in the order they run.
-extern const char* const kBenchRowGroups[6];
+extern const char* const kBenchRowGroups[7];
 
 // What every row group reads. Plain values; the groups only read it.
 struct BenchSettings {

@@ -1,5 +1,6 @@
-// `dscache bench CACHE [--source DIR] [--json]`: measures serving speed in one run. This file
-// parses the flags and runs the row groups in order (bench_rows.h); bench_report.h prints them.
+// `dscache bench CACHE [--source DIR] [--mix-with A ...] [--json]`: measures serving speed in one
+// run. This file parses the flags and runs the row groups in order (bench_rows.h,
+// bench_mixture.h); bench_report.h prints them.
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_mixture.h"
 #include "bench_report.h"
 #include "bench_rows.h"
 #include "cli_util.h"
@@ -54,14 +56,20 @@ struct BenchFlags {
   std::string direct_read = "auto";   // --direct-read: auto, on or off (bare: on)
   uint32_t direct_depth = 4;          // --direct-depth
   uint32_t direct_request_kib = 512;  // --direct-request-kib
+  std::vector<std::string> mix_with;  // --mix-with, in order (the mixture group's caches)
+  std::string mix;                    // --mix as given: weights; empty = repeat 1 each
+  std::string mix_batching;           // --mix-batching as given; empty = random and stratified
+  BenchMixFlags mix_flags;            // the three parsed
   std::set<std::string> groups;       // --rows parsed: the row groups to run
 };
 
-// --rows: "all" or a comma-separated list of kBenchRowGroups. Throws UsageError.
-std::set<std::string> parse_row_groups(const std::string& rows_arg) {
+// --rows: "all" or a comma-separated list of kBenchRowGroups; "all" has the mixture group only
+// with --mix-with, which a list must then name. Throws UsageError.
+std::set<std::string> parse_row_groups(const std::string& rows_arg, bool mix_with) {
   std::set<std::string> groups;
   if (rows_arg == "all") {
     groups.insert(std::begin(kBenchRowGroups), std::end(kBenchRowGroups));
+    if (!mix_with) groups.erase("mixture");
     return groups;
   }
   std::stringstream list(rows_arg);
@@ -69,11 +77,19 @@ std::set<std::string> parse_row_groups(const std::string& rows_arg) {
     if (std::find(std::begin(kBenchRowGroups), std::end(kBenchRowGroups), g) ==
         std::end(kBenchRowGroups)) {
       throw UsageError("--rows '" + g +
-                       "': expected memcpy, global, windowed, decode, disk or out-of-core");
+                       "': expected memcpy, global, windowed, decode, disk, out-of-core or "
+                       "mixture");
     }
     groups.insert(g);
   }
   if (groups.empty()) throw UsageError("--rows is empty");
+  if (groups.count("mixture") && !mix_with) {
+    throw UsageError("--rows mixture needs the caches to mix: --mix-with A --mix-with B ...");
+  }
+  if (!groups.count("mixture") && mix_with) {
+    throw UsageError("--mix-with is timed by the mixture row group: add mixture to --rows '" +
+                     rows_arg + "'");
+  }
   return groups;
 }
 
@@ -109,7 +125,9 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "Measure, in one run: the memcpy ceiling for the cache's bytes, the Loader (global and\n"
       "windowed shuffle, 1 and all threads), the per-sample decode of the sources, and the lazy\n"
       "cache's first and second pass, the disk's cold sequential and random sample-sized reads,\n"
-      "and the windowed shuffle served out of core (pread, read-ahead, page cache dropped).\n\n"
+      "and the windowed shuffle served out of core (pread, read-ahead, page cache dropped).\n"
+      "With --mix-with: a Loader over the mixture of those caches beside a single Loader over\n"
+      "CACHE (the same options), random and stratified, 1 and all threads, and their ratio.\n\n"
       "Options");
   desc.add_options()("help,h", "show this help")(
       "source", po::value(&f->source), "source root (default: the one recorded in the manifest)")(
@@ -125,7 +143,16 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
       "else pread), page-cache or pread")(
       "rows", po::value(&f->rows_arg)->default_value("all"),
       "comma-separated row groups: memcpy, global, windowed, decode (and lazy), disk, "
-      "out-of-core; 'all' = every one. Without memcpy the page cache is not warmed first")(
+      "out-of-core, mixture; 'all' = every one (mixture: with --mix-with). Without memcpy the "
+      "page cache is not warmed first")(
+      "mix-with", po::value(&f->mix_with)->composing(),
+      "A (repeatable): the caches mixed by the mixture rows, opened like CACHE (--memory); "
+      "they must agree (channels, fields, classes present), else exit 2 naming them. For the "
+      "same bytes: CACHE = dscache merge of the parts A, B, ...")(
+      "mix", po::value(&f->mix),
+      "W,W,...: one weight per --mix-with (Mixture weights; default: each source once an "
+      "epoch)")("mix-batching", po::value(&f->mix_batching),
+                "random or stratified: the one mixture batching timed (default: both)")(
       "direct-read", po::value(&f->direct_read)->default_value("auto")->implicit_value("on"),
       "=auto|on|off: the out-of-core row reads each window with O_DIRECT into the Loader's "
       "buffers (LoaderOptions::direct_read) instead of through the page cache: auto (when the "
@@ -149,7 +176,8 @@ int parse_bench_flags(int argc, char** argv, BenchFlags* f) {
     if (f->decode_samples == 0) throw UsageError("--decode-samples must be >= 1");
     parse_choice(kBenchMemoryNames, f->memory, "--memory");  // measure() reads it again
     parse_choice(kDirectReadNames, f->direct_read, "--direct-read");
-    f->groups = parse_row_groups(f->rows_arg);
+    parse_mix_flags(f->mix_with, f->mix, f->mix_batching, &f->mix_flags);
+    f->groups = parse_row_groups(f->rows_arg, !f->mix_with.empty());
   } catch (const std::exception& e) {
     return report_failure("dscache bench", e);
   }
@@ -174,6 +202,8 @@ bool measure(const BenchFlags& f, const BenchSettings& s, BenchReport* r) {
   serve_options.memory = kBenchMemoryNames.parse(f.memory, "--memory");
   r->available = available_memory_bytes();
   auto serving = Cache::open(f.dir, serve_options);
+  // The mixture's caches are checked before anything is timed: a mismatch ends the run first.
+  BenchMixture mix = open_bench_mixture(f.mix_flags, serve_options);
   r->memory_mode = to_string(serving->memory_mode());
   r->samples = cache->size();
   r->sample_bytes = m.sample_bytes();
@@ -192,9 +222,11 @@ bool measure(const BenchFlags& f, const BenchSettings& s, BenchReport* r) {
   r->memcpy = memcpy_rows(*cache, s);
   r->loader = loader_rows(serving, s);
   r->decode = decode_rows(*cache, s, {f.source, f.lazy_file, f.decode_samples});
+  r->mixture = mixture_rows(serving, mix, s);
   // Mapped pages cannot be dropped, so the mappings go before the disk rows.
   cache.reset();
   serving.reset();
+  mix = BenchMixture{};
   r->disk = disk_rows(s, files, r->stored_sb);
   return true;
 }
