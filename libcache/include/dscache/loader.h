@@ -150,9 +150,9 @@ struct LoaderPosition {
 // A mixture's part of it (empty for a single source): enough to rebuild the epoch's order from
 // any position and to continue the sources' streams (dscache/mix_order.h).
 struct MixState {
-  uint64_t fingerprint = 0;    // Mixture::fingerprint() of the shares in force
-  uint32_t segment = 0;        // weight changes within this epoch (MixSegment::segment)
-  uint64_t segment_start = 0;  // global position where the shares in force took effect
+  uint64_t fingerprint = 0;             // Mixture::fingerprint() of the shares in force
+  uint32_t segment = 0;                 // weight changes within this epoch (MixSegment::segment)
+  uint64_t segment_start = 0;           // global position where the shares in force took effect
   std::vector<uint64_t> segment_drawn;  // per source: stream position of the segment's first draw
   std::vector<uint64_t> drawn;  // per source: stream position after the `sample` samples taken
                                 // (its pass: drawn / size); where new shares continue from

@@ -89,8 +89,7 @@ uint64_t mix_stream_sample(const MixPlan& plan, uint64_t seed, uint32_t source, 
 // or source: counts or drawn not one per source, counts > 0 for an empty source, stratum 0 with
 // kStratified, a draw past pass 2^32-1.
 // Cost: O(length + sum of n_k over the passes touched) time, 16 bytes per position.
-std::vector<MixEntry> mix_segment_order(const MixPlan& plan, const MixSegment& seg,
-                                        uint64_t seed);
+std::vector<MixEntry> mix_segment_order(const MixPlan& plan, const MixSegment& seg, uint64_t seed);
 
 // Epoch `epoch` of a mixture whose weights never changed: segment 0, counts `counts`, source k's
 // draws starting at stream position epoch x counts[k].

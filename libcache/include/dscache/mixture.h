@@ -53,13 +53,13 @@ class Mixture {
   static std::shared_ptr<const Mixture> make(std::vector<MixSource> sources,
                                              const MixtureOptions& options = {});
 
-  size_t sources() const;                   // K
-  const MixSource& source(size_t k) const;  // as given, name filled in
-  const MixtureOptions& options() const;    // as given, classes filled in
+  size_t sources() const;                           // K
+  const MixSource& source(size_t k) const;          // as given, name filled in
+  const MixtureOptions& options() const;            // as given, classes filled in
   const std::vector<std::string>& classes() const;  // unified
   // Source k's label remap: unified label of its local label l (empty when no classes).
   const std::vector<int64_t>& remap(size_t k) const;
-  bool repeats() const;                        // shares are repeats (else weights)
+  bool repeats() const;                         // shares are repeats (else weights)
   const std::vector<uint64_t>& shares() const;  // quantize_share() of each weight or repeat
   const std::vector<uint64_t>& counts() const;  // mix_counts(): samples per source per epoch
   uint64_t epoch_samples() const;               // their sum (E)
