@@ -236,6 +236,8 @@ class Loader {
   // A mixture: pos.mix.fingerprint must be this Loader's (else Error(kInvalidArgument) naming
   // the old and new shares) unless `change` is kContinue, which keeps [0, G) as taken and
   // serves the rest of the epoch under this Loader's shares from the sources' saved streams.
+  // A MixState that is not consistent (docs/SERVING.md "Mixing caches", "Resume") is
+  // Error(kInvalidArgument) naming the key; a single source's Loader refuses a non-empty one.
   void resume(const EpochPosition& pos, WeightChange change = WeightChange::kRefuse);
   // The mixture served, or null for a single source.
   const std::shared_ptr<const Mixture>& mixture() const;

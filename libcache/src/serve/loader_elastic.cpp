@@ -82,6 +82,13 @@ uint64_t Loader::cursor_at(uint64_t sample) const {
 void Loader::resume(const EpochPosition& pos, WeightChange change) {
   detail::MixEpoch* mix = impl_->mix_.get();
   if (mix == nullptr) {
+    const MixState& m = pos.mix;
+    if (m.fingerprint != 0 || m.segment != 0 || m.segment_start != 0 || !m.drawn.empty() ||
+        !m.segment_drawn.empty() || !m.taken.empty()) {
+      throw invalid("position.mix: the position was saved by a Loader over a mixture of " +
+                    std::to_string(m.drawn.size()) +
+                    " sources; this Loader serves a single source");
+    }
     restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
     return;
   }

@@ -61,6 +61,7 @@ class MixEpoch {
   bool resumed_ = false;
   MixSegment resumed_segment_;
   std::vector<uint64_t> resumed_taken_;
+  std::vector<uint64_t> resumed_drawn_;  // checked against the order when it is built
   uint64_t resumed_sample_ = 0;
   // The built epoch.
   MixSegment segment_;
