@@ -209,6 +209,24 @@ TEST_SUITE("mixture") {
     CHECK(drain_mix(loader) == rest);
   }
 
+  TEST_CASE("an epoch whose streams would wrap past 2^64 after a resume is refused") {
+    TempDir dir;
+    const Pair p = build_pair(dir.path());
+    MixSource a;
+    a.source = p.a.cache;
+    a.name = "a";
+    auto m = Mixture::make({a});  // one source, 53 samples an epoch
+    Loader saver(m, opts());
+    saver.start_epoch(6, 0);
+    drain_mix(saver, 3);
+    Loader loader(m, opts());
+    loader.resume(saver.epoch_position(), WeightChange::kContinue);  // later epochs from 53
+    // Epoch 1 + t draws from t x 53 + 53 > 2^64 - 1: wrapped, a small stream position.
+    const uint64_t t = UINT64_MAX / 53;
+    const std::string r = reason_of([&] { loader.start_epoch(6, 1 + t); });
+    CHECK(r.find("source a's stream position overflows 64 bits") != std::string::npos);
+  }
+
   TEST_CASE("a single source's Loader refuses a mixture's position by name") {
     TempDir dir;
     const Pair p = build_pair(dir.path());

@@ -223,7 +223,9 @@ class Loader {
   // The global cursor: with this Loader's next batch being rank batch c (its cursor, or the
   // rank batch it maps to when strided), G = c x batch_size x world_size, or epoch_length()
   // once the rank's epoch is finished. Meaningful as a global position when every rank took
-  // the same number of batches (save at a step every rank reached).
+  // the same number of batches (save at a step every rank reached). A mixture's MixState is
+  // counted on from the last call: const, but not to be called from two threads at once, nor
+  // while another thread is in start_epoch(), restore() or resume() (the consumer's thread).
   EpochPosition epoch_position() const;
   uint64_t epoch_sample(uint64_t rank_batches) const;  // the same formula for rank batch c
   uint64_t epoch_length() const;                       // E: the epoch's samples (the source's)

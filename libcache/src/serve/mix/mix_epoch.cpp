@@ -156,7 +156,14 @@ MixSegment MixEpoch::segment_for(uint64_t epoch) const {
   }
   MixSegment seg = pure_epoch(mixture_->counts(), epoch - base_epoch_);
   seg.epoch = epoch;
-  for (size_t k = 0; k < seg.drawn.size(); ++k) seg.drawn[k] += base_drawn_[k];
+  for (size_t k = 0; k < seg.drawn.size(); ++k) {
+    // A wrapped sum would be a small, valid-looking stream position: refused, not served.
+    if (seg.drawn[k] > UINT64_MAX - base_drawn_[k]) {
+      throw invalid("start_epoch: epoch " + std::to_string(epoch) + ": source " +
+                    mixture_->source(k).name + "'s stream position overflows 64 bits");
+    }
+    seg.drawn[k] += base_drawn_[k];
+  }
   return seg;
 }
 
