@@ -227,6 +227,30 @@ TEST_SUITE("mixture") {
     CHECK(r.find("source a's stream position overflows 64 bits") != std::string::npos);
   }
 
+  TEST_CASE("a refused resume puts back where later epochs' streams continue") {
+    TempDir dir;
+    const Pair p = build_pair(dir.path());
+    auto old_shares = mix_of(p, 0.7, 0.3), now = mix_of(p, 0.5, 0.5);
+    Loader saver(old_shares, opts());
+    saver.start_epoch(6, 0);
+    drain_mix(saver, 3);
+    const EpochPosition at15 = saver.epoch_position();
+    Loader other(now, opts(2));  // a position of `now` at sample 4: not a multiple of 5
+    other.start_epoch(6, 5);
+    drain_mix(other, 2);
+    const EpochPosition at4 = other.epoch_position();
+    REQUIRE(at4.sample == 4);
+
+    Loader plain(now, opts()), refused(now, opts());
+    for (Loader* l : {&plain, &refused}) l->resume(at15, WeightChange::kContinue);
+    // resume() takes at4's segment (epoch 5, streams after it), then cursor_at refuses it.
+    CHECK(reason_of([&] { refused.resume(at4); }).find("not a multiple of batch_size 5") !=
+          std::string::npos);
+    plain.start_epoch(6, 2);  // later epochs continue from the new segment's end
+    refused.start_epoch(6, 2);
+    CHECK(drain_mix(refused) == drain_mix(plain));
+  }
+
   TEST_CASE("a single source's Loader refuses a mixture's position by name") {
     TempDir dir;
     const Pair p = build_pair(dir.path());

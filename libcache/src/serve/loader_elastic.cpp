@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "dscache/error.h"
 #include "dscache/loader.h"
@@ -93,8 +94,9 @@ void Loader::resume(const EpochPosition& pos, WeightChange change) {
     return;
   }
   // A mixture: the segment is taken first (refused shares throw before anything changes), and
-  // put back when the cursor or the start is refused.
-  const detail::MixEpoch before = *mix;
+  // put back when the cursor or the start is refused (what resume() changed: O(sources), never
+  // a copy of the built epoch).
+  detail::MixEpoch::Resumed before = mix->resumed();
   try {
     mix->resume(pos, change);
     // New shares whose epoch ends at or before G: the epoch is over.
@@ -102,7 +104,7 @@ void Loader::resume(const EpochPosition& pos, WeightChange change) {
     restore(
         LoaderPosition{pos.seed, pos.epoch, over ? batches_per_epoch() : cursor_at(pos.sample)});
   } catch (...) {
-    *mix = before;
+    mix->put_back(std::move(before));
     throw;
   }
 }

@@ -139,7 +139,7 @@ MixEpoch::MixEpoch(std::shared_ptr<const Mixture> mixture, const LoaderOptions& 
   plan_ = mixture_->plan(sampler_.shuffle != Shuffle::kNone,
                          uint64_t{options.batch_size} * sampler_.world_size);
   check_order_memory(*mixture_, sampler_.world_size);
-  base_drawn_.assign(mixture_->sources(), 0);
+  r_.base_drawn.assign(mixture_->sources(), 0);
 }
 
 DirectReadDecision MixEpoch::direct_choice() const {
@@ -148,21 +148,21 @@ DirectReadDecision MixEpoch::direct_choice() const {
 }
 
 MixSegment MixEpoch::segment_for(uint64_t epoch) const {
-  if (resumed_ && resumed_segment_.epoch == epoch) return resumed_segment_;
-  if (epoch < base_epoch_) {
+  if (r_.resumed && r_.segment.epoch == epoch) return r_.segment;
+  if (epoch < r_.base_epoch) {
     throw invalid("start_epoch: epoch " + std::to_string(epoch) + " is before epoch " +
-                  std::to_string(base_epoch_) +
+                  std::to_string(r_.base_epoch) +
                   ", where this Loader's resumed mixture continues its sources' streams");
   }
-  MixSegment seg = pure_epoch(mixture_->counts(), epoch - base_epoch_);
+  MixSegment seg = pure_epoch(mixture_->counts(), epoch - r_.base_epoch);
   seg.epoch = epoch;
   for (size_t k = 0; k < seg.drawn.size(); ++k) {
     // A wrapped sum would be a small, valid-looking stream position: refused, not served.
-    if (seg.drawn[k] > UINT64_MAX - base_drawn_[k]) {
+    if (seg.drawn[k] > UINT64_MAX - r_.base_drawn[k]) {
       throw invalid("start_epoch: epoch " + std::to_string(epoch) + ": source " +
                     mixture_->source(k).name + "'s stream position overflows 64 bits");
     }
-    seg.drawn[k] += base_drawn_[k];
+    seg.drawn[k] += r_.base_drawn[k];
   }
   return seg;
 }
@@ -182,20 +182,20 @@ std::vector<uint64_t> MixEpoch::rank_order(uint64_t seed, uint64_t epoch, uint64
   counted_.clear();
   const size_t k_count = mixture_->sources();
   prior_taken_.assign(k_count, 0);
-  if (resumed_ && segment_.epoch == resumed_segment_.epoch) {
+  if (r_.resumed && segment_.epoch == r_.segment.epoch) {
     // Taken before the segment: what the saved position had taken, less the segment's share.
     // The saved drawn must be where the segment's order stands at the position (check_state
     // made taken >= drawn - segment_drawn, so no count goes below 0).
-    const MixState at = state(resumed_sample_);
-    if (at.drawn != resumed_drawn_) {
-      throw invalid("position.mix.drawn " + list(resumed_drawn_) +
+    const MixState at = state(r_.sample);
+    if (at.drawn != r_.drawn) {
+      throw invalid("position.mix.drawn " + list(r_.drawn) +
                     " is not where the "
                     "segment's order stands at position.sample " +
-                    std::to_string(resumed_sample_) + " (" + list(at.drawn) +
+                    std::to_string(r_.sample) + " (" + list(at.drawn) +
                     "): the position was not saved by this mixture's order");
     }
     for (size_t k = 0; k < k_count; ++k) {
-      prior_taken_[k] = resumed_taken_[k] - (at.drawn[k] - segment_.drawn[k]);
+      prior_taken_[k] = r_.taken[k] - (at.drawn[k] - segment_.drawn[k]);
     }
   }
   const uint64_t per_rank = samples_per_rank(e, sampler_);
@@ -278,13 +278,13 @@ void MixEpoch::resume(const EpochPosition& pos, WeightChange change) {
     seg.counts = mixture_->counts_for(e > pos.sample ? e - pos.sample : 0);
     seg.drawn = m.drawn;
   }
-  resumed_ = true;
-  resumed_segment_ = seg;
-  resumed_taken_ = m.taken;
-  resumed_drawn_ = m.drawn;
-  resumed_sample_ = pos.sample;
-  base_epoch_ = pos.epoch + 1;
-  for (size_t k = 0; k < k_count; ++k) base_drawn_[k] = seg.drawn[k] + seg.counts[k];
+  r_.resumed = true;
+  r_.segment = seg;
+  r_.taken = m.taken;
+  r_.drawn = m.drawn;
+  r_.sample = pos.sample;
+  r_.base_epoch = pos.epoch + 1;
+  for (size_t k = 0; k < k_count; ++k) r_.base_drawn[k] = seg.drawn[k] + seg.counts[k];
 }
 
 }  // namespace detail
