@@ -67,6 +67,8 @@ LOADER_CASES = [
     ("segment 2**32", _mix("segment", 2**32), ["state_dict mix segment: 4294967296"]),
     ("segment_start '0'", _mix("segment_start", "0"), ["state_dict mix segment_start"]),
     ("no fingerprint", lambda s: s["mix"].pop("fingerprint"), ["mix fingerprint: None"]),
+    ("fingerprint an int", _mix("fingerprint", 12345), ["mix fingerprint: 12345 is not 16"]),
+    ("fingerprint 0x", _mix("fingerprint", "0x12345"), ["mix fingerprint: '0x12345'"]),
     ("one source", lambda s: s["mix"]["sources"].pop(), ["saved on sources ['a']"]),
     ("sources a str", _mix("sources", "ab"), ["must be a dict with 'sources'"]),
     ("no drawn", lambda s: s["mix"]["sources"][0].pop("drawn"), ["sources[0] drawn"]),
