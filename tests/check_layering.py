@@ -11,9 +11,10 @@ violation printed as FILE:LINE: the include and the rule it breaks).
   (feature `jpeg`): libcache/src/codec/jpeg.cpp (decode), jpeg_encode.cpp and their shared
   jpeg_libjpeg.h; never TurboJPEG.
 - libcache/src is split into subject folders, lowest first: util < json < format < codec <
-  remote < read < write < serve. Every source lives in one of them; a private include names
-  its folder (#include "read/mapped_file.h", relative to libcache/src), and a file includes
-  private headers of its own folder or a lower one, never a higher one.
+  remote < read < write < serve (a subfolder, such as serve/mix/, is part of its folder).
+  Every source lives in one of them; a private include names its folder (#include
+  "read/mapped_file.h", relative to libcache/src), and a file includes private headers of its
+  own folder or a lower one, never a higher one.
 - The ingest library includes no TBB, LibTorch, HDF5 or Boost, and nothing of tools or trainer;
   of libcache/src only json/ (the JSON reader it shares with the manifest).
 - Nothing under trainer/ includes a header of tools/, and tools/ none of trainer/.

@@ -83,6 +83,11 @@ uint64_t mix_stream_sample(const MixPlan& plan, uint64_t seed, uint32_t source, 
 // the batch), then each position takes its source's next stream draw in position order, so the
 // draws the first m positions took are, per source, a prefix of the segment's draws. The key
 // is stream_id("mixshuf", epoch) for segment 0 and stream_id("mixseg", epoch, segment) after.
+// Stratified draws from Rng(seed, stream_id("mixstrat", key)) (which full batch takes which
+// source's extra sample) and Rng(seed, stream_id("mixbat", key, j)) (batch j's positions); with
+// !plan.shuffle none of these shuffles happens. Throws Error(kInvalidArgument) naming the field
+// or source: counts or drawn not one per source, counts > 0 for an empty source, stratum 0 with
+// kStratified, a draw past pass 2^32-1.
 // Cost: O(length + sum of n_k over the passes touched) time, 16 bytes per position.
 std::vector<MixEntry> mix_segment_order(const MixPlan& plan, const MixSegment& seg,
                                         uint64_t seed);

@@ -119,7 +119,9 @@ class Rng {
 // Rng(seed, stream_id(kTag, epoch, sample)) draws the same numbers on every run and platform.
 // Tags in use (never change them; orders are part of reproducibility): "global" (epoch
 // permutation), "blocks" and "window" (kWindowed), "xform" (per-sample transforms), "build"
-// (build_order).
+// (build_order); the mixtures' (mix_order.h): "mixpass" (a source's pass permutation), "mixshuf"
+// (an epoch's key; random batching's shuffle), "mixseg" (the key of an epoch's later segment),
+// "mixstrat" (stratified: rows of extras to batches), "mixbat" (stratified: within a batch).
 uint64_t stream_id(uint64_t tag, uint64_t a, uint64_t b = 0);
 
 }  // namespace dscache

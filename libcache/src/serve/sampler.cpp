@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dscache/error.h"
+#include "serve/shuffle.h"
 
 namespace dscache {
 
@@ -27,14 +28,6 @@ constexpr uint64_t kTagWindow = 0x77696e646f77ull;  // "window": kWindowed per-w
 constexpr uint64_t kTagBuild = 0x6275696c64ull;     // "build": build_order
 
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
-
-// Fisher–Yates from the back: position i takes a uniform element of [0, i].
-void shuffle(uint64_t* first, uint64_t count, Rng& rng) {
-  for (uint64_t i = count; i > 1; --i) {
-    const uint64_t j = rng.below(i);
-    std::swap(first[i - 1], first[j]);
-  }
-}
 
 // kWindowed's block size in force: block 0 or > n means one block of n.
 uint64_t effective_block(uint64_t n, const SamplerOptions& options) {
@@ -88,6 +81,14 @@ uint64_t mix64(uint64_t z) {
 }
 
 }  // namespace
+
+// Fisher–Yates from the back: position i takes a uniform element of [0, i] (serve/shuffle.h).
+void shuffle(uint64_t* first, uint64_t count, Rng& rng) {
+  for (uint64_t i = count; i > 1; --i) {
+    const uint64_t j = rng.below(i);
+    std::swap(first[i - 1], first[j]);
+  }
+}
 
 uint64_t stream_id(uint64_t tag, uint64_t a, uint64_t b) {
   // Each step is h' = mix64(h ^ mix64(v + golden)); mix64 is a bijection, so distinct values

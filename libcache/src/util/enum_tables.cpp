@@ -6,6 +6,7 @@
 #include "dscache/direct_read.h"
 #include "dscache/enum_table.h"
 #include "dscache/manifest.h"
+#include "dscache/mix_order.h"
 #include "dscache/sampler.h"
 #include "dscache/transform.h"
 
@@ -59,6 +60,10 @@ constexpr EnumName<DirectRead> kDirectRead[] = {
     {DirectRead::kOn, "on"},
     {DirectRead::kAuto, "auto"},
 };
+constexpr EnumName<MixBatching> kMixBatching[] = {
+    {MixBatching::kRandom, "random"},
+    {MixBatching::kStratified, "stratified"},
+};
 constexpr EnumName<CropMode> kCropMode[] = {
     {CropMode::kNone, "none"},
     {CropMode::kCenter, "center"},
@@ -79,6 +84,7 @@ constexpr EnumTable<Shuffle> kShuffleNames(kShuffle);
 constexpr EnumTable<RankTail> kRankTailNames(kRankTail);
 constexpr EnumTable<CropMode> kCropModeNames(kCropMode);
 constexpr EnumTable<DirectRead> kDirectReadNames(kDirectRead);
+constexpr EnumTable<MixBatching> kMixBatchingNames(kMixBatching);
 
 const char* to_string(Storage s) { return kStorageNames.to_string(s); }
 const char* to_string(Layout l) { return kLayoutNames.to_string(l); }
