@@ -79,8 +79,10 @@ Run::EpochClock Run::start_epoch(uint64_t epoch, bool resume) {
     st_.epoch_loss = st_.epoch_weight = 0;
     st_.epoch_correct = st_.epoch_samples = st_.epoch_skipped = st_.epoch_count = 0;
     st_.epoch_seconds = st_.epoch_wait = 0;
-    st_.epoch_source_samples.assign(data_.info.mixture ? data_.info.mixture->sources() : 0, 0);
+    st_.epoch_source_samples.clear();
   }
+  // a mixture's per-source counts (a resumed epoch's from its checkpoint)
+  st_.epoch_source_samples.resize(data_.info.mixture ? data_.info.mixture->sources() : 0, 0);
   st_.epoch_length = train_loader.epoch_length();
   EpochClock ec;
   ec.epoch = epoch;
