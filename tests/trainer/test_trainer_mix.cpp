@@ -137,6 +137,31 @@ TEST_SUITE("cli") {
           std::string::npos);
   }
 
+  TEST_CASE("mixture: several --val with one --train, one relabelled to its class list") {
+    TempDir tmp;
+    const Caches c = two_caches(tmp);
+    const std::string va = tmp.path() + "/va", vb = tmp.path() + "/vb";
+    trainer_test::write_named_cache(va, 20, kClassesA, 21);
+    trainer_test::write_named_cache(vb, 12, {"owl", "cat"}, 22);  // a's classes, other order
+    const std::string out = tmp.path() + "/run", log = tmp.path() + "/log.txt";
+    const std::vector<std::string> args =
+        cat({train_exe(), "--train", c.a, "--val", va, "--val", vb, "--output", out},
+            {"--batch", "8", "--threads", "1", "--seed", "5", "--no-progress"});
+    const int code = run(args, log);
+    INFO(read_file(log));
+    REQUIRE(code == 0);
+    const auto lines = epoch_lines(out);
+    REQUIRE(lines.size() == 1);
+    const nlohmann::json& l = lines[0];
+    CAPTURE(l.dump());
+    CHECK_FALSE(l.contains("samples_per_source"));  // one cache
+    REQUIRE(l.contains("val"));
+    CHECK(l["val"].size() == 2);
+    CHECK(l["val_loss"] == l["val"][va]["loss"]);
+    CHECK(l["val_acc"] == l["val"][va]["acc"]);
+    CHECK(l["val"][vb]["loss"].is_number());
+  }
+
   TEST_CASE("mixture: options that cannot mix are refused with exit 2 naming them") {
     TempDir tmp;
     const Caches c = two_caches(tmp);
