@@ -121,7 +121,9 @@ class Rng {
 // permutation), "blocks" and "window" (kWindowed), "xform" (per-sample transforms), "build"
 // (build_order); the mixtures' (mix_order.h): "mixpass" (a source's pass permutation), "mixshuf"
 // (an epoch's key; random batching's shuffle), "mixseg" (the key of an epoch's later segment),
-// "mixstrat" (stratified: rows of extras to batches), "mixbat" (stratified: within a batch).
+// "mixstrat" (stratified: rows of extras to batches), "mixbat" (stratified: within a batch);
+// the Loader over a Mixture's: "mixdraw" (a sample's transform key: view index, pass) and
+// "mixfp" (Mixture::fingerprint's digest).
 uint64_t stream_id(uint64_t tag, uint64_t a, uint64_t b = 0);
 
 }  // namespace dscache

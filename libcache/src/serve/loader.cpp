@@ -18,6 +18,7 @@
 #include "read/mapped_file.h"
 #include "serve/direct_windows.h"
 #include "serve/field_fill.h"
+#include "serve/loader_impl.h"
 #include "serve/prefetcher.h"
 #include "serve/read_ahead.h"
 
@@ -87,73 +88,14 @@ void validate_counts(const LoaderOptions& o) {
 
 }  // namespace
 
-class Loader::Impl {
- public:
-  Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
-
-  void start(uint64_t seed, uint64_t epoch, uint64_t cursor);
-  const Batch* next();
-
-  // One ring slot: memory allocated once, reused by every batch and epoch.
-  struct Slot {
-    detail::AlignedBuffer images;  // from options_.allocator
-    std::vector<int64_t> labels;
-    std::vector<uint64_t> indices;
-    detail::FieldBuffers fields;   // the selected fields' values (none: empty)
-    std::vector<uint8_t> scratch;  // a crop box (or sample) copied out of the source
-    Batch batch;
-  };
-
-  void fill(uint64_t job, uint32_t slot, const Prefetcher::Cancel& cancel);
-  // hand_off_images: the held batch's slot gets a new image buffer (the old one released to
-  // the allocator), and new field buffers with a field_allocator, before it may be refilled.
-  void hand_off_held();
-  uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
-
-  std::shared_ptr<const SampleSource> source_;
-  LoaderOptions options_;
-  Layout layout_;
-  uint32_t out_h_ = 0, out_w_ = 0, channels_ = 0;
-  uint64_t sample_bytes_ = 0;
-  bool plain_copy_ = false;  // fixed layout, crop none: copy_sample (+ mirror when flipped)
-  bool encoded_ = false;     // a JPEG cache: decode_crop straight into the batch
-  std::unique_ptr<detail::FieldFill> fields_;  // the fields batches carry
-  bool with_fields_ = false;                   // any at all (else no per-sample field work)
-  uint64_t samples_per_epoch_ = 0;
-  uint64_t batches_per_epoch_ = 0;  // served: the stride's share of the rank's batches
-  // The rank's batch number of the `job`-th batch this Loader serves.
-  uint64_t rank_batch(uint64_t job) const {
-    return options_.batch_offset + job * options_.batch_stride;
-  }
-  std::vector<Slot> slots_;
-
-  // Read by fills; changed only while the prefetcher is stopped.
-  std::vector<uint64_t> order_;
-  uint64_t seed_ = 0;
-  uint64_t epoch_ = 0;
-
-  // Consumer state.
-  detail::ReadAhead read_ahead_;  // kWindowed: IO hints as the cursor moves
-  bool started_ = false;
-  uint64_t cursor_ = 0;
-  int64_t held_slot_ = -1;  // the slot of the batch next() returned last, until released
-  double wait_seconds_ = 0;
-
-  // direct_read: the window each served position is copied from (kNoWindow: copy_run, e.g.
-  // the rank tail's padding); rebuilt by start() while the prefetcher is stopped.
-  static constexpr uint32_t kNoWindow = detail::kNoWindow;
-  std::vector<uint32_t> pos_window_;
-  std::unique_ptr<detail::DirectWindows> direct_;
-  DirectReadDecision direct_choice_;  // made once, at construction (direct_read_reason())
-
-  std::unique_ptr<Prefetcher> prefetcher_;  // last: its threads stop before the rest dies
-};
-
-Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
-    : source_(std::move(source)), options_(options) {
+Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptions& options,
+                   std::shared_ptr<const Mixture> mixture)
+    : source_(std::move(source)),
+      options_(options),
+      mix_(mixture ? std::make_unique<detail::MixEpoch>(std::move(mixture), options) : nullptr) {
   if (!source_) throw invalid("loader: source is null");
   validate_counts(options_);
-  const uint64_t n = source_->size();
+  const uint64_t n = mix_ ? mix_->length() : source_->size();  // the epoch's samples
   validate(options_.sampler, n);
   // Windowed shuffle without an explicit block: block and window sized in stored bytes.
   options_.sampler = detail::resolve_window_for(
@@ -199,7 +141,8 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
   fields_ = std::make_unique<detail::FieldFill>(*source_, options_.fields,
                                                 options_.min_box_visibility, out_h_, out_w_);
   with_fields_ = !fields_->empty();
-  direct_choice_ = detail::choose_direct_read(*source_, options_, plain_copy_);
+  direct_choice_ =
+      mix_ ? mix_->direct_choice() : detail::choose_direct_read(*source_, options_, plain_copy_);
   // What a batch holds per sample besides labels and indices: the image and the fixed-size
   // fields (variable ones grow with the data and are not known here).
   uint64_t field_bytes = 0, held_bytes = 0;
@@ -243,6 +186,7 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
     s.images.reserve(bs * sample_bytes_, 0);
     s.labels.resize(bs);
     s.indices.resize(bs);
+    if (mix_) s.sources.resize(bs);
     if (with_fields_) {
       s.fields = fields_->make_buffers(options_.batch_size, &options_.field_allocator);
       s.batch.fields = fields_->make_batch_fields();
@@ -271,7 +215,9 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   direct_.reset();      // its reader thread stops; nothing waits on it any more
   pos_window_.clear();
   started_ = false;
-  order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
+  order_ = mix_ ? mix_->rank_order(seed, epoch, rank_batch(cursor) * options_.batch_size,
+                                   samples_per_epoch_)
+                : epoch_order(source_->size(), options_.sampler, seed, epoch);
   order_.resize(samples_per_epoch_);  // drop_last
   seed_ = seed;
   epoch_ = epoch;
@@ -334,6 +280,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
     const uint64_t idx = order_[begin + k];
+    const uint64_t key = mix_ ? mix_->xform_key(begin + k) : idx;  // the sample's draw
     uint8_t* out = slot.images.data() + k * sample_bytes_;
     // The sample's one geometric draw: its image and every spatial field use it.
     SampleShape s;
@@ -341,7 +288,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
     if (encoded_) {
       // Decoded in this worker, only as much as the crop needs (kNone: the whole sample).
       s = source_->sample_shape(idx);
-      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, key);
       source_->decode_crop(idx, box, out_h_, out_w_, out);
     } else if (plain_copy_) {
       s = SampleShape{out_h_, out_w_, channels_};
@@ -354,7 +301,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
       }
       // Crop none: the whole sample, mirrored by the sample's draw when flip is on.
       if (t.flip) {
-        box = choose_crop(t, out_h_, out_w_, seed_, epoch_, idx);
+        box = choose_crop(t, out_h_, out_w_, seed_, epoch_, key);
       } else {
         box = CropBox{0, 0, out_h_, out_w_, false};
       }
@@ -369,7 +316,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
                     "sample " + std::to_string(idx) + " has " + std::to_string(s.channels) +
                         " channels, the source says " + std::to_string(channels_));
       }
-      box = choose_crop(t, s.height, s.width, seed_, epoch_, idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, key);
       ImageView view;
       bool have_view = false;
       try {
@@ -408,7 +355,8 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
                    SpatialTransform(box, s.height, s.width, out_h_, out_w_));
     }
     slot.labels[k] = source_->label(idx);
-    slot.indices[k] = idx;
+    slot.indices[k] = mix_ ? mix_->entry(begin + k).local : idx;
+    if (mix_) slot.sources[k] = mix_->entry(begin + k).source;
   }
   Batch& b = slot.batch;
   b.index = rank_batch(job);
@@ -419,6 +367,7 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   b.images = slot.images.data();
   b.labels = slot.labels.data();
   b.indices = slot.indices.data();
+  b.sources = mix_ ? slot.sources.data() : nullptr;
   if (with_fields_) fields_->finish(&slot.fields, b.size, &b.fields);
 }
 
@@ -447,7 +396,16 @@ const FieldBatch* Batch::field(const std::string& name) const {
 Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options)
     : impl_(std::make_unique<Impl>(std::move(source), options)) {}
 
+Loader::Loader(std::shared_ptr<const Mixture> mixture, const LoaderOptions& options)
+    : impl_(mixture ? std::make_unique<Impl>(mixture->view(), options, mixture)
+                    : throw invalid("loader: mixture is null")) {}
+
 Loader::~Loader() = default;
+
+const std::shared_ptr<const Mixture>& Loader::mixture() const {
+  static const std::shared_ptr<const Mixture> kNone;
+  return impl_->mix_ ? impl_->mix_->mixture() : kNone;
+}
 
 void Loader::start_epoch(uint64_t seed, uint64_t epoch) { impl_->start(seed, epoch, 0); }
 
@@ -461,7 +419,9 @@ LoaderPosition Loader::position() const {
 
 const LoaderOptions& Loader::options() const { return impl_->options_; }
 
-uint64_t Loader::epoch_length() const { return impl_->source_->size(); }
+uint64_t Loader::epoch_length() const {
+  return impl_->mix_ ? impl_->mix_->length() : impl_->source_->size();
+}
 
 const SamplerOptions& Loader::sampler_options() const { return impl_->options_.sampler; }
 

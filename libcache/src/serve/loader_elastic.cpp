@@ -1,8 +1,8 @@
 // Loader's global cursor and elastic resume: a rank's batch derived from the epoch's global
 // cursor G and back, so an epoch continues under another world size, batch size or worker count
-// (docs/SERVING.md "Changing the number of ranks"). Only the public Loader is needed: the global
-// order does not depend on the world size (epoch_order), so G / (batch_size x world_size) is the
-// rank batch every rank of the new geometry continues from.
+// (docs/SERVING.md "Changing the number of ranks"). The global order does not depend on the
+// world size (epoch_order, mix_segment_order), so G / (batch_size x world_size) is the rank batch
+// every rank of the new geometry continues from; a mixture adds its MixState (serve/mix/).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -10,6 +10,7 @@
 #include "dscache/error.h"
 #include "dscache/loader.h"
 #include "dscache/sampler.h"
+#include "serve/loader_impl.h"
 
 namespace dscache {
 namespace {
@@ -64,7 +65,9 @@ uint64_t Loader::epoch_sample(uint64_t rank_batches) const {
 EpochPosition Loader::epoch_position() const {
   const LoaderOptions& o = options();
   const LoaderPosition p = position();
-  return EpochPosition{p.seed, p.epoch, epoch_sample(o.batch_offset + p.cursor * o.batch_stride)};
+  EpochPosition e{p.seed, p.epoch, epoch_sample(o.batch_offset + p.cursor * o.batch_stride), {}};
+  if (impl_->mix_ && impl_->started_) e.mix = impl_->mix_->state(e.sample);
+  return e;
 }
 
 uint64_t Loader::cursor_at(uint64_t sample) const {
@@ -76,8 +79,25 @@ uint64_t Loader::cursor_at(uint64_t sample) const {
   return std::min(c > offset ? (c - offset + stride - 1) / stride : 0, batches_per_epoch());
 }
 
-void Loader::resume(const EpochPosition& pos, WeightChange /*change*/) {
-  restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
+void Loader::resume(const EpochPosition& pos, WeightChange change) {
+  detail::MixEpoch* mix = impl_->mix_.get();
+  if (mix == nullptr) {
+    restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
+    return;
+  }
+  // A mixture: the segment is taken first (refused shares throw before anything changes), and
+  // put back when the cursor or the start is refused.
+  const detail::MixEpoch before = *mix;
+  try {
+    mix->resume(pos, change);
+    // New shares whose epoch ends at or before G: the epoch is over.
+    const bool over = pos.mix.fingerprint != mix->fingerprint() && pos.sample >= epoch_length();
+    restore(
+        LoaderPosition{pos.seed, pos.epoch, over ? batches_per_epoch() : cursor_at(pos.sample)});
+  } catch (...) {
+    *mix = before;
+    throw;
+  }
 }
 
 }  // namespace dscache
