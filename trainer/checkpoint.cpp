@@ -94,7 +94,8 @@ void write_mix(torch::serialize::OutputArchive& a, const RunState& st, const Run
   if (!s.mix_fingerprint) return;
   const MixState& m = st.epoch_position.mix;
   // before the first step the Loader has not said; the shares in force are this run's
-  write_i(a, "mix/fingerprint", static_cast<int64_t>(m.fingerprint ? m.fingerprint : s.mix_fingerprint));
+  write_i(a, "mix/fingerprint",
+          static_cast<int64_t>(m.fingerprint ? m.fingerprint : s.mix_fingerprint));
   a.write("mix/shares", c10::IValue(s.mix_shares));
   write_i(a, "mix/segment", m.segment);
   write_i(a, "mix/segment_start", static_cast<int64_t>(m.segment_start));
@@ -134,7 +135,8 @@ void check_mix(torch::serialize::InputArchive& a, const std::string& path,
   if (!saved && !settings.mix_fingerprint) return;
   const std::string saved_shares =
       saved && a.try_read("mix/shares", shares) ? shares.toStringRef() : "(not recorded)";
-  const std::string fix = "; give the checkpoint's --train caches and shares, or --force to start over";
+  const std::string fix =
+      "; give the checkpoint's --train caches and shares, or --force to start over";
   if (!saved) {
     throw UsageError("--resume: " + path + " was made on one cache; this run mixes several (" +
                      settings.mix_shares + ")" + fix);
@@ -151,8 +153,10 @@ void check_mix(torch::serialize::InputArchive& a, const std::string& path,
                      "or pass --allow-mix-change to serve the rest of its epoch under the new "
                      "ones");
   }
-  *note = "--allow-mix-change: the samples taken stand; the rest of the epoch and the epochs "
-          "after it follow the new shares: " + what;
+  *note =
+      "--allow-mix-change: the samples taken stand; the rest of the epoch and the epochs "
+      "after it follow the new shares: " +
+      what;
 }
 
 }  // namespace

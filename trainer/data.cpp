@@ -239,8 +239,8 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   lo.allocator = allocator;
   vo.allocator = allocator;
   d.train_options = lo;
-  d.train_loader = m.mixture ? std::make_unique<Loader>(m.mixture, lo)
-                             : std::make_unique<Loader>(d.train, lo);
+  d.train_loader =
+      m.mixture ? std::make_unique<Loader>(m.mixture, lo) : std::make_unique<Loader>(d.train, lo);
   if (rank == 0) open_vals(o, m, vo, &d.vals);
   return d;
 }

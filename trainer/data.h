@@ -47,11 +47,11 @@ struct DataInfo {
 
 // One --val: validated on its own, labelled with the training class list.
 struct ValSet {
-  std::string path;                              // as given to --val
-  std::string name;                              // its key in the epoch line's "val" object
-  std::shared_ptr<const SampleSource> source;    // the cache, or its relabelling view
-  std::shared_ptr<const Mixture> relabel;        // non-null: the view relabelling `source`
-  std::unique_ptr<Loader> loader;                // every sample once, in order
+  std::string path;                            // as given to --val
+  std::string name;                            // its key in the epoch line's "val" object
+  std::shared_ptr<const SampleSource> source;  // the cache, or its relabelling view
+  std::shared_ptr<const Mixture> relabel;      // non-null: the view relabelling `source`
+  std::unique_ptr<Loader> loader;              // every sample once, in order
 };
 
 // Owns the sources and their Loaders (which share the sources); members are destroyed Loaders
@@ -59,9 +59,9 @@ struct ValSet {
 struct TrainData {
   std::shared_ptr<const SampleSource> train;
   DataInfo info;                            // of `train`
-  std::unique_ptr<Loader> train_loader;  // this rank's share of each shuffled epoch
-  LoaderOptions train_options;           // what train_loader was made with
-  std::vector<ValSet> vals;              // every --val in order; empty on ranks other than 0
+  std::unique_ptr<Loader> train_loader;     // this rank's share of each shuffled epoch
+  LoaderOptions train_options;              // what train_loader was made with
+  std::vector<ValSet> vals;                 // every --val in order; empty on ranks other than 0
 };
 
 // Opens --train (a built cache, or with --lazy-cache an image folder or list) and, on rank 0

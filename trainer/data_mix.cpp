@@ -96,9 +96,8 @@ ValSet relabel_val(const std::string& path, const LazySource& val,
   if (val.classes == train_classes) return set;
   for (const std::string& c : val.classes) {
     if (std::find(train_classes.begin(), train_classes.end(), c) == train_classes.end()) {
-      throw UsageError("--val " + path + ": class '" + c +
-                       "' is not among the training classes (" + join(train_classes) +
-                       "): the model has no output for it");
+      throw UsageError("--val " + path + ": class '" + c + "' is not among the training classes (" +
+                       join(train_classes) + "): the model has no output for it");
     }
   }
   MixSource s;

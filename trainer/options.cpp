@@ -129,9 +129,9 @@ void refuse_signed_unsigned(const std::vector<std::string>& args,
     const std::string value =
         eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
     static const char* const kUnsigned[] = {
-        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
-        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
-        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
+        "epochs",       "max-steps",      "batch",      "accum-steps", "effective-batch",
+        "warmup-steps", "step-size",      "seed",       "threads",     "workers",
+        "prefetch",     "image-size",     "channels",   "log-every",   "checkpoint-every",
         "dist-timeout", "nproc-per-node", "mix-samples"};
     const bool is_unsigned =
         std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
@@ -299,7 +299,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   if (vm.count("mix-repeat")) o.mix_repeats = parse_shares("mix-repeat", mix_repeat);
   o.mix_stratified = pick(kMixBatchingWords, "mix-batching", mix_batching);
   if (vm.count("mix-batching") + vm.count("mix-samples") && !o.mixing()) {
-    throw UsageError(std::string("--") + (vm.count("mix-batching") ? "mix-batching" : "mix-samples") +
+    throw UsageError(std::string("--") +
+                     (vm.count("mix-batching") ? "mix-batching" : "mix-samples") +
                      ": applies to a mixture (several --train, or --mix/--mix-repeat)");
   }
   o.progress = pick(kProgressNames, "progress", progress);
@@ -372,8 +373,9 @@ void validate_mixture(const TrainOptions& o) {
   count_of("mix", o.mix_weights);
   count_of("mix-repeat", o.mix_repeats);
   if (!o.mix_repeats.empty() && o.mix_samples) {
-    throw UsageError("--mix-samples: applies to --mix (with --mix-repeat an epoch is the passes' "
-                     "samples)");
+    throw UsageError(
+        "--mix-samples: applies to --mix (with --mix-repeat an epoch is the passes' "
+        "samples)");
   }
   if (o.allow_mix_change && !o.resume) throw UsageError("--allow-mix-change: needs --resume");
   if (o.allow_mix_change && !o.mixing()) {
@@ -393,8 +395,9 @@ void validate_mixture(const TrainOptions& o) {
                      std::to_string(caches) + " --train) needs caches built by `dscache build`");
   }
   if (o.windowed) {
-    throw UsageError("--shuffle windowed: a mixture of caches is shuffled globally (each cache "
-                     "is sampled at once, so windows would not bound memory)");
+    throw UsageError(
+        "--shuffle windowed: a mixture of caches is shuffled globally (each cache "
+        "is sampled at once, so windows would not bound memory)");
   }
   if (o.task.kind != TaskKind::kClassify) {
     throw UsageError("--task " + std::string(to_string(o.task.kind)) +

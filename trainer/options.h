@@ -45,11 +45,11 @@ struct TrainOptions {
   // epoch); both empty = repeat 1 each. docs/TRAINER.md "Mixing caches".
   std::vector<double> mix_weights;
   std::vector<double> mix_repeats;
-  uint64_t mix_samples = 0;        // --mix-samples: samples per epoch; 0 = the library's default
-  bool mix_stratified = false;     // --mix-batching stratified (each global batch holds the
-                                   // shares); default random
-  bool allow_mix_change = false;   // --resume under other mixture shares: the rest of the epoch
-                                   // takes the new ones (refused without it, exit 2)
+  uint64_t mix_samples = 0;       // --mix-samples: samples per epoch; 0 = the sizes summed
+  bool mix_stratified = false;    // --mix-batching stratified (each global batch holds the
+                                  // shares); default random
+  bool allow_mix_change = false;  // --resume under other mixture shares: the rest of the epoch
+                                  // takes the new ones (refused without it, exit 2)
   // True when the run trains on a Mixture (several --train, or shares given).
   bool mixing() const { return trains.size() > 1 || !mix_weights.empty() || !mix_repeats.empty(); }
   // --train/--val on object storage (s3://, http(s)://): applied with set_remote_options

@@ -79,6 +79,11 @@ class Run {
   // The checkpoint resumed from closed its epoch: its global cursor reached the epoch's length
   // (the one it recorded: a mixture's may change with --allow-mix-change).
   bool resumed_epoch_closed() const;
+  // What a mixture's resume does with a position saved under other shares: continue with
+  // --allow-mix-change (the checkpoint's load refused it otherwise).
+  WeightChange weight_change() const {
+    return o_.allow_mix_change ? WeightChange::kContinue : WeightChange::kRefuse;
+  }
   // The batch converter, the gradient all-reduce and the accumulation windows (after resume(),
   // which may replace the parameters' data).
   void prepare_steps();

@@ -113,7 +113,9 @@ RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
       {"device", to_string(o.device)},
       {"channels-last", o.channels_last ? "on" : "off"},
       {"sync-bn", o.sync_bn ? "on" : "off"},
-      {"val", o.vals.size() > 1 ? vals_text(o.vals) : o.val.empty() ? "(none)" : o.val},
+      {"val", o.vals.size() > 1 ? vals_text(o.vals)
+              : o.val.empty()   ? "(none)"
+                                : o.val},
   };
   s.data = m.identity;
   s.allow_data_change = o.allow_data_change;

@@ -40,6 +40,9 @@ void Run::run_epochs(bool resumed) {
   uint64_t epoch = st_.epoch_position.epoch;
   bool resume = resumed;
   if (resumed && resumed_epoch_closed()) {
+    // A mixture's next epoch draws on from where this one left each source's stream (after new
+    // shares that is not where a pure epoch would start): the Loader learns it from the position.
+    if (data_.info.mixture) data_.train_loader->resume(st_.epoch_position, weight_change());
     ++epoch;  // the checkpoint closed its epoch
     resume = false;
   }
@@ -71,8 +74,7 @@ Run::EpochClock Run::start_epoch(uint64_t epoch, bool resume) {
     // is kept (elastic.h).
     // A mixture under other shares (--allow-mix-change, checked at the checkpoint's load):
     // the samples taken stand, the rest of the epoch follows the new shares.
-    train_loader.resume(st_.epoch_position,
-                        o_.allow_mix_change ? WeightChange::kContinue : WeightChange::kRefuse);
+    train_loader.resume(st_.epoch_position, weight_change());
     st_.position = train_loader.position();  // this geometry's cursor, for loader_cursor
   } else {
     train_loader.start_epoch(o_.seed, epoch);
@@ -148,8 +150,9 @@ Run::Window Run::run_window(EpochClock* ec) {
     // and the stop requests: ranks that got SIGINT/SIGTERM, and the sum of those signals, so
     // that all ranks stop after this same step (a rank whose peer died fails here, exit 3)
     const int asked = stop_requested();
-    std::vector<double> sums = {w.loss,   static_cast<double>(w.correct), asked ? 1.0 : 0.0,
-                                static_cast<double>(asked), w.weight, static_cast<double>(w.count)};
+    std::vector<double> sums = {
+        w.loss,   static_cast<double>(w.correct), asked ? 1.0 : 0.0, static_cast<double>(asked),
+        w.weight, static_cast<double>(w.count)};
     for (int64_t n : w.per_source) sums.push_back(static_cast<double>(n));  // a mixture's
     const torch::Tensor totals = torch::tensor(sums, torch::kDouble).to(device_);
     comm_->allreduce_sum({totals});
@@ -325,7 +328,8 @@ void Run::validate(nlohmann::json* line) {
     }
     if (per_val.empty()) line->update(m);  // the first --val: today's keys
     nlohmann::json& named = per_val[v.name];
-    for (const auto& [k, value] : m.items()) named[k.rfind("val_", 0) == 0 ? k.substr(4) : k] = value;
+    for (const auto& [k, value] : m.items())
+      named[k.rfind("val_", 0) == 0 ? k.substr(4) : k] = value;
   }
   // Several --val: each under its own name ("loss", "acc", ...); one keeps today's line.
   if (data_.vals.size() > 1) (*line)["val"] = per_val;
@@ -335,7 +339,8 @@ nlohmann::json Run::samples_per_source() const {
   nlohmann::json counts = nlohmann::json::object();
   const Mixture& mix = *data_.info.mixture;
   for (size_t k = 0; k < mix.sources(); ++k) {
-    counts[mix.source(k).name] = k < st_.epoch_source_samples.size() ? st_.epoch_source_samples[k] : 0;
+    counts[mix.source(k).name] =
+        k < st_.epoch_source_samples.size() ? st_.epoch_source_samples[k] : 0;
   }
   return counts;
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,8 @@ Caches two_caches(const TempDir& tmp) {
 std::vector<std::string> mix_args(const Caches& c, const std::string& out,
                                   const std::vector<std::string>& extra) {
   return cat({train_exe(), "--train", c.a, "--train", c.b, "--output", out},
-             cat({"--batch", "8", "--threads", "1", "--workers", "1", "--seed", "5",
-                  "--log-every", "1", "--no-progress"},
+             cat({"--batch", "8", "--threads", "1", "--workers", "1", "--seed", "5", "--log-every",
+                  "1", "--no-progress"},
                  extra));
 }
 
@@ -85,8 +86,8 @@ TEST_SUITE("cli") {
       const int code = run(mix_args(c, out, cat(k.flags, {"--epochs", "2"})), log);
       INFO(read_file(log));
       REQUIRE(code == 0);
-      const std::vector<uint64_t> want = trainer_test::largest_remainder_ref(k.epoch_samples,
-                                                                             k.weights);
+      const std::vector<uint64_t> want =
+          trainer_test::largest_remainder_ref(k.epoch_samples, k.weights);
       const auto lines = epoch_lines(out);
       REQUIRE(lines.size() == 2);
       for (const auto& l : lines) {
@@ -188,14 +189,15 @@ TEST_SUITE("cli") {
       CHECK(text.find(r.message) != std::string::npos);
     }
     // One --train with --mix-batching: nothing to mix.
-    const int code = run(cat({train_exe(), "--train", c.a, "--mix-batching", "stratified"}, {}),
-                         log);
+    const int code =
+        run(cat({train_exe(), "--train", c.a, "--mix-batching", "stratified"}, {}), log);
     CHECK(code == 2);
     CHECK(read_file(log).find("--mix-batching: applies to a mixture") != std::string::npos);
   }
 
-  TEST_CASE("mixture: a resume under other shares is refused, or continued with "
-            "--allow-mix-change") {
+  TEST_CASE(
+      "mixture: a resume under other shares is refused, or continued with "
+      "--allow-mix-change") {
     TempDir tmp;
     const Caches c = two_caches(tmp);
     const std::string out = tmp.path() + "/run", log = tmp.path() + "/log.txt";
@@ -236,5 +238,43 @@ TEST_SUITE("cli") {
     CAPTURE(lines[0].dump());
     CHECK(lines[0]["samples_per_source"]["a"].get<uint64_t>() == taken[0] + rest[0]);
     CHECK(lines[0]["samples_per_source"]["b"].get<uint64_t>() == taken[1] + rest[1]);
+  }
+
+  TEST_CASE(
+      "mixture: after --allow-mix-change, a run restarted at an epoch's end draws the next "
+      "epoch as the uninterrupted run does") {
+    TempDir tmp;
+    const Caches c = two_caches(tmp);
+    const std::string log = tmp.path() + "/log.txt";
+    const std::vector<std::string> base = {"--checkpoint-every", "1"};
+    const std::vector<std::string> change = {"--mix", "0.5,0.5", "--resume", "--allow-mix-change"};
+    // Both runs: 0.7/0.3 killed after step 3, then 0.5/0.5 from there.
+    std::map<std::string, std::string> samples;
+    for (const std::string name : {"whole", "restarted"}) {
+      const std::string out = tmp.path() + "/" + name;
+      samples[name] = out + ".samples";
+      REQUIRE(run(mix_args(c, out, cat(base, {"--mix", "0.7,0.3", "--epochs", "2"})), log,
+                  {"DSCACHE_TEST_KILL_AFTER_STEPS=3"}) == 128 + SIGKILL);
+      const std::vector<std::string> env = {"DSCACHE_TEST_SAMPLE_LOG=" + samples[name]};
+      if (name == "whole") {
+        REQUIRE(run(mix_args(c, out, cat(base, cat(change, {"--epochs", "2"}))), log, env) == 0);
+        continue;
+      }
+      // Epoch 0 to its end (a checkpoint that closes it), then epoch 1 by a new process.
+      REQUIRE(run(mix_args(c, out, cat(base, cat(change, {"--epochs", "1"}))), log, env) == 0);
+      const int code = run(mix_args(c, out, cat(base, cat(change, {"--epochs", "2"}))), log, env);
+      INFO(read_file(log));
+      REQUIRE(code == 0);
+    }
+    const auto whole = trainer_test::mix_steps_of(read_file(samples["whole"]));
+    const auto restarted = trainer_test::mix_steps_of(read_file(samples["restarted"]));
+    REQUIRE(whole.size() == 19);  // steps 4..22: 84 samples in 11 steps of 8 per epoch
+    REQUIRE(restarted.size() == whole.size());
+    for (const auto& [step, w] : whole) {
+      CAPTURE(step);
+      REQUIRE(restarted.count(step) == 1);
+      CHECK(restarted.at(step).epoch == w.epoch);
+      CHECK(restarted.at(step).samples == w.samples);
+    }
   }
 }
