@@ -64,11 +64,12 @@ struct TrainData {
   std::vector<ValSet> vals;                 // every --val in order; empty on ranks other than 0
 };
 
-// Opens --train (a built cache, or with --lazy-cache an image folder or list) and, on rank 0
-// only, --val, and sets up their Loaders for `rank` of `world_size`. Both Loaders take their
-// image buffers from `allocator` (both members empty: ordinary host memory). Throws UsageError
-// when the data does not fit the options (ragged without --image-size, fewer than 2 classes, a
-// validation set of other channels, classes or shape), dscache::Error for a bad cache.
+// Opens --train (a built cache, with --lazy-cache an image folder or list, or several caches as
+// a Mixture) and, on rank 0 only, every --val, and sets up their Loaders for `rank` of
+// `world_size`. All Loaders take their image buffers from `allocator` (both members empty:
+// ordinary host memory). Throws UsageError when the data does not fit the options (ragged
+// without --image-size, fewer than 2 classes, caches that cannot mix, a validation set of other
+// channels, classes or shape), dscache::Error for a bad cache.
 TrainData open_data(const TrainOptions& options, int rank, int world_size,
                     const BufferAllocator& allocator);
 

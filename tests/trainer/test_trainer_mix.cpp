@@ -188,6 +188,15 @@ TEST_SUITE("cli") {
       CHECK(code == 2);
       CHECK(text.find(r.message) != std::string::npos);
     }
+    // Caches that disagree: the library's differences, as a usage error.
+    const std::string rgb = tmp.path() + "/rgb";
+    trainer_test::write_cache(rgb, trainer_test::synthetic(10, 8, 8, 3, 2, 13));
+    const int mixed = run(cat({train_exe(), "--train", c.a, "--train", rgb}, {}), log);
+    const std::string differ = read_file(log);
+    INFO(differ);
+    CHECK(mixed == 2);
+    CHECK(differ.find("dscache-train: --train " + c.a + ", " + rgb + ": ") != std::string::npos);
+    CHECK(differ.find("channel") != std::string::npos);
     // One --train with --mix-batching: nothing to mix.
     const int code =
         run(cat({train_exe(), "--train", c.a, "--mix-batching", "stratified"}, {}), log);
