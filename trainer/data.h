@@ -58,10 +58,10 @@ struct ValSet {
 // first. Not thread-safe: one training thread.
 struct TrainData {
   std::shared_ptr<const SampleSource> train;
-  DataInfo info;                            // of `train`
-  std::unique_ptr<Loader> train_loader;     // this rank's share of each shuffled epoch
-  LoaderOptions train_options;              // what train_loader was made with
-  std::vector<ValSet> vals;                 // every --val in order; empty on ranks other than 0
+  DataInfo info;                         // of `train`
+  std::unique_ptr<Loader> train_loader;  // this rank's share of each shuffled epoch
+  LoaderOptions train_options;           // what train_loader was made with
+  std::vector<ValSet> vals;              // every --val in order; empty on ranks other than 0
 };
 
 // Opens --train (a built cache, with --lazy-cache an image folder or list, or several caches as
