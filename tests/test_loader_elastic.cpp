@@ -104,7 +104,7 @@ TEST_SUITE("loader") {
             CHECK(served.count(pos) == 0);
             served[pos] = samples;
           }
-          at = EpochPosition{5, 2, g};
+          at = EpochPosition{5, 2, g, {}};
         }
         // Positions below E: the uninterrupted order, each once. kPad's tail (W = 3: one more
         // position) repeats the order's start; kDrop's (53 mod 3 = 2 positions) is not served.
@@ -129,16 +129,16 @@ TEST_SUITE("loader") {
     o.sampler.rank = 4;
     Loader loader(built.cache, o);
     CHECK(invalid_argument_message([&] {
-            loader.resume(EpochPosition{5, 2, 24});
+            loader.resume(EpochPosition{5, 2, 24, {}});
           }) ==
           "position.sample 24 is not a multiple of batch_size 2 x "
           "world_size 5 = 10: it falls inside a global batch of this geometry; resume from a "
           "state taken at a global-batch boundary, or with batch_size x world_size dividing 24");
     CHECK(invalid_argument_message([&] {
-            loader.resume(EpochPosition{5, 2, 54});
+            loader.resume(EpochPosition{5, 2, 54, {}});
           }) == "position.sample 54 > the epoch's 53 samples");
     // G == E: the epoch is finished; the position says so again.
-    loader.resume(EpochPosition{5, 2, 53});
+    loader.resume(EpochPosition{5, 2, 53, {}});
     CHECK(loader.next() == nullptr);
     CHECK(loader.epoch_position().sample == 53);
     CHECK(loader.epoch_length() == 53);
@@ -146,7 +146,7 @@ TEST_SUITE("loader") {
     o.batch_stride = 2;
     o.batch_offset = 1;
     Loader strided(built.cache, o);
-    strided.resume(EpochPosition{5, 2, 20});  // rank batch 2: the stride serves 3, 5, ...
+    strided.resume(EpochPosition{5, 2, 20, {}});  // rank batch 2: the stride serves 3, 5, ...
     const Batch* b = strided.next();
     REQUIRE(b != nullptr);
     CHECK(b->index == 3);

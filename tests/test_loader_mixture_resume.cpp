@@ -293,4 +293,54 @@ TEST_SUITE("loader") {
     }
     CHECK(q == 20);
   }
+
+  TEST_CASE("mixture resume: after a finished epoch, longer new shares start the next epoch") {
+    // The next epoch's start (next_epoch_start) is what resumes: resuming the finished epoch
+    // itself under an epoch of 90 would make [70, 90) a segment never served, its draws lost.
+    TempDir dir;
+    const Pair p = build_pair(dir.path());
+    auto old_mix = mix_of(p, 0.7, 0.3);
+    MixtureOptions longer;
+    longer.epoch_samples = 90;
+    auto new_mix = mix_of(p, 0.5, 0.5, false, longer);
+    Loader first(old_mix, opts(10, 0, 1));
+    first.start_epoch(6, 3);
+    const std::vector<MixTaken> e3 = drain_mix(first);
+    const EpochPosition end = first.epoch_position();
+    REQUIRE(end.sample == 70);
+    const EpochPosition next = dscache::next_epoch_start(end);
+    CHECK(next.epoch == 4);
+    CHECK(next.sample == 0);
+    CHECK(next.mix.segment_drawn == end.mix.drawn);
+    CHECK(next.mix.taken == std::vector<uint64_t>{0, 0});
+    Loader l(new_mix, opts(10, 0, 1));
+    l.resume(next, WeightChange::kContinue);
+    l.start_epoch(6, 4);
+    const std::vector<uint64_t> counts = new_mix->counts_for(90);
+    const std::vector<MixEntry> ref = dscache::mix_segment_order(
+        new_mix->plan(true, 10), MixSegment{4, 1, 0, counts, end.mix.drawn}, 6);
+    std::vector<uint64_t> used(2, 0);
+    uint64_t q = 0;
+    for (const MixTaken& t : drain_mix(l)) {
+      for (size_t e = 0; e < t.size; ++e, ++q) {
+        CHECK(t.sources[e] == ref[q].source);
+        CHECK(t.indices[e] == ref[q].local);
+        ++used[t.sources[e]];
+      }
+    }
+    CHECK(q == 90);
+    CHECK(used == counts);
+    // Every source's stream goes on with no gap: epoch 4's draws are [drawn, drawn + count).
+    const EpochPosition after = l.epoch_position();
+    CHECK(after.mix.drawn == std::vector<uint64_t>{end.mix.drawn[0] + counts[0],
+                                                   end.mix.drawn[1] + counts[1]});
+    // The same shares: the next epoch's start resumes without kContinue, the pure epoch 4.
+    Loader same(old_mix, opts(10, 0, 1));
+    same.resume(next);
+    same.start_epoch(6, 4);
+    Loader pure(old_mix, opts(10, 0, 1));
+    pure.start_epoch(6, 4);
+    CHECK(drain_mix(same) == drain_mix(pure));
+    CHECK(e3.size() == 7);
+  }
 }

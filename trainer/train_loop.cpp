@@ -42,7 +42,11 @@ void Run::run_epochs(bool resumed) {
   if (resumed && resumed_epoch_closed()) {
     // A mixture's next epoch draws on from where this one left each source's stream (after new
     // shares that is not where a pure epoch would start): the Loader learns it from the position.
-    if (data_.info.mixture) data_.train_loader->resume(st_.epoch_position, weight_change());
+    // Resuming the finished epoch itself under longer new shares would make its rest [E, E') a
+    // segment never served, its draws lost to the streams: the next epoch's start is resumed.
+    if (data_.info.mixture) {
+      data_.train_loader->resume(next_epoch_start(st_.epoch_position), weight_change());
+    }
     ++epoch;  // the checkpoint closed its epoch
     resume = false;
   }

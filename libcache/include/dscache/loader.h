@@ -184,6 +184,12 @@ uint64_t epoch_sample(uint64_t n, const SamplerOptions& sampler, uint64_t batch_
 // sample > n or sample is not a multiple of batch_size x world_size.
 uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch_size,
                        bool drop_last, uint64_t sample);
+// The position where the epoch after a finished one (pos.sample == its epoch's length) starts:
+// epoch + 1, sample 0, and for a mixture the sources' streams going on from where the finished
+// epoch left them (segment 0 from their `drawn`), which is where a pure epoch starts only while
+// the shares never changed. resume() it (kContinue under new shares) to start that epoch.
+EpochPosition next_epoch_start(const EpochPosition& finished);
+
 
 // With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
 // window's blocks ahead as soon as a window starts being filled, and to drop a window once all

@@ -109,4 +109,15 @@ void Loader::resume(const EpochPosition& pos, WeightChange change) {
   }
 }
 
+EpochPosition next_epoch_start(const EpochPosition& finished) {
+  EpochPosition next{finished.seed, finished.epoch + 1, 0, finished.mix};
+  if (!next.mix.drawn.empty()) {
+    next.mix.segment = 0;
+    next.mix.segment_start = 0;
+    next.mix.segment_drawn = next.mix.drawn;
+    next.mix.taken.assign(next.mix.drawn.size(), 0);
+  }
+  return next;
+}
+
 }  // namespace dscache
