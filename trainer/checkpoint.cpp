@@ -74,6 +74,91 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::st
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+torch::Tensor int64_tensor(const std::vector<uint64_t>& v) {
+  std::vector<int64_t> s(v.begin(), v.end());
+  return torch::tensor(s, torch::kInt64);
+}
+// An int64 tensor `k` (absent: empty).
+std::vector<int64_t> try_read_int64s(torch::serialize::InputArchive& a, const std::string& k) {
+  torch::Tensor t;
+  if (!a.try_read(k, t)) return {};
+  t = t.cpu().contiguous();
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+// The epoch's length, and a mixture's state (keys added after format 2, read with try_read):
+// where the order continues (EpochPosition::mix), the shares it was made under and the epoch's
+// samples per source.
+void write_mix(torch::serialize::OutputArchive& a, const RunState& st, const RunSettings& s) {
+  write_i(a, "loader_epoch_samples", static_cast<int64_t>(st.epoch_length));
+  if (!s.mix_fingerprint) return;
+  const MixState& m = st.epoch_position.mix;
+  // before the first step the Loader has not said; the shares in force are this run's
+  write_i(a, "mix/fingerprint",
+          static_cast<int64_t>(m.fingerprint ? m.fingerprint : s.mix_fingerprint));
+  a.write("mix/shares", c10::IValue(s.mix_shares));
+  write_i(a, "mix/segment", m.segment);
+  write_i(a, "mix/segment_start", static_cast<int64_t>(m.segment_start));
+  a.write("mix/segment_drawn", int64_tensor(m.segment_drawn));
+  a.write("mix/drawn", int64_tensor(m.drawn));
+  a.write("mix/taken", int64_tensor(m.taken));
+  a.write("epoch_source_samples", torch::tensor(st.epoch_source_samples, torch::kInt64));
+}
+
+void read_mix(torch::serialize::InputArchive& a, RunState* st) {
+  c10::IValue v;
+  st->epoch_length = a.try_read("loader_epoch_samples", v) ? static_cast<uint64_t>(v.toInt()) : 0;
+  MixState& m = st->epoch_position.mix;
+  m = {};
+  st->epoch_source_samples.clear();
+  if (!a.try_read("mix/fingerprint", v)) return;
+  m.fingerprint = static_cast<uint64_t>(v.toInt());
+  m.segment = static_cast<uint32_t>(read_i(a, "mix/segment"));
+  m.segment_start = static_cast<uint64_t>(read_i(a, "mix/segment_start"));
+  const auto as_u64 = [](const std::vector<int64_t>& x) {
+    return std::vector<uint64_t>(x.begin(), x.end());
+  };
+  m.segment_drawn = as_u64(try_read_int64s(a, "mix/segment_drawn"));
+  m.drawn = as_u64(try_read_int64s(a, "mix/drawn"));
+  m.taken = as_u64(try_read_int64s(a, "mix/taken"));
+  st->epoch_source_samples = try_read_int64s(a, "epoch_source_samples");
+}
+
+// A mixture resumes under the shares it was made with, or with allow_mix_change under new ones
+// (said in *note); a checkpoint with a mixture's state and a run without one (or the reverse)
+// cannot continue each other's epoch. Throws UsageError naming both.
+void check_mix(torch::serialize::InputArchive& a, const std::string& path,
+               const RunSettings& settings, std::string* note) {
+  note->clear();
+  c10::IValue fp, shares;
+  const bool saved = a.try_read("mix/fingerprint", fp);
+  if (!saved && !settings.mix_fingerprint) return;
+  const std::string saved_shares =
+      saved && a.try_read("mix/shares", shares) ? shares.toStringRef() : "(not recorded)";
+  const std::string fix =
+      "; give the checkpoint's --train caches and shares, or --force to start over";
+  if (!saved) {
+    throw UsageError("--resume: " + path + " was made on one cache; this run mixes several (" +
+                     settings.mix_shares + ")" + fix);
+  }
+  if (!settings.mix_fingerprint) {
+    throw UsageError("--resume: " + path + " was made on a mixture (" + saved_shares +
+                     "); this run trains on one cache" + fix);
+  }
+  if (static_cast<uint64_t>(fp.toInt()) == settings.mix_fingerprint) return;
+  const std::string what = saved_shares + " (this run: " + settings.mix_shares + ")";
+  if (!settings.allow_mix_change) {
+    throw UsageError("--resume: " + path + " was made under other mixture shares: " + what +
+                     "; give the checkpoint's --mix/--mix-repeat/--mix-samples/--mix-batching, "
+                     "or pass --allow-mix-change to serve the rest of its epoch under the new "
+                     "ones");
+  }
+  *note =
+      "--allow-mix-change: the samples taken stand; the rest of the epoch and the epochs "
+      "after it follow the new shares: " +
+      what;
+}
+
 }  // namespace
 
 namespace {
@@ -152,6 +237,7 @@ void save_checkpoint(const std::string& dir, const RunSettings& settings, const 
     write_d(a, "epoch_weight", st.epoch_weight);
     write_i(a, "epoch_count", st.epoch_count);
   }
+  write_mix(a, st, settings);
 
   std::ostringstream out;
   a.save_to(out);
@@ -273,6 +359,7 @@ void restore(const std::string& payload, const std::string& path, const Settings
                      "; give the checkpoint's values to continue it, or --force to start over");
   }
   check_data(a, path, settings, data_note);
+  check_mix(a, path, settings, &r->mix_note);
   adjusted->clear();
   for (const auto& [k, v] : settings.adjustable) {
     const std::string saved = read_s(a, "now/" + k);
@@ -306,6 +393,7 @@ void restore(const std::string& payload, const std::string& path, const Settings
       a.try_read("loader_sample", sample)
           ? static_cast<uint64_t>(sample.toInt())
           : st.position.cursor * r->saved.batch * r->saved.world_size;  // older checkpoints
+  read_mix(a, &st);
   st.epoch_loss = read_d(a, "epoch_loss");
   st.epoch_correct = read_i(a, "epoch_correct");
   st.epoch_samples = read_i(a, "epoch_samples");

@@ -46,6 +46,12 @@ struct RunState {
   double epoch_seconds = 0, epoch_wait = 0;
   uint64_t metrics_bytes = 0;  // metrics.jsonl length when the checkpoint was taken
   uint64_t samples_seen = 0;   // training samples in the windows done, over all ranks and epochs
+  // A mixture: the current epoch's samples from each source so far, over all ranks (its epoch
+  // line's samples_per_source); empty for one cache.
+  std::vector<int64_t> epoch_source_samples;
+  // The epoch length (Loader::epoch_length) when the checkpoint was taken; 0 = not recorded
+  // (older checkpoints): a resume under other mixture shares tells a finished epoch by it.
+  uint64_t epoch_length = 0;
 };
 
 // The fixed setting an elastic resume keeps, and the keys of its three factors (RunSettings).
@@ -74,6 +80,12 @@ struct RunSettings {
   // normalization would silently continue on different data.
   DataIdentity data;
   bool allow_data_change = false;
+  // A mixture: the order's fingerprint (Mixture::fingerprint of the shares in force, 0 for one
+  // cache) and the shares in words; a checkpoint made under another fingerprint is refused
+  // naming both unless allow_mix_change (the rest of its epoch then takes the new shares).
+  uint64_t mix_fingerprint = 0;
+  std::string mix_shares;
+  bool allow_mix_change = false;
 };
 // `sampler` is the training Loader's, resolved (Loader::sampler_options()): a windowed order
 // depends on its block and window, which an auto-sized window takes from free memory.
@@ -111,6 +123,7 @@ struct LoadResult {
   std::string data_note;  // non-empty: the data changed (allowed) or the checkpoint predates the
                           // record of its data; one line saying which
   StepGeometry saved;     // the checkpoint's --batch, --accum-steps and world size
+  std::string mix_note;   // non-empty: --allow-mix-change continues under other shares; says so
 };
 
 // This run's settings for a checkpoint made with `saved` (its --batch, --accum-steps and world

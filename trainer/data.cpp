@@ -129,6 +129,46 @@ void check_val_targets(const TrainOptions& o, const SampleSource& val, const Tar
 
 }  // namespace
 
+namespace {
+
+// Every --val (rank 0): opened, checked against the training data and labelled with its class
+// list, each with its own in-order Loader.
+void open_vals(const TrainOptions& o, const DataInfo& m, const LoaderOptions& vo,
+               std::vector<ValSet>* out) {
+  const bool fields_task = o.task.kind != TaskKind::kClassify;
+  for (size_t i = 0; i < o.vals.size(); ++i) {
+    const std::string& path = o.vals[i];
+    const LazySource val =
+        open_source("--val", path, i == 0 ? o.val_lazy_cache : "", "--val-lazy-cache", o);
+    const SampleSource& v = *val.source;
+    const SampleShape vs = v.shape();
+    if (vs.channels != m.channels) {
+      throw UsageError("--val: " + path + " has " + std::to_string(vs.channels) +
+                       " channels, the training data " + std::to_string(m.channels));
+    }
+    if (fields_task) check_val_targets(o, v, m.targets);
+    // One --train and one --val: the same classes, in the same order, as always.
+    const bool same_list = !o.mixing() && o.vals.size() == 1;
+    if (!fields_task && same_list && val.classes != m.classes) {
+      throw UsageError("--val: " + path + " has other classes than the training data (" +
+                       std::to_string(val.classes.size()) + " vs " +
+                       std::to_string(m.classes.size()) + ")");
+    }
+    if (o.image_size == 0 &&
+        (v.layout() != Layout::kFixed || vs.height != m.height || vs.width != m.width)) {
+      throw UsageError("--val: " + path + " has another sample shape than the training " +
+                       "cache; give --image-size to crop both");
+    }
+    ValSet set = fields_task || same_list ? ValSet{path, "", val.source, nullptr, nullptr}
+                                          : relabel_val(path, val, m.classes);
+    set.name = path;
+    set.loader = std::make_unique<Loader>(set.source, vo);
+    out->push_back(std::move(set));
+  }
+}
+
+}  // namespace
+
 TrainData open_data(const TrainOptions& o, int rank, int world_size,
                     const BufferAllocator& allocator) {
   RemoteOptions remote = remote_options();  // --train/--val on object storage
@@ -137,10 +177,22 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   if (o.local_cache_size != 0) remote.local_cache_size = o.local_cache_size;
   set_remote_options(remote);
   TrainData d;
-  LazySource train = open_source("--train", o.train, o.lazy_cache, "--lazy-cache", o);
-  d.train = train.source;
-  d.info.classes = train.classes;
-  d.info.identity = train.identity;
+  if (!o.mixing()) {
+    LazySource train = open_source("--train", o.train, o.lazy_cache, "--lazy-cache", o);
+    d.train = train.source;
+    d.info.classes = train.classes;
+    d.info.identity = train.identity;
+  } else {
+    std::vector<LazySource> caches;
+    for (const std::string& path : o.trains) {
+      caches.push_back(open_source("--train", path, "", "--lazy-cache", o));
+    }
+    d.info.mixture =
+        make_train_mixture(o, caches, uint64_t{o.batch} * o.accum_steps * uint64_t(world_size));
+    d.train = d.info.mixture->view();
+    d.info.classes = d.info.mixture->classes();
+    d.info.identity = mixture_identity(*d.info.mixture, caches);
+  }
   d.info.count = d.train->size();
   d.info.layout = d.train->layout();
   d.info.height = d.train->shape().height;
@@ -186,29 +238,24 @@ TrainData open_data(const TrainOptions& o, int rank, int world_size,
   if (fields_task) lo.fields = vo.fields = m.targets.fields;  // only what the loss reads
   lo.allocator = allocator;
   vo.allocator = allocator;
-  d.train_loader = std::make_unique<Loader>(d.train, lo);
-  if (!o.val.empty() && rank == 0) {
-    const LazySource val = open_source("--val", o.val, o.val_lazy_cache, "--val-lazy-cache", o);
-    d.val = val.source;
-    const SampleShape vs = d.val->shape();
-    if (vs.channels != m.channels) {
-      throw UsageError("--val: " + o.val + " has " + std::to_string(vs.channels) +
-                       " channels, the training data " + std::to_string(m.channels));
-    }
-    if (fields_task) check_val_targets(o, *d.val, m.targets);
-    if (!fields_task && val.classes != m.classes) {
-      throw UsageError("--val: " + o.val + " has other classes than the training data (" +
-                       std::to_string(val.classes.size()) + " vs " +
-                       std::to_string(m.classes.size()) + ")");
-    }
-    if (o.image_size == 0 &&
-        (d.val->layout() != Layout::kFixed || vs.height != m.height || vs.width != m.width)) {
-      throw UsageError("--val: " + o.val + " has another sample shape than the training " +
-                       "cache; give --image-size to crop both");
-    }
-    d.val_loader = std::make_unique<Loader>(d.val, vo);
-  }
+  d.train_options = lo;
+  d.train_loader =
+      m.mixture ? std::make_unique<Loader>(m.mixture, lo) : std::make_unique<Loader>(d.train, lo);
+  if (rank == 0) open_vals(o, m, vo, &d.vals);
   return d;
+}
+
+void set_global_batch(TrainData* d, uint64_t global_batch) {
+  const std::shared_ptr<const Mixture> old = d->info.mixture;
+  if (!old || old->options().stratum == global_batch) return;
+  std::vector<MixSource> sources;
+  for (size_t k = 0; k < old->sources(); ++k) sources.push_back(old->source(k));
+  MixtureOptions mo = old->options();
+  mo.stratum = global_batch;
+  d->train_loader.reset();  // its workers hold the old mixture's sources
+  d->info.mixture = Mixture::make(std::move(sources), mo);
+  d->train = d->info.mixture->view();
+  d->train_loader = std::make_unique<Loader>(d->info.mixture, d->train_options);
 }
 
 }  // namespace train

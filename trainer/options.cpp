@@ -129,10 +129,10 @@ void refuse_signed_unsigned(const std::vector<std::string>& args,
     const std::string value =
         eq != std::string::npos ? a.substr(eq + 1) : (i + 1 < args.size() ? args[i + 1] : "");
     static const char* const kUnsigned[] = {
-        "epochs",       "max-steps",     "batch",    "accum-steps", "effective-batch",
-        "warmup-steps", "step-size",     "seed",     "threads",     "workers",
-        "prefetch",     "image-size",    "channels", "log-every",   "checkpoint-every",
-        "dist-timeout", "nproc-per-node"};
+        "epochs",       "max-steps",      "batch",      "accum-steps", "effective-batch",
+        "warmup-steps", "step-size",      "seed",       "threads",     "workers",
+        "prefetch",     "image-size",     "channels",   "log-every",   "checkpoint-every",
+        "dist-timeout", "nproc-per-node", "mix-samples"};
     const bool is_unsigned =
         std::find(std::begin(kUnsigned), std::end(kUnsigned), name) != std::end(kUnsigned);
     if (is_unsigned && !value.empty() && (value[0] == '-' || value[0] == '+')) {
@@ -140,6 +140,34 @@ void refuse_signed_unsigned(const std::vector<std::string>& args,
     }
   }
 }
+
+// "0.7,0.3": one finite number >= 0 per comma-separated item; UsageError naming --option.
+std::vector<double> parse_shares(const std::string& option, const std::string& text) {
+  std::vector<double> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || !std::isfinite(v) || v < 0) {
+      throw UsageError("--" + option + ": '" + item + "' in '" + text +
+                       "' is not a number >= 0 (give one per --train, comma-separated)");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// --mix-batching's words: false = random, true = stratified (dscache/mix_order.h's names).
+constexpr EnumName<bool> kMixBatchingWord[] = {{false, "random"}, {true, "stratified"}};
+constexpr EnumTable<bool> kMixBatchingWords(kMixBatchingWord);
 
 }  // namespace
 
@@ -150,14 +178,15 @@ struct OptionWords {
   std::string model = "cnn", precision = "auto", optimizer = "sgd", schedule = "constant",
               device = "cpu", normalize = "dataset", loss_scaling = "auto", shuffle = "global",
               window_bytes, task = "classify", targets, loss = "mse", progress = "auto",
-              class_weights, local_cache_size;
+              class_weights, local_cache_size, mix, mix_repeat, mix_batching = "random";
 };
 
 // Every option, bound to `o` or `words`, in groups by concern: --help lists them so, each once
 // (tests/trainer/test_trainer_cli.cpp checks).
 po::options_description describe_options(TrainOptions& o, OptionWords& words) {
   auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
-         window_bytes, task, targets, loss, progress, class_weights, local_cache_size] = words;
+         window_bytes, task, targets, loss, progress, class_weights, local_cache_size, mix,
+         mix_repeat, mix_batching] = words;
   po::options_description data_group("Data");
   po::options_description task_group("Task and model");
   po::options_description optimisation_group("Optimisation");
@@ -167,8 +196,12 @@ po::options_description describe_options(TrainOptions& o, OptionWords& words) {
   po::options_description other_group("Other");
   // clang-format off
   data_group.add_options()
-    ("train", po::value(&o.train), "training cache directory (required)")
-    ("val", po::value(&o.val), "validation cache directory")
+    ("train", po::value(&o.trains)->composing(), "training cache directory (required); give it again to train on a mixture of caches")
+    ("val", po::value(&o.vals)->composing(), "validation cache directory; several: each validated on its own")
+    ("mix", po::value(&mix), "W,W,...: the mixture's weights, one per --train in order: shares of each epoch's samples")
+    ("mix-repeat", po::value(&mix_repeat), "R,R,...: passes over each --train per epoch, instead of --mix (default 1 each)")
+    ("mix-samples", po::value(&o.mix_samples), "--mix: samples per epoch (default: the caches' sizes summed)")
+    ("mix-batching", po::value(&mix_batching), "random | stratified: stratified gives every global batch each cache's share (default random)")
     ("s3-endpoint", po::value(&o.s3_endpoint), "URL: S3 endpoint for s3:// caches (default AWS_ENDPOINT_URL)")
     ("local-cache", po::value(&o.local_cache), "DIR: verified local copies of remote caches, shared on the node (default DSCACHE_LOCAL_CACHE, ~/.cache/dscache)")
     ("local-cache-size", po::value(&local_cache_size), "most bytes of local copies, e.g. 50G (default 20GiB)")
@@ -216,6 +249,7 @@ po::options_description describe_options(TrainOptions& o, OptionWords& words) {
     ("output", po::value(&o.output), "directory for metrics.jsonl, tb/ (TensorBoard), checkpoint.pt, model.pt (one trainer at a time: dscache-train.lock)")
     ("resume", po::bool_switch(&o.resume), "continue from OUTPUT/checkpoint.pt (or the older checkpoint.prev.pt when it does not verify)")
     ("allow-data-change", po::bool_switch(&o.allow_data_change), "with --resume: continue even though --train holds other samples than the checkpoint was made on (refused without it)")
+    ("allow-mix-change", po::bool_switch(&o.allow_mix_change), "with --resume: continue the epoch under other --mix/--mix-repeat/--mix-samples/--mix-batching than the checkpoint's")
     ("force", po::bool_switch(&o.force), "start over in an --output that holds a run (removes its checkpoints, metrics, tb/ and model)")
     ("log-every", po::value(&o.log_every), "optimizer steps per metrics line (default 50)")
     ("checkpoint-every", po::value(&o.checkpoint_every), "optimizer steps per checkpoint (0 = epoch ends)")
@@ -243,8 +277,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   OptionWords words;
   const po::options_description desc = describe_options(o, words);
   const auto& [model, precision, optimizer, schedule, device, normalize, loss_scaling, shuffle,
-               window_bytes, task, targets, loss, progress, class_weights, local_cache_size] =
-      words;
+               window_bytes, task, targets, loss, progress, class_weights, local_cache_size, mix,
+               mix_repeat, mix_batching] = words;
   std::ostringstream text;
   text << desc;
   if (help_text) *help_text = text.str();
@@ -259,6 +293,16 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   }
   *help = vm.count("help") > 0;
   if (*help) return o;
+  if (!o.trains.empty()) o.train = o.trains.front();
+  if (!o.vals.empty()) o.val = o.vals.front();
+  if (vm.count("mix")) o.mix_weights = parse_shares("mix", mix);
+  if (vm.count("mix-repeat")) o.mix_repeats = parse_shares("mix-repeat", mix_repeat);
+  o.mix_stratified = pick(kMixBatchingWords, "mix-batching", mix_batching);
+  if (vm.count("mix-batching") + vm.count("mix-samples") && !o.mixing()) {
+    throw UsageError(std::string("--") +
+                     (vm.count("mix-batching") ? "mix-batching" : "mix-samples") +
+                     ": applies to a mixture (several --train, or --mix/--mix-repeat)");
+  }
   o.progress = pick(kProgressNames, "progress", progress);
   if (vm.count("no-progress")) {
     if (vm.count("progress") && o.progress != ProgressMode::kNever) {
@@ -310,12 +354,69 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool* help,
   return o;
 }
 
+namespace {
+
+// A mixture's options against --train, --val and what cannot mix.
+void validate_mixture(const TrainOptions& o) {
+  const size_t caches = o.trains.size();
+  const auto count_of = [&](const char* option, const std::vector<double>& shares) {
+    if (!shares.empty() && shares.size() != caches) {
+      throw UsageError(std::string("--") + option + ": " + std::to_string(shares.size()) +
+                       (shares.size() == 1 ? " value" : " values") + " for " +
+                       std::to_string(caches) + " --train " + (caches == 1 ? "cache" : "caches") +
+                       ": give one per --train, in order");
+    }
+  };
+  if (!o.mix_weights.empty() && !o.mix_repeats.empty()) {
+    throw UsageError("--mix and --mix-repeat: give one (weights, or passes per epoch)");
+  }
+  count_of("mix", o.mix_weights);
+  count_of("mix-repeat", o.mix_repeats);
+  if (!o.mix_repeats.empty() && o.mix_samples) {
+    throw UsageError(
+        "--mix-samples: applies to --mix (with --mix-repeat an epoch is the passes' "
+        "samples)");
+  }
+  if (o.allow_mix_change && !o.resume) throw UsageError("--allow-mix-change: needs --resume");
+  if (o.allow_mix_change && !o.mixing()) {
+    throw UsageError("--allow-mix-change: applies to a mixture (several --train, or --mix)");
+  }
+  if (o.vals.size() > 1 && !o.val_lazy_cache.empty()) {
+    throw UsageError("--val-lazy-cache: decodes one --val; " + std::to_string(o.vals.size()) +
+                     " --val need caches built by `dscache build`");
+  }
+  if (o.vals.size() > 1 && o.task.kind != TaskKind::kClassify) {
+    throw UsageError("--val: several (" + std::to_string(o.vals.size()) +
+                     ") are validated for --task classify only");
+  }
+  if (!o.mixing()) return;
+  if (!o.lazy_cache.empty()) {
+    throw UsageError("--lazy-cache: decodes one image folder; a mixture (" +
+                     std::to_string(caches) + " --train) needs caches built by `dscache build`");
+  }
+  if (o.windowed) {
+    throw UsageError(
+        "--shuffle windowed: a mixture of caches is shuffled globally (each cache "
+        "is sampled at once, so windows would not bound memory)");
+  }
+  if (o.task.kind != TaskKind::kClassify) {
+    throw UsageError("--task " + std::string(to_string(o.task.kind)) +
+                     ": a mixture of caches trains --task classify (labels unified by class "
+                     "name)");
+  }
+}
+
+}  // namespace
+
 void resolve_and_validate(TrainOptions* options) {
   TrainOptions& o = *options;
   auto bad = [](const std::string& field, const std::string& why) {
     throw UsageError("--" + field + ": " + why);
   };
+  if (o.trains.empty() && !o.train.empty()) o.trains = {o.train};
+  if (o.vals.empty() && !o.val.empty()) o.vals = {o.val};
   if (o.train.empty()) bad("train", "required (a cache directory built by `dscache build`)");
+  validate_mixture(o);
   if (o.epochs == 0) bad("epochs", "must be >= 1");
   if (o.batch == 0) bad("batch", "must be >= 1");
   if (o.effective_batch > 0) {

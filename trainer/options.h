@@ -35,8 +35,23 @@ const char* to_string(ProgressMode v);
 
 // Everything one training run needs. Defaults are what `dscache-train --train DIR` does.
 struct TrainOptions {
-  std::string train;  // training cache directory (required)
-  std::string val;    // validation cache directory; "" = none
+  std::string train;  // training cache directory (required): the first --train
+  std::string val;    // validation cache directory; "" = none: the first --val
+  // Every --train and --val, in order (resolve_and_validate fills them from train/val when
+  // empty). Several --train, or --mix/--mix-repeat, train on a mixture of the caches.
+  std::vector<std::string> trains;
+  std::vector<std::string> vals;
+  // The mixture's shares, one per --train in order: --mix (weights) or --mix-repeat (passes per
+  // epoch); both empty = repeat 1 each. docs/TRAINER.md "Mixing caches".
+  std::vector<double> mix_weights;
+  std::vector<double> mix_repeats;
+  uint64_t mix_samples = 0;       // --mix-samples: samples per epoch; 0 = the sizes summed
+  bool mix_stratified = false;    // --mix-batching stratified (each global batch holds the
+                                  // shares); default random
+  bool allow_mix_change = false;  // --resume under other mixture shares: the rest of the epoch
+                                  // takes the new ones (refused without it, exit 2)
+  // True when the run trains on a Mixture (several --train, or shares given).
+  bool mixing() const { return trains.size() > 1 || !mix_weights.empty() || !mix_repeats.empty(); }
   // --train/--val on object storage (s3://, http(s)://): applied with set_remote_options
   std::string s3_endpoint;            // --s3-endpoint; "" = AWS_ENDPOINT_URL or AWS's own
   std::string local_cache;            // --local-cache; "" = DSCACHE_LOCAL_CACHE or ~/.cache

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
@@ -58,6 +59,7 @@ class Run {
     double weight = 0;
     int64_t count = 0;
     int stop = 0;  // with several ranks: the signal all of them stop after (0 = none)
+    std::vector<int64_t> per_source;  // a mixture: the window's samples from each source
   };
 
   // train.cpp: before and after the step loop.
@@ -74,6 +76,14 @@ class Run {
   // run measures its normalization instead.
   bool resume();
   void report_resume(const LoadResult& r) const;
+  // The checkpoint resumed from closed its epoch: its global cursor reached the epoch's length
+  // (the one it recorded: a mixture's may change with --allow-mix-change).
+  bool resumed_epoch_closed() const;
+  // What a mixture's resume does with a position saved under other shares: continue with
+  // --allow-mix-change (the checkpoint's load refused it otherwise).
+  WeightChange weight_change() const {
+    return o_.allow_mix_change ? WeightChange::kContinue : WeightChange::kRefuse;
+  }
   // The batch converter, the gradient all-reduce and the accumulation windows (after resume(),
   // which may replace the parameters' data).
   void prepare_steps();
@@ -101,6 +111,10 @@ class Run {
   void checkpoint_in_epoch(const EpochClock& ec, double secs);
   // The epoch's line (validation included) in metrics.jsonl, and its checkpoint.
   void end_epoch(const EpochClock& ec);
+  // Every --val's metrics into the epoch line (the first's under today's keys).
+  void validate(nlohmann::json* line);
+  // A mixture's sources by name with this epoch's samples from each, over all ranks.
+  nlohmann::json samples_per_source() const;
 
   TrainOptions o_;
   DistEnv dist_;

@@ -34,6 +34,11 @@ std::string segment_text(const TaskOptions& t, const DataInfo& m) {
   }
   return s;
 }
+std::string vals_text(const std::vector<std::string>& vals) {
+  std::string s;
+  for (const auto& v : vals) s += (s.empty() ? "" : ",") + v;
+  return s;
+}
 }  // namespace
 
 RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
@@ -108,10 +113,22 @@ RunSettings run_settings(const TrainOptions& o, const DataInfo& m, int world,
       {"device", to_string(o.device)},
       {"channels-last", o.channels_last ? "on" : "off"},
       {"sync-bn", o.sync_bn ? "on" : "off"},
-      {"val", o.val.empty() ? "(none)" : o.val},
+      {"val", o.vals.size() > 1 ? vals_text(o.vals)
+              : o.val.empty()   ? "(none)"
+                                : o.val},
   };
   s.data = m.identity;
   s.allow_data_change = o.allow_data_change;
+  if (m.mixture) {
+    const Mixture& mix = *m.mixture;
+    s.mix_fingerprint = mix.fingerprint(mix.options().stratum);
+    s.mix_shares = mix.describe_shares() + "; " + std::to_string(mix.epoch_samples()) +
+                   " samples per epoch, " +
+                   (mix.options().batching == MixBatching::kStratified
+                        ? "stratified batches of " + std::to_string(mix.options().stratum)
+                        : std::string("random batching"));
+  }
+  s.allow_mix_change = o.allow_mix_change;
   return s;
 }
 

@@ -59,12 +59,16 @@ void step_hook(uint64_t step, int rank) {
   }
 }
 
-void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices, uint32_t size) {
+void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices,
+                const uint32_t* sources, uint32_t size) {
   const HookConfig& c = config();
   if (c.sample_log.empty()) return;
   std::string line =
       std::to_string(epoch) + " " + std::to_string(step) + " " + std::to_string(rank);
-  for (uint32_t i = 0; i < size; ++i) line += " " + std::to_string(indices[i]);
+  for (uint32_t i = 0; i < size; ++i) {
+    line += " " + (sources ? std::to_string(sources[i]) + ":" : std::string()) +
+            std::to_string(indices[i]);
+  }
   line += "\n";
   const int fd = ::open(c.sample_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   const bool ok =

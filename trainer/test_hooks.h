@@ -22,10 +22,12 @@ void step_hook(uint64_t step, int rank);
 
 // Called for every training batch the step loop takes, before its forward pass, with the epoch
 // (0-based), the optimizer step it belongs to (1-based, over the run), this process's rank and
-// the batch's sample indices. With DSCACHE_TEST_SAMPLE_LOG=FILE set, appends one line to FILE:
-// "EPOCH STEP RANK INDEX..." in a single O_APPEND write, so ranks can share the file (the
-// elastic resume tests compare the samples of every step). Otherwise does nothing.
-void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices, uint32_t size);
+// the batch's sample indices (and, for a mixture, their sources; null otherwise). With
+// DSCACHE_TEST_SAMPLE_LOG=FILE set, appends one line to FILE: "EPOCH STEP RANK INDEX..." (a
+// mixture: "EPOCH STEP RANK SOURCE:INDEX...") in a single O_APPEND write, so ranks can share the
+// file (the elastic resume tests compare the samples of every step). Otherwise does nothing.
+void batch_hook(uint64_t epoch, uint64_t step, int rank, const uint64_t* indices,
+                const uint32_t* sources, uint32_t size);
 
 }  // namespace train
 }  // namespace dscache

@@ -102,6 +102,8 @@ LoadResult Run::read_checkpoint() {
         plan_elastic(saved, o_.batch, static_cast<uint64_t>(dist_.world_size), asked);
     o_.accum_steps = plan.accum_steps;
     elastic_note_ = plan.note;
+    // a mixture's stratified batches are global batches: the stratum follows
+    set_global_batch(&data_, uint64_t{o_.batch} * o_.accum_steps * uint64_t(dist_.world_size));
     return settings();
   };
   LoadResult r = load_checkpoint(o_.output, settings_for, device_,
@@ -242,12 +244,17 @@ void Run::setup() {
   batches_ = data_.train_loader->batches_per_epoch();
 }
 
+bool Run::resumed_epoch_closed() const {
+  const uint64_t length = st_.epoch_length ? st_.epoch_length : data_.train_loader->epoch_length();
+  return st_.epoch_position.sample >= length;
+}
+
 void Run::report_resume(const LoadResult& r) const {
   if (!r.fallback.empty()) {
     std::fprintf(stderr, "dscache-train: %s; falling back to the older %s\n", r.fallback.c_str(),
                  r.path.c_str());
   }
-  const bool closed = st_.epoch_position.sample >= data_.train_loader->epoch_length();
+  const bool closed = resumed_epoch_closed();
   std::fprintf(stderr,
                "dscache-train: resuming from %s at %s of epoch %llu/%u, step %llu "
                "(%llu samples seen)\n",
@@ -259,6 +266,7 @@ void Run::report_resume(const LoadResult& r) const {
     std::fprintf(stderr, "dscache-train: warning: %s\n", r.data_note.c_str());
   }
   if (!elastic_note_.empty()) std::fprintf(stderr, "dscache-train: %s\n", elastic_note_.c_str());
+  if (!r.mix_note.empty()) std::fprintf(stderr, "dscache-train: %s\n", r.mix_note.c_str());
   if (!r.adjusted.empty()) {
     std::string list;
     for (const auto& a : r.adjusted) list += (list.empty() ? "" : ", ") + a;
@@ -307,7 +315,7 @@ bool Run::resume() {
       measure_target_stats(*data_.train, "--train " + o_.train, &targets_);
     }
     st_.position = {o_.seed, 0, 0};
-    st_.epoch_position = {o_.seed, 0, 0};
+    st_.epoch_position = {o_.seed, 0, 0, {}};
   }
   return resumed;
 }

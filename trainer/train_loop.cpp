@@ -39,7 +39,10 @@ uint64_t run_batches_left(const TrainOptions& o, uint64_t epoch, uint64_t b, uin
 void Run::run_epochs(bool resumed) {
   uint64_t epoch = st_.epoch_position.epoch;
   bool resume = resumed;
-  if (resumed && st_.epoch_position.sample >= data_.train_loader->epoch_length()) {
+  if (resumed && resumed_epoch_closed()) {
+    // A mixture's next epoch draws on from where this one left each source's stream (after new
+    // shares that is not where a pure epoch would start): the Loader learns it from the position.
+    if (data_.info.mixture) data_.train_loader->resume(st_.epoch_position, weight_change());
     ++epoch;  // the checkpoint closed its epoch
     resume = false;
   }
@@ -69,14 +72,20 @@ Run::EpochClock Run::start_epoch(uint64_t epoch, bool resume) {
     // The global cursor, cut for this run's ranks and --batch: on another world size too, each
     // rank continues at batch G / (batch x world size), a window boundary since the global batch
     // is kept (elastic.h).
-    train_loader.resume(st_.epoch_position);
+    // A mixture under other shares (--allow-mix-change, checked at the checkpoint's load):
+    // the samples taken stand, the rest of the epoch follows the new shares.
+    train_loader.resume(st_.epoch_position, weight_change());
     st_.position = train_loader.position();  // this geometry's cursor, for loader_cursor
   } else {
     train_loader.start_epoch(o_.seed, epoch);
     st_.epoch_loss = st_.epoch_weight = 0;
     st_.epoch_correct = st_.epoch_samples = st_.epoch_skipped = st_.epoch_count = 0;
     st_.epoch_seconds = st_.epoch_wait = 0;
+    st_.epoch_source_samples.clear();
   }
+  // a mixture's per-source counts (a resumed epoch's from its checkpoint)
+  st_.epoch_source_samples.resize(data_.info.mixture ? data_.info.mixture->sources() : 0, 0);
+  st_.epoch_length = train_loader.epoch_length();
   EpochClock ec;
   ec.epoch = epoch;
   ec.b = train_loader.position().cursor;
@@ -102,11 +111,16 @@ Run::Window Run::run_window(EpochClock* ec) {
   // on the device; read once per window
   torch::Tensor wloss_t, wcorrect_t, wweight_t, wcount_t;
   int64_t pixels = 0;  // segment: the window's pixels over all ranks (every batch is H x W)
+  w.per_source.assign(st_.epoch_source_samples.size(), 0);
   for (; ec->b < wend; ++ec->b) {
     conv_->wait_copied();  // the Loader may refill the previous batch's buffer now
     const Batch* batch = train_loader.next();
     if (!batch) throw std::logic_error("Loader ended before batches_per_epoch()");
-    batch_hook(ec->epoch, st_.global_step + 1, dist_.rank, batch->indices, batch->size);
+    batch_hook(ec->epoch, st_.global_step + 1, dist_.rank, batch->indices, batch->sources,
+               batch->size);
+    if (batch->sources) {
+      for (uint32_t i = 0; i < batch->size; ++i) ++w.per_source.at(batch->sources[i]);
+    }
     const torch::Tensor x = conv_->images(*batch);
     if (grad_sync_ && ec->b + 1 == wend) grad_sync_->arm();  // buckets start in this backward
     GradScaler* scaler = scaler_ ? &*scaler_ : nullptr;
@@ -136,12 +150,16 @@ Run::Window Run::run_window(EpochClock* ec) {
     // and the stop requests: ranks that got SIGINT/SIGTERM, and the sum of those signals, so
     // that all ranks stop after this same step (a rank whose peer died fails here, exit 3)
     const int asked = stop_requested();
-    const torch::Tensor totals =
-        torch::tensor({w.loss, static_cast<double>(w.correct), asked ? 1.0 : 0.0,
-                       static_cast<double>(asked), w.weight, static_cast<double>(w.count)},
-                      torch::kDouble)
-            .to(device_);
+    std::vector<double> sums = {
+        w.loss,   static_cast<double>(w.correct), asked ? 1.0 : 0.0, static_cast<double>(asked),
+        w.weight, static_cast<double>(w.count)};
+    for (int64_t n : w.per_source) sums.push_back(static_cast<double>(n));  // a mixture's
+    const torch::Tensor totals = torch::tensor(sums, torch::kDouble).to(device_);
     comm_->allreduce_sum({totals});
+    const torch::Tensor summed = totals.cpu();
+    for (size_t k = 0; k < w.per_source.size(); ++k) {
+      w.per_source[k] = static_cast<int64_t>(summed[6 + static_cast<int64_t>(k)].item<double>());
+    }
     w.loss = totals[0].item<double>();
     w.correct = static_cast<int64_t>(totals[1].item<double>());
     const double votes = totals[2].item<double>();
@@ -198,6 +216,7 @@ void Run::apply_step(EpochClock* ec, const Window& w) {
   st_.epoch_count += w.count;
   st_.log_loss += w.loss;
   st_.log_weight += w.weight;
+  for (size_t k = 0; k < w.per_source.size(); ++k) st_.epoch_source_samples[k] += w.per_source[k];
   log_samples_ += w.samples;
   st_.position = data_.train_loader->position();
   st_.epoch_position = data_.train_loader->epoch_position();
@@ -275,21 +294,9 @@ void Run::end_epoch(const EpochClock& ec) {
     line.erase("train_acc");
     line["train_pixel_acc"] = acc;
   }
-  if (data_.val_loader && segment()) {
-    const TargetEval ev = evaluate_segment(*model_, *data_.val_loader, *conv_, amp_, targets_);
-    line["val_loss"] = ev.loss;
-    line.update(ev.metrics);
-  } else if (data_.val_loader && fields_task()) {
-    const TargetEval ev =
-        evaluate_targets(*model_, *data_.val_loader, *conv_, amp_, targets_, "--val " + o_.val);
-    line["val_loss"] = ev.loss;
-    line.update(ev.metrics);
-  } else if (data_.val_loader) {
-    const EvalResult ev = evaluate(*model_, *data_.val_loader, *conv_, amp_);
-    line["val_loss"] = ev.loss;
-    line["val_acc"] = ev.acc;
-  }
-  if (data_.val_loader) progress_->validation_took(seconds_since(validation_start));
+  if (data_.info.mixture) line["samples_per_source"] = samples_per_source();
+  validate(&line);
+  if (!data_.vals.empty()) progress_->validation_took(seconds_since(validation_start));
   if (comm_) comm_->barrier();  // the other ranks wait for rank 0's validation
   if (!main_rank_) return;
   print_epoch_summary(line, o_.epochs);
@@ -300,6 +307,42 @@ void Run::end_epoch(const EpochClock& ec) {
     curves_.add(line);  // after the checkpoint: a picture that cannot be written loses no epoch
     curves_.draw(curves_path());
   }
+}
+
+void Run::validate(nlohmann::json* line) {
+  nlohmann::json per_val = nlohmann::json::object();
+  for (ValSet& v : data_.vals) {
+    nlohmann::json m;
+    if (segment()) {
+      const TargetEval ev = evaluate_segment(*model_, *v.loader, *conv_, amp_, targets_);
+      m = ev.metrics;
+      m["val_loss"] = ev.loss;
+    } else if (fields_task()) {
+      const TargetEval ev =
+          evaluate_targets(*model_, *v.loader, *conv_, amp_, targets_, "--val " + v.path);
+      m = ev.metrics;
+      m["val_loss"] = ev.loss;
+    } else {
+      const EvalResult ev = evaluate(*model_, *v.loader, *conv_, amp_);
+      m = {{"val_loss", ev.loss}, {"val_acc", ev.acc}};
+    }
+    if (per_val.empty()) line->update(m);  // the first --val: today's keys
+    nlohmann::json& named = per_val[v.name];
+    for (const auto& [k, value] : m.items())
+      named[k.rfind("val_", 0) == 0 ? k.substr(4) : k] = value;
+  }
+  // Several --val: each under its own name ("loss", "acc", ...); one keeps today's line.
+  if (data_.vals.size() > 1) (*line)["val"] = per_val;
+}
+
+nlohmann::json Run::samples_per_source() const {
+  nlohmann::json counts = nlohmann::json::object();
+  const Mixture& mix = *data_.info.mixture;
+  for (size_t k = 0; k < mix.sources(); ++k) {
+    counts[mix.source(k).name] =
+        k < st_.epoch_source_samples.size() ? st_.epoch_source_samples[k] : 0;
+  }
+  return counts;
 }
 
 }  // namespace train

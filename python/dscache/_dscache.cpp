@@ -159,12 +159,12 @@ class PyLoader {
   }
 
   void start_epoch(uint64_t seed, uint64_t epoch) {
-    Exclusive ex(this);
+    Exclusive ex(this, true);
     py::gil_scoped_release nogil;
     loader_->start_epoch(seed, epoch);
   }
   void restore(uint64_t seed, uint64_t epoch, uint64_t cursor) {
-    Exclusive ex(this);
+    Exclusive ex(this, true);
     py::gil_scoped_release nogil;
     loader_->restore(LoaderPosition{seed, epoch, cursor});
   }
@@ -273,6 +273,11 @@ class PyLoader {
   // (seed, epoch, sample, the mixture's MixState as a dict or None): Loader::epoch_position().
   py::tuple epoch_position() const {
     check_usable();
+    if (rebuilding_) {  // a mixture's order is being rebuilt without the GIL: not readable now
+      throw Error(ErrorKind::kInvalidArgument, "",
+                  "Loader: state_dict() while another thread starts, restores or resumes an "
+                  "epoch (take positions on the thread that iterates)");
+    }
     const EpochPosition p = loader_->epoch_position();
     py::object mix = loader_->mixture() ? py::object(mix_state_dict(p.mix)) : py::none();
     return py::make_tuple(p.seed, p.epoch, p.sample, mix);
@@ -281,7 +286,7 @@ class PyLoader {
   void resume(uint64_t seed, uint64_t epoch, uint64_t sample, const std::optional<py::dict>& mix,
               bool new_weights) {
     const EpochPosition p{seed, epoch, sample, mix ? mix_state_from(*mix) : MixState{}};
-    Exclusive ex(this);
+    Exclusive ex(this, true);
     py::gil_scoped_release nogil;
     loader_->resume(p, new_weights ? WeightChange::kContinue : WeightChange::kRefuse);
   }
@@ -325,25 +330,28 @@ class PyLoader {
     if (!loader_) throw Error(ErrorKind::kInvalidArgument, "", "Loader: used after close()");
   }
 
-  // Marks the Loader in use for one call (taken and checked while the GIL is held).
+  // Marks the Loader in use for one call (taken and checked while the GIL is held). `rebuild`:
+  // the call rebuilds the epoch's order (start, restore, resume), which epoch_position() reads.
   class Exclusive {
    public:
-    explicit Exclusive(PyLoader* l) : l_(l) {
+    explicit Exclusive(PyLoader* l, bool rebuild = false) : l_(l) {
       l_->check_usable();
       if (l_->busy_) {
         throw Error(ErrorKind::kInvalidArgument, "",
                     "Loader: used from two threads at once (iterate it from one thread)");
       }
       l_->busy_ = true;
+      l_->rebuilding_ = rebuild;
     }
-    ~Exclusive() { l_->busy_ = false; }  // runs after the GIL is taken back
+    ~Exclusive() { l_->busy_ = l_->rebuilding_ = false; }  // runs after the GIL is taken back
 
    private:
     PyLoader* l_;
   };
 
-  bool busy_ = false;    // read and written only with the GIL held
-  bool forked_ = false;  // set in a fork's child (os.register_at_fork, dscache/__init__.py)
+  bool busy_ = false;        // read and written only with the GIL held
+  bool rebuilding_ = false;  // busy_ in start_epoch, restore or resume (the GIL held too)
+  bool forked_ = false;      // set in a fork's child (os.register_at_fork, dscache/__init__.py)
   bool fields_handed_off_ = false;  // field values are views of pool_'s buffers
   std::vector<std::pair<py::str, py::dtype>> field_names_;  // see field_arrays
   std::shared_ptr<BufferPool> pool_;

@@ -435,18 +435,32 @@ class Loader:
                     f"InvalidArgument: state_dict: sampler {key} was {theirs.get(key)!r}, this "
                     f"loader has {mine.get(key)!r} (pass the same shuffle options)", "",
                     f"sampler {key} differs")
-        if self._mixture is not None and state.get("sample") is not None and "mix" in state:
+        if self._mixture is not None:
+            if state.get("sample") is None or "mix" not in state:
+                # Without them only the pure order at its cursor could be served: wrong after
+                # a weight change, and unchecked against the shares.
+                raise _invalid("state_dict: no 'sample' and 'mix' (a mixture's position): "
+                               "saved by a Loader over one cache, or edited; a Loader over a "
+                               "Mixture resumes only a mixture's state_dict()")
             return _mixture.resume_loader(self, state, seed, epoch, allow_new_weights)
+        if "mix" in state:
+            raise _invalid("state_dict: 'mix' is a mixture's position (saved by a Loader over a "
+                           "Mixture); this Loader serves one cache")
         if version == 1:
             cursor = _check_int("state_dict cursor", state.get("cursor"), 0, len(self))
         else:
             sample = _elastic.state_sample(state, _mixture.epoch_samples(self.cache),
                                            theirs.get("rank_tail"))
             cursor = self._impl.cursor_at(sample)
-        self.seed = seed
-        self._epoch = epoch
+        self._at_cursor(seed, epoch, cursor)
+
+    def _at_cursor(self, seed, epoch, cursor):
+        """The next iteration serves from this Loader's batch `cursor` of `epoch` (the pure order
+        over a Mixture): load_state_dict()'s end, and what CacheDataset's workers, whose epochs
+        are pure, ask for directly."""
+        self.seed, self._epoch = seed, epoch
         self._active = self._positioned = False
-        self._pending = (self.seed, self._epoch, cursor)
+        self._pending = (seed, epoch, cursor)
 
     def __reduce_ex__(self, protocol):
         raise TypeError(

@@ -180,11 +180,12 @@ def _binding_mix(mixture, state_mix):
     if names != mixture.names:
         raise _invalid(f"state_dict mix: saved on sources {names}, this mixture's are "
                        f"{mixture.names}")
-    try:
-        fingerprint = int(str(state_mix.get("fingerprint")), 16)
-    except ValueError:
-        raise _invalid(f"state_dict mix fingerprint: {state_mix.get('fingerprint')!r} is not "
-                       f"16 hex digits") from None
+    given = state_mix.get("fingerprint")
+    # Exactly what _state_mix writes: int() alone would take an int's decimal digits as hex.
+    if not isinstance(given, str) or len(given) != 16 or \
+            any(c not in "0123456789abcdefABCDEF" for c in given):
+        raise _invalid(f"state_dict mix fingerprint: {given!r} is not 16 hex digits")
+    fingerprint = int(given, 16)
     out = {"fingerprint": _check_int("state_dict mix fingerprint", fingerprint, 0, _U64),
            "segment": _check_int("state_dict mix segment", state_mix.get("segment"), 0, _U32),
            "segment_start": _check_int("state_dict mix segment_start",

@@ -325,9 +325,7 @@ class CacheDataset(torch.utils.data.IterableDataset):
         offset = (start + w) % workers
         loader = self._loader(workers, offset)
         first = min((start + w) // workers + skip, len(loader))
-        state = loader.state_dict()
-        state.update(seed=seed, epoch=epoch, cursor=first, sample=None)  # G from the cursor
-        loader.load_state_dict(state)
+        loader._at_cursor(seed, epoch, first)
         self._pass = [seed, epoch, start, first - (start + w) // workers, workers, w, len(loader)]
         in_worker = torch.utils.data.get_worker_info() is not None
         batches = _worker_batches(loader, self._worker_ring(loader.cache),

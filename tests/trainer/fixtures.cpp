@@ -67,7 +67,9 @@ void write_cache(const std::string& dir, const Dataset& d, uint64_t shard_sample
   o.recipe.width = d.width;
   o.recipe.channels = d.channels;
   o.recipe.shard_bytes = shard_samples * d.height * d.width * d.channels;
-  for (uint32_t k = 0; k < d.classes; ++k) o.classes.push_back("class" + std::to_string(k));
+  for (uint32_t k = 0; k < d.classes; ++k) {
+    o.classes.push_back(d.class_names.empty() ? "class" + std::to_string(k) : d.class_names.at(k));
+  }
   o.source = {"idx", "/test/fixture", "", d.count(), 0};
   o.tool_version = "test";
   o.created_utc = "2024-01-01T00:00:00Z";

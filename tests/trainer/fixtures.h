@@ -16,7 +16,8 @@ using dscache::test::TempDir;  // the tests' one temp dir (tests/temp_dir.h)
 struct Dataset {
   uint32_t height = 0, width = 0, channels = 0;
   uint32_t classes = 0;
-  std::vector<uint8_t> images;  // count * height * width * channels
+  std::vector<std::string> class_names;  // write_cache's names; empty: class0, class1, ...
+  std::vector<uint8_t> images;           // count * height * width * channels
   std::vector<int64_t> labels;
   uint64_t count() const { return labels.size(); }
 };

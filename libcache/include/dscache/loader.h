@@ -223,7 +223,9 @@ class Loader {
   // The global cursor: with this Loader's next batch being rank batch c (its cursor, or the
   // rank batch it maps to when strided), G = c x batch_size x world_size, or epoch_length()
   // once the rank's epoch is finished. Meaningful as a global position when every rank took
-  // the same number of batches (save at a step every rank reached).
+  // the same number of batches (save at a step every rank reached). A mixture's MixState is
+  // counted on from the last call: const, but not to be called from two threads at once, nor
+  // while another thread is in start_epoch(), restore() or resume() (the consumer's thread).
   EpochPosition epoch_position() const;
   uint64_t epoch_sample(uint64_t rank_batches) const;  // the same formula for rank batch c
   uint64_t epoch_length() const;                       // E: the epoch's samples (the source's)
@@ -236,6 +238,8 @@ class Loader {
   // A mixture: pos.mix.fingerprint must be this Loader's (else Error(kInvalidArgument) naming
   // the old and new shares) unless `change` is kContinue, which keeps [0, G) as taken and
   // serves the rest of the epoch under this Loader's shares from the sources' saved streams.
+  // A MixState that is not consistent (docs/SERVING.md "Mixing caches", "Resume") is
+  // Error(kInvalidArgument) naming the key; a single source's Loader refuses a non-empty one.
   void resume(const EpochPosition& pos, WeightChange change = WeightChange::kRefuse);
   // The mixture served, or null for a single source.
   const std::shared_ptr<const Mixture>& mixture() const;

@@ -48,7 +48,9 @@ class Mixture {
   // difference from source 0 by name: channels, fields (name, kind, dtype, shape, rows_of,
   // classes), encoded (JPEG) or not, classes present or not; and the shares: all weights or all
   // repeats (not both; neither = repeat 1 each), each finite in [0, 2^20], not all 0, a
-  // non-empty source for every share > 0, names unique. Fixed sources of different H x W, or any
+  // non-empty source for every share > 0, names unique, no class named twice in a source's
+  // list or the given one (a source of 0 samples and share 0 only adds its class names). Fixed
+  // sources of different H x W, or any
   // ragged source, make the mixture ragged (the Loader then needs a crop to a fixed size).
   static std::shared_ptr<const Mixture> make(std::vector<MixSource> sources,
                                              const MixtureOptions& options = {});

@@ -2,8 +2,6 @@
 // aligned buffers, handed out in order.
 #include "dscache/loader.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -19,6 +17,7 @@
 #include "serve/direct_windows.h"
 #include "serve/field_fill.h"
 #include "serve/loader_impl.h"
+#include "serve/physical_memory.h"
 #include "serve/prefetcher.h"
 #include "serve/read_ahead.h"
 
@@ -33,18 +32,6 @@ Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgum
 // a * b, or false when it does not fit in 64 bits.
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
-}
-
-// This machine's physical memory in bytes (UINT64_MAX when unknown): no ring of batch buffers
-// larger than that can ever be allocated, so such options are refused up front by name.
-uint64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  uint64_t bytes = 0;
-  if (pages <= 0 || page <= 0 || !checked_mul(uint64_t(pages), uint64_t(page), &bytes)) {
-    return UINT64_MAX;
-  }
-  return bytes;
 }
 
 // Mirrors an HWC image left to right, in place.
@@ -174,7 +161,7 @@ Loader::Impl::Impl(std::shared_ptr<const SampleSource> source, const LoaderOptio
       !checked_mul(slot_bytes + batch_bytes + kAlign, slot_count, &ring_bytes)) {
     throw invalid(sizes + " does not fit in 64 bits");
   }
-  const uint64_t memory = physical_memory_bytes();
+  const uint64_t memory = detail::physical_memory_bytes();  // no larger ring can be allocated
   if (ring_bytes > memory || batch_bytes > SIZE_MAX) {
     throw invalid(sizes + " = " + std::to_string(ring_bytes) +
                   " bytes, more than this machine's memory (" + std::to_string(memory) +

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "dscache/error.h"
 #include "dscache/loader.h"
@@ -82,12 +83,20 @@ uint64_t Loader::cursor_at(uint64_t sample) const {
 void Loader::resume(const EpochPosition& pos, WeightChange change) {
   detail::MixEpoch* mix = impl_->mix_.get();
   if (mix == nullptr) {
+    const MixState& m = pos.mix;
+    if (m.fingerprint != 0 || m.segment != 0 || m.segment_start != 0 || !m.drawn.empty() ||
+        !m.segment_drawn.empty() || !m.taken.empty()) {
+      throw invalid("position.mix: the position was saved by a Loader over a mixture of " +
+                    std::to_string(m.drawn.size()) +
+                    " sources; this Loader serves a single source");
+    }
     restore(LoaderPosition{pos.seed, pos.epoch, cursor_at(pos.sample)});
     return;
   }
   // A mixture: the segment is taken first (refused shares throw before anything changes), and
-  // put back when the cursor or the start is refused.
-  const detail::MixEpoch before = *mix;
+  // put back when the cursor or the start is refused (what resume() changed: O(sources), never
+  // a copy of the built epoch).
+  detail::MixEpoch::Resumed before = mix->resumed();
   try {
     mix->resume(pos, change);
     // New shares whose epoch ends at or before G: the epoch is over.
@@ -95,7 +104,7 @@ void Loader::resume(const EpochPosition& pos, WeightChange change) {
     restore(
         LoaderPosition{pos.seed, pos.epoch, over ? batches_per_epoch() : cursor_at(pos.sample)});
   } catch (...) {
-    *mix = before;
+    mix->put_back(std::move(before));
     throw;
   }
 }

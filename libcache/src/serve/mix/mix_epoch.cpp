@@ -8,6 +8,7 @@
 
 #include "dscache/error.h"
 #include "dscache/sampler.h"
+#include "serve/physical_memory.h"
 
 namespace dscache {
 namespace detail {
@@ -28,6 +29,99 @@ void check_sources(const std::vector<uint64_t>& v, size_t k, const char* what) {
   }
 }
 
+std::string list(const std::vector<uint64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i > 0 ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// The epoch's order is built whole (mix_segment_order: an entry and a source number per
+// position; the rank's entries and view indices): refused up front, by epoch_samples, when that
+// is more than this machine's memory, never a failed allocation at start_epoch().
+void check_order_memory(const Mixture& m, uint32_t world_size) {
+  __extension__ typedef unsigned __int128 u128;
+  constexpr uint64_t kPerPosition = sizeof(MixEntry) + sizeof(uint64_t);
+  const uint64_t e = m.epoch_samples(), per_rank = e / std::max<uint32_t>(world_size, 1) + 1;
+  const u128 bytes = (u128{e} + per_rank) * kPerPosition;
+  const uint64_t memory = physical_memory_bytes();
+  if (bytes > memory) {
+    const std::string b =
+        bytes > UINT64_MAX ? "more than 2^64" : std::to_string(static_cast<uint64_t>(bytes));
+    throw invalid("mixture: epoch_samples " + std::to_string(e) + ": the epoch's order takes " + b +
+                  " bytes (" + std::to_string(kPerPosition) + " a position, and " +
+                  std::to_string(kPerPosition) +
+                  " a position of this rank), more than this machine's memory (" +
+                  std::to_string(memory) + " bytes); lower epoch_samples or the repeats");
+  }
+}
+
+// The saved MixState's own consistency, before anything uses it (a tampered or foreign state is
+// refused by the key it gets wrong): one entry per source; stream positions inside pass 2^32-1
+// (none for an empty source); per source segment_drawn <= drawn, the segment's draws
+// (drawn - segment_drawn) among the samples taken, taken <= drawn; the taken counts summing to
+// the samples taken (max(sample, segment_start): an epoch that new shares ended before the
+// position); with the shares in force (`same`), a segment that starts at 0 when it is the
+// epoch's first and at or before the position unless the epoch is over (sample == e).
+void check_state(const Mixture& mix, const EpochPosition& pos, bool same, uint64_t e) {
+  const MixState& m = pos.mix;
+  const size_t k_count = mix.sources();
+  check_sources(m.segment_drawn, k_count, "segment_drawn");
+  check_sources(m.drawn, k_count, "drawn");
+  check_sources(m.taken, k_count, "taken");
+  __extension__ typedef unsigned __int128 u128;
+  u128 sum = 0;
+  for (size_t k = 0; k < k_count; ++k) {
+    const uint64_t n = mix.source(k).source->size();
+    const std::string at = "[" + std::to_string(k) + "] (" + mix.source(k).name + ")";
+    const std::pair<const char*, uint64_t> streams[] = {{"drawn", m.drawn[k]},
+                                                        {"segment_drawn", m.segment_drawn[k]}};
+    for (const auto& [key, v] : streams) {
+      if (n == 0 ? v != 0 : v / n > UINT32_MAX) {
+        throw invalid("position.mix." + std::string(key) + at + " = " + std::to_string(v) +
+                      (n == 0 ? ", but the source holds no samples"
+                              : " lies in pass " + std::to_string(v / n) + " of its " +
+                                    std::to_string(n) + " samples, past 2^32-1"));
+      }
+    }
+    if (m.drawn[k] < m.segment_drawn[k]) {
+      throw invalid("position.mix.drawn" + at + " " + std::to_string(m.drawn[k]) +
+                    " < segment_drawn " + std::to_string(m.segment_drawn[k]) +
+                    ": a stream does not go back");
+    }
+    if (m.drawn[k] - m.segment_drawn[k] > m.taken[k] || m.taken[k] > m.drawn[k]) {
+      throw invalid("position.mix.taken" + at + " " + std::to_string(m.taken[k]) +
+                    " does not fit the draws: at least the segment's " +
+                    std::to_string(m.drawn[k] - m.segment_drawn[k]) + " draws, at most drawn " +
+                    std::to_string(m.drawn[k]));
+    }
+    sum += m.taken[k];
+  }
+  if (same) {
+    if (pos.sample > e) {
+      throw invalid("position.sample " + std::to_string(pos.sample) + " > the epoch's " +
+                    std::to_string(e) + " samples");
+    }
+    if (m.segment == 0 && m.segment_start != 0) {
+      throw invalid("position.mix.segment_start " + std::to_string(m.segment_start) +
+                    " with segment 0: an epoch's first segment starts at 0");
+    }
+    if (m.segment_start > pos.sample && pos.sample < e) {
+      throw invalid("position.mix.segment_start " + std::to_string(m.segment_start) +
+                    " > position.sample " + std::to_string(pos.sample) +
+                    ": the shares in force took effect after the position");
+    }
+  }
+  const uint64_t taken = std::max(pos.sample, m.segment_start);
+  if (sum != taken) {
+    throw invalid("position.mix.taken sums to " +
+                  (sum > UINT64_MAX ? std::string("more than 2^64")
+                                    : std::to_string(static_cast<uint64_t>(sum))) +
+                  ", not position.sample " + std::to_string(pos.sample) +
+                  (taken != pos.sample ? " (segment_start " + std::to_string(taken) + ")" : "") +
+                  ": every sample taken is one source's");
+  }
+}
+
 }  // namespace
 
 MixEpoch::MixEpoch(std::shared_ptr<const Mixture> mixture, const LoaderOptions& options)
@@ -41,7 +135,8 @@ MixEpoch::MixEpoch(std::shared_ptr<const Mixture> mixture, const LoaderOptions& 
   }
   plan_ = mixture_->plan(sampler_.shuffle != Shuffle::kNone,
                          uint64_t{options.batch_size} * sampler_.world_size);
-  base_drawn_.assign(mixture_->sources(), 0);
+  check_order_memory(*mixture_, sampler_.world_size);
+  r_.base_drawn.assign(mixture_->sources(), 0);
   for (size_t k = 0; k < mixture_->sources(); ++k) {
     members_.push_back(&mixture_->source(k));
     remaps_.push_back(&mixture_->remap(k));
@@ -55,15 +150,22 @@ DirectReadDecision MixEpoch::direct_choice() const {
 }
 
 MixSegment MixEpoch::segment_for(uint64_t epoch) const {
-  if (resumed_ && resumed_segment_.epoch == epoch) return resumed_segment_;
-  if (epoch < base_epoch_) {
+  if (r_.resumed && r_.segment.epoch == epoch) return r_.segment;
+  if (epoch < r_.base_epoch) {
     throw invalid("start_epoch: epoch " + std::to_string(epoch) + " is before epoch " +
-                  std::to_string(base_epoch_) +
+                  std::to_string(r_.base_epoch) +
                   ", where this Loader's resumed mixture continues its sources' streams");
   }
-  MixSegment seg = pure_epoch(mixture_->counts(), epoch - base_epoch_);
+  MixSegment seg = pure_epoch(mixture_->counts(), epoch - r_.base_epoch);
   seg.epoch = epoch;
-  for (size_t k = 0; k < seg.drawn.size(); ++k) seg.drawn[k] += base_drawn_[k];
+  for (size_t k = 0; k < seg.drawn.size(); ++k) {
+    // A wrapped sum would be a small, valid-looking stream position: refused, not served.
+    if (seg.drawn[k] > UINT64_MAX - r_.base_drawn[k]) {
+      throw invalid("start_epoch: epoch " + std::to_string(epoch) + ": source " +
+                    mixture_->source(k).name + "'s stream position overflows 64 bits");
+    }
+    seg.drawn[k] += r_.base_drawn[k];
+  }
   return seg;
 }
 
@@ -81,12 +183,20 @@ void MixEpoch::start(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t lim
   counted_.clear();
   const size_t k_count = mixture_->sources();
   prior_taken_.assign(k_count, 0);
-  if (resumed_ && segment_.epoch == resumed_segment_.epoch) {
+  if (r_.resumed && segment_.epoch == r_.segment.epoch) {
     // Taken before the segment: what the saved position had taken, less the segment's share.
-    const MixState at = state(resumed_sample_);
+    // The saved drawn must be where the segment's order stands at the position (check_state
+    // made taken >= drawn - segment_drawn, so no count goes below 0).
+    const MixState at = state(r_.sample);
+    if (at.drawn != r_.drawn) {
+      throw invalid("position.mix.drawn " + list(r_.drawn) +
+                    " is not where the "
+                    "segment's order stands at position.sample " +
+                    std::to_string(r_.sample) + " (" + list(at.drawn) +
+                    "): the position was not saved by this mixture's order");
+    }
     for (size_t k = 0; k < k_count; ++k) {
-      const uint64_t in_segment = at.drawn[k] - segment_.drawn[k];
-      prior_taken_[k] = resumed_taken_[k] > in_segment ? resumed_taken_[k] - in_segment : 0;
+      prior_taken_[k] = r_.taken[k] - (at.drawn[k] - segment_.drawn[k]);
     }
   }
   const uint64_t per_rank = samples_per_rank(e, sampler_);
@@ -127,11 +237,17 @@ void MixEpoch::resume(const EpochPosition& pos, WeightChange change) {
   const size_t k_count = mixture_->sources();
   const MixState& m = pos.mix;
   const uint64_t e = length();
+  if (m.segment_drawn.empty() && m.drawn.empty() && m.taken.empty()) {
+    throw invalid(
+        "position.mix is empty: the position was saved by a Loader over a single "
+        "source (or without its mixture part); this Loader serves a mixture of " +
+        mixture_->describe_shares());
+  }
+  const bool same = m.fingerprint == fingerprint();
   MixSegment seg;
   seg.epoch = pos.epoch;
-  if (m.fingerprint == fingerprint()) {
-    check_sources(m.segment_drawn, k_count, "segment_drawn");
-    check_sources(m.taken, k_count, "taken");
+  if (same) {
+    check_state(*mixture_, pos, true, e);
     seg.segment = m.segment;
     seg.start = m.segment_start;
     seg.counts = m.segment == 0 ? mixture_->counts()
@@ -145,19 +261,23 @@ void MixEpoch::resume(const EpochPosition& pos, WeightChange change) {
                   "rest of the epoch under these shares");
   } else {
     // New shares: [0, G) stands; the rest of the epoch is a new segment from the saved streams.
-    check_sources(m.drawn, k_count, "drawn");
-    check_sources(m.taken, k_count, "taken");
+    check_state(*mixture_, pos, false, e);
+    if (m.segment == UINT32_MAX) {
+      throw invalid("position.mix.segment " + std::to_string(m.segment) +
+                    ": no further weight change fits in this epoch");
+    }
     seg.segment = m.segment + 1;
     seg.start = pos.sample;
     seg.counts = mixture_->counts_for(e > pos.sample ? e - pos.sample : 0);
     seg.drawn = m.drawn;
   }
-  resumed_ = true;
-  resumed_segment_ = seg;
-  resumed_taken_ = m.taken;
-  resumed_sample_ = pos.sample;
-  base_epoch_ = pos.epoch + 1;
-  for (size_t k = 0; k < k_count; ++k) base_drawn_[k] = seg.drawn[k] + seg.counts[k];
+  r_.resumed = true;
+  r_.segment = seg;
+  r_.taken = m.taken;
+  r_.drawn = m.drawn;
+  r_.sample = pos.sample;
+  r_.base_epoch = pos.epoch + 1;
+  for (size_t k = 0; k < k_count; ++k) r_.base_drawn[k] = seg.drawn[k] + seg.counts[k];
 }
 
 }  // namespace detail

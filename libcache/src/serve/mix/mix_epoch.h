@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dscache/direct_read.h"
@@ -17,9 +18,9 @@
 namespace dscache {
 namespace detail {
 
-// Made by the Loader's Impl (copyable: resume() keeps a copy to put back when it fails); used only
-// while its prefetcher is stopped (start, resume) or read by fills (entry, xform_key) while
-// the epoch's order stands.
+// Made by the Loader's Impl (resume() keeps a copy of resumed() to put back when it fails); used
+// only while its prefetcher is stopped (start, resume) or read by fills (entry, xform_key)
+// while the epoch's order stands.
 class MixEpoch {
  public:
   // Refuses the windowed shuffle by name (docs/SERVING.md "Mixing caches").
@@ -59,6 +60,23 @@ class MixEpoch {
   // Error(kInvalidArgument) naming the old fingerprint and the new shares when refused.
   void resume(const EpochPosition& pos, WeightChange change);
 
+  // All resume() changes (O(sources), not the built epoch): the Loader keeps a copy and puts it
+  // back when it refuses the position after resume() took it. A failed rebuild leaves the
+  // Loader unstarted, and the next start rebuilds the epoch from these.
+  struct Resumed {
+    // Where later epochs' streams continue: epoch base_epoch draws from base_drawn.
+    uint64_t base_epoch = 0;
+    std::vector<uint64_t> base_drawn;
+    // A resumed epoch's segment, and the taken counts saved at `sample` (none: no resume).
+    bool resumed = false;
+    MixSegment segment;
+    std::vector<uint64_t> taken;
+    std::vector<uint64_t> drawn;  // checked against the order when it is built
+    uint64_t sample = 0;
+  };
+  const Resumed& resumed() const { return r_; }
+  void put_back(Resumed r) { r_ = std::move(r); }
+
  private:
   MixSegment segment_for(uint64_t epoch) const;
 
@@ -73,14 +91,7 @@ class MixEpoch {
   SamplerOptions sampler_;
   DirectRead direct_read_;
   MixPlan plan_;
-  // Where later epochs' streams continue: epoch base_epoch_ draws from base_drawn_.
-  uint64_t base_epoch_ = 0;
-  std::vector<uint64_t> base_drawn_;
-  // A resumed epoch's segment, and the taken counts saved at resumed_sample_ (none: no resume).
-  bool resumed_ = false;
-  MixSegment resumed_segment_;
-  std::vector<uint64_t> resumed_taken_;
-  uint64_t resumed_sample_ = 0;
+  Resumed r_;
   // The built epoch.
   MixSegment segment_;
   std::vector<MixEntry> global_;       // positions [segment_.start, E)

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -126,25 +128,35 @@ void check_shares(Mixture::Impl* m, std::vector<std::string>* out) {
     out->push_back(std::string("every ") + (m->repeats ? "repeat" : "weight") + " is 0");
 }
 
-// The unified class list and each source's remap (fills impl's options.classes and remaps).
+// The unified class list and each source's remap (fills impl's options.classes and remaps), by
+// hash lookup (linear in the classes, however many sources). A list naming one class twice is
+// refused: unifying by name would merge two labels (or leave one index unused).
 void unify_classes(Mixture::Impl* m, std::vector<std::string>* out) {
   std::vector<std::string>& unified = m->options.classes;
   const bool given = !unified.empty();
+  std::unordered_map<std::string, int64_t> index;
+  for (size_t i = 0; i < unified.size(); ++i) {
+    if (!index.emplace(unified[i], static_cast<int64_t>(i)).second) {
+      out->push_back("the given classes name \"" + unified[i] + "\" twice");
+    }
+  }
   for (const MixSource& s : m->sources) {
     std::vector<int64_t> remap;
     std::vector<std::string> missing;
+    std::unordered_set<std::string> own;
     for (const std::string& c : s.classes) {
-      auto it = std::find(unified.begin(), unified.end(), c);
-      if (it == unified.end()) {
+      if (!own.insert(c).second) out->push_back(s.name + "'s classes name \"" + c + "\" twice");
+      auto it = index.find(c);
+      if (it == index.end()) {
         if (given) {
           missing.push_back(c);
           remap.push_back(-1);
           continue;
         }
+        it = index.emplace(c, static_cast<int64_t>(unified.size())).first;
         unified.push_back(c);
-        it = unified.end() - 1;
       }
-      remap.push_back(it - unified.begin());
+      remap.push_back(it->second);
     }
     if (!missing.empty()) {
       out->push_back(s.name + "'s classes [" + join(missing, ", ") +
@@ -162,16 +174,15 @@ std::shared_ptr<const Mixture> Mixture::make(std::vector<MixSource> sources,
   m->options = options;
   if (sources.empty()) throw Error(ErrorKind::kInvalidArgument, "", "mixture: no sources");
   std::vector<std::string> problems, differ;
+  std::unordered_set<std::string> names;  // a lookup: linear in the sources
   for (size_t k = 0; k < sources.size(); ++k) {
     if (!sources[k].source) {
       throw Error(ErrorKind::kInvalidArgument, "",
                   "mixture: source " + std::to_string(k) + " is null");
     }
     if (sources[k].name.empty()) sources[k].name = "source" + std::to_string(k);
-    for (size_t j = 0; j < k; ++j) {
-      if (sources[j].name == sources[k].name) {
-        problems.push_back("two sources are named " + sources[k].name + " (names are unique)");
-      }
+    if (!names.insert(sources[k].name).second) {
+      problems.push_back("two sources are named " + sources[k].name + " (names are unique)");
     }
   }
   m->sources = std::move(sources);
