@@ -257,14 +257,14 @@ void FieldFill::begin(FieldBuffers* b) const {
   }
 }
 
-void FieldFill::add(FieldBuffers* b, uint32_t k, uint64_t sample, uint32_t src_h, uint32_t src_w,
-                    const SpatialTransform& t) const {
+void FieldFill::add(FieldBuffers* b, uint32_t k, const SampleSource& source, uint64_t sample,
+                    uint32_t src_h, uint32_t src_w, const SpatialTransform& t) const {
   const std::vector<FieldSpec>& specs = source_.fields();
   // Boxes first: which rows survive decides what their rows_of followers keep.
   for (size_t g = 0; g < groups_.size(); ++g) {
     const Group& group = groups_[g];
     const FieldSpec& spec = specs[group.source_index];
-    const FieldView v = checked_view(source_, sample, group.source_index, spec);
+    const FieldView v = checked_view(source, sample, group.source_index, spec);
     const size_t n = static_cast<size_t>(v.rows);
     if (n > UINT32_MAX) throw corrupt(spec, sample, std::to_string(n) + " boxes");
     grow(&b->boxes_in, 4 * n);
@@ -294,7 +294,7 @@ void FieldFill::add(FieldBuffers* b, uint32_t k, uint64_t sample, uint32_t src_h
     const FieldSpec& spec = *s.spec;
     FieldBuffers::Field& f = b->fields[i];
     if (spec.kind == FieldKind::kBoxes) continue;  // above
-    const FieldView v = checked_view(source_, sample, s.source_index, spec);
+    const FieldView v = checked_view(source, sample, s.source_index, spec);
     switch (spec.kind) {
       case FieldKind::kMask: {
         if (v.rows != uint64_t{src_h} * src_w) {

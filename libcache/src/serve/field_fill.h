@@ -85,10 +85,12 @@ class FieldFill {
 
   // Starts a batch in `b`.
   void begin(FieldBuffers* b) const;
-  // Adds sample `sample` (src_h x src_w as stored) as the batch's k-th: `t` is the transform
-  // its image gets. Errors name the field and the sample.
-  void add(FieldBuffers* b, uint32_t k, uint64_t sample, uint32_t src_h, uint32_t src_w,
-           const SpatialTransform& t) const;
+  // Adds sample `sample` of `source` (src_h x src_w as stored) as the batch's k-th: `t` is the
+  // transform its image gets. `source` is the one given at construction, or a mixture's member
+  // source (its fields the same, in the same order: Mixture::make checks). Errors name the
+  // field and the sample.
+  void add(FieldBuffers* b, uint32_t k, const SampleSource& source, uint64_t sample, uint32_t src_h,
+           uint32_t src_w, const SpatialTransform& t) const;
   // Points `out` (from make_batch_fields) at b's buffers for a batch of `count` samples.
   void finish(FieldBuffers* b, uint32_t count, std::vector<FieldBatch>* out) const;
 

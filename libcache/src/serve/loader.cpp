@@ -202,10 +202,13 @@ void Loader::Impl::start(uint64_t seed, uint64_t epoch, uint64_t cursor) {
   direct_.reset();      // its reader thread stops; nothing waits on it any more
   pos_window_.clear();
   started_ = false;
-  order_ = mix_ ? mix_->rank_order(seed, epoch, rank_batch(cursor) * options_.batch_size,
-                                   samples_per_epoch_)
-                : epoch_order(source_->size(), options_.sampler, seed, epoch);
-  order_.resize(samples_per_epoch_);  // drop_last
+  if (mix_) {
+    order_.clear();
+    mix_->start(seed, epoch, rank_batch(cursor) * options_.batch_size, samples_per_epoch_);
+  } else {
+    order_ = epoch_order(source_->size(), options_.sampler, seed, epoch);
+    order_.resize(samples_per_epoch_);  // drop_last
+  }
   seed_ = seed;
   epoch_ = epoch;
   cursor_ = cursor;
@@ -266,84 +269,56 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   if (with_fields_) fields_->begin(&slot.fields);
   for (uint64_t k = 0; k < count; ++k) {
     if (cancel.requested()) return;
-    const uint64_t idx = order_[begin + k];
-    const uint64_t key = mix_ ? mix_->xform_key(begin + k) : idx;  // the sample's draw
+    const uint64_t pos = begin + k;
+    const MixEntry* entry = mix_ ? &mix_->entry(pos) : nullptr;
+    const At at_pos = at(pos);
+    const SampleSource& src = *at_pos.source;
+    const uint64_t idx = at_pos.index;
+    // The sample's draw, computed only where a crop, flip or decode uses it.
+    const auto key = [&] { return entry ? mix_->xform_key(*entry) : idx; };
     uint8_t* out = slot.images.data() + k * sample_bytes_;
     // The sample's one geometric draw: its image and every spatial field use it.
     SampleShape s;
     CropBox box;
     if (encoded_) {
       // Decoded in this worker, only as much as the crop needs (kNone: the whole sample).
-      s = source_->sample_shape(idx);
-      box = choose_crop(t, s.height, s.width, seed_, epoch_, key);
-      source_->decode_crop(idx, box, out_h_, out_w_, out);
+      s = src.sample_shape(idx);
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, key());
+      src.decode_crop(idx, box, out_h_, out_w_, out);
     } else if (plain_copy_) {
       s = SampleShape{out_h_, out_w_, channels_};
-      const uint32_t w = direct_ ? pos_window_[begin + k] : kNoWindow;
+      const uint32_t w = direct_ ? pos_window_[pos] : kNoWindow;
       if (w != kNoWindow) {
         if (!direct_->copy(w, idx, out, cancel)) return;
       } else {
-        if (run_left == 0) run_left = copy_run(begin + k, count - k, out);
+        if (run_left == 0) run_left = copy_run(pos, count - k, out);
         --run_left;
       }
       // Crop none: the whole sample, mirrored by the sample's draw when flip is on.
       if (t.flip) {
-        box = choose_crop(t, out_h_, out_w_, seed_, epoch_, key);
+        box = choose_crop(t, out_h_, out_w_, seed_, epoch_, key());
       } else {
         box = CropBox{0, 0, out_h_, out_w_, false};
       }
       if (box.flip) mirror_rows(out, out_h_, out_w_, channels_);
     } else {
-      // Only the crop box is copied out of view() memory, row by row through guarded_copy, and
-      // crop_resize reads the copy: reading a mapping directly would die of SIGBUS on a shard
-      // truncated under the reader. Sources without stable pointers copy the whole sample.
-      s = source_->sample_shape(idx);
+      s = src.sample_shape(idx);
       if (s.channels != channels_) {
-        throw Error(ErrorKind::kCorruption, "",
+        throw Error(ErrorKind::kCorruption,
+                    entry ? mix_->mixture()->source(entry->source).name : "",
                     "sample " + std::to_string(idx) + " has " + std::to_string(s.channels) +
                         " channels, the source says " + std::to_string(channels_));
       }
-      box = choose_crop(t, s.height, s.width, seed_, epoch_, key);
-      ImageView view;
-      bool have_view = false;
-      try {
-        view = source_->view(idx);
-        have_view = view.height == s.height && view.width == s.width && view.channels == s.channels;
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::kUnsupported) throw;
-      }
-      if (have_view) {
-        const size_t c = s.channels, stride = size_t{s.width} * c, row = size_t{box.width} * c;
-        scratch.resize(size_t{box.height} * row);
-        try {
-          for (uint32_t y = 0; y < box.height; ++y) {
-            detail::guarded_copy(scratch.data() + y * row,
-                                 view.data + (size_t{box.y} + y) * stride + size_t{box.x} * c, row,
-                                 "");
-          }
-        } catch (const Error&) {
-          // The source's own guarded read meets the same fault and names the file.
-          std::vector<uint8_t> whole(static_cast<size_t>(s.bytes()));
-          source_->copy_sample(idx, whole.data());
-          throw;
-        }
-        // The sample's transform, read relative to the copied window.
-        crop_resize(ImageView{scratch.data(), box.height, box.width, s.channels},
-                    CropBox{0, 0, box.height, box.width, box.flip}, out_h_, out_w_, out);
-      } else {
-        scratch.resize(static_cast<size_t>(s.bytes()));
-        source_->copy_sample(idx, scratch.data());
-        SpatialTransform(box, s.height, s.width, out_h_, out_w_)
-            .image(ImageView{scratch.data(), s.height, s.width, s.channels}, out);
-      }
+      box = choose_crop(t, s.height, s.width, seed_, epoch_, key());
+      crop_sample(src, idx, s, box, &scratch, out);
     }
     if (with_fields_) {
-      fields_->add(&slot.fields, static_cast<uint32_t>(k), idx, s.height, s.width,
+      fields_->add(&slot.fields, static_cast<uint32_t>(k), src, idx, s.height, s.width,
                    SpatialTransform(box, s.height, s.width, out_h_, out_w_));
     }
-    slot.labels[k] = source_->label(idx);
-    slot.indices[k] = mix_ ? mix_->entry(begin + k).local : idx;
-    if (mix_) slot.sources[k] = mix_->entry(begin + k).source;
+    slot.labels[k] = entry ? mix_->label(*entry) : src.label(idx);
+    slot.indices[k] = idx;
+    if (entry) slot.sources[k] = entry->source;
   }
   Batch& b = slot.batch;
   b.index = rank_batch(job);
@@ -358,19 +333,62 @@ void Loader::Impl::fill(uint64_t job, uint32_t slot_index, const Prefetcher::Can
   if (with_fields_) fields_->finish(&slot.fields, b.size, &b.fields);
 }
 
-// Copies the samples at order_[pos], order_[pos + 1], ... while their indices stay consecutive
+// Copies the samples of positions pos, pos + 1, ... while they stay consecutive in one source
 // (at most `limit`) with one copy_samples call — one pread for a run in pread mode; returns
 // how many it copied.
 uint64_t Loader::Impl::copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const {
-  const uint64_t first = order_[pos];
+  const At first = at(pos);
   uint64_t len = 1;
-  while (len < limit && order_[pos + len] == first + len) ++len;
+  for (; len < limit; ++len) {
+    const At next = at(pos + len);
+    if (next.source != first.source || next.index != first.index + len) break;
+  }
   if (len == 1) {
-    source_->copy_sample(first, out);
+    first.source->copy_sample(first.index, out);
   } else {
-    source_->copy_samples(first, len, out);
+    first.source->copy_samples(first.index, len, out);
   }
   return len;
+}
+
+// Crops sample `idx` of `src` (shape s) by `box` into out_h_ x out_w_ at `out`. Only the crop
+// box is copied out of view() memory, row by row through guarded_copy, and crop_resize reads
+// the copy: reading a mapping directly would die of SIGBUS on a shard truncated under the
+// reader. Sources without stable pointers copy the whole sample.
+void Loader::Impl::crop_sample(const SampleSource& src, uint64_t idx, const SampleShape& s,
+                               const CropBox& box, std::vector<uint8_t>* scratch,
+                               uint8_t* out) const {
+  ImageView view;
+  bool have_view = false;
+  try {
+    view = src.view(idx);
+    have_view = view.height == s.height && view.width == s.width && view.channels == s.channels;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+  }
+  if (have_view) {
+    const size_t c = s.channels, stride = size_t{s.width} * c, row = size_t{box.width} * c;
+    scratch->resize(size_t{box.height} * row);
+    try {
+      for (uint32_t y = 0; y < box.height; ++y) {
+        detail::guarded_copy(scratch->data() + y * row,
+                             view.data + (size_t{box.y} + y) * stride + size_t{box.x} * c, row, "");
+      }
+    } catch (const Error&) {
+      // The source's own guarded read meets the same fault and names the file.
+      std::vector<uint8_t> whole(static_cast<size_t>(s.bytes()));
+      src.copy_sample(idx, whole.data());
+      throw;
+    }
+    // The sample's transform, read relative to the copied window.
+    crop_resize(ImageView{scratch->data(), box.height, box.width, s.channels},
+                CropBox{0, 0, box.height, box.width, box.flip}, out_h_, out_w_, out);
+  } else {
+    scratch->resize(static_cast<size_t>(s.bytes()));
+    src.copy_sample(idx, scratch->data());
+    SpatialTransform(box, s.height, s.width, out_h_, out_w_)
+        .image(ImageView{scratch->data(), s.height, s.width, s.channels}, out);
+  }
 }
 
 const FieldBatch* Batch::field(const std::string& name) const {

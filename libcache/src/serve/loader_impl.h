@@ -40,6 +40,20 @@ class Loader::Impl {
   // the allocator), and new field buffers with a field_allocator, before it may be refilled.
   void hand_off_held();
   uint64_t copy_run(uint64_t pos, uint64_t limit, uint8_t* out) const;
+  void crop_sample(const SampleSource& src, uint64_t idx, const SampleShape& s, const CropBox& box,
+                   std::vector<uint8_t>* scratch, uint8_t* out) const;
+  // Rank position `pos`'s sample: its source and index there. A mixture's entry names them, so
+  // a fill calls the member source directly (never a locate through the view); a single
+  // source's order holds the index.
+  struct At {
+    const SampleSource* source;
+    uint64_t index;
+  };
+  At at(uint64_t pos) const {
+    if (!mix_) return At{source_.get(), order_[pos]};
+    const MixEntry& e = mix_->entry(pos);
+    return At{&mix_->source(e.source), e.local};
+  }
 
   std::shared_ptr<const SampleSource> source_;
   LoaderOptions options_;
@@ -59,7 +73,8 @@ class Loader::Impl {
   }
   std::vector<Slot> slots_;
 
-  // Read by fills; changed only while the prefetcher is stopped.
+  // Read by fills; changed only while the prefetcher is stopped. A mixture's order is its
+  // MixEpoch's entries (order_ stays empty).
   std::vector<uint64_t> order_;
   uint64_t seed_ = 0;
   uint64_t epoch_ = 0;

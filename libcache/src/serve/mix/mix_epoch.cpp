@@ -14,9 +14,6 @@ namespace dscache {
 namespace detail {
 namespace {
 
-// "mixdraw": a mixture sample's transform key, stream_id(tag, view index, pass).
-constexpr uint64_t kTagMixDraw = 0x6d697864726177ull;
-
 Error invalid(const std::string& reason) { return Error(ErrorKind::kInvalidArgument, "", reason); }
 
 std::string hex(uint64_t v) {
@@ -140,6 +137,11 @@ MixEpoch::MixEpoch(std::shared_ptr<const Mixture> mixture, const LoaderOptions& 
                          uint64_t{options.batch_size} * sampler_.world_size);
   check_order_memory(*mixture_, sampler_.world_size);
   r_.base_drawn.assign(mixture_->sources(), 0);
+  for (size_t k = 0; k < mixture_->sources(); ++k) {
+    members_.push_back(&mixture_->source(k));
+    remaps_.push_back(&mixture_->remap(k));
+    offsets_.push_back(mixture_->offset(k));
+  }
 }
 
 DirectReadDecision MixEpoch::direct_choice() const {
@@ -167,8 +169,7 @@ MixSegment MixEpoch::segment_for(uint64_t epoch) const {
   return seg;
 }
 
-std::vector<uint64_t> MixEpoch::rank_order(uint64_t seed, uint64_t epoch, uint64_t first,
-                                           uint64_t limit) {
+void MixEpoch::start(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t limit) {
   MixSegment seg = segment_for(epoch);
   const uint64_t e = length(), s = seg.start;
   if (first < limit && rank_position(sampler_, first) < std::min(s, e)) {
@@ -200,21 +201,13 @@ std::vector<uint64_t> MixEpoch::rank_order(uint64_t seed, uint64_t epoch, uint64
   }
   const uint64_t per_rank = samples_per_rank(e, sampler_);
   rank_.assign(per_rank, MixEntry{});
-  std::vector<uint64_t> order(per_rank, 0);
   for (uint64_t k = 0; k < per_rank; ++k) {
     const uint64_t p = rank_position(sampler_, k);
     // kPad's tail repeats the segment's positions from its start.
     const uint64_t q = p < e ? p : (e > s ? s + (p - e) % (e - s) : 0);
     if (q < s || q >= e) continue;  // before the segment: never served
     rank_[k] = global_[q - s];
-    order[k] = mixture_->offset(rank_[k].source) + rank_[k].local;
   }
-  return order;
-}
-
-uint64_t MixEpoch::xform_key(uint64_t k) const {
-  const MixEntry& m = rank_[k];
-  return stream_id(kTagMixDraw, mixture_->offset(m.source) + m.local, m.pass);
 }
 
 MixState MixEpoch::state(uint64_t g) const {

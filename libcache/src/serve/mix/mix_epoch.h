@@ -12,12 +12,14 @@
 #include "dscache/loader.h"
 #include "dscache/mix_order.h"
 #include "dscache/mixture.h"
+#include "dscache/sampler.h"
+#include "serve/mix/mixture_view.h"
 
 namespace dscache {
 namespace detail {
 
 // Made by the Loader's Impl (resume() keeps a copy of resumed() to put back when it fails); used
-// only while its prefetcher is stopped (rank_order, resume) or read by fills (entry, xform_key)
+// only while its prefetcher is stopped (start, resume) or read by fills (entry, xform_key)
 // while the epoch's order stands.
 class MixEpoch {
  public:
@@ -30,15 +32,25 @@ class MixEpoch {
   DirectReadDecision direct_choice() const;
 
   // Builds epoch `epoch`'s order (the resumed segment when it is that epoch, else pure from the
-  // base) and returns this rank's samples_per_rank(E) positions as view indices; kPad's tail
-  // repeats positions from the segment's start. Throws Error(kInvalidArgument) for an epoch
-  // before the base, or when rank sample `first` (< `limit`, the rank's served samples) lies
-  // before the segment's start (those positions were served under other shares).
-  std::vector<uint64_t> rank_order(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t limit);
-  // Rank position k's entry, and the key its transform draws with (source, pass, sample:
-  // different for each pass, the same on every world size).
+  // base) and this rank's samples_per_rank(E) entries, in one pass over the rank's positions;
+  // kPad's tail repeats positions from the segment's start. Throws Error(kInvalidArgument) for
+  // an epoch before the base, or when rank sample `first` (< `limit`, the rank's served samples)
+  // lies before the segment's start (those positions were served under other shares).
+  void start(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t limit);
+  // Rank position k's entry: fills read its source's sample directly (source(), label()), never
+  // through the view's locate.
   const MixEntry& entry(uint64_t k) const { return rank_[k]; }
-  uint64_t xform_key(uint64_t k) const;
+  const SampleSource& source(uint32_t k) const { return *members_[k]->source; }
+  // The entry's label in the mixture's classes (mix_unify_label).
+  int64_t label(const MixEntry& e) const {
+    const MixSource& m = *members_[e.source];
+    return mix_unify_label(m, *remaps_[e.source], e.local, m.source->label(e.local));
+  }
+  // The key the entry's transform draws with (source, pass, sample: different for each pass,
+  // the same on every world size).
+  uint64_t xform_key(const MixEntry& e) const {
+    return stream_id(kTagMixDraw, offsets_[e.source] + e.local, e.pass);
+  }
 
   uint64_t fingerprint() const { return mixture_->fingerprint(plan_.stratum); }
   // The built epoch's MixState at global cursor g. Not thread-safe (the consumer's thread).
@@ -68,7 +80,14 @@ class MixEpoch {
  private:
   MixSegment segment_for(uint64_t epoch) const;
 
+  // "mixdraw": a mixture sample's transform key, stream_id(tag, view index, pass).
+  static constexpr uint64_t kTagMixDraw = 0x6d697864726177ull;
+
   std::shared_ptr<const Mixture> mixture_;
+  // Per source, read by every fill: the member, its label remap and first view index.
+  std::vector<const MixSource*> members_;
+  std::vector<const std::vector<int64_t>*> remaps_;
+  std::vector<uint64_t> offsets_;
   SamplerOptions sampler_;
   DirectRead direct_read_;
   MixPlan plan_;

@@ -27,6 +27,13 @@ std::pair<uint32_t, uint64_t> mix_locate(const std::vector<uint64_t>& offsets, u
   return {k, i - *it};
 }
 
+void mix_label_outside(const MixSource& source, uint64_t local, int64_t label, size_t classes) {
+  throw Error(ErrorKind::kCorruption, source.name,
+              "mixture source " + source.name + ", sample " + std::to_string(local) + ": label " +
+                  std::to_string(label) + " is outside its " + std::to_string(classes) +
+                  " classes");
+}
+
 namespace {
 
 class MixView : public SampleSource {
@@ -113,17 +120,8 @@ class MixView : public SampleSource {
   }
 
  private:
-  // The one place a source's label becomes the mixture's: Corruption when it names no class.
   int64_t unify(uint32_t k, uint64_t local, int64_t label) const {
-    const std::vector<int64_t>& remap = remaps_[k];
-    if (remap.empty()) return label;
-    if (label < 0 || static_cast<uint64_t>(label) >= remap.size()) {
-      throw Error(ErrorKind::kCorruption, sources_[k].name,
-                  "mixture source " + sources_[k].name + ", sample " + std::to_string(local) +
-                      ": label " + std::to_string(label) + " is outside its " +
-                      std::to_string(remap.size()) + " classes");
-    }
-    return remap[static_cast<size_t>(label)];
+    return mix_unify_label(sources_[k], remaps_[k], local, label);
   }
 
   std::vector<MixSource> sources_;
