@@ -332,8 +332,8 @@ TEST_SUITE("loader") {
     CHECK(used == counts);
     // Every source's stream goes on with no gap: epoch 4's draws are [drawn, drawn + count).
     const EpochPosition after = l.epoch_position();
-    CHECK(after.mix.drawn == std::vector<uint64_t>{end.mix.drawn[0] + counts[0],
-                                                   end.mix.drawn[1] + counts[1]});
+    CHECK(after.mix.drawn ==
+          std::vector<uint64_t>{end.mix.drawn[0] + counts[0], end.mix.drawn[1] + counts[1]});
     // The same shares: the next epoch's start resumes without kContinue, the pure epoch 4.
     Loader same(old_mix, opts(10, 0, 1));
     same.resume(next);

@@ -190,7 +190,6 @@ uint64_t rank_batch_at(uint64_t n, const SamplerOptions& sampler, uint64_t batch
 // the shares never changed. resume() it (kContinue under new shares) to start that epoch.
 EpochPosition next_epoch_start(const EpochPosition& finished);
 
-
 // With Shuffle::kWindowed the Loader tells the source (SampleSource::advise) to read the next
 // window's blocks ahead as soon as a window starts being filled, and to drop a window once all
 // its batches were filled: a Cache in pread mode serves caches larger than memory that way.
