@@ -2,6 +2,7 @@
 test_s3_sources.py): PNG class folders, running `dscache` against a server's environment, the
 samples and batches a cache serves, the same source built locally and to s3://, a bucket's
 objects, the local copies of remote caches."""
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,14 @@ def local_copies(tmp):
     root = Path(tmp, "local")
     return sorted(p.name for p in root.iterdir() if p.is_dir() and "-" in p.name
                   and not p.name.startswith("upload-"))
+
+
+def stream_budget(local, spare):
+    """The shard names of the cache at `local` and a local-cache budget that holds its other
+    files and `spare` of its largest shards (what the streamed tests give DSCACHE_LOCAL_CACHE_SIZE);
+    returns (shard names, total bytes, budget)."""
+    m = json.loads((Path(local) / "manifest.json").read_text())
+    shards = [s["file"] for s in m["shards"]]
+    total = sum(f.stat().st_size for f in Path(local).iterdir())
+    shard_bytes = [(Path(local) / name).stat().st_size for name in shards]
+    return shards, total, total - sum(shard_bytes) + spare * max(shard_bytes)

@@ -19,7 +19,7 @@ import testrunner  # noqa: E402
 
 from rgw import Rgw, run_cases  # noqa: E402
 from s3_cache_helpers import (BUCKET, build_both, check, local_copies, run,  # noqa: E402
-                              s3_env, write_pngs)
+                              s3_env, stream_budget, write_pngs)
 
 
 def case_budget_eviction(tmp):
@@ -108,13 +108,9 @@ def case_stream_under_budget(tmp):
         env = s3_env(s3, tmp)
         write_pngs(tmp / "src", per_class=40)
         local, url, _ = build_both(s3, tmp, env, shard_size="6K")  # 8 samples a shard
-        m = json.loads((local / "manifest.json").read_text())
-        shards = [s["file"] for s in m["shards"]]
-        check(len(shards) >= 12, f"the cache needs many shards to stream: {len(shards)}")
-        total = sum(f.stat().st_size for f in local.iterdir())
-        shard_bytes = [(local / name).stat().st_size for name in shards]
         # The other files and seven shards: three windows of two shards, and one to spare.
-        budget = total - sum(shard_bytes) + 7 * max(shard_bytes)
+        shards, total, budget = stream_budget(local, 7)
+        check(len(shards) >= 12, f"the cache needs many shards to stream: {len(shards)}")
         check(budget < total * 2 // 3, f"budget {budget} of {total}: not streamed")
         env = dict(env, DSCACHE_LOCAL_CACHE_SIZE=str(budget))
         import dscache
@@ -186,11 +182,8 @@ def stream_setup(s3, tmp, env, spare=7, per_class=40):
     budget)."""
     write_pngs(tmp / "src", per_class=per_class)
     local, url, _ = build_both(s3, tmp, env, shard_size="6K")
-    m = json.loads((local / "manifest.json").read_text())
-    shards = [s["file"] for s in m["shards"]]
-    total = sum(f.stat().st_size for f in local.iterdir())
-    shard_bytes = [(local / name).stat().st_size for name in shards]
-    return local, url, shards, total - sum(shard_bytes) + spare * max(shard_bytes)
+    shards, _, budget = stream_budget(local, spare)
+    return local, url, shards, budget
 
 
 def shard_gets(s3, shards):

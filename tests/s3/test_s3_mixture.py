@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rgw import Rgw, run_cases  # noqa: E402
-from s3_cache_helpers import (BUCKET, check, local_copies, run, s3_env, use_env,  # noqa: E402
-                              write_pngs)
+from s3_cache_helpers import (BUCKET, check, local_copies, run, s3_env,  # noqa: E402
+                              stream_budget, use_env, write_pngs)
 from test_s3_local import local_bytes  # noqa: E402
 
 # Source "a" (remote) has classes class0..class2; source "b" (local) has class2 and dog, so the
@@ -178,12 +178,8 @@ def case_streamed_local(tmp):
         s3.make_bucket(BUCKET)
         env = s3_env(s3, tmp)
         url, ref_a, local_b, ref_b = build_sources(tmp, env, a_per_class=40, a_shard_size="6K")
-        m = json.loads((ref_a / "manifest.json").read_text())
-        shards = [s["file"] for s in m["shards"]]
+        shards, total, budget = stream_budget(ref_a, 7)
         check(len(shards) >= 12, f"the remote cache needs many shards to stream: {len(shards)}")
-        total = sum(f.stat().st_size for f in ref_a.iterdir())
-        shard_bytes = [(ref_a / s).stat().st_size for s in shards]
-        budget = total - sum(shard_bytes) + 7 * max(shard_bytes)
         check(budget < total * 2 // 3, f"budget {budget} of {total}: not streamed")
         use_env(dict(env, DSCACHE_LOCAL_CACHE_SIZE=str(budget)))
         refs = [dscache.Cache(str(ref_a)), dscache.Cache(str(ref_b))]
